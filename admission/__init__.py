@@ -1,0 +1,1 @@
+"""Quartermaster's admission layer: scheduler, drivers, CLI and loaders over ``queues``."""

@@ -1,0 +1,262 @@
+"""The engine's in-memory state: objects, the cohort tree, queues and admissions.
+
+One ``Cache`` is what every driver feeds: ``plan`` loads it from files, the simulator
+from a scenario, the controller from informers. The scheduler reads it and records
+its decisions in it ("assumes" them, as Kueue does) so that the next cycle sees them;
+drivers report back what really happened (an eviction finished, a workload finished,
+a status write failed) through the methods here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from queues.model import (
+    STRICT_FIFO,
+    ClusterQueue,
+    Cohort,
+    FlavorResource,
+    LocalQueue,
+    Namespace,
+    ResourceFlavor,
+    Workload,
+)
+from queues.pending import PendingQueue
+from queues.tree import CohortTree
+
+MISCONFIGURED = "Misconfigured"
+SUSPENDED = "Suspended"
+
+
+@dataclass(slots=True)
+class PendingStatus:
+    """Why a workload is not admitted: a QuotaReserved=False reason and a message."""
+
+    reason: str
+    message: str
+
+
+class Cache:
+    """Objects, tree, pending queues and admitted workloads."""
+
+    def __init__(
+        self,
+        *,
+        flavors: Mapping[str, ResourceFlavor],
+        cluster_queues: Mapping[str, ClusterQueue],
+        cohorts: Mapping[str, Cohort],
+        local_queues: Mapping[str, LocalQueue],
+        namespaces: Mapping[str, Namespace] | None = None,
+    ) -> None:
+        self.flavors: dict[str, ResourceFlavor] = dict(flavors)
+        self.cluster_queues: dict[str, ClusterQueue] = dict(cluster_queues)
+        self.cohorts: dict[str, Cohort] = dict(cohorts)
+        self.local_queues: dict[str, LocalQueue] = dict(local_queues)
+        # None: every namespace exists with only its metadata.name label.
+        self.namespaces: dict[str, Namespace] | None = dict(namespaces) if namespaces is not None else None
+        self.tree = CohortTree(self.cluster_queues, self.cohorts)
+        self.queues: dict[str, PendingQueue] = {name: PendingQueue() for name in self.cluster_queues}
+        self.workloads: dict[str, Workload] = {}
+        self.admitted: dict[str, str] = {}  # workload key -> ClusterQueue charged
+        self.usage_of: dict[str, dict[FlavorResource, int]] = {}  # what each admission holds
+        self.evicting: dict[str, str] = {}  # preempted, still holding quota: key -> preemptor
+        self.unroutable: dict[str, Workload] = {}  # LocalQueue or ClusterQueue missing
+        self.status: dict[str, PendingStatus] = {}
+        self.inactive: dict[str, PendingStatus] = {}
+        self._same_tree: dict[str, list[str]] = {}
+        self._refresh_derived()
+
+    # -- objects ----------------------------------------------------------------
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        if self.namespaces is None:
+            return {"kubernetes.io/metadata.name": name}
+        ns = self.namespaces.get(name)
+        return ns.labels if ns is not None else None
+
+    def cq_of(self, wl: Workload) -> str | None:
+        lq = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+        if lq is None or lq.cluster_queue not in self.cluster_queues:
+            return None
+        return lq.cluster_queue
+
+    def local_queue_of(self, wl: Workload) -> LocalQueue | None:
+        return self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+
+    def update_objects(
+        self,
+        *,
+        flavors: Mapping[str, ResourceFlavor] | None = None,
+        cluster_queues: Mapping[str, ClusterQueue] | None = None,
+        cohorts: Mapping[str, Cohort] | None = None,
+        local_queues: Mapping[str, LocalQueue] | None = None,
+        namespaces: Mapping[str, Namespace] | None = None,
+    ) -> None:
+        """Replace object sets; a quota or structure change is a capacity event."""
+        if flavors is not None:
+            self.flavors = dict(flavors)
+        if cohorts is not None:
+            self.cohorts = dict(cohorts)
+        if local_queues is not None:
+            self.local_queues = dict(local_queues)
+        if namespaces is not None:
+            self.namespaces = dict(namespaces)
+        if cluster_queues is not None:
+            self.cluster_queues = dict(cluster_queues)
+        # Usage is re-charged from the admissions, so ClusterQueues may come and go.
+        self.tree = CohortTree(self.cluster_queues, self.cohorts)
+        for key, cq in self.admitted.items():
+            if cq in self.tree.queues:
+                self.tree.add_usage(cq, self.usage_of[key])
+        pending = [wl for q in self.queues.values() for wl in q.workloads()]
+        pending += list(self.unroutable.values())
+        self.queues = {name: PendingQueue() for name in self.cluster_queues}
+        self.unroutable = {}
+        for wl in pending:
+            self._route(wl)
+        self._refresh_derived()
+
+    def _refresh_derived(self) -> None:
+        self._same_tree = {}
+        by_root: dict[str, list[str]] = {}
+        for name, node in self.tree.queues.items():
+            by_root.setdefault(node.root().name + ("/c" if node.parent else "/q"), []).append(name)
+        for names in by_root.values():
+            for n in names:
+                self._same_tree[n] = names
+        self.inactive = {}
+        for name, cq in self.cluster_queues.items():
+            node = self.tree.queues[name]
+            missing = sorted(
+                {fq.name for g in cq.resource_groups for fq in g.flavors if fq.name not in self.flavors}
+            )
+            if cq.stop_policy != "None":
+                self.inactive[name] = PendingStatus(SUSPENDED, f"ClusterQueue {name} is stopped")
+            elif node.disabled_reason:
+                self.inactive[name] = PendingStatus(
+                    MISCONFIGURED, f"ClusterQueue {name} is inactive: {node.disabled_reason}"
+                )
+            elif missing:
+                self.inactive[name] = PendingStatus(
+                    MISCONFIGURED,
+                    f"ClusterQueue {name} is inactive: flavor {', '.join(missing)} not found",
+                )
+
+    # -- workloads --------------------------------------------------------------
+
+    def add_workload(self, wl: Workload) -> None:
+        """A new or re-read workload: charge its admission or queue it."""
+        self.workloads[wl.key] = wl
+        if not wl.active:
+            return
+        if wl.admission is not None:
+            cq = wl.admission.cluster_queue
+            usage = wl.admission.usage()
+            self.admitted[wl.key] = cq
+            self.usage_of[wl.key] = usage
+            if cq in self.tree.queues:
+                self.tree.add_usage(cq, usage)
+            return
+        self._route(wl)
+
+    def _route(self, wl: Workload) -> None:
+        lq = self.local_queue_of(wl)
+        if lq is None:
+            self.unroutable[wl.key] = wl
+            self.status[wl.key] = PendingStatus(
+                MISCONFIGURED, f"LocalQueue {wl.queue_name} doesn't exist in namespace {wl.namespace}"
+            )
+            return
+        if lq.cluster_queue not in self.cluster_queues:
+            self.unroutable[wl.key] = wl
+            self.status[wl.key] = PendingStatus(
+                MISCONFIGURED, f"ClusterQueue {lq.cluster_queue} doesn't exist"
+            )
+            return
+        self.queues[lq.cluster_queue].push(wl)
+
+    def remove_pending(self, key: str) -> Workload | None:
+        wl = self.unroutable.pop(key, None)
+        if wl is not None:
+            return wl
+        for q in self.queues.values():
+            if key in q:
+                return q.remove(key)
+        return None
+
+    def assume(self, wl: Workload, cq: str, usage: dict[FlavorResource, int]) -> None:
+        """Record an admission decided by the scheduler (before the driver writes it)."""
+        self.admitted[wl.key] = cq
+        self.usage_of[wl.key] = usage
+        self.tree.add_usage(cq, usage)
+        self.status.pop(wl.key, None)
+
+    def forget(self, key: str) -> None:
+        """An assumed admission could not be written: undo it and queue the workload again."""
+        wl = self.workloads[key]
+        self._release(key)
+        wl.admission = None
+        wl.admission_time = None
+        self._route(wl)
+
+    def finish(self, key: str) -> None:
+        """The workload finished or was deleted: release its quota exactly once."""
+        wl = self.workloads.pop(key, None)
+        if key in self.admitted:
+            self._release(key)
+        else:
+            self.remove_pending(key)
+        self.status.pop(key, None)
+        if wl is not None:
+            wl.admission = None
+
+    def evicted(self, key: str) -> None:
+        """An eviction completed: release quota and requeue with the original timestamp."""
+        wl = self.workloads.get(key)
+        if wl is None or key not in self.admitted:
+            return
+        self._release(key)
+        wl.admission = None
+        wl.admission_time = None
+        if wl.active:
+            self._route(wl)
+
+    def _release(self, key: str) -> None:
+        cq = self.admitted.pop(key)
+        usage = self.usage_of.pop(key)
+        self.evicting.pop(key, None)
+        if cq in self.tree.queues:
+            self.tree.remove_usage(cq, usage)
+            self.capacity_event(cq)
+
+    def capacity_event(self, cq: str) -> None:
+        """Quota was freed in cq's tree: parked workloads there may fit now."""
+        for name in self._same_tree.get(cq, [cq]):
+            q = self.queues.get(name)
+            if q is not None:
+                q.requeue_inadmissible()
+
+    def requeue_all(self) -> None:
+        for q in self.queues.values():
+            q.requeue_inadmissible()
+
+    def requeue(self, wl: Workload, cq: str, *, park: bool, even_if_strict: bool = False) -> None:
+        """Put a nominated head back: parked (BestEffortFIFO) or in the heap.
+
+        StrictFIFO keeps a failed head in the heap so it blocks newer workloads, except
+        when it can never be admitted there (``even_if_strict``: namespace mismatch).
+        """
+        q = self.queues[cq]
+        strict = self.cluster_queues[cq].queueing_strategy == STRICT_FIFO
+        if park and (even_if_strict or not strict):
+            q.park(wl)
+        else:
+            q.push(wl)
+
+    def pending_workloads(self) -> Iterable[tuple[Workload, str | None]]:
+        for name in sorted(self.queues):
+            for wl in self.queues[name].workloads():
+                yield wl, name
+        for wl in self.unroutable.values():
+            yield wl, None

@@ -1,0 +1,409 @@
+"""Flavor assignment: which ResourceFlavor each podSet of a workload gets.
+
+Kueue's FlavorAssigner (kueue-semantics §4.4): for every resource group a podSet
+needs, try the ClusterQueue's flavors in list order; a flavor must match the podSet's
+node selector / required affinity (on the keys the flavor labels) and its taints must
+be tolerated; then each resource is tested against the cohort tree (``available`` and
+``potential_available``). Fungibility decides whether to stop at the first viable
+flavor or keep looking for a better one. All podSets of a workload are assigned
+together (gang semantics): the workload's mode is its worst podSet's mode.
+
+This module only *reads* the tree. Whether preemption could free enough quota is asked
+of an ``oracle`` callback so that the preemption strategy stays a separate concern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from queues.model import (
+    PREEMPTION_OVER_BORROWING,
+    TRY_NEXT_FLAVOR,
+    ClusterQueue,
+    FlavorResource,
+    PodSet,
+    ResourceFlavor,
+    Workload,
+)
+from queues.quantity import format_quantity
+from queues.tree import QuotaNode
+
+# Modes, worst first (Kueue's granular preemption modes).
+NO_FIT = 0
+NO_CANDIDATES = 1
+PREEMPT = 2
+RECLAIM = 3
+FIT = 4
+
+MODE_NAMES = {NO_FIT: "NoFit", NO_CANDIDATES: "NoCandidates", PREEMPT: "Preempt", RECLAIM: "Reclaim", FIT: "Fit"}
+
+# QuotaReserved=False reasons, most to least hopeful.
+WAITING_FOR_QUOTA = "WaitingForQuota"
+EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+
+PreemptionOracle = Callable[[QuotaNode, FlavorResource, int], tuple[int, int]]
+"""(cq node, fr, value) -> (mode PREEMPT/RECLAIM/NO_CANDIDATES, borrowing level after)."""
+
+
+def no_preemption(_node: QuotaNode, _fr: FlavorResource, _val: int) -> tuple[int, int]:
+    return NO_CANDIDATES, 0
+
+
+@dataclass(slots=True)
+class PodSetAssignmentResult:
+    name: str
+    count: int
+    flavors: dict[str, str] = field(default_factory=dict)  # resource -> flavor
+    usage: dict[str, int] = field(default_factory=dict)  # resource -> total
+    mode: int = FIT
+    borrow: int = 0
+    reason: str = ""
+    messages: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Assignment:
+    pod_sets: list[PodSetAssignmentResult]
+    mode: int = FIT
+    borrow: int = 0
+    usage: dict[FlavorResource, int] = field(default_factory=dict)
+    # Frs on which the chosen flavors need preemption (for the preemption search).
+    frs_need_preemption: set[FlavorResource] = field(default_factory=set)
+    reason: str = ""
+    message: str = ""
+
+    def counts(self) -> dict[str, int]:
+        return {p.name: p.count for p in self.pod_sets}
+
+
+@dataclass(slots=True)
+class _Candidate:
+    flavor: str
+    mode: int
+    borrow: int
+    reason: str
+    messages: list[str]
+    need_preemption: list[FlavorResource]
+
+
+def flavor_matches(flavor: ResourceFlavor, ps: PodSet) -> str | None:
+    """None if the podSet may run on this flavor's nodes, else why not."""
+    labels = flavor.node_labels
+    for k, v in ps.node_selector.items():
+        if k in labels and labels[k] != v:
+            return f"flavor {flavor.name} doesn't match node affinity"
+    if ps.required_affinity and labels:
+        ok = False
+        for term in ps.required_affinity:
+            exprs = [e for e in term.match_expressions if e.key in labels]
+            if not exprs:  # a term on other keys matches any flavor (terms are ORed)
+                ok = True
+                break
+            if all(e.matches(labels) for e in exprs):
+                ok = True
+                break
+        if not ok:
+            return f"flavor {flavor.name} doesn't match node affinity"
+    for taint in flavor.node_taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if any(t.tolerates(taint) for t in ps.tolerations):
+            continue
+        if any(t.tolerates(taint) for t in flavor.tolerations):
+            continue
+        return f"untolerated taint {{{taint.key}: {taint.value}, effect {taint.effect}}} in flavor {flavor.name}"
+    return None
+
+
+def _is_preferred(a: _Candidate, b: _Candidate, preference: str | None) -> bool:
+    """Kueue's isPreferred: is candidate a better than the best so far, b?"""
+    if a.mode == NO_FIT:
+        return False
+    if b.mode == NO_FIT:
+        return True
+    if a.mode == NO_CANDIDATES:
+        return False
+    if b.mode == NO_CANDIDATES:
+        return True
+    if preference == PREEMPTION_OVER_BORROWING:
+        if a.borrow != b.borrow:
+            return a.borrow < b.borrow
+        return a.mode > b.mode
+    if a.mode != b.mode:
+        return a.mode > b.mode
+    return a.borrow < b.borrow
+
+
+def _should_try_next(c: _Candidate, cq: ClusterQueue) -> bool:
+    if c.mode in (NO_FIT, NO_CANDIDATES):
+        return True
+    ff = cq.flavor_fungibility
+    if c.mode in (PREEMPT, RECLAIM) and ff.when_can_preempt == TRY_NEXT_FLAVOR:
+        return True
+    if c.borrow > 0 and ff.when_can_borrow == TRY_NEXT_FLAVOR:
+        return True
+    return False
+
+
+class FlavorAssigner:
+    """Assigns flavors for one ClusterQueue against the current tree."""
+
+    def __init__(
+        self,
+        *,
+        cq: ClusterQueue,
+        node: QuotaNode,
+        flavors: Mapping[str, ResourceFlavor],
+        oracle: PreemptionOracle = no_preemption,
+        can_preempt_while_borrowing: bool = False,
+        can_preempt_within_cq: bool = False,
+    ) -> None:
+        self.cq = cq
+        self.node = node
+        self.flavors = flavors
+        self.oracle = oracle
+        self.can_preempt_while_borrowing = can_preempt_while_borrowing
+        self.can_preempt_within_cq = can_preempt_within_cq
+        self.covered: dict[str, int] = {}
+        for i, g in enumerate(cq.resource_groups):
+            for r in g.covered_resources:
+                self.covered[r] = i
+
+    def assign(self, wl: Workload, counts: Mapping[str, int] | None = None) -> Assignment:
+        """Assign all podSets of ``wl`` (with optional reduced counts) at once."""
+        assumed: dict[FlavorResource, int] = {}
+        results: list[PodSetAssignmentResult] = []
+        out = Assignment(pod_sets=results)
+        for ps in wl.pod_sets:
+            count = counts[ps.name] if counts is not None else ps.count
+            res = self._assign_pod_set(ps, count, assumed, out)
+            results.append(res)
+            if res.mode < out.mode:
+                out.mode = res.mode
+            if res.borrow > out.borrow:
+                out.borrow = res.borrow
+        if out.mode == FIT or out.mode in (PREEMPT, RECLAIM):
+            out.usage = assumed
+        failing = [r for r in results if r.mode < FIT]
+        if failing:
+            worst = min(failing, key=lambda r: r.mode)
+            out.reason = worst.reason or WAITING_FOR_QUOTA
+            out.message = "; ".join(
+                f"couldn't assign flavors to podSet {r.name}: {', '.join(r.messages)}" for r in failing
+            )
+        return out
+
+    def _assign_pod_set(
+        self,
+        ps: PodSet,
+        count: int,
+        assumed: dict[FlavorResource, int],
+        out: Assignment,
+    ) -> PodSetAssignmentResult:
+        res = PodSetAssignmentResult(name=ps.name, count=count)
+        requests = {r: v * count for r, v in ps.requests.items() if v}
+        if "pods" in self.covered:
+            requests["pods"] = count
+        groups: dict[int, list[str]] = {}
+        for r in requests:
+            gi = self.covered.get(r)
+            if gi is None:
+                res.mode = NO_FIT
+                res.reason = NO_MATCHING_FLAVOR
+                res.messages.append(f"resource {r} unavailable in ClusterQueue {self.cq.name}")
+                continue
+            groups.setdefault(gi, []).append(r)
+        if res.mode == NO_FIT:
+            return res
+        for gi in sorted(groups):
+            resources = groups[gi]
+            best = self._choose_flavor(ps, resources, requests, assumed)
+            if best.mode == NO_FIT:
+                res.mode = NO_FIT
+                res.reason = _worse_reason(res.reason, best.reason)
+                res.messages.extend(best.messages)
+                continue
+            for r in resources:
+                fr = (best.flavor, r)
+                res.flavors[r] = best.flavor
+                res.usage[r] = requests[r]
+                assumed[fr] = assumed.get(fr, 0) + requests[r]
+            if best.mode < FIT:
+                res.mode = min(res.mode, best.mode)
+                res.reason = _worse_reason(res.reason, best.reason)
+                res.messages.extend(best.messages)
+            res.borrow = max(res.borrow, best.borrow)
+            out.frs_need_preemption.update(best.need_preemption)
+        return res
+
+    def _choose_flavor(
+        self,
+        ps: PodSet,
+        resources: list[str],
+        requests: Mapping[str, int],
+        assumed: Mapping[FlavorResource, int],
+    ) -> _Candidate:
+        group = self.cq.resource_groups[self.covered[resources[0]]]
+        best: _Candidate | None = None
+        messages: list[str] = []
+        reasons: set[str] = set()
+        for fq in group.flavors:
+            flavor = self.flavors.get(fq.name)
+            if flavor is None:
+                messages.append(f"flavor {fq.name} not found")
+                reasons.add(NO_MATCHING_FLAVOR)
+                continue
+            why = flavor_matches(flavor, ps)
+            if why is not None:
+                messages.append(why)
+                reasons.add(NO_MATCHING_FLAVOR)
+                continue
+            cand = _Candidate(fq.name, FIT, 0, "", [], [])
+            for r in resources:
+                fr = (fq.name, r)
+                val = assumed.get(fr, 0) + requests[r]
+                mode, borrow, msg, reason = self._fits_resource_quota(fr, val)
+                if mode < FIT:
+                    cand.messages.append(msg)
+                    cand.reason = _worse_reason(cand.reason, reason)
+                    if mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
+                        cand.need_preemption.append(fr)
+                cand.mode = min(cand.mode, mode)
+                cand.borrow = max(cand.borrow, borrow)
+            if cand.mode < FIT:
+                messages.extend(cand.messages)
+                reasons.add(cand.reason)
+            if best is None or _is_preferred(cand, best, self.cq.flavor_fungibility.preference):
+                best = cand
+            if not _should_try_next(cand, self.cq):
+                break
+        if best is None or best.mode == NO_FIT:
+            reason = (
+                WAITING_FOR_QUOTA
+                if WAITING_FOR_QUOTA in reasons
+                else EXCEEDS_MAX_QUOTA
+                if EXCEEDS_MAX_QUOTA in reasons
+                else NO_MATCHING_FLAVOR
+            )
+            return _Candidate(best.flavor if best else "", NO_FIT, 0, reason, messages, [])
+        if best.mode < FIT:
+            best.reason = best.reason or WAITING_FOR_QUOTA
+            best.messages = messages
+        return best
+
+    def _fits_resource_quota(self, fr: FlavorResource, val: int) -> tuple[int, int, str, str]:
+        node = self.node
+        r = fr[1]
+        max_capacity = node.potential_available(fr)
+        if val > max_capacity:
+            msg = (
+                f"insufficient quota for {r} in flavor {fr[0]}, request > maximum capacity "
+                f"({format_quantity(r, val)} > {format_quantity(r, max_capacity)}; "
+                f"{explain_max_capacity(node, fr)})"
+            )
+            return NO_FIT, 0, msg, EXCEEDS_MAX_QUOTA
+        borrow, may_reclaim = node.height_of_lowest_subtree_that_fits(fr, val)
+        available = node.available(fr)
+        if val <= available:
+            return FIT, borrow, "", ""
+        msg = (
+            f"insufficient unused quota for {r} in flavor {fr[0]}, "
+            f"{format_quantity(r, val - available)} more needed "
+            f"(requested {format_quantity(r, val)}, available {format_quantity(r, max(0, available))}; "
+            f"{explain_available(node, fr)})"
+        )
+        if (
+            val <= node.nominal(fr)
+            or may_reclaim
+            or self.can_preempt_while_borrowing
+            or self.can_preempt_within_cq
+        ):
+            mode, borrow_after = self.oracle(node, fr, val)
+            return mode, borrow_after, msg, WAITING_FOR_QUOTA
+        return NO_FIT, 0, msg, WAITING_FOR_QUOTA
+
+
+_REASON_RANK = {"": 0, WAITING_FOR_QUOTA: 1, NO_MATCHING_FLAVOR: 2, EXCEEDS_MAX_QUOTA: 3}
+
+
+def _worse_reason(a: str, b: str) -> str:
+    return a if _REASON_RANK.get(a, 0) >= _REASON_RANK.get(b, 0) else b
+
+
+def explain_max_capacity(node: QuotaNode, fr: FlavorResource) -> str:
+    """Why a ClusterQueue can never hold more than potential_available of fr."""
+    r = fr[1]
+    parts = []
+    for n in node.path_to_root():
+        kind = "Cohort" if n.is_cohort else "ClusterQueue"
+        q = n.quotas.get(fr)
+        if n.parent is None:
+            parts.append(f"{kind} {n.name} subtree quota {format_quantity(r, n.subtree_quota.get(fr, 0))}")
+            break
+        if q is not None and q.borrowing_limit is not None:
+            cap = n.subtree_quota.get(fr, 0) + q.borrowing_limit
+            parent_cap = n.local_quota.get(fr, 0) + n.parent.potential_available(fr)
+            if cap <= parent_cap:
+                parts.append(
+                    f"{kind} {n.name} quota {format_quantity(r, n.subtree_quota.get(fr, 0))} + "
+                    f"borrowingLimit {format_quantity(r, q.borrowing_limit)} binds"
+                )
+                break
+    return ", ".join(parts)
+
+
+def explain_available(node: QuotaNode, fr: FlavorResource) -> str:
+    """Which level of the cohort tree is short of fr, and which limit binds."""
+    r = fr[1]
+
+    def q(v: int) -> str:
+        return format_quantity(r, v)
+
+    kind = "ClusterQueue"
+    parts = [f"ClusterQueue {node.name} nominal {q(node.nominal(fr))}, in use {q(node.usage.get(fr, 0))}"]
+    n = node
+    while n.parent is not None:
+        parent = n.parent
+        quota = n.quotas.get(fr)
+        if quota is not None and quota.borrowing_limit is not None:
+            local = n.local_quota.get(fr, 0)
+            stored = n.subtree_quota.get(fr, 0) - local
+            used = max(0, n.usage.get(fr, 0) - local)
+            cap = stored - used + quota.borrowing_limit
+            if cap < parent.available(fr):
+                parts.append(
+                    f"borrowingLimit {q(quota.borrowing_limit)} of {kind} {n.name} binds "
+                    f"({q(max(0, cap))} more may come from Cohort {parent.name})"
+                )
+                return "; ".join(parts)
+        n = parent
+        kind = "Cohort"
+    # The root of the tree is where capacity runs out.
+    if n is node:
+        return "; ".join(parts)
+    parts.append(
+        f"Cohort {n.name} (root) has {q(max(0, n.available(fr)))} unused of subtree quota "
+        f"{q(n.subtree_quota.get(fr, 0))}"
+    )
+    kept = _lending_kept(n, fr)
+    if kept:
+        parts.append("kept back by lendingLimit: " + ", ".join(kept))
+    return "; ".join(parts)
+
+
+def _lending_kept(root: QuotaNode, fr: FlavorResource) -> list[str]:
+    out = []
+    stack = [root]
+    r = fr[1]
+    while stack:
+        n = stack.pop()
+        for c in n.children:
+            kept = c.local_quota.get(fr, 0)
+            if kept:
+                kind = "Cohort" if c.is_cohort else "ClusterQueue"
+                out.append(f"{kind} {c.name} {format_quantity(r, kept)}")
+            if c.is_cohort:
+                stack.append(c)
+    return sorted(out)

@@ -1,0 +1,254 @@
+"""One scheduling cycle, exactly as Kueue runs it (kueue-semantics §4.2).
+
+1. Take one head per active ClusterQueue.
+2. Nominate each head: namespace selector, LocalQueue state, flavor assignment (and,
+   when the assignment needs it, the preemption search).
+3. Order the entries (``order_entries``: non-borrowing first, then higher priority,
+   then older; fair sharing replaces this function).
+4. Process them in order against the cache, which already holds this cycle's earlier
+   admissions: admit what still fits, issue preemptions, requeue the rest with a
+   reason and a message that says in numbers what is short.
+
+The cycle returns decisions and performs no I/O; drivers apply them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from admission.cache import MISCONFIGURED, SUSPENDED, Cache, PendingStatus
+from admission.flavors import (
+    FIT,
+    PREEMPT,
+    RECLAIM,
+    Assignment,
+    FlavorAssigner,
+    PreemptionOracle,
+    no_preemption,
+)
+from queues.model import ANY, LOWER_PRIORITY, NEVER, Admission, PodSetAssignment, Workload
+
+NO_LONGER_FITS = "Workload no longer fits after processing another workload"
+
+
+@dataclass(slots=True)
+class Entry:
+    """A nominated head: the workload, its ClusterQueue and its flavor assignment."""
+
+    workload: Workload
+    cluster_queue: str
+    assignment: Assignment | None = None
+    status: PendingStatus | None = None
+    targets: list[str] = field(default_factory=list)  # preemption victims (keys)
+    park_even_if_strict: bool = False
+
+
+@dataclass(slots=True)
+class AdmittedDecision:
+    workload: Workload
+    cluster_queue: str
+    admission: Admission
+    cycle: int
+
+
+@dataclass(slots=True)
+class PreemptedDecision:
+    workload: Workload
+    cluster_queue: str
+    by: str
+    reason: str
+    message: str
+    cycle: int
+
+
+@dataclass(slots=True)
+class CycleResult:
+    cycle: int
+    admitted: list[AdmittedDecision] = field(default_factory=list)
+    preempted: list[PreemptedDecision] = field(default_factory=list)
+    pending: dict[str, PendingStatus] = field(default_factory=dict)
+    changed: bool = False
+    heads: int = 0
+
+
+def classical_order_key(e: Entry) -> tuple:
+    """Kueue's classical iterator: non-borrowing first, higher priority, older, UID."""
+    wl = e.workload
+    borrow = e.assignment.borrow if e.assignment is not None else 0
+    return (borrow, -wl.priority, wl.queue_order_time, wl.tiebreak)
+
+
+class Scheduler:
+    """Runs cycles over a ``Cache``. Preemption and ordering are pluggable seams."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        clock: Callable[[], float] = lambda: 0.0,
+        preemptor: object | None = None,
+    ) -> None:
+        self.cache = cache
+        self.clock = clock
+        self.cycle_count = 0
+        self.preemptor = preemptor  # admission.preemption.Preemptor once plugged in
+        self.order_key: Callable[[Entry], tuple] = classical_order_key
+        self.lq_usage: Callable[[str], Callable[[str], float] | None] = lambda _cq: None
+        self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
+
+    # -- the cycle ----------------------------------------------------------------
+
+    def schedule(self) -> CycleResult:
+        self.cycle_count += 1
+        self.stats["cycles"] += 1
+        result = CycleResult(cycle=self.cycle_count)
+        cache = self.cache
+        heads: list[Entry] = []
+        for name in sorted(cache.queues):
+            if name in cache.inactive:
+                continue
+            q = cache.queues[name]
+            wl = q.pop_head(self.lq_usage(name))
+            if wl is not None:
+                heads.append(Entry(workload=wl, cluster_queue=name))
+        result.heads = len(heads)
+        if not heads:
+            return result
+        for e in heads:
+            self._nominate(e)
+        self.stats["nominations"] += len(heads)
+        heads.sort(key=self.order_key)
+        for e in heads:
+            self._process(e, result)
+        return result
+
+    def _nominate(self, e: Entry) -> None:
+        cache = self.cache
+        wl = e.workload
+        cq = cache.cluster_queues[e.cluster_queue]
+        lq = cache.local_queue_of(wl)
+        if lq is not None and lq.stop_policy != "None":
+            e.status = PendingStatus(SUSPENDED, f"LocalQueue {lq.key} is stopped")
+            return
+        labels = cache.namespace_labels(wl.namespace)
+        if labels is None:
+            e.status = PendingStatus(MISCONFIGURED, f"namespace {wl.namespace} not found")
+            e.park_even_if_strict = True
+            return
+        if cq.namespace_selector is None or not cq.namespace_selector.matches(labels):
+            e.status = PendingStatus(
+                MISCONFIGURED,
+                f"Workload namespace {wl.namespace} doesn't match ClusterQueue {cq.name} namespaceSelector",
+            )
+            e.park_even_if_strict = True
+            return
+        assigner = self._assigner(e.cluster_queue)
+        a = assigner.assign(wl)
+        if a.mode != FIT and any(ps.min_count is not None for ps in wl.pod_sets):
+            reduced = self._partial(assigner, wl)
+            if reduced is not None:
+                a = reduced
+        e.assignment = a
+        if a.mode in (PREEMPT, RECLAIM) and self.preemptor is not None:
+            e.targets = self.preemptor.targets(e)  # type: ignore[attr-defined]
+
+    def _assigner(self, cq_name: str) -> FlavorAssigner:
+        cache = self.cache
+        cq = cache.cluster_queues[cq_name]
+        p = cq.preemption
+        oracle: PreemptionOracle = no_preemption
+        if self.preemptor is not None:
+            oracle = self.preemptor.oracle  # type: ignore[attr-defined]
+        return FlavorAssigner(
+            cq=cq,
+            node=cache.tree.queues[cq_name],
+            flavors=cache.flavors,
+            oracle=oracle,
+            can_preempt_while_borrowing=p.borrow_within_cohort != NEVER
+            or (self._fair_sharing() and p.reclaim_within_cohort != NEVER),
+            can_preempt_within_cq=p.within_cluster_queue != NEVER,
+        )
+
+    def _fair_sharing(self) -> bool:
+        return bool(getattr(self.preemptor, "fair_sharing", False))
+
+    def _partial(self, assigner: FlavorAssigner, wl: Workload) -> Assignment | None:
+        """Partial admission: the largest count of the minCount podSet that fits."""
+        ps = next(p for p in wl.pod_sets if p.min_count is not None)
+        lo, hi = ps.min_count or 1, ps.count - 1
+        counts = {p.name: p.count for p in wl.pod_sets}
+        best: Assignment | None = None
+        while lo <= hi:
+            mid = (lo + hi + 1) // 2
+            counts[ps.name] = mid
+            a = assigner.assign(wl, counts)
+            if a.mode == FIT:
+                best = a
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def _process(self, e: Entry, result: CycleResult) -> None:
+        cache = self.cache
+        wl = e.workload
+        if e.status is not None:
+            self._pending(e, result, park=True)
+            return
+        a = e.assignment
+        assert a is not None
+        if a.mode == FIT:
+            node = cache.tree.queues[e.cluster_queue]
+            if any(v > node.available(fr) for fr, v in a.usage.items()):
+                e.status = PendingStatus("WaitingForQuota", NO_LONGER_FITS)
+                self._pending(e, result, park=False)
+                return
+            self._admit(e, result)
+            return
+        if a.mode in (PREEMPT, RECLAIM) and e.targets and self.preemptor is not None:
+            self.preemptor.issue(e, result)  # type: ignore[attr-defined]
+            return
+        e.status = PendingStatus(a.reason or "WaitingForQuota", a.message)
+        self._pending(e, result, park=True)
+
+    def _pending(self, e: Entry, result: CycleResult, *, park: bool) -> None:
+        assert e.status is not None
+        self.cache.status[e.workload.key] = e.status
+        result.pending[e.workload.key] = e.status
+        strict = self.cache.cluster_queues[e.cluster_queue].queueing_strategy == "StrictFIFO"
+        if park and (e.park_even_if_strict or not strict):
+            result.changed = True  # the next head differs
+        self.cache.requeue(e.workload, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict)
+
+    def _admit(self, e: Entry, result: CycleResult) -> None:
+        a = e.assignment
+        assert a is not None
+        wl = e.workload
+        admission = Admission(
+            cluster_queue=e.cluster_queue,
+            pod_set_assignments=[
+                PodSetAssignment(name=p.name, flavors=dict(p.flavors), resource_usage=dict(p.usage), count=p.count)
+                for p in a.pod_sets
+            ],
+        )
+        wl.admission = admission
+        wl.admission_time = self.clock()
+        self.cache.assume(wl, e.cluster_queue, dict(a.usage))
+        result.admitted.append(AdmittedDecision(wl, e.cluster_queue, admission, result.cycle))
+        result.changed = True
+        self.stats["admissions"] += 1
+
+
+def policy_allows(policy: str, *, preemptor: Workload, candidate: Workload) -> bool:
+    """Kueue's SatisfiesPreemptionPolicy on effective priorities."""
+    if policy == NEVER:
+        return False
+    if policy == ANY:
+        return True
+    if policy == LOWER_PRIORITY:
+        return candidate.priority < preemptor.priority
+    # LowerOrNewerEqualPriority
+    if candidate.priority < preemptor.priority:
+        return True
+    return candidate.priority == preemptor.priority and preemptor.queue_order_time < candidate.queue_order_time

@@ -1,0 +1,1 @@
+"""Quartermaster's pure model: API types, quantities, cohort tree, pending queues."""

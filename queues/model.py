@@ -1,0 +1,275 @@
+"""Plain, slotted domain objects the engine works on.
+
+Kubernetes objects are parsed and validated once, at the edge (``queues.api``), and
+turned into these classes. Nothing here validates or does I/O: the scheduling loop
+touches these objects millions of times, so they stay small, typed and cheap.
+
+Quantities are integers in the engine's units (see ``queues.quantity``): CPU in
+milli-cores, every other resource in whole units. Times are float seconds since the
+Unix epoch, taken from an injectable clock by the drivers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FlavorResource = tuple[str, str]
+"""A (flavor name, resource name) pair: the unit of quota accounting."""
+
+# Kueue enum values, spelled as in the API.
+BEST_EFFORT_FIFO = "BestEffortFIFO"
+STRICT_FIFO = "StrictFIFO"
+NEVER = "Never"
+LOWER_PRIORITY = "LowerPriority"
+LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+ANY = "Any"
+MAY_STOP_SEARCH = "MayStopSearch"
+TRY_NEXT_FLAVOR = "TryNextFlavor"
+BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
+USAGE_BASED_AFS = "UsageBasedAdmissionFairSharing"
+
+
+@dataclass(slots=True, frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(slots=True, frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""  # "" tolerates every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' ToleratesTaint: effect, key and (for Equal) value must match."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        if not self.key:  # empty key is only valid with Exists
+            return False
+        return self.value == taint.value
+
+
+@dataclass(slots=True, frozen=True)
+class SelectorRequirement:
+    """One expression of a label selector or node selector term."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist (labels); also Gt, Lt (nodes)
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        present = self.key in labels
+        op = self.operator
+        if op == "In":
+            return present and labels[self.key] in self.values
+        if op == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if op == "Exists":
+            return present
+        if op == "DoesNotExist":
+            return not present
+        if op in ("Gt", "Lt"):
+            if not present or len(self.values) != 1:
+                return False
+            try:
+                have, want = int(labels[self.key]), int(self.values[0])
+            except ValueError:
+                return False
+            return have > want if op == "Gt" else have < want
+        return False
+
+
+@dataclass(slots=True, frozen=True)
+class LabelSelector:
+    """metav1.LabelSelector. The empty selector matches everything."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        for k, v in self.match_labels:
+            if labels.get(k) != v:
+                return False
+        return all(e.matches(labels) for e in self.match_expressions)
+
+
+@dataclass(slots=True, frozen=True)
+class NodeSelectorTerm:
+    """One term of requiredDuringSchedulingIgnoredDuringExecution (terms are ORed)."""
+
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+
+@dataclass(slots=True)
+class ResourceFlavor:
+    name: str
+    node_labels: dict[str, str] = field(default_factory=dict)
+    node_taints: list[Taint] = field(default_factory=list)
+    tolerations: list[Toleration] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ResourceQuota:
+    nominal: int
+    borrowing_limit: int | None = None  # None: unlimited
+    lending_limit: int | None = None  # None: lend everything
+
+
+@dataclass(slots=True)
+class FlavorQuotas:
+    name: str
+    resources: dict[str, ResourceQuota]  # in coveredResources order
+
+
+@dataclass(slots=True)
+class ResourceGroup:
+    covered_resources: list[str]
+    flavors: list[FlavorQuotas]
+
+
+@dataclass(slots=True)
+class FlavorFungibility:
+    when_can_borrow: str = MAY_STOP_SEARCH
+    when_can_preempt: str = TRY_NEXT_FLAVOR
+    preference: str | None = None
+
+
+@dataclass(slots=True)
+class PreemptionPolicy:
+    within_cluster_queue: str = NEVER
+    reclaim_within_cohort: str = NEVER
+    borrow_within_cohort: str = NEVER
+    max_priority_threshold: int | None = None
+
+
+@dataclass(slots=True)
+class ClusterQueue:
+    name: str
+    resource_groups: list[ResourceGroup] = field(default_factory=list)
+    cohort: str | None = None
+    queueing_strategy: str = BEST_EFFORT_FIFO
+    namespace_selector: LabelSelector | None = None  # None: no namespace is eligible
+    flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
+    fair_weight: float = 1.0
+    admission_mode: str | None = None  # USAGE_BASED_AFS turns on admission fair sharing
+    stop_policy: str = "None"
+
+
+@dataclass(slots=True)
+class Cohort:
+    name: str
+    parent: str | None = None
+    resource_groups: list[ResourceGroup] = field(default_factory=list)
+    fair_weight: float = 1.0
+
+
+@dataclass(slots=True)
+class LocalQueue:
+    namespace: str
+    name: str
+    cluster_queue: str
+    stop_policy: str = "None"
+    fair_weight: float = 1.0
+    # Admission fair sharing history (status.fairSharing.admissionFairSharingStatus).
+    consumed_resources: dict[str, int] = field(default_factory=dict)
+    last_update: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class PriorityClass:
+    """A WorkloadPriorityClass or a scheduling.k8s.io PriorityClass."""
+
+    name: str
+    value: int
+    kind: str = "WorkloadPriorityClass"  # or "PriorityClass"
+    global_default: bool = False
+
+
+@dataclass(slots=True)
+class PodSet:
+    name: str
+    count: int
+    requests: dict[str, int]  # per pod, engine units
+    min_count: int | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    required_affinity: list[NodeSelectorTerm] = field(default_factory=list)  # ORed terms
+    tolerations: list[Toleration] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PodSetAssignment:
+    name: str
+    flavors: dict[str, str]  # resource -> flavor
+    resource_usage: dict[str, int]  # total for the podSet (per-pod request x count)
+    count: int
+
+
+@dataclass(slots=True)
+class Admission:
+    cluster_queue: str
+    pod_set_assignments: list[PodSetAssignment]
+
+    def usage(self) -> dict[FlavorResource, int]:
+        """Quota this admission holds, per (flavor, resource)."""
+        out: dict[FlavorResource, int] = {}
+        for psa in self.pod_set_assignments:
+            for res, val in psa.resource_usage.items():
+                flv = psa.flavors.get(res)
+                if flv is None:
+                    continue
+                fr = (flv, res)
+                out[fr] = out.get(fr, 0) + val
+        return out
+
+
+@dataclass(slots=True)
+class Workload:
+    namespace: str
+    name: str
+    pod_sets: list[PodSet]
+    queue_name: str = ""
+    priority: int = 0
+    priority_class: str | None = None
+    priority_class_kind: str | None = None  # WorkloadPriorityClass or PriorityClass
+    uid: str = ""
+    creation_time: float = 0.0
+    active: bool = True
+    admission: Admission | None = None
+    admission_time: float | None = None  # QuotaReserved lastTransitionTime
+    # Queue-order timestamp override (e.g. eviction by PodsReadyTimeout); None: creation time.
+    requeue_time: float | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    finished: bool = False  # Finished=True condition: holds no quota, never admitted again
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def queue_order_time(self) -> float:
+        return self.creation_time if self.requeue_time is None else self.requeue_time
+
+    @property
+    def tiebreak(self) -> str:
+        """Last ordering key: the UID, or the name when no UID is known."""
+        return self.uid or self.key
+
+
+@dataclass(slots=True)
+class Namespace:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)

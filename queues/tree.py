@@ -1,0 +1,306 @@
+"""The cohort tree and its hierarchical quota accounting.
+
+This is Kueue's ``resource_node`` model (kueue-semantics §4.5): every ClusterQueue and
+Cohort is a node with, per (flavor, resource), a *subtree quota* (its own nominal quota
+plus what its children lend up), a *usage* (for a Cohort: what its children use beyond
+the capacity they keep locally), and optional borrowing and lending limits. Usage
+"bubbles" to the parent only beyond what a node keeps locally; ``available`` and
+``potential_available`` say how much a ClusterQueue can take now and at most.
+
+All arithmetic is on integers in engine units; nothing here allocates on the hot path
+except the usage dictionaries themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+from queues.model import ClusterQueue, Cohort, FlavorResource, ResourceGroup, ResourceQuota
+
+
+class QuotaNode:
+    """A ClusterQueue or Cohort in the tree."""
+
+    __slots__ = (
+        "name",
+        "is_cohort",
+        "parent",
+        "child_cohorts",
+        "child_queues",
+        "quotas",
+        "subtree_quota",
+        "usage",
+        "local_quota",
+        "fair_weight",
+        "disabled_reason",
+    )
+
+    def __init__(self, name: str, *, is_cohort: bool, fair_weight: float = 1.0) -> None:
+        self.name = name
+        self.is_cohort = is_cohort
+        self.parent: QuotaNode | None = None
+        self.child_cohorts: list[QuotaNode] = []
+        self.child_queues: list[QuotaNode] = []
+        self.quotas: dict[FlavorResource, ResourceQuota] = {}
+        self.subtree_quota: dict[FlavorResource, int] = {}
+        self.usage: dict[FlavorResource, int] = {}
+        # max(0, subtree_quota - lending_limit) where a lending limit is set: capacity
+        # this node never lends to its parent. Recomputed with subtree_quota.
+        self.local_quota: dict[FlavorResource, int] = {}
+        self.fair_weight = fair_weight
+        self.disabled_reason: str | None = None
+
+    def __repr__(self) -> str:
+        kind = "Cohort" if self.is_cohort else "ClusterQueue"
+        return f"<{kind} {self.name}>"
+
+    # -- structure -------------------------------------------------------------
+
+    @property
+    def children(self) -> Iterator[QuotaNode]:
+        yield from self.child_cohorts
+        yield from self.child_queues
+
+    def path_to_root(self) -> Iterator[QuotaNode]:
+        """This node, then its ancestors up to the root."""
+        node: QuotaNode | None = self
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def root(self) -> QuotaNode:
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+    def depth(self) -> int:
+        return sum(1 for _ in self.path_to_root()) - 1
+
+    def height(self) -> int:
+        """Kueue's getNodeHeight: distance to the furthest leaf (a ClusterQueue is 0)."""
+        if not self.is_cohort:
+            return 0
+        h = 1 if (self.child_cohorts or self.child_queues) else 0
+        for c in self.child_cohorts:
+            h = max(h, c.height() + 1)
+        return h
+
+    # -- accounting (kueue-semantics §4.5) -------------------------------------
+
+    def local_available(self, fr: FlavorResource) -> int:
+        return max(0, self.local_quota.get(fr, 0) - self.usage.get(fr, 0))
+
+    def available(self, fr: FlavorResource) -> int:
+        """How much more of fr this node can use now (may be negative after a quota cut)."""
+        parent = self.parent
+        if parent is None:
+            return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
+        parent_available = parent.available(fr)
+        q = self.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            local = self.local_quota.get(fr, 0)
+            stored_in_parent = self.subtree_quota.get(fr, 0) - local
+            used_in_parent = max(0, self.usage.get(fr, 0) - local)
+            with_max = stored_in_parent - used_in_parent + q.borrowing_limit
+            if with_max < parent_available:
+                parent_available = with_max
+        return self.local_available(fr) + parent_available
+
+    def potential_available(self, fr: FlavorResource) -> int:
+        """The most of fr this node could ever hold (the largest admissible request)."""
+        parent = self.parent
+        if parent is None:
+            return self.subtree_quota.get(fr, 0)
+        avail = self.local_quota.get(fr, 0) + parent.potential_available(fr)
+        q = self.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            avail = min(avail, self.subtree_quota.get(fr, 0) + q.borrowing_limit)
+        return avail
+
+    def add_usage(self, fr: FlavorResource, val: int) -> None:
+        node: QuotaNode | None = self
+        while node is not None and val > 0:
+            local_avail = node.local_available(fr)
+            node.usage[fr] = node.usage.get(fr, 0) + val
+            val -= local_avail
+            node = node.parent
+
+    def remove_usage(self, fr: FlavorResource, val: int) -> None:
+        node: QuotaNode | None = self
+        while node is not None and val > 0:
+            stored_in_parent = node.usage.get(fr, 0) - node.local_quota.get(fr, 0)
+            left = node.usage.get(fr, 0) - val
+            if left:
+                node.usage[fr] = left
+            else:
+                node.usage.pop(fr, None)
+            if stored_in_parent <= 0:
+                return
+            val = min(val, stored_in_parent)
+            node = node.parent
+
+    def borrowing_with(self, fr: FlavorResource, val: int) -> bool:
+        return self.usage.get(fr, 0) + val > self.subtree_quota.get(fr, 0)
+
+    def is_borrowing(self, fr: FlavorResource) -> bool:
+        return self.borrowing_with(fr, 0)
+
+    def nominal(self, fr: FlavorResource) -> int:
+        q = self.quotas.get(fr)
+        return q.nominal if q is not None else 0
+
+    def height_of_lowest_subtree_that_fits(self, fr: FlavorResource, val: int) -> tuple[int, bool]:
+        """Kueue's FindHeightOfLowestSubtreeThatFits: the borrowing level of a request.
+
+        Returns (height, may_reclaim_in_hierarchy): 0 when the request fits within this
+        node's own quota; otherwise the height of the lowest ancestor subtree whose quota
+        covers it; the flag says whether that subtree is smaller than the whole tree.
+        """
+        if self.parent is None or not self.borrowing_with(fr, val):
+            return 0, self.parent is not None
+        remaining = val - self.local_available(fr)
+        node = self.parent
+        while node is not None:
+            if not node.borrowing_with(fr, remaining):
+                return node.height(), node.parent is not None
+            remaining -= node.local_available(fr)
+            node = node.parent
+        return self.root().height(), False
+
+
+def _quotas_of(groups: Iterable[ResourceGroup]) -> dict[FlavorResource, ResourceQuota]:
+    out: dict[FlavorResource, ResourceQuota] = {}
+    for g in groups:
+        for fq in g.flavors:
+            for res, q in fq.resources.items():
+                out[(fq.name, res)] = q
+    return out
+
+
+class CohortTree:
+    """All ClusterQueues and Cohorts, linked, with quota accounting.
+
+    Built from the spec objects; rebuilt (``rebuild``) after any quota or structure
+    change, keeping the ClusterQueues' usage. Cohorts that are named but not defined
+    exist implicitly with no quota. A cycle in Cohort parents disables every Cohort on
+    the cycle and everything below them.
+    """
+
+    def __init__(
+        self,
+        cluster_queues: Mapping[str, ClusterQueue],
+        cohorts: Mapping[str, Cohort],
+    ) -> None:
+        self.queues: dict[str, QuotaNode] = {}
+        self.cohorts: dict[str, QuotaNode] = {}
+        self.rebuild(cluster_queues, cohorts)
+
+    def rebuild(
+        self,
+        cluster_queues: Mapping[str, ClusterQueue],
+        cohorts: Mapping[str, Cohort],
+    ) -> None:
+        old_usage = {name: dict(node.usage) for name, node in self.queues.items()}
+        self.queues = {}
+        self.cohorts = {}
+
+        def cohort_node(name: str) -> QuotaNode:
+            node = self.cohorts.get(name)
+            if node is None:
+                spec = cohorts.get(name)
+                node = QuotaNode(name, is_cohort=True, fair_weight=spec.fair_weight if spec else 1.0)
+                if spec is not None:
+                    node.quotas = _quotas_of(spec.resource_groups)
+                self.cohorts[name] = node
+            return node
+
+        for name in sorted(cohorts):
+            cohort_node(name)
+        for name in sorted(cohorts):
+            parent = cohorts[name].parent
+            if parent:
+                child = self.cohorts[name]
+                child.parent = cohort_node(parent)
+        # Cycle detection: walk each chain; nodes revisited within one walk are on a cycle.
+        for name in sorted(self.cohorts):
+            seen: list[QuotaNode] = []
+            node: QuotaNode | None = self.cohorts[name]
+            while node is not None and node not in seen:
+                seen.append(node)
+                node = node.parent
+            if node is not None:  # found a cycle starting at `node`
+                cycle = seen[seen.index(node) :]
+                text = " -> ".join(n.name for n in cycle + [node])
+                for n in cycle:
+                    n.disabled_reason = f"Cohort {n.name} is part of a cycle: {text}"
+        for node in self.cohorts.values():
+            if node.disabled_reason and node.parent is not None:
+                node.parent = None  # cut the cycle so traversals terminate
+        for node in self.cohorts.values():
+            if node.parent is not None:
+                node.parent.child_cohorts.append(node)
+
+        for name in sorted(cluster_queues):
+            spec = cluster_queues[name]
+            node = QuotaNode(name, is_cohort=False, fair_weight=spec.fair_weight)
+            node.quotas = _quotas_of(spec.resource_groups)
+            if spec.cohort:
+                parent = cohort_node(spec.cohort)
+                node.parent = parent
+                parent.child_queues.append(node)
+            node.usage = old_usage.get(name, {})
+            self.queues[name] = node
+
+        # Everything below a disabled cohort is disabled too.
+        for node in list(self.cohorts.values()) + list(self.queues.values()):
+            for anc in node.path_to_root():
+                if anc.disabled_reason:
+                    node.disabled_reason = anc.disabled_reason
+                    break
+        for root in self.roots():
+            _recompute(root)
+
+    def roots(self) -> list[QuotaNode]:
+        out = [n for n in self.cohorts.values() if n.parent is None]
+        out += [n for n in self.queues.values() if n.parent is None]
+        return out
+
+    def add_usage(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
+        node = self.queues[cq]
+        for fr, v in usage.items():
+            node.add_usage(fr, v)
+
+    def remove_usage(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
+        node = self.queues[cq]
+        for fr, v in usage.items():
+            node.remove_usage(fr, v)
+
+
+def _recompute(node: QuotaNode) -> None:
+    """Kueue's updateCohortResourceNode: subtree quota and usage from the leaves up."""
+    if not node.is_cohort:
+        node.subtree_quota = {fr: q.nominal for fr, q in node.quotas.items()}
+        node.local_quota = _local_quotas(node)
+        return
+    sq = {fr: q.nominal for fr, q in node.quotas.items()}
+    usage: dict[FlavorResource, int] = {}
+    for child in node.children:
+        _recompute(child)
+        for fr, v in child.subtree_quota.items():
+            sq[fr] = sq.get(fr, 0) + v - child.local_quota.get(fr, 0)
+        for fr, v in child.usage.items():
+            above = v - child.local_quota.get(fr, 0)
+            if above > 0:
+                usage[fr] = usage.get(fr, 0) + above
+    node.subtree_quota = sq
+    node.local_quota = _local_quotas(node)
+    node.usage = usage
+
+
+def _local_quotas(node: QuotaNode) -> dict[FlavorResource, int]:
+    out = {}
+    for fr, q in node.quotas.items():
+        if q.lending_limit is not None:
+            out[fr] = max(0, node.subtree_quota.get(fr, 0) - q.lending_limit)
+    return out
