@@ -54,12 +54,17 @@ class Cache:
         self.cohorts: dict[str, Cohort] = dict(cohorts)
         self.local_queues: dict[str, LocalQueue] = dict(local_queues)
         # None: every namespace exists with only its metadata.name label.
-        self.namespaces: dict[str, Namespace] | None = dict(namespaces) if namespaces is not None else None
+        self.namespaces: dict[str, Namespace] | None = (
+            dict(namespaces) if namespaces is not None else None
+        )
         self.tree = CohortTree(self.cluster_queues, self.cohorts)
-        self.queues: dict[str, PendingQueue] = {name: PendingQueue() for name in self.cluster_queues}
+        self.queues: dict[str, PendingQueue] = {
+            name: PendingQueue() for name in self.cluster_queues
+        }
         self.workloads: dict[str, Workload] = {}
         self.admitted: dict[str, str] = {}  # workload key -> ClusterQueue charged
         self.usage_of: dict[str, dict[FlavorResource, int]] = {}  # what each admission holds
+        self.by_cq: dict[str, dict[str, None]] = {}  # ClusterQueue -> admitted keys (ordered)
         self.evicting: dict[str, str] = {}  # preempted, still holding quota: key -> preemptor
         self.unroutable: dict[str, Workload] = {}  # LocalQueue or ClusterQueue missing
         self.status: dict[str, PendingStatus] = {}
@@ -129,7 +134,12 @@ class Cache:
         for name, cq in self.cluster_queues.items():
             node = self.tree.queues[name]
             missing = sorted(
-                {fq.name for g in cq.resource_groups for fq in g.flavors if fq.name not in self.flavors}
+                {
+                    fq.name
+                    for g in cq.resource_groups
+                    for fq in g.flavors
+                    if fq.name not in self.flavors
+                }
             )
             if cq.stop_policy != "None":
                 self.inactive[name] = PendingStatus(SUSPENDED, f"ClusterQueue {name} is stopped")
@@ -155,6 +165,7 @@ class Cache:
             usage = wl.admission.usage()
             self.admitted[wl.key] = cq
             self.usage_of[wl.key] = usage
+            self.by_cq.setdefault(cq, {})[wl.key] = None
             if cq in self.tree.queues:
                 self.tree.add_usage(cq, usage)
             return
@@ -165,7 +176,8 @@ class Cache:
         if lq is None:
             self.unroutable[wl.key] = wl
             self.status[wl.key] = PendingStatus(
-                MISCONFIGURED, f"LocalQueue {wl.queue_name} doesn't exist in namespace {wl.namespace}"
+                MISCONFIGURED,
+                f"LocalQueue {wl.queue_name} doesn't exist in namespace {wl.namespace}",
             )
             return
         if lq.cluster_queue not in self.cluster_queues:
@@ -189,6 +201,7 @@ class Cache:
         """Record an admission decided by the scheduler (before the driver writes it)."""
         self.admitted[wl.key] = cq
         self.usage_of[wl.key] = usage
+        self.by_cq.setdefault(cq, {})[wl.key] = None
         self.tree.add_usage(cq, usage)
         self.status.pop(wl.key, None)
 
@@ -225,6 +238,7 @@ class Cache:
     def _release(self, key: str) -> None:
         cq = self.admitted.pop(key)
         usage = self.usage_of.pop(key)
+        self.by_cq.get(cq, {}).pop(key, None)
         self.evicting.pop(key, None)
         if cq in self.tree.queues:
             self.tree.remove_usage(cq, usage)

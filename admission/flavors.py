@@ -36,19 +36,25 @@ PREEMPT = 2
 RECLAIM = 3
 FIT = 4
 
-MODE_NAMES = {NO_FIT: "NoFit", NO_CANDIDATES: "NoCandidates", PREEMPT: "Preempt", RECLAIM: "Reclaim", FIT: "Fit"}
+MODE_NAMES = {
+    NO_FIT: "NoFit",
+    NO_CANDIDATES: "NoCandidates",
+    PREEMPT: "Preempt",
+    RECLAIM: "Reclaim",
+    FIT: "Fit",
+}
 
 # QuotaReserved=False reasons, most to least hopeful.
 WAITING_FOR_QUOTA = "WaitingForQuota"
 EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
 NO_MATCHING_FLAVOR = "NoMatchingFlavor"
 
-PreemptionOracle = Callable[[QuotaNode, FlavorResource, int], tuple[int, int]]
-"""(cq node, fr, value) -> (mode PREEMPT/RECLAIM/NO_CANDIDATES, borrowing level after)."""
+PreemptionOracle = Callable[[Workload, QuotaNode, FlavorResource, int], tuple[int, int]]
+"""(preemptor, cq node, fr, value) -> (PREEMPT, RECLAIM or NO_CANDIDATES, borrowing level after)."""
 
 
-def no_preemption(_node: QuotaNode, _fr: FlavorResource, _val: int) -> tuple[int, int]:
-    return NO_CANDIDATES, 0
+def no_preemption(_wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> tuple[int, int]:
+    return NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val)[0]
 
 
 @dataclass(slots=True)
@@ -166,6 +172,7 @@ class FlavorAssigner:
         self.oracle = oracle
         self.can_preempt_while_borrowing = can_preempt_while_borrowing
         self.can_preempt_within_cq = can_preempt_within_cq
+        self._wl: Workload | None = None
         self.covered: dict[str, int] = {}
         for i, g in enumerate(cq.resource_groups):
             for r in g.covered_resources:
@@ -173,6 +180,7 @@ class FlavorAssigner:
 
     def assign(self, wl: Workload, counts: Mapping[str, int] | None = None) -> Assignment:
         """Assign all podSets of ``wl`` (with optional reduced counts) at once."""
+        self._wl = wl
         assumed: dict[FlavorResource, int] = {}
         results: list[PodSetAssignmentResult] = []
         out = Assignment(pod_sets=results)
@@ -184,14 +192,15 @@ class FlavorAssigner:
                 out.mode = res.mode
             if res.borrow > out.borrow:
                 out.borrow = res.borrow
-        if out.mode == FIT or out.mode in (PREEMPT, RECLAIM):
+        if out.mode >= NO_CANDIDATES:  # every podSet has a flavor: the would-be usage
             out.usage = assumed
         failing = [r for r in results if r.mode < FIT]
         if failing:
             worst = min(failing, key=lambda r: r.mode)
             out.reason = worst.reason or WAITING_FOR_QUOTA
             out.message = "; ".join(
-                f"couldn't assign flavors to podSet {r.name}: {', '.join(r.messages)}" for r in failing
+                f"couldn't assign flavors to podSet {r.name}: {', '.join(r.messages)}"
+                for r in failing
             )
         return out
 
@@ -320,7 +329,7 @@ class FlavorAssigner:
             or self.can_preempt_while_borrowing
             or self.can_preempt_within_cq
         ):
-            mode, borrow_after = self.oracle(node, fr, val)
+            mode, borrow_after = self.oracle(self._wl, node, fr, val)
             return mode, borrow_after, msg, WAITING_FOR_QUOTA
         return NO_FIT, 0, msg, WAITING_FOR_QUOTA
 
@@ -340,7 +349,9 @@ def explain_max_capacity(node: QuotaNode, fr: FlavorResource) -> str:
         kind = "Cohort" if n.is_cohort else "ClusterQueue"
         q = n.quotas.get(fr)
         if n.parent is None:
-            parts.append(f"{kind} {n.name} subtree quota {format_quantity(r, n.subtree_quota.get(fr, 0))}")
+            parts.append(
+                f"{kind} {n.name} subtree quota {format_quantity(r, n.subtree_quota.get(fr, 0))}"
+            )
             break
         if q is not None and q.borrowing_limit is not None:
             cap = n.subtree_quota.get(fr, 0) + q.borrowing_limit
@@ -362,7 +373,9 @@ def explain_available(node: QuotaNode, fr: FlavorResource) -> str:
         return format_quantity(r, v)
 
     kind = "ClusterQueue"
-    parts = [f"ClusterQueue {node.name} nominal {q(node.nominal(fr))}, in use {q(node.usage.get(fr, 0))}"]
+    parts = [
+        f"ClusterQueue {node.name} nominal {q(node.nominal(fr))}, in use {q(node.usage.get(fr, 0))}"
+    ]
     n = node
     while n.parent is not None:
         parent = n.parent

@@ -20,14 +20,23 @@ from dataclasses import dataclass, field
 from admission.cache import MISCONFIGURED, SUSPENDED, Cache, PendingStatus
 from admission.flavors import (
     FIT,
+    NO_CANDIDATES,
     PREEMPT,
     RECLAIM,
     Assignment,
     FlavorAssigner,
     PreemptionOracle,
-    no_preemption,
 )
-from queues.model import ANY, LOWER_PRIORITY, NEVER, Admission, PodSetAssignment, Workload
+from admission.preemption import Preemptor, Target
+from queues.model import (
+    ANY,
+    LOWER_PRIORITY,
+    NEVER,
+    Admission,
+    FlavorResource,
+    PodSetAssignment,
+    Workload,
+)
 
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 
@@ -40,7 +49,7 @@ class Entry:
     cluster_queue: str
     assignment: Assignment | None = None
     status: PendingStatus | None = None
-    targets: list[str] = field(default_factory=list)  # preemption victims (keys)
+    targets: list[Target] = field(default_factory=list)  # preemption victims
     park_even_if_strict: bool = False
 
 
@@ -87,12 +96,15 @@ class Scheduler:
         cache: Cache,
         *,
         clock: Callable[[], float] = lambda: 0.0,
-        preemptor: object | None = None,
+        preemptor: Preemptor | None = None,
     ) -> None:
         self.cache = cache
         self.clock = clock
         self.cycle_count = 0
-        self.preemptor = preemptor  # admission.preemption.Preemptor once plugged in
+        self.preemptor = preemptor if preemptor is not None else Preemptor(cache)
+        # Capacity held for the rest of a cycle (preemptors, reservation rule).
+        self._reserved: list[tuple[str, dict[FlavorResource, int]]] = []
+        self._cycle_targets: set[str] = set()
         self.order_key: Callable[[Entry], tuple] = classical_order_key
         self.lq_usage: Callable[[str], Callable[[str], float] | None] = lambda _cq: None
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
@@ -119,8 +131,14 @@ class Scheduler:
             self._nominate(e)
         self.stats["nominations"] += len(heads)
         heads.sort(key=self.order_key)
-        for e in heads:
-            self._process(e, result)
+        self._cycle_targets = set()
+        try:
+            for e in heads:
+                self._process(e, result)
+        finally:
+            for cq, usage in self._reserved:
+                cache.tree.remove_usage(cq, usage)
+            self._reserved = []
         return result
 
     def _nominate(self, e: Entry) -> None:
@@ -150,16 +168,14 @@ class Scheduler:
             if reduced is not None:
                 a = reduced
         e.assignment = a
-        if a.mode in (PREEMPT, RECLAIM) and self.preemptor is not None:
-            e.targets = self.preemptor.targets(e)  # type: ignore[attr-defined]
+        if a.mode in (PREEMPT, RECLAIM):
+            e.targets = self.preemptor.targets(wl, e.cluster_queue, a.usage, a.frs_need_preemption)
 
     def _assigner(self, cq_name: str) -> FlavorAssigner:
         cache = self.cache
         cq = cache.cluster_queues[cq_name]
         p = cq.preemption
-        oracle: PreemptionOracle = no_preemption
-        if self.preemptor is not None:
-            oracle = self.preemptor.oracle  # type: ignore[attr-defined]
+        oracle: PreemptionOracle = self.preemptor.oracle
         return FlavorAssigner(
             cq=cq,
             node=cache.tree.queues[cq_name],
@@ -171,7 +187,7 @@ class Scheduler:
         )
 
     def _fair_sharing(self) -> bool:
-        return bool(getattr(self.preemptor, "fair_sharing", False))
+        return self.preemptor.fair_sharing
 
     def _partial(self, assigner: FlavorAssigner, wl: Workload) -> Assignment | None:
         """Partial admission: the largest count of the minCount podSet that fits."""
@@ -192,7 +208,6 @@ class Scheduler:
 
     def _process(self, e: Entry, result: CycleResult) -> None:
         cache = self.cache
-        wl = e.workload
         if e.status is not None:
             self._pending(e, result, park=True)
             return
@@ -206,11 +221,82 @@ class Scheduler:
                 return
             self._admit(e, result)
             return
-        if a.mode in (PREEMPT, RECLAIM) and e.targets and self.preemptor is not None:
-            self.preemptor.issue(e, result)  # type: ignore[attr-defined]
+        if a.mode in (PREEMPT, RECLAIM) and e.targets:
+            if any(t.key in self._cycle_targets for t in e.targets):
+                e.status = PendingStatus(
+                    "WaitingForQuota",
+                    "preemption targets overlap with those of a workload processed earlier in this cycle",
+                )
+                self._pending(e, result, park=False)
+                return
+            self._issue_preemptions(e, result)
             return
+        if a.mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
+            self._reserve_unreclaimable(e)
         e.status = PendingStatus(a.reason or "WaitingForQuota", a.message)
         self._pending(e, result, park=True)
+
+    def _hold(self, cq: str, usage: dict[FlavorResource, int]) -> None:
+        usage = {fr: v for fr, v in usage.items() if v > 0}
+        if usage:
+            self.cache.tree.add_usage(cq, usage)
+            self._reserved.append((cq, usage))
+
+    def _reserve_unreclaimable(self, e: Entry) -> None:
+        """Reservation rule (§4.2 step 5): keep the capacity a preemptor may later
+        reclaim from going to lower-ordered workloads elsewhere in this cycle."""
+        spec = self.cache.cluster_queues[e.cluster_queue]
+        if spec.preemption.reclaim_within_cohort == ANY:
+            return  # it can always reclaim later
+        a = e.assignment
+        assert a is not None
+        node = self.cache.tree.queues[e.cluster_queue]
+        hold: dict[FlavorResource, int] = {}
+        for fr, req in a.usage.items():
+            used, nominal = node.usage.get(fr, 0), node.nominal(fr)
+            if a.borrow == 0:
+                hold[fr] = max(0, min(req, nominal - used))
+            else:
+                q = node.quotas.get(fr)
+                bl = q.borrowing_limit if q is not None else None
+                hold[fr] = req if bl is None else max(0, min(req, nominal + bl - used))
+        self._hold(e.cluster_queue, hold)
+
+    def _issue_preemptions(self, e: Entry, result: CycleResult) -> None:
+        """Evict the victims; the preemptor waits (sticky head) for their quota."""
+        cache = self.cache
+        wl = e.workload
+        a = e.assignment
+        assert a is not None
+        for t in e.targets:
+            self._cycle_targets.add(t.key)
+            if t.key in cache.evicting:
+                continue  # already being evicted: never issue twice
+            cache.evicting[t.key] = wl.key
+            msg = self.preemptor.message(
+                preemptor=wl,
+                preemptor_cq=e.cluster_queue,
+                victim_cq=t.cluster_queue,
+                reason=t.reason,
+            )
+            result.preempted.append(
+                PreemptedDecision(
+                    cache.workloads[t.key], t.cluster_queue, wl.key, t.reason, msg, result.cycle
+                )
+            )
+            self.stats["preemptions"] += 1
+        self._hold(e.cluster_queue, a.usage)
+        names = ", ".join(sorted(t.key for t in e.targets))
+        e.status = PendingStatus(
+            "WaitingForPreemptedWorkloads",
+            f"Pending the preemption of {len(e.targets)} workload(s): {names}",
+        )
+        cache.status[wl.key] = e.status
+        result.pending[wl.key] = e.status
+        q = cache.queues[e.cluster_queue]
+        q.push(wl)
+        q.sticky = wl.key
+        result.changed = True
 
     def _pending(self, e: Entry, result: CycleResult, *, park: bool) -> None:
         assert e.status is not None
@@ -219,7 +305,9 @@ class Scheduler:
         strict = self.cache.cluster_queues[e.cluster_queue].queueing_strategy == "StrictFIFO"
         if park and (e.park_even_if_strict or not strict):
             result.changed = True  # the next head differs
-        self.cache.requeue(e.workload, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict)
+        self.cache.requeue(
+            e.workload, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict
+        )
 
     def _admit(self, e: Entry, result: CycleResult) -> None:
         a = e.assignment
@@ -228,7 +316,12 @@ class Scheduler:
         admission = Admission(
             cluster_queue=e.cluster_queue,
             pod_set_assignments=[
-                PodSetAssignment(name=p.name, flavors=dict(p.flavors), resource_usage=dict(p.usage), count=p.count)
+                PodSetAssignment(
+                    name=p.name,
+                    flavors=dict(p.flavors),
+                    resource_usage=dict(p.usage),
+                    count=p.count,
+                )
                 for p in a.pod_sets
             ],
         )
@@ -251,4 +344,7 @@ def policy_allows(policy: str, *, preemptor: Workload, candidate: Workload) -> b
     # LowerOrNewerEqualPriority
     if candidate.priority < preemptor.priority:
         return True
-    return candidate.priority == preemptor.priority and preemptor.queue_order_time < candidate.queue_order_time
+    return (
+        candidate.priority == preemptor.priority
+        and preemptor.queue_order_time < candidate.queue_order_time
+    )

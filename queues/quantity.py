@@ -170,8 +170,8 @@ def format_quantity(resource: str, units: int) -> str:
     """The canonical quantity string for an engine integer.
 
     cpu: whole cores when exact ("2", "64"), else milli-cores ("500m", "2500m").
-    Other resources: the largest binary suffix that divides the value exactly ("64Gi"),
-    else the largest decimal suffix ("5k"), else the plain integer. ``0`` is "0".
+    Other resources: the shortest exact form among the largest binary suffix ("64Gi"),
+    the largest decimal suffix ("8G") and the plain integer; binary wins a tie.
     """
     if isinstance(units, bool) or not isinstance(units, int):
         raise TypeError(f"format_quantity expects an int, got {type(units).__name__}")
@@ -181,10 +181,12 @@ def format_quantity(resource: str, units: int) -> str:
         return f"{units}m"
     if units == 0:
         return "0"
-    for power, suffix in _BINARY_BY_POWER:
-        if units % power == 0:
-            return f"{units // power}{suffix}"
-    for power, suffix in _DECIMAL_BY_POWER:
-        if units % power == 0:
-            return f"{units // power}{suffix}"
-    return str(units)
+    best = str(units)
+    for table in (_BINARY_BY_POWER, _DECIMAL_BY_POWER):  # binary first: it wins a tie
+        for power, suffix in table:
+            if units % power == 0:
+                form = f"{units // power}{suffix}"
+                if len(form) < len(best):
+                    best = form
+                break
+    return best

@@ -209,7 +209,9 @@ class CohortTree:
             node = self.cohorts.get(name)
             if node is None:
                 spec = cohorts.get(name)
-                node = QuotaNode(name, is_cohort=True, fair_weight=spec.fair_weight if spec else 1.0)
+                node = QuotaNode(
+                    name, is_cohort=True, fair_weight=spec.fair_weight if spec else 1.0
+                )
                 if spec is not None:
                     node.quotas = _quotas_of(spec.resource_groups)
                 self.cohorts[name] = node

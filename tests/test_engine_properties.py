@@ -24,6 +24,7 @@ from queues.model import (
     LabelSelector,
     LocalQueue,
     PodSet,
+    PreemptionPolicy,
     ResourceFlavor,
     ResourceGroup,
     ResourceQuota,
@@ -77,11 +78,20 @@ def world(draw: st.DrawFn) -> tuple[dict, dict, list]:
     cqs: dict[str, ClusterQueue] = {}
     for i in range(draw(st.integers(1, 4))):
         cohort = draw(st.one_of(st.none(), st.sampled_from(sorted(cohorts))))
+        within = draw(st.sampled_from(["Never", "LowerPriority", "LowerOrNewerEqualPriority"]))
+        reclaim = draw(st.sampled_from(["Never", "LowerPriority", "Any"]))
+        borrow = "Never" if reclaim == "Never" else draw(st.sampled_from(["Never", "LowerPriority"]))
         cqs[f"cq{i}"] = ClusterQueue(
             name=f"cq{i}",
             cohort=cohort,
             namespace_selector=LabelSelector(),
             resource_groups=draw(groups(with_parent=cohort is not None)),
+            preemption=PreemptionPolicy(
+                within_cluster_queue=within,
+                reclaim_within_cohort=reclaim,
+                borrow_within_cohort=borrow,
+                max_priority_threshold=draw(st.one_of(st.none(), st.integers(0, 2))),
+            ),
         )
     ops = draw(
         st.lists(
@@ -153,10 +163,13 @@ def run(cqs: dict, cohorts: dict, ops: list, *, check: bool) -> list[tuple]:
             before = violations(cache.tree)
             r = sched.schedule()
             log.append(("cycle", tuple(sorted((d.workload.key, d.cluster_queue) for d in r.admitted))))
+            log.append(("preempted", tuple(sorted((p.workload.key, p.by, p.reason) for p in r.preempted))))
             if check:
                 after = violations(cache.tree)
                 for k, v in after.items():
                     assert v <= before.get(k, 0), f"admission over quota at {k}: {v} > {before.get(k, 0)}"
+            for p in r.preempted:  # evictions complete before the next step
+                cache.evicted(p.workload.key)
         elif op[0] == "finish":
             admitted = sorted(cache.admitted)
             if admitted:

@@ -207,14 +207,16 @@ def test_format_quantity_cpu(units: int, expected: str) -> None:
         (2**50, "1Pi"),
         (2**60, "1Ei"),
         (2**70, "1024Ei"),
-        (1024000, "1000Ki"),
+        (1024000, "1024k"),  # shorter than 1000Ki
+        (8 * 10**9, "8G"),  # shorter than 7812500Ki
+        (3 * 2**30, "3Gi"),
         (5 * 10**6, "5M"),
         (10**9 + 1000, "1000001k"),
         (-2048, "-2Ki"),
         (-3000, "-3k"),
     ],
 )
-def test_format_quantity_memory_prefers_binary_then_decimal_then_plain(
+def test_format_quantity_memory_takes_the_shortest_exact_form(
     units: int, expected: str
 ) -> None:
     assert format_quantity("memory", units) == expected

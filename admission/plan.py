@@ -1,0 +1,256 @@
+"""``quartermaster plan``: what the admission service would do now, offline.
+
+A driver of the same scheduler the service runs: it loads objects into a ``Cache``,
+runs cycles (between cycles, workloads preempted in the previous cycle are treated as
+fully evicted), and reports admissions, preemptions, pending reasons and usage in
+the JSON contract of CLI.md. ``--what-if`` runs the same plan on the inputs with
+some objects replaced or added and lists the workloads whose outcome differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from admission.cache import Cache, PendingStatus
+from admission.config import Config
+from admission.loader import Inputs
+from admission.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
+from queues.model import Workload
+from queues.quantity import format_quantity
+
+MAX_CYCLES = 10_000
+
+
+@dataclass(slots=True)
+class PlanResult:
+    cycles: int
+    admitted: list[AdmittedDecision] = field(default_factory=list)
+    preempted: list[PreemptedDecision] = field(default_factory=list)
+    pending: dict[str, tuple[str | None, PendingStatus]] = field(default_factory=dict)
+    cache: Cache | None = None
+    scheduler: Scheduler | None = None
+
+
+def build_cache(inputs: Inputs) -> Cache:
+    cache = Cache(
+        flavors=inputs.flavors,
+        cluster_queues=inputs.cluster_queues,
+        cohorts=inputs.cohorts,
+        local_queues=inputs.local_queues,
+        namespaces=inputs.namespaces if inputs.namespaces_given else None,
+    )
+    for wl in sorted(inputs.workloads, key=lambda w: w.key):
+        cache.add_workload(wl)
+    return cache
+
+
+def run_plan(
+    inputs: Inputs, *, cycles: int | None = None, config: Config | None = None
+) -> PlanResult:
+    """Run scheduling cycles over the inputs until quiescent (or exactly ``cycles``)."""
+    config = config or Config()
+    cache = build_cache(inputs)
+    now = config.now if config.now is not None else 0.0
+    scheduler = config.make_scheduler(cache, clock=lambda: now)
+    result = PlanResult(cycles=0, cache=cache, scheduler=scheduler)
+    to_evict: list[str] = []
+    limit = cycles if cycles is not None else MAX_CYCLES
+    ran = 0
+    while ran < limit:
+        for key in to_evict:
+            cache.evicted(key)
+        released = bool(to_evict)
+        to_evict = []
+        r = scheduler.schedule()
+        ran += 1
+        result.admitted.extend(r.admitted)
+        result.preempted.extend(r.preempted)
+        to_evict = [p.workload.key for p in r.preempted]
+        if cycles is None and not r.changed and not released and not to_evict:
+            ran -= 1  # the idle cycle that proved quiescence is not counted
+            break
+    result.cycles = ran
+    result.pending = pending_report(cache)
+    return result
+
+
+def pending_report(cache: Cache) -> dict[str, tuple[str | None, PendingStatus]]:
+    """Every workload left pending, with why (including ones never nominated)."""
+    out: dict[str, tuple[str | None, PendingStatus]] = {}
+    for name in sorted(cache.queues):
+        q = cache.queues[name]
+        head: Workload | None = None
+        for ahead, wl in enumerate(q.workloads()):
+            status = cache.inactive.get(name) or cache.status.get(wl.key)
+            if status is None:
+                status = PendingStatus(
+                    "WaitingForQuota",
+                    f"not yet nominated: {ahead} workload(s) ahead in ClusterQueue {name}"
+                    + (f" (head {head.key})" if head is not None else ""),
+                )
+            if head is None:
+                head = wl
+            out[wl.key] = (name, status)
+    for key in cache.unroutable:
+        out[key] = (None, cache.status[key])
+    return out
+
+
+def _psa_json(psa: Any) -> dict[str, Any]:
+    return {
+        "name": psa.name,
+        "count": psa.count,
+        "flavors": dict(sorted(psa.flavors.items())),
+        "resourceUsage": {r: format_quantity(r, v) for r, v in sorted(psa.resource_usage.items())},
+    }
+
+
+def usage_report(cache: Cache) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in sorted(cache.tree.queues):
+        node = cache.tree.queues[name]
+        frs = sorted(set(node.quotas) | set(node.usage))
+        per: dict[str, Any] = {}
+        for flavor, res in frs:
+            used = node.usage.get((flavor, res), 0)
+            borrowed = max(0, used - node.nominal((flavor, res)))
+            per.setdefault(flavor, {})[res] = {
+                "total": format_quantity(res, used),
+                "borrowed": format_quantity(res, borrowed),
+            }
+        out[name] = per
+    return out
+
+
+def plan_json(result: PlanResult) -> dict[str, Any]:
+    assert result.cache is not None
+    return {
+        "cycles": result.cycles,
+        "admitted": sorted(
+            (
+                {
+                    "workload": d.workload.key,
+                    "clusterQueue": d.cluster_queue,
+                    "cycle": d.cycle,
+                    "podSetAssignments": [_psa_json(p) for p in d.admission.pod_set_assignments],
+                }
+                for d in result.admitted
+                if d.workload.key in result.cache.admitted
+            ),
+            key=lambda x: x["workload"],
+        ),
+        "preempted": sorted(
+            (
+                {
+                    "workload": p.workload.key,
+                    "clusterQueue": p.cluster_queue,
+                    "cycle": p.cycle,
+                    "by": p.by,
+                    "reason": p.reason,
+                    "message": p.message,
+                }
+                for p in result.preempted
+            ),
+            key=lambda x: (x["workload"], x["cycle"]),
+        ),
+        "pending": [
+            {"workload": key, "clusterQueue": cq, "reason": st.reason, "message": st.message}
+            for key, (cq, st) in sorted(result.pending.items())
+        ],
+        "usage": usage_report(result.cache),
+    }
+
+
+def outcomes(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per workload: what happened to it in a plan document."""
+    out: dict[str, dict[str, Any]] = {}
+    for a in doc["admitted"]:
+        flavors = sorted({f for p in a["podSetAssignments"] for f in p["flavors"].values()})
+        out[a["workload"]] = {
+            "outcome": "admitted",
+            "clusterQueue": a["clusterQueue"],
+            "flavors": flavors,
+        }
+    for p in doc["preempted"]:
+        out[p["workload"]] = {"outcome": "preempted", "by": p["by"], "reason": p["reason"]}
+    for p in doc["pending"]:
+        out.setdefault(
+            p["workload"], {"outcome": "pending", "reason": p["reason"], "message": p["message"]}
+        )
+    return out
+
+
+def what_if_diff(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """Workloads whose outcome differs between two plan documents, and how."""
+    b, a = outcomes(before), outcomes(after)
+    changes = []
+    for key in sorted(set(b) | set(a)):
+        ob, oa = b.get(key), a.get(key)
+        if ob is None or oa is None or _core(ob) != _core(oa):
+            changes.append({"workload": key, "before": ob, "after": oa})
+    return changes
+
+
+def _core(o: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in o.items() if k != "message"))
+
+
+def plan_table(doc: dict[str, Any]) -> str:
+    """The plan for a person: admitted, preempted, pending and usage tables."""
+    lines = [f"Cycles: {doc['cycles']}", ""]
+    lines.append("ADMITTED")
+    rows = [("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "ASSIGNMENT")]
+    for a in doc["admitted"]:
+        assign = "; ".join(
+            f"{p['name']}×{p['count']} "
+            + ",".join(f"{r}={p['resourceUsage'][r]}@{f}" for r, f in p["flavors"].items())
+            for p in a["podSetAssignments"]
+        )
+        rows.append((a["workload"], a["clusterQueue"], str(a["cycle"]), assign))
+    lines += _table(rows)
+    if doc["preempted"]:
+        lines += ["", "PREEMPTED"]
+        rows = [("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "BY", "REASON")]
+        rows += [
+            (p["workload"], p["clusterQueue"], str(p["cycle"]), p["by"], p["reason"])
+            for p in doc["preempted"]
+        ]
+        lines += _table(rows)
+    lines += ["", "PENDING"]
+    rows = [("WORKLOAD", "CLUSTERQUEUE", "REASON", "MESSAGE")]
+    rows += [
+        (p["workload"], p["clusterQueue"] or "-", p["reason"], p["message"]) for p in doc["pending"]
+    ]
+    lines += _table(rows)
+    lines += ["", "USAGE"]
+    rows = [("CLUSTERQUEUE", "FLAVOR", "RESOURCE", "TOTAL", "BORROWED")]
+    for cq, flavors in doc["usage"].items():
+        for flv, res in flavors.items():
+            for r, u in res.items():
+                rows.append((cq, flv, r, u["total"], u["borrowed"]))
+    lines += _table(rows)
+    if "whatIf" in doc:
+        lines += ["", "WHAT-IF CHANGES"]
+        rows = [("WORKLOAD", "BEFORE", "AFTER")]
+        for c in doc["whatIf"]["changes"]:
+            rows.append((c["workload"], _short(c["before"]), _short(c["after"])))
+        lines += _table(rows)
+    return "\n".join(lines) + "\n"
+
+
+def _short(o: dict[str, Any] | None) -> str:
+    if o is None:
+        return "-"
+    if o["outcome"] == "admitted":
+        return f"admitted in {o['clusterQueue']} on {','.join(o['flavors'])}"
+    if o["outcome"] == "preempted":
+        return f"preempted by {o['by']} ({o['reason']})"
+    return f"pending: {o['reason']}"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    if len(rows) == 1:
+        return ["(none)"]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -1,0 +1,352 @@
+"""Classical preemption: which admitted workloads to evict so a pending one fits.
+
+Kueue's classical preemption (kueue-semantics §4.7), in three separate pieces:
+
+* **Candidate search** (``candidates``): admitted workloads that use a (flavor,
+  resource) the preemptor needs. Same-ClusterQueue candidates follow
+  ``withinClusterQueue``; cohort candidates come only from queues (and subtrees)
+  that are borrowing, following ``reclaimWithinCohort`` — with a hierarchical
+  advantage (the preemptor's subtree owns the quota) any priority the policy allows
+  is fair game, otherwise ``borrowWithinCohort`` and its threshold decide.
+* **Ordering** (``candidate_order``): already-evicted first, other ClusterQueues
+  before the own one, lower priority first, most recently admitted first, then UID.
+* **Minimal victim set** (``minimal_targets``): remove candidates greedily until the
+  whole gang fits, then fill back every victim whose removal is not needed. If the
+  gang does not fit after every eligible removal, nobody is preempted.
+
+The search works on the live cohort tree, removing and re-adding usage (exact
+inverses), so it allocates nothing but the candidate lists. Fair-sharing preemption
+plugs in as another strategy with the same candidate search and fill-back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from admission.cache import Cache
+from admission.flavors import NO_CANDIDATES, PREEMPT, RECLAIM
+from queues.model import (
+    ANY,
+    LOWER_OR_NEWER_EQUAL_PRIORITY,
+    LOWER_PRIORITY,
+    NEVER,
+    FlavorResource,
+    Workload,
+)
+from queues.tree import QuotaNode
+
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+
+HUMAN_REASON = {
+    IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
+    IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
+    IN_COHORT_FAIR_SHARING: "fair sharing within the cohort",
+}
+
+# Preemption variants (Kueue's classical/hierarchical_preemption.go).
+NEVER_V, WITHIN_CQ, HIERARCHICAL_RECLAIM, RECLAIM_WITHOUT_BORROWING, RECLAIM_WHILE_BORROWING = (
+    range(5)
+)
+VARIANT_REASON = {
+    WITHIN_CQ: IN_CLUSTER_QUEUE,
+    HIERARCHICAL_RECLAIM: IN_COHORT_RECLAMATION,
+    RECLAIM_WITHOUT_BORROWING: IN_COHORT_RECLAMATION,
+    RECLAIM_WHILE_BORROWING: IN_COHORT_RECLAIM_WHILE_BORROWING,
+}
+
+
+@dataclass(slots=True)
+class Target:
+    key: str
+    cluster_queue: str
+    reason: str
+
+
+@dataclass(slots=True)
+class _Candidate:
+    key: str
+    wl: Workload
+    cq: str
+    lca: QuotaNode | None
+    variant: int
+
+
+def uses_resources(usage: Mapping[FlavorResource, int], frs: Iterable[FlavorResource]) -> bool:
+    return any(fr in usage for fr in frs)
+
+
+def within_nominal(node: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
+    """Kueue's IsWithinNominalInResources: usage ≤ subtree quota on every fr."""
+    return all(node.usage.get(fr, 0) <= node.subtree_quota.get(fr, 0) for fr in frs)
+
+
+def fits_in_quota(
+    node: QuotaNode, requests: Mapping[FlavorResource, int]
+) -> tuple[bool, dict[FlavorResource, int]]:
+    """Kueue's QuantitiesFitInQuota: fits here, and what is left for the parent."""
+    fits = True
+    remaining = {}
+    for fr, v in requests.items():
+        if node.usage.get(fr, 0) + v > node.subtree_quota.get(fr, 0):
+            fits = False
+        remaining[fr] = max(0, v - node.local_available(fr))
+    return fits, remaining
+
+
+def node_path(node: QuotaNode) -> str:
+    return "/" + "/".join(reversed([n.name for n in node.path_to_root()]))
+
+
+class Preemptor:
+    """Classical preemption over a ``Cache`` (the strategy the scheduler plugs in)."""
+
+    fair_sharing = False
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        # Whether the last successful search allowed the preemptor to borrow.
+        self.last_allow_borrowing = True
+
+    # -- candidate search -------------------------------------------------------
+
+    def _priority_too_high(self, wl: Workload, cand: Workload, same_cq: bool, cq_name: str) -> bool:
+        p = self.cache.cluster_queues[cq_name].preemption
+        policy = p.within_cluster_queue if same_cq else p.reclaim_within_cohort
+        lower = cand.priority < wl.priority
+        if policy == LOWER_PRIORITY:
+            return not lower
+        if policy == LOWER_OR_NEWER_EQUAL_PRIORITY:
+            newer_equal = (
+                cand.priority == wl.priority and wl.queue_order_time < cand.queue_order_time
+            )
+            return not (lower or newer_equal)
+        return policy != ANY
+
+    def _classify(
+        self,
+        wl: Workload,
+        cq_name: str,
+        key: str,
+        cand_cq: str,
+        frs: set[FlavorResource],
+        advantage: bool,
+    ) -> int:
+        if not uses_resources(self.cache.usage_of[key], frs):
+            return NEVER_V
+        cand = self.cache.workloads[key]
+        same = cand_cq == cq_name
+        if self._priority_too_high(wl, cand, same, cq_name):
+            return NEVER_V
+        if same:
+            return WITHIN_CQ
+        if advantage:
+            return HIERARCHICAL_RECLAIM
+        p = self.cache.cluster_queues[cq_name].preemption
+        if p.borrow_within_cohort == NEVER:
+            return RECLAIM_WITHOUT_BORROWING
+        if cand.priority >= wl.priority or (
+            p.max_priority_threshold is not None and cand.priority > p.max_priority_threshold
+        ):
+            return RECLAIM_WITHOUT_BORROWING
+        return RECLAIM_WHILE_BORROWING
+
+    def _from_cq(
+        self,
+        wl: Workload,
+        cq_name: str,
+        cand_cq: str,
+        lca: QuotaNode | None,
+        frs: set[FlavorResource],
+        advantage: bool,
+    ) -> list[_Candidate]:
+        out = []
+        for key in self.cache.by_cq.get(cand_cq, {}):
+            v = self._classify(wl, cq_name, key, cand_cq, frs, advantage)
+            if v != NEVER_V:
+                out.append(_Candidate(key, self.cache.workloads[key], cand_cq, lca, v))
+        return out
+
+    def _collect_in_subtree(
+        self,
+        wl: Workload,
+        cq: QuotaNode,
+        current: QuotaNode,
+        subtree_root: QuotaNode,
+        skip: QuotaNode | None,
+        frs: set[FlavorResource],
+        advantage: bool,
+        out: list[_Candidate],
+    ) -> None:
+        for child in current.child_cohorts:
+            if child is skip or within_nominal(child, frs):
+                continue
+            self._collect_in_subtree(wl, cq, child, subtree_root, skip, frs, advantage, out)
+        for child in current.child_queues:
+            if child is cq or within_nominal(child, frs):
+                continue
+            out.extend(self._from_cq(wl, cq.name, child.name, subtree_root, frs, advantage))
+
+    def candidates(
+        self,
+        wl: Workload,
+        cq: QuotaNode,
+        frs: set[FlavorResource],
+        requests: Mapping[FlavorResource, int],
+    ) -> tuple[list[_Candidate], bool, bool]:
+        """Ordered candidates, plus (no candidate from other queues, none with advantage)."""
+        spec = self.cache.cluster_queues[cq.name]
+        same: list[_Candidate] = []
+        if spec.preemption.within_cluster_queue != NEVER:
+            same = self._from_cq(wl, cq.name, cq.name, None, frs, False)
+        hierarchy: list[_Candidate] = []
+        prio: list[_Candidate] = []
+        if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
+            advantage, remaining = fits_in_quota(cq, requests)
+            prev: QuotaNode | None = None
+            node: QuotaNode | None = cq.parent
+            while node is not None:
+                lst = hierarchy if advantage else prio
+                self._collect_in_subtree(wl, cq, node, node, prev, frs, advantage, lst)
+                fits, remaining = fits_in_quota(node, remaining)
+                advantage = advantage or fits
+                prev, node = node, node.parent
+        order = self.candidate_order(cq.name)
+        for lst in (same, hierarchy, prio):
+            lst.sort(key=order)
+        evicting = self.cache.evicting
+        ordered = [c for lst in (hierarchy, prio, same) for c in lst if c.key in evicting]
+        ordered += [c for lst in (hierarchy, prio, same) for c in lst if c.key not in evicting]
+        return ordered, not hierarchy and not prio, not hierarchy
+
+    def candidate_order(self, cq_name: str):  # noqa: ANN201 - a sort key function
+        """Kueue's CandidatesOrdering as a sort key."""
+        evicting = self.cache.evicting
+
+        def key(c: _Candidate) -> tuple:
+            t = c.wl.admission_time or 0.0
+            return (c.key not in evicting, c.cq == cq_name, c.wl.priority, -t, c.wl.uid or c.key)
+
+        return key
+
+    # -- minimal victim set -------------------------------------------------------
+
+    def _valid(self, c: _Candidate, cq: QuotaNode, frs: set[FlavorResource], borrow: bool) -> bool:
+        if c.cq == cq.name:
+            return True
+        if borrow and c.variant == RECLAIM_WITHOUT_BORROWING:
+            return False
+        node: QuotaNode | None = self.cache.tree.queues[c.cq]
+        while node is not None and node is not c.lca:
+            if within_nominal(node, frs):
+                return False
+            node = node.parent
+        return True
+
+    @staticmethod
+    def _fits(cq: QuotaNode, requests: Mapping[FlavorResource, int], allow_borrowing: bool) -> bool:
+        for fr, v in requests.items():
+            if not allow_borrowing and cq.borrowing_with(fr, v):
+                return False
+            if v > cq.available(fr):
+                return False
+        return True
+
+    def minimal_targets(
+        self,
+        wl: Workload,
+        cq: QuotaNode,
+        frs: set[FlavorResource],
+        requests: Mapping[FlavorResource, int],
+    ) -> list[Target]:
+        cands, none_from_others, none_hierarchical = self.candidates(wl, cq, frs, requests)
+        if not cands:
+            return []
+        spec = self.cache.cluster_queues[cq.name]
+        forbidden = spec.preemption.borrow_within_cohort == NEVER
+        under_nominal = all(cq.usage.get(fr, 0) < cq.nominal(fr) for fr in frs)
+        if none_from_others or (forbidden and not under_nominal):
+            attempts = [True]
+        elif forbidden and none_hierarchical:
+            attempts = [False, True]
+        else:
+            attempts = [True, False]
+        tree = self.cache.tree
+        for allow_borrowing in attempts:
+            removed: list[_Candidate] = []
+            for c in cands:
+                if not self._valid(c, cq, frs, allow_borrowing):
+                    continue
+                tree.remove_usage(c.cq, self.cache.usage_of[c.key])
+                removed.append(c)
+                if self._fits(cq, requests, allow_borrowing):
+                    kept = self._fill_back(cq, requests, removed, allow_borrowing)
+                    for t in kept:
+                        tree.add_usage(t.cq, self.cache.usage_of[t.key])
+                    self.last_allow_borrowing = allow_borrowing
+                    return [Target(t.key, t.cq, VARIANT_REASON[t.variant]) for t in kept]
+            for c in removed:
+                tree.add_usage(c.cq, self.cache.usage_of[c.key])
+        return []
+
+    def _fill_back(
+        self,
+        cq: QuotaNode,
+        requests: Mapping[FlavorResource, int],
+        removed: list[_Candidate],
+        allow: bool,
+    ) -> list[_Candidate]:
+        """Re-add, newest removal first (except the last), every victim not needed."""
+        tree = self.cache.tree
+        targets = list(removed)
+        for i in range(len(targets) - 2, -1, -1):
+            c = targets[i]
+            tree.add_usage(c.cq, self.cache.usage_of[c.key])
+            if self._fits(cq, requests, allow):
+                targets.pop(i)
+            else:
+                tree.remove_usage(c.cq, self.cache.usage_of[c.key])
+        return targets
+
+    # -- scheduler seams ---------------------------------------------------------
+
+    def oracle(
+        self, wl: Workload, node: QuotaNode, fr: FlavorResource, val: int
+    ) -> tuple[int, int]:
+        """Would preemption free ``val`` of ``fr`` for ``wl``? (Kueue's PreemptionOracle.)"""
+        targets = self.minimal_targets(wl, node, {fr}, {fr: val})
+        if not targets:
+            return NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val)[0]
+        tree = self.cache.tree
+        for t in targets:
+            tree.remove_usage(t.cluster_queue, self.cache.usage_of[t.key])
+        borrow = node.height_of_lowest_subtree_that_fits(fr, val)[0]
+        for t in targets:
+            tree.add_usage(t.cluster_queue, self.cache.usage_of[t.key])
+        mode = PREEMPT if any(t.cluster_queue == node.name for t in targets) else RECLAIM
+        return mode, borrow
+
+    def targets(
+        self,
+        wl: Workload,
+        cq_name: str,
+        usage: Mapping[FlavorResource, int],
+        frs: set[FlavorResource],
+    ) -> list[Target]:
+        node = self.cache.tree.queues[cq_name]
+        return self.minimal_targets(wl, node, frs, usage)
+
+    def message(
+        self, *, preemptor: Workload, preemptor_cq: str, victim_cq: str, reason: str
+    ) -> str:
+        tree = self.cache.tree
+        return (
+            f"Preempted to accommodate a workload (UID: {preemptor.uid or preemptor.key}, "
+            f"JobUID: {preemptor.labels.get('kueue.x-k8s.io/job-uid', 'UNKNOWN')}) due to "
+            f"{HUMAN_REASON[reason]}; preemptor path: {node_path(tree.queues[preemptor_cq])}; "
+            f"preemptee path: {node_path(tree.queues[victim_cq])}"
+        )

@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench [NAME ...] [--record]`` (see shared/spec/BENCHMARKS.md)."""

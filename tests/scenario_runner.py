@@ -1,0 +1,224 @@
+"""Table-style scenario tests: YAML objects in, `quartermaster plan` decisions out.
+
+A scenario file holds:
+
+```yaml
+description: what the scenario pins down
+args: ["--cycles", "1"]          # optional extra plan arguments
+config: {...}                    # optional configuration file content
+bases: [gpu-org]                 # optional: objects from tests/scenario_bases/<name>.yaml
+objects: [ {...}, {...} ]        # Kubernetes objects, as plan reads them
+workloads:                       # optional shorthand, expanded to kueue Workload objects
+  - {name: a, ns: team-a, queue: lq, priority: 10, created: 1,
+     podSets: [{count: 2, requests: {cpu: 1}, minCount: 1, nodeSelector: {...}, tolerations: [...]}],
+     admitted: {clusterQueue: cq, flavors: {cpu: default}, at: 0}}
+whatIf: [ {...} ]                # optional: objects for --what-if
+expect:
+  exit: 0                        # optional (2 for bad input)
+  stderr: ["text", ...]          # substrings of stderr (bad input)
+  admitted:                      # exactly these workloads are admitted by the run
+    ns/name: {clusterQueue: cq, flavors: {cpu: default}, counts: {main: 3}, cycle: 1}
+  pending:                       # exactly these are pending
+    ns/name: {reason: WaitingForQuota, message: ["substring", ...], clusterQueue: cq}
+  preempted:                     # exactly these are preempted (any cycle)
+    ns/name: {by: ns/other, reason: InClusterQueue}
+  usage: {cq: {flavor: {resource: {total: "3", borrowed: "0"}}}}   # partial check
+  whatIf: {ns/name: {before: admitted, after: pending}}            # outcome kinds
+```
+
+Every key given under ``expect`` is checked strictly; keys left out are not checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from admission.__main__ import main
+
+
+def run_plan_cli(args: list[str]) -> tuple[int, dict[str, Any] | None, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", *args, "-o", "json"])
+    doc = json.loads(out.getvalue()) if code == 0 else None
+    return code, doc, err.getvalue()
+
+
+BASES = Path(__file__).parent / "scenario_bases"
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
+    """The fixture shorthand for a Workload, as a real kueue.x-k8s.io/v1beta2 object."""
+    pod_sets = []
+    raw_sets = w.get("podSets") or [{"requests": w.get("requests", {}), "count": w.get("count", 1)}]
+    for i, p in enumerate(raw_sets):
+        spec: dict[str, Any] = {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"requests": {k: str(v) for k, v in p.get("requests", {}).items()}},
+                }
+            ]
+        }
+        for key in ("nodeSelector", "tolerations", "affinity"):
+            if key in p:
+                spec[key] = p[key]
+        ps: dict[str, Any] = {
+            "name": p.get("name", "main" if i == 0 else f"ps{i}"),
+            "count": p.get("count", 1),
+            "template": {"spec": spec},
+        }
+        if "minCount" in p:
+            ps["minCount"] = p["minCount"]
+        pod_sets.append(ps)
+    obj: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": w["name"],
+            "namespace": w.get("ns", "default"),
+            "uid": w.get("uid", w["name"]),
+            "creationTimestamp": _iso(w.get("created", 0)),
+        },
+        "spec": {"queueName": w.get("queue", "lq"), "podSets": pod_sets},
+    }
+    if "priority" in w:
+        obj["spec"]["priority"] = w["priority"]
+    if "active" in w:
+        obj["spec"]["active"] = w["active"]
+    adm = w.get("admitted")
+    if adm:
+        psas = []
+        for ps, raw in zip(pod_sets, raw_sets, strict=True):
+            count = raw.get("count", 1)
+            usage = {}
+            for r, v in raw.get("requests", {}).items():
+                usage[r] = str(_times(v, count))
+            psas.append({"name": ps["name"], "flavors": adm["flavors"], "resourceUsage": usage, "count": count})
+        obj["status"] = {
+            "admission": {"clusterQueue": adm["clusterQueue"], "podSetAssignments": psas},
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "True",
+                    "reason": "QuotaReserved",
+                    "message": "",
+                    "lastTransitionTime": _iso(adm.get("at", 0)),
+                }
+            ],
+        }
+    return obj
+
+
+def _times(v: Any, n: int) -> str:
+    from queues.quantity import parse_quantity
+
+    total = parse_quantity(str(v)) * n
+    return str(int(total)) if total.denominator == 1 else f"{float(total)}"
+
+
+def scenario_objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for base in spec.get("bases", []):
+        objects += [d for d in yaml.safe_load_all((BASES / f"{base}.yaml").read_text()) if d]
+    objects += spec.get("objects") or []
+    objects += [expand_workload(w) for w in spec.get("workloads") or []]
+    return objects
+
+
+def run_scenario(path: Path, tmp: Path) -> None:
+    spec = yaml.safe_load(path.read_text())
+    objs = tmp / "objects.yaml"
+    objs.write_text(yaml.safe_dump_all(scenario_objects(spec), sort_keys=False))
+    args = ["-f", str(objs), *spec.get("args", [])]
+    if "config" in spec:
+        cfg = tmp / "config.yaml"
+        cfg.write_text(yaml.safe_dump(spec["config"]))
+        args += ["--config", str(cfg)]
+    if "whatIf" in spec:
+        wi = tmp / "whatif.yaml"
+        wi.write_text(yaml.safe_dump_all(spec["whatIf"], sort_keys=False))
+        args += ["--what-if", str(wi)]
+    code, doc, err = run_plan_cli(args)
+    expect = spec.get("expect", {})
+    want_exit = expect.get("exit", 0)
+    assert code == want_exit, f"exit {code}, want {want_exit}; stderr: {err}"
+    for text in expect.get("stderr", []):
+        assert text in err, f"stderr lacks {text!r}: {err}"
+    if code != 0:
+        return
+    assert doc is not None
+    check_decisions(doc, expect)
+
+
+def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
+    if "admitted" in expect:
+        got = {a["workload"]: a for a in doc["admitted"]}
+        want = expect["admitted"] or {}
+        assert set(got) == set(want), f"admitted {sorted(got)}, want {sorted(want)}"
+        for key, w in want.items():
+            a = got[key]
+            w = w or {}
+            if "clusterQueue" in w:
+                assert a["clusterQueue"] == w["clusterQueue"], (key, a)
+            if "cycle" in w:
+                assert a["cycle"] == w["cycle"], (key, a)
+            if "flavors" in w:
+                flavors: dict[str, str] = {}
+                for p in a["podSetAssignments"]:
+                    flavors.update(p["flavors"])
+                assert flavors == w["flavors"], (key, a)
+            if "podSetFlavors" in w:
+                got_ps = {p["name"]: p["flavors"] for p in a["podSetAssignments"]}
+                assert got_ps == w["podSetFlavors"], (key, a)
+            if "counts" in w:
+                assert {p["name"]: p["count"] for p in a["podSetAssignments"]} == w["counts"], (key, a)
+    if "pending" in expect:
+        got = {p["workload"]: p for p in doc["pending"]}
+        want = expect["pending"] or {}
+        assert set(got) == set(want), f"pending {sorted(got)}, want {sorted(want)}"
+        for key, w in want.items():
+            p = got[key]
+            w = w or {}
+            if "reason" in w:
+                assert p["reason"] == w["reason"], (key, p)
+            if "clusterQueue" in w:
+                assert p["clusterQueue"] == w["clusterQueue"], (key, p)
+            for text in w.get("message", []):
+                assert text in p["message"], f"{key}: message lacks {text!r}: {p['message']}"
+    if "preempted" in expect:
+        got = {p["workload"]: p for p in doc["preempted"]}
+        want = expect["preempted"] or {}
+        assert set(got) == set(want), f"preempted {sorted(got)}, want {sorted(want)}"
+        for key, w in want.items():
+            for field in ("by", "reason", "clusterQueue", "cycle"):
+                if field in (w or {}):
+                    assert got[key][field] == w[field], (key, got[key])
+            for text in (w or {}).get("message", []):
+                assert text in got[key]["message"], (key, got[key]["message"])
+    if "usage" in expect:
+        for cq, flavors in expect["usage"].items():
+            for flv, res in flavors.items():
+                for r, u in res.items():
+                    assert doc["usage"][cq][flv][r] == u, (cq, flv, r, doc["usage"][cq][flv][r])
+    if "cycles" in expect:
+        assert doc["cycles"] == expect["cycles"]
+    if "whatIf" in expect:
+        changes = {c["workload"]: c for c in doc["whatIf"]["changes"]}
+        assert set(changes) == set(expect["whatIf"]), f"whatIf changes {sorted(changes)}"
+        for key, w in expect["whatIf"].items():
+            for side in ("before", "after"):
+                o = changes[key][side]
+                assert (o["outcome"] if o else None) == w[side], (key, side, o)

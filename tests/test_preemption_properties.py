@@ -1,0 +1,79 @@
+"""Property tests of classical preemption over random trees and admitted workloads.
+
+For any state and any preemptor: if victims are chosen, then after releasing them the
+preemptor fits; no victim has a priority the ClusterQueue's policy protects; and no
+victim is unnecessary (putting any one back leaves the preemptor unable to fit).
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from admission.cache import Cache
+from admission.preemption import Preemptor
+from admission.scheduler import Scheduler, policy_allows
+from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
+from tests.test_engine_properties import FLAVORS, world
+
+
+def _workload(cq: str, seq: int, count: int, cpu: int, gpu: int, prio: int) -> Workload:
+    return Workload(
+        namespace=f"ns-{cq}",
+        name=f"w{seq}",
+        uid=f"w{seq:04d}",
+        queue_name="lq",
+        priority=prio,
+        creation_time=float(seq),
+        pod_sets=[PodSet(name="main", count=count, requests={"cpu": cpu * 1000, "nvidia.com/gpu": gpu})],
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world(), st.data())
+def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObject) -> None:
+    cqs, cohorts, ops = w
+    flavors = {f: ResourceFlavor(name=f) for f in FLAVORS}
+    lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
+    cache = Cache(flavors=flavors, cluster_queues=cqs, cohorts=cohorts, local_queues=lqs)
+    sched = Scheduler(cache)
+    seq = 0
+    for op in ops:  # fill the tree with admitted workloads
+        if op[0] == "submit":
+            seq += 1
+            _, cq, count, cpu, gpu, prio = op
+            cache.add_workload(_workload(cq, seq, count, cpu, gpu, prio))
+            for p in sched.schedule().preempted:
+                cache.evicted(p.workload.key)
+    cq = data.draw(st.sampled_from(sorted(cqs)))
+    spec = cqs[cq]
+    flavor = spec.resource_groups[0].flavors[0].name
+    prio = data.draw(st.integers(0, 3))
+    preemptor = _workload(cq, 9999, 1, data.draw(st.integers(1, 6)), data.draw(st.integers(0, 6)), prio)
+    requests = {(flavor, r): v for r, v in preemptor.pod_sets[0].requests.items() if v}
+    node = cache.tree.queues[cq]
+    frs = {fr for fr, v in requests.items() if v > node.available(fr)}
+    if not frs:
+        return
+    pre = Preemptor(cache)
+    before = {n: dict(x.usage) for n, x in cache.tree.queues.items()}
+    targets = pre.minimal_targets(preemptor, node, frs, requests)
+    assert {n: dict(x.usage) for n, x in cache.tree.queues.items()} == before, "search must restore the tree"
+    if not targets:
+        return
+    for t in targets:
+        victim = cache.workloads[t.key]
+        policy = spec.preemption.within_cluster_queue if t.cluster_queue == cq else spec.preemption.reclaim_within_cohort
+        assert policy_allows(policy, preemptor=preemptor, candidate=victim), (t, policy, victim.priority)
+        if t.reason == "InCohortReclaimWhileBorrowing":
+            assert victim.priority < preemptor.priority
+            thr = spec.preemption.max_priority_threshold
+            assert thr is None or victim.priority <= thr
+    allow = pre.last_allow_borrowing
+    for t in targets:
+        cache.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
+    assert Preemptor._fits(node, requests, allow), "after releasing every victim the preemptor must fit"
+    for t in targets:  # minimality
+        cache.tree.add_usage(t.cluster_queue, cache.usage_of[t.key])
+        assert not Preemptor._fits(node, requests, allow), f"victim {t.key} was unnecessary"
+        cache.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
