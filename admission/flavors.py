@@ -407,7 +407,12 @@ def explain_available(node: QuotaNode, fr: FlavorResource) -> str:
 
 
 def _lending_kept(root: QuotaNode, fr: FlavorResource) -> list[str]:
-    out = []
+    """Capacity kept back by lending limits below ``root`` (fixed until a rebuild)."""
+    memo_key = ("lending_kept", fr)
+    cached = root.memo.get(memo_key)
+    if cached is not None:
+        return cached  # type: ignore[return-value]
+    out: list[str] = []
     stack = [root]
     r = fr[1]
     while stack:
@@ -419,4 +424,6 @@ def _lending_kept(root: QuotaNode, fr: FlavorResource) -> list[str]:
                 out.append(f"{kind} {c.name} {format_quantity(r, kept)}")
             if c.is_cohort:
                 stack.append(c)
-    return sorted(out)
+    out.sort()
+    root.memo[memo_key] = out
+    return out

@@ -33,6 +33,7 @@ class QuotaNode:
         "local_quota",
         "fair_weight",
         "disabled_reason",
+        "memo",
     )
 
     def __init__(self, name: str, *, is_cohort: bool, fair_weight: float = 1.0) -> None:
@@ -49,6 +50,8 @@ class QuotaNode:
         self.local_quota: dict[FlavorResource, int] = {}
         self.fair_weight = fair_weight
         self.disabled_reason: str | None = None
+        # Derived values that only change when the tree is rebuilt (explanations).
+        self.memo: dict[object, object] = {}
 
     def __repr__(self) -> str:
         kind = "Cohort" if self.is_cohort else "ClusterQueue"

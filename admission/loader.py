@@ -1,0 +1,395 @@
+"""Reading Kubernetes objects from YAML files into the engine's model.
+
+``quartermaster plan``, ``serve --webhooks-only`` and the simulator take their queues,
+flavors and workloads from YAML files (CLI.md). This module is the file side of that:
+it expands paths (a file, or every ``*.yaml``/``*.yml`` in a directory, sorted by
+name), splits multi-document YAML, hands each object to ``queues.api`` for validation,
+turns batch/v1 Jobs into Workloads the way Kueue's job controller does
+(``admission.jobs``), and collects everything in an ``Inputs``.
+
+Any bad input stops the load with a ``LoadError``: one paragraph naming the file, the
+0-based document index, the object and the field. A loader that skipped bad documents
+would plan against a cluster nobody wrote down.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from admission.jobs import JobError, workload_from_job
+from queues import api
+from queues.model import (
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    Namespace,
+    PriorityClass,
+    ResourceFlavor,
+    Workload,
+)
+
+__all__ = ["Inputs", "LoadError", "load_paths", "merge", "default_namespaces"]
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+YAML_SUFFIXES = (".yaml", ".yml")
+JOB_API_VERSION = "batch/v1"
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
+SUPPORTED_KINDS = tuple(sorted({kind for _, kind in api.KINDS} | {"Job"}))
+
+
+class LoadError(Exception):
+    """Input that cannot be loaded. The message is one paragraph naming where and what."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str = "",
+        document: int | None = None,
+        kind: str = "",
+        name: str = "",
+        path: str = "",
+    ) -> None:
+        self.file = file
+        self.document = document
+        self.kind = kind
+        self.name = name
+        self.path = path
+        self.detail = message
+        where = [part for part in (file, _doc(document)) if part]
+        what = " ".join(part for part in (kind, name) if part)
+        parts = [*where, what, path, message]
+        super().__init__(": ".join(part for part in parts if part))
+
+
+def _doc(index: int | None) -> str:
+    return "" if index is None else f"document {index}"
+
+
+@dataclass
+class Inputs:
+    """Everything read from the input files, as engine objects, keyed by name.
+
+    ``local_queues`` and workload keys are ``namespace/name``. ``namespaces`` holds the
+    Namespace documents given, or (``namespaces_given`` false) one per namespace used by
+    a LocalQueue or Workload, labelled only ``kubernetes.io/metadata.name=<name>``.
+    Finished workloads are left out (their keys are in ``finished_workloads``).
+    """
+
+    flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
+    cluster_queues: dict[str, ClusterQueue] = field(default_factory=dict)
+    cohorts: dict[str, Cohort] = field(default_factory=dict)
+    local_queues: dict[str, LocalQueue] = field(default_factory=dict)
+    workload_priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    namespaces: dict[str, Namespace] = field(default_factory=dict)
+    workloads: list[Workload] = field(default_factory=list)
+    namespaces_given: bool = False
+    finished_workloads: set[str] = field(default_factory=set)
+    """Keys of the Finished workloads left out (an overlay's finish its base's ones)."""
+
+
+@dataclass(slots=True)
+class _Origin:
+    """Where a document came from: file, index in the file, index across all files."""
+
+    file: str
+    document: int
+    position: int
+
+    def __str__(self) -> str:
+        return f"{self.file} document {self.document}"
+
+    def error(self, message: str, *, kind: str = "", name: str = "", path: str = "") -> LoadError:
+        return LoadError(
+            message, file=self.file, document=self.document, kind=kind, name=name, path=path
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------
+
+
+def load_paths(paths: list[str]) -> Inputs:
+    """Load YAML files and directories (non-recursive) into one ``Inputs``.
+
+    Jobs are converted after every file is read, so they see all priority classes.
+    """
+    inputs = Inputs()
+    seen: dict[tuple[str, str], _Origin] = {}
+    workloads: list[tuple[_Origin, Workload]] = []
+    jobs: list[tuple[_Origin, dict[str, Any]]] = []
+    documents = ((file, index, doc) for file in _expand(paths) for index, doc in _documents(file))
+    for position, (file, index, doc) in enumerate(documents):
+        origin = _Origin(file, index, position)
+        kind, name = _identify(doc, origin)
+        if kind == "Job":
+            _claim(seen, ("Job", name), origin, kind=kind, name=name)
+            jobs.append((origin, doc))
+            continue
+        obj = _parse(doc, origin)
+        key = obj.key if isinstance(obj, LocalQueue | Workload) else obj.name
+        _claim(seen, (kind, key), origin, kind=kind, name=key)
+        if isinstance(obj, Workload):
+            workloads.append((origin, obj))
+        else:
+            _store(inputs, obj)
+    workloads += [(origin, _job_workload(job, origin, inputs)) for origin, job in jobs]
+    workloads.sort(key=lambda item: item[0].position)
+    keys: dict[str, _Origin] = {}
+    for origin, wl in workloads:
+        if wl.key in keys:
+            raise origin.error(
+                f"duplicate Workload: already defined in {keys[wl.key]}",
+                kind="Workload",
+                name=wl.key,
+                path="metadata.name",
+            )
+        keys[wl.key] = origin
+        if wl.finished:
+            inputs.finished_workloads.add(wl.key)
+        else:
+            inputs.workloads.append(wl)
+    if not inputs.namespaces_given:
+        inputs.namespaces = default_namespaces(inputs)
+    return inputs
+
+
+def _job_workload(job: dict[str, Any], origin: _Origin, inputs: Inputs) -> Workload:
+    try:
+        return workload_from_job(
+            job,
+            workload_priority_classes=inputs.workload_priority_classes,
+            priority_classes=inputs.priority_classes,
+        )
+    except JobError as exc:
+        raise origin.error(str(exc), kind="Job", name=_namespaced(job.get("metadata"))) from None
+
+
+def _expand(paths: list[str]) -> Iterator[str]:
+    for path in paths:
+        if os.path.isdir(path):
+            names = sorted(n for n in os.listdir(path) if n.endswith(YAML_SUFFIXES))
+            for name in names:
+                full = os.path.join(path, name)
+                if os.path.isfile(full):
+                    yield full
+        elif os.path.isfile(path):
+            yield path
+        elif os.path.exists(path):
+            raise LoadError("not a regular file or directory", file=path)
+        else:
+            raise LoadError("no such file or directory", file=path)
+
+
+def _documents(file: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Non-empty documents of a YAML stream with their 0-based index in the file."""
+    try:
+        with open(file, encoding="utf-8") as stream:
+            text = stream.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoadError(f"cannot read: {exc}", file=file) from None
+    index = 0
+    loader = _SafeLoader(text)
+    try:
+        while loader.check_data():
+            doc = loader.get_data()
+            if doc is not None:
+                if not isinstance(doc, dict):
+                    raise LoadError(
+                        f"is not a mapping (got {_json_type(doc)}); every document must be "
+                        "a Kubernetes object",
+                        file=file,
+                        document=index,
+                    )
+                yield index, doc
+            index += 1
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = ""
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+            index = _document_at(text, mark.line)  # the scanner reads ahead of the index
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise LoadError(f"invalid YAML{where}: {problem}", file=file, document=index) from None
+    finally:
+        loader.dispose()
+
+
+_DOCUMENT_START = re.compile(r"^---(\s|$)")
+
+
+def _document_at(text: str, line: int) -> int:
+    """The 0-based index of the document that contains ``line`` (0-based) of ``text``."""
+    index = 0
+    content_seen = False
+    for current in text.splitlines()[: line + 1]:
+        if _DOCUMENT_START.match(current):
+            if content_seen:
+                index += 1
+            content_seen = True  # an explicit start opens a document, even if it stays empty
+        elif current.strip() and not current.lstrip().startswith(("#", "%")):
+            content_seen = True
+    return index
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return type(value).__name__
+
+
+def _identify(doc: dict[str, Any], origin: _Origin) -> tuple[str, str]:
+    """Kind and display name of a document that has a supported apiVersion, kind and name."""
+    kind = doc.get("kind")
+    kind_text = kind if isinstance(kind, str) else ""
+    meta = doc.get("metadata")
+    name = _namespaced(meta) if kind in (*api.NAMESPACED_KINDS, "Job") else _plain(meta)
+
+    def fail(path: str, message: str = "Required value") -> LoadError:
+        return origin.error(message, kind=kind_text, name=name, path=path)
+
+    api_version = doc.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version:
+        raise fail("apiVersion")
+    if not kind_text:
+        raise fail("kind")
+    if kind_text not in SUPPORTED_KINDS:
+        supported = ", ".join(SUPPORTED_KINDS)
+        raise fail("kind", f'unsupported kind "{kind_text}" (supported kinds: {supported})')
+    if kind_text == "Job" and api_version != JOB_API_VERSION:
+        raise fail(
+            "apiVersion",
+            f'Unsupported value: "{api_version}": supported values for Job: "{JOB_API_VERSION}"',
+        )
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        if isinstance(meta, dict) and meta.get("generateName"):
+            raise fail(
+                "metadata.name",
+                "Required value: generateName is not enough, the object needs a fixed name",
+            )
+        raise fail("metadata.name")
+    return kind_text, name
+
+
+def _plain(meta: Any) -> str:
+    if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+        return meta["name"]
+    return ""
+
+
+def _namespaced(meta: Any) -> str:
+    name = _plain(meta)
+    if not name:
+        return ""
+    ns = meta.get("namespace")
+    return f"{ns if isinstance(ns, str) and ns else api.DEFAULT_NAMESPACE}/{name}"
+
+
+def _claim(
+    seen: dict[tuple[str, str], _Origin],
+    key: tuple[str, str],
+    origin: _Origin,
+    *,
+    kind: str,
+    name: str,
+) -> None:
+    first = seen.get(key)
+    if first is not None:
+        raise origin.error(
+            f"duplicate {kind}: already defined in {first}",
+            kind=kind,
+            name=name,
+            path="metadata.name",
+        )
+    seen[key] = origin
+
+
+def _parse(doc: dict[str, Any], origin: _Origin) -> api.ModelObject:
+    try:
+        return api.to_model(api.parse_object(doc))
+    except api.InputError as exc:
+        raise origin.error(exc.message, kind=exc.kind, name=exc.name, path=exc.path) from None
+
+
+def _store(inputs: Inputs, obj: api.ModelObject) -> None:
+    if isinstance(obj, ResourceFlavor):
+        inputs.flavors[obj.name] = obj
+    elif isinstance(obj, ClusterQueue):
+        inputs.cluster_queues[obj.name] = obj
+    elif isinstance(obj, Cohort):
+        inputs.cohorts[obj.name] = obj
+    elif isinstance(obj, LocalQueue):
+        inputs.local_queues[obj.key] = obj
+    elif isinstance(obj, PriorityClass):
+        if obj.kind == "PriorityClass":
+            inputs.priority_classes[obj.name] = obj
+        else:
+            inputs.workload_priority_classes[obj.name] = obj
+    elif isinstance(obj, Namespace):
+        inputs.namespaces[obj.name] = obj
+        inputs.namespaces_given = True
+    else:  # pragma: no cover - workloads are collected by the caller
+        raise TypeError(f"unexpected object {obj!r}")
+
+
+# --------------------------------------------------------------------------------------
+# Namespaces and merging
+# --------------------------------------------------------------------------------------
+
+
+def default_namespaces(inputs: Inputs) -> dict[str, Namespace]:
+    """One Namespace per namespace a LocalQueue or Workload uses, as the API server makes it."""
+    names = {lq.namespace for lq in inputs.local_queues.values()}
+    names.update(wl.namespace for wl in inputs.workloads)
+    return {n: Namespace(name=n, labels={NAMESPACE_NAME_LABEL: n}) for n in sorted(names)}
+
+
+def merge(base: Inputs, overlay: Inputs) -> Inputs:
+    """``base`` with ``overlay``'s objects added, replacing those of the same kind and name.
+
+    The result is what loading both sets of files would give if the overlay's objects
+    replaced the base's: a Workload the overlay gives as Finished is removed; explicit
+    Namespaces of either side are kept (the overlay's winning); when neither side gives
+    any, namespaces are derived from the merged LocalQueues and Workloads. Neither
+    argument is modified.
+    """
+    workloads = {wl.key: wl for wl in base.workloads}
+    workloads.update((wl.key, wl) for wl in overlay.workloads)
+    for key in overlay.finished_workloads:
+        workloads.pop(key, None)
+    merged = Inputs(
+        flavors={**base.flavors, **overlay.flavors},
+        cluster_queues={**base.cluster_queues, **overlay.cluster_queues},
+        cohorts={**base.cohorts, **overlay.cohorts},
+        local_queues={**base.local_queues, **overlay.local_queues},
+        workload_priority_classes={
+            **base.workload_priority_classes,
+            **overlay.workload_priority_classes,
+        },
+        priority_classes={**base.priority_classes, **overlay.priority_classes},
+        workloads=list(workloads.values()),
+        namespaces_given=base.namespaces_given or overlay.namespaces_given,
+        finished_workloads=(base.finished_workloads - workloads.keys())
+        | overlay.finished_workloads,
+    )
+    if merged.namespaces_given:
+        for side in (base, overlay):
+            if side.namespaces_given:
+                merged.namespaces.update(side.namespaces)
+    else:
+        merged.namespaces = default_namespaces(merged)
+    return merged

@@ -1,0 +1,268 @@
+"""From validated API objects to the engine's plain classes (``queues.model``).
+
+Runs after ``queues.api`` has checked an object, so the only thing that can still go
+wrong is a value the engine cannot represent; that is raised as ``ConvertError`` with
+its field path. Quantities become engine integers (``queues.quantity.to_units``),
+timestamps float epoch seconds, fair-sharing weights floats, and pod templates PodSets
+(``queues.pods.podset_from_template``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from queues import model as m
+from queues.api_types import (
+    FairSharing,
+    LabelSelector,
+    ResourceGroup,
+    Toleration,
+    epoch,
+    join_path,
+    quantity_value,
+)
+from queues.pods import podset_from_template
+from queues.quantity import to_units
+
+if TYPE_CHECKING:
+    from queues.api import (
+        ClusterQueue,
+        Cohort,
+        LocalQueue,
+        Namespace,
+        PriorityClass,
+        ResourceFlavor,
+        Workload,
+        WorkloadPriorityClass,
+    )
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+DEFAULT_NAMESPACE = "default"
+REQUEUE_EVICTION_REASONS = ("PodsReadyTimeout", "AdmissionCheck")
+"""Evicted reasons whose time becomes the queue-order timestamp (requeuingStrategy
+``timestamp: Eviction``, Kueue's default; AdmissionCheck always)."""
+
+
+class ConvertError(Exception):
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _units(resource: str, value: str, path: str) -> int:
+    try:
+        return to_units(resource, value)
+    except (ValueError, ArithmeticError) as exc:
+        raise ConvertError(path, str(exc)) from None
+
+
+def _weight(fair_sharing: FairSharing | None) -> float:
+    if fair_sharing is None or fair_sharing.weight is None:
+        return 1.0
+    return float(quantity_value(fair_sharing.weight))
+
+
+def _label_selector(sel: LabelSelector) -> m.LabelSelector:
+    return m.LabelSelector(
+        match_labels=tuple(sorted(sel.match_labels.items())),
+        match_expressions=tuple(
+            m.SelectorRequirement(key=e.key, operator=e.operator, values=tuple(e.values))
+            for e in sel.match_expressions
+        ),
+    )
+
+
+def _toleration(tol: Toleration) -> m.Toleration:
+    return m.Toleration(
+        key=tol.key or "",
+        operator=tol.operator or "Equal",
+        value=tol.value or "",
+        effect=tol.effect or "",
+    )
+
+
+def resource_flavor(rf: ResourceFlavor) -> m.ResourceFlavor:
+    return m.ResourceFlavor(
+        name=rf.metadata.name or "",
+        node_labels=dict(rf.spec.node_labels),
+        node_taints=[
+            m.Taint(key=t.key, value=t.value, effect=t.effect) for t in rf.spec.node_taints
+        ],
+        tolerations=[_toleration(t) for t in rf.spec.tolerations],
+    )
+
+
+def _resource_groups(groups: list[ResourceGroup]) -> list[m.ResourceGroup]:
+    out = []
+    for i, rg in enumerate(groups):
+        flavors = []
+        for j, fq in enumerate(rg.flavors):
+            quotas: dict[str, m.ResourceQuota] = {}
+            for k, q in enumerate(fq.resources):
+                path = f"spec.resourceGroups[{i}].flavors[{j}].resources[{k}]"
+                borrowing = q.borrowing_limit
+                lending = q.lending_limit
+                quotas[q.name] = m.ResourceQuota(
+                    nominal=_units(q.name, q.nominal_quota, f"{path}.nominalQuota"),
+                    borrowing_limit=None
+                    if borrowing is None
+                    else _units(q.name, borrowing, f"{path}.borrowingLimit"),
+                    lending_limit=None
+                    if lending is None
+                    else _units(q.name, lending, f"{path}.lendingLimit"),
+                )
+            flavors.append(m.FlavorQuotas(name=fq.name, resources=quotas))
+        out.append(m.ResourceGroup(covered_resources=list(rg.covered_resources), flavors=flavors))
+    return out
+
+
+def cluster_queue(cq: ClusterQueue) -> m.ClusterQueue:
+    spec = cq.spec
+    fung = spec.flavor_fungibility
+    pre = spec.preemption
+    return m.ClusterQueue(
+        name=cq.metadata.name or "",
+        resource_groups=_resource_groups(spec.resource_groups),
+        cohort=spec.cohort_name,
+        queueing_strategy=spec.queueing_strategy,
+        namespace_selector=None
+        if spec.namespace_selector is None
+        else _label_selector(spec.namespace_selector),
+        flavor_fungibility=m.FlavorFungibility(
+            when_can_borrow=fung.when_can_borrow,
+            when_can_preempt=fung.when_can_preempt,
+            preference=fung.preference,
+        ),
+        preemption=m.PreemptionPolicy(
+            within_cluster_queue=pre.within_cluster_queue,
+            reclaim_within_cohort=pre.reclaim_within_cohort,
+            borrow_within_cohort=pre.borrow_within_cohort.policy,
+            max_priority_threshold=pre.borrow_within_cohort.max_priority_threshold,
+        ),
+        fair_weight=_weight(spec.fair_sharing),
+        admission_mode=None
+        if spec.admission_scope is None
+        else spec.admission_scope.admission_mode,
+        stop_policy=spec.stop_policy,
+    )
+
+
+def cohort(co: Cohort) -> m.Cohort:
+    return m.Cohort(
+        name=co.metadata.name or "",
+        parent=co.spec.parent_name,
+        resource_groups=_resource_groups(co.spec.resource_groups),
+        fair_weight=_weight(co.spec.fair_sharing),
+    )
+
+
+def local_queue(lq: LocalQueue) -> m.LocalQueue:
+    consumed: dict[str, int] = {}
+    last_update: float | None = None
+    fair_sharing = lq.status.fair_sharing if lq.status is not None else None
+    afs = fair_sharing.admission_fair_sharing_status if fair_sharing is not None else None
+    if afs is not None:
+        path = "status.fairSharing.admissionFairSharingStatus.consumedResources"
+        consumed = {
+            res: _units(res, qty, join_path(path, res))
+            for res, qty in afs.consumed_resources.items()
+        }
+        last_update = epoch(afs.last_update)
+    return m.LocalQueue(
+        namespace=lq.metadata.namespace or DEFAULT_NAMESPACE,
+        name=lq.metadata.name or "",
+        cluster_queue=lq.spec.cluster_queue,
+        stop_policy=lq.spec.stop_policy,
+        fair_weight=_weight(lq.spec.fair_sharing),
+        consumed_resources=consumed,
+        last_update=last_update,
+    )
+
+
+def workload_priority_class(wpc: WorkloadPriorityClass) -> m.PriorityClass:
+    return m.PriorityClass(name=wpc.metadata.name or "", value=wpc.value)
+
+
+def priority_class(pc: PriorityClass) -> m.PriorityClass:
+    return m.PriorityClass(
+        name=pc.metadata.name or "",
+        value=pc.value,
+        kind="PriorityClass",
+        global_default=pc.global_default,
+    )
+
+
+def namespace(ns: Namespace) -> m.Namespace:
+    name = ns.metadata.name or ""
+    # The API server sets this label on every namespace (GA since Kubernetes 1.22).
+    return m.Namespace(name=name, labels={**ns.metadata.labels, NAMESPACE_NAME_LABEL: name})
+
+
+def workload(wl: Workload) -> m.Workload:
+    pod_sets = []
+    for i, ps in enumerate(wl.spec.pod_sets):
+        try:
+            pod_set = podset_from_template(
+                name=ps.name, count=ps.count, template=ps.template, min_count=ps.min_count
+            )
+        except (ValueError, ArithmeticError, TypeError) as exc:
+            raise ConvertError(f"spec.podSets[{i}].template", str(exc)) from None
+        pod_sets.append(pod_set)
+    ref = wl.spec.priority_class_ref
+    reserved = wl.condition("QuotaReserved")
+    status = wl.status
+    admission = None
+    admission_time = None
+    if (
+        status is not None
+        and status.admission is not None
+        and reserved is not None
+        and reserved.status == "True"
+    ):
+        counts = {ps.name: ps.count for ps in wl.spec.pod_sets}
+        assignments = []
+        for i, psa in enumerate(status.admission.pod_set_assignments):
+            path = f"status.admission.podSetAssignments[{i}].resourceUsage"
+            assignments.append(
+                m.PodSetAssignment(
+                    name=psa.name,
+                    flavors=dict(psa.flavors),
+                    resource_usage={
+                        res: _units(res, qty, join_path(path, res))
+                        for res, qty in psa.resource_usage.items()
+                    },
+                    count=psa.count if psa.count is not None else counts.get(psa.name, 0),
+                )
+            )
+        admission = m.Admission(
+            cluster_queue=status.admission.cluster_queue, pod_set_assignments=assignments
+        )
+        admission_time = epoch(reserved.last_transition_time)
+    evicted = wl.condition("Evicted")
+    requeue_time = None
+    if (
+        evicted is not None
+        and evicted.status == "True"
+        and evicted.reason in REQUEUE_EVICTION_REASONS
+    ):
+        requeue_time = epoch(evicted.last_transition_time)
+    finished = wl.condition("Finished")
+    return m.Workload(
+        namespace=wl.metadata.namespace or DEFAULT_NAMESPACE,
+        name=wl.metadata.name or "",
+        pod_sets=pod_sets,
+        queue_name=wl.spec.queue_name or "",
+        priority=wl.spec.priority if wl.spec.priority is not None else 0,
+        priority_class=None if ref is None else ref.name,
+        priority_class_kind=None if ref is None else ref.kind,
+        uid=wl.metadata.uid or "",
+        creation_time=epoch(wl.metadata.creation_timestamp) or 0.0,
+        active=wl.spec.active,
+        admission=admission,
+        admission_time=admission_time,
+        requeue_time=requeue_time,
+        labels=dict(wl.metadata.labels),
+        annotations=dict(wl.metadata.annotations),
+        finished=finished is not None and finished.status == "True",
+    )

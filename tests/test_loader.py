@@ -1,0 +1,360 @@
+"""admission.loader: YAML files and directories into Inputs, with clear LoadErrors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from admission.loader import Inputs, LoadError, load_paths, merge
+from queues import model as m
+
+FLAVOR = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+"""
+CLUSTER_QUEUE = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: default
+      resources: [{name: cpu, nominalQuota: 10}]
+"""
+LOCAL_QUEUE = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: lq, namespace: team-a}
+spec: {clusterQueue: cq}
+"""
+WPC = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+"""
+POD_PRIORITY_CLASS = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 5
+"""
+
+
+def workload_doc(name: str, *, namespace: str = "team-b", cpu: str = "1", status: str = "") -> str:
+    return f"""
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  queueName: lq
+  podSets:
+  - name: main
+    count: 1
+    template:
+      spec:
+        containers:
+        - name: c
+          resources: {{requests: {{cpu: "{cpu}"}}}}
+{status}"""
+
+
+def job_doc(name: str, *, priority_class: str = "high") -> str:
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: team-a
+  uid: 11111111-2222-3333-4444-555555555555
+  labels:
+    kueue.x-k8s.io/queue-name: lq
+    kueue.x-k8s.io/priority-class: {priority_class}
+spec:
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        resources: {{requests: {{cpu: "2"}}}}
+"""
+
+
+def write(path: Path, *docs: str) -> str:
+    path.write_text("---".join(docs))
+    return str(path)
+
+
+def load_error(paths: list[str]) -> LoadError:
+    with pytest.raises(LoadError) as info:
+        load_paths(paths)
+    return info.value
+
+
+# ------------------------------------------------------------------ loading
+
+
+def test_multi_document_file_fills_every_kind(tmp_path: Path) -> None:
+    file = write(
+        tmp_path / "all.yaml",
+        FLAVOR,
+        CLUSTER_QUEUE,
+        LOCAL_QUEUE,
+        WPC,
+        POD_PRIORITY_CLASS,
+        workload_doc("w1"),
+        "\n",  # an empty document is skipped
+    )
+    inputs = load_paths([file])
+    assert list(inputs.flavors) == ["default"]
+    assert list(inputs.cluster_queues) == ["cq"]
+    assert list(inputs.local_queues) == ["team-a/lq"]
+    assert inputs.workload_priority_classes["high"].value == 1000
+    assert inputs.priority_classes["high"] == m.PriorityClass(
+        name="high", value=5, kind="PriorityClass"
+    )
+    assert [w.key for w in inputs.workloads] == ["team-b/w1"]
+    assert inputs.workloads[0].pod_sets[0].requests == {"cpu": 1000}
+
+
+def test_namespaces_are_derived_when_none_given(tmp_path: Path) -> None:
+    inputs = load_paths([write(tmp_path / "a.yaml", LOCAL_QUEUE, workload_doc("w1"))])
+    assert not inputs.namespaces_given
+    assert inputs.namespaces == {
+        "team-a": m.Namespace("team-a", {"kubernetes.io/metadata.name": "team-a"}),
+        "team-b": m.Namespace("team-b", {"kubernetes.io/metadata.name": "team-b"}),
+    }
+
+
+def test_given_namespaces_are_the_only_ones(tmp_path: Path) -> None:
+    ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {tier: gold}}\n"
+    inputs = load_paths([write(tmp_path / "a.yaml", ns, LOCAL_QUEUE, workload_doc("w1"))])
+    assert inputs.namespaces_given
+    assert list(inputs.namespaces) == ["team-a"]
+    assert inputs.namespaces["team-a"].labels == {
+        "tier": "gold",
+        "kubernetes.io/metadata.name": "team-a",
+    }
+
+
+def test_directory_loads_yaml_files_sorted_and_not_recursively(tmp_path: Path) -> None:
+    write(tmp_path / "b.yml", workload_doc("second"))
+    write(tmp_path / "a.yaml", workload_doc("first"))
+    (tmp_path / "notes.txt").write_text("not yaml: [")
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "c.yaml", workload_doc("nested"))
+    inputs = load_paths([str(tmp_path)])
+    assert [w.name for w in inputs.workloads] == ["first", "second"]
+
+
+def test_jobs_see_priority_classes_from_later_files(tmp_path: Path) -> None:
+    jobs = write(tmp_path / "a-jobs.yaml", job_doc("train"))
+    classes = write(tmp_path / "b-classes.yaml", WPC, LOCAL_QUEUE)
+    inputs = load_paths([jobs, classes])
+    (wl,) = inputs.workloads
+    assert wl.name.startswith("job-train-")
+    assert (wl.namespace, wl.queue_name, wl.priority, wl.priority_class) == (
+        "team-a",
+        "lq",
+        1000,
+        "high",
+    )
+    assert wl.pod_sets[0].count == 2
+
+
+def test_workloads_keep_document_order_across_jobs(tmp_path: Path) -> None:
+    file = write(tmp_path / "a.yaml", workload_doc("w1"), job_doc("train"), workload_doc("w2"), WPC)
+    names = [w.name for w in load_paths([file]).workloads]
+    assert names[0] == "w1" and names[1].startswith("job-train-") and names[2] == "w2"
+
+
+def test_finished_workloads_are_dropped(tmp_path: Path) -> None:
+    finished = "status:\n  conditions:\n  - {type: Finished, status: 'True', reason: Succeeded}\n"
+    inputs = load_paths(
+        [write(tmp_path / "a.yaml", workload_doc("done", status=finished), workload_doc("w"))]
+    )
+    assert [w.name for w in inputs.workloads] == ["w"]
+    assert inputs.finished_workloads == {"team-b/done"}
+
+
+def test_inactive_workloads_are_kept_inactive(tmp_path: Path) -> None:
+    doc = workload_doc("w").replace("  queueName: lq", "  queueName: lq\n  active: false")
+    (wl,) = load_paths([write(tmp_path / "a.yaml", doc)]).workloads
+    assert not wl.active
+
+
+def test_v1beta1_objects_are_accepted(tmp_path: Path) -> None:
+    doc = CLUSTER_QUEUE.replace("v1beta2", "v1beta1").replace(
+        "namespaceSelector: {}", "cohort: pool"
+    )
+    inputs = load_paths([write(tmp_path / "a.yaml", doc)])
+    assert inputs.cluster_queues["cq"].cohort == "pool"
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_error_names_file_document_object_and_field(tmp_path: Path) -> None:
+    bad = CLUSTER_QUEUE.replace("nominalQuota: 10", "nominalQuotaa: 10")
+    file = write(tmp_path / "queues.yaml", FLAVOR, "\n", bad)
+    err = load_error([file])
+    assert str(err) == (
+        f"{file}: document 2: ClusterQueue cq: "
+        "spec.resourceGroups[0].flavors[0].resources[0].nominalQuotaa: unknown field"
+    )
+    assert (err.file, err.document, err.kind, err.name) == (file, 2, "ClusterQueue", "cq")
+    assert err.path == "spec.resourceGroups[0].flavors[0].resources[0].nominalQuotaa"
+    assert "\n" not in str(err)
+
+
+def test_yaml_syntax_error(tmp_path: Path) -> None:
+    file = write(tmp_path / "a.yaml", FLAVOR, "\nkind: [unclosed\n")
+    err = load_error([file])
+    assert err.document == 1
+    assert str(err).startswith(f"{file}: document 1: invalid YAML")
+    assert "line" in str(err)
+
+
+def test_non_mapping_document(tmp_path: Path) -> None:
+    err = load_error([write(tmp_path / "a.yaml", "- a\n- b\n")])
+    assert str(err).startswith(f"{tmp_path / 'a.yaml'}: document 0: is not a mapping (got a list)")
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "message"),
+    [
+        ("kind: ResourceFlavor\nmetadata: {name: x}\n", "apiVersion", "Required value"),
+        ("apiVersion: v1\nmetadata: {name: x}\n", "kind", "Required value"),
+        (
+            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {}\n",
+            "metadata.name",
+            "Required value",
+        ),
+        (
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
+            "kind",
+            'unsupported kind "Deployment"',
+        ),
+        (
+            "apiVersion: batch/v2\nkind: Job\nmetadata: {name: x}\n",
+            "apiVersion",
+            'Unsupported value: "batch/v2"',
+        ),
+    ],
+)
+def test_missing_identity_fields(tmp_path: Path, doc: str, path: str, message: str) -> None:
+    err = load_error([write(tmp_path / "a.yaml", doc)])
+    assert err.path == path
+    assert message in str(err)
+
+
+def test_unsupported_kind_lists_job(tmp_path: Path) -> None:
+    err = load_error(
+        [write(tmp_path / "a.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")]
+    )
+    assert "Job" in str(err) and "ClusterQueue" in str(err)
+
+
+def test_duplicate_objects_across_files(tmp_path: Path) -> None:
+    first = write(tmp_path / "a.yaml", CLUSTER_QUEUE)
+    second = write(tmp_path / "b.yaml", FLAVOR, CLUSTER_QUEUE.replace("v1beta2", "v1beta1"))
+    err = load_error([first, second])
+    assert str(err) == (
+        f"{second}: document 1: ClusterQueue cq: metadata.name: duplicate ClusterQueue: "
+        f"already defined in {first} document 0"
+    )
+
+
+def test_same_name_in_other_namespace_or_kind_is_not_a_duplicate(tmp_path: Path) -> None:
+    other_ns = LOCAL_QUEUE.replace("team-a", "team-c")
+    file = write(tmp_path / "a.yaml", LOCAL_QUEUE, other_ns, WPC, POD_PRIORITY_CLASS)
+    inputs = load_paths([file])
+    assert sorted(inputs.local_queues) == ["team-a/lq", "team-c/lq"]
+
+
+def test_duplicate_workloads_and_jobs(tmp_path: Path) -> None:
+    err = load_error([write(tmp_path / "a.yaml", workload_doc("w"), workload_doc("w"))])
+    assert "duplicate Workload" in str(err) and err.document == 1
+    err = load_error([write(tmp_path / "b.yaml", WPC, job_doc("j"), job_doc("j"))])
+    assert "Job team-a/j" in str(err) and "duplicate Job" in str(err)
+
+
+def test_bad_job_is_a_load_error(tmp_path: Path) -> None:
+    err = load_error([write(tmp_path / "a.yaml", job_doc("j", priority_class="missing"))])
+    assert err.kind == "Job" and err.name == "team-a/j"
+    assert str(err).startswith(f"{tmp_path / 'a.yaml'}: document 0: Job team-a/j: ")
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    err = load_error([str(tmp_path / "nope.yaml")])
+    assert str(err) == f"{tmp_path / 'nope.yaml'}: no such file or directory"
+
+
+# ------------------------------------------------------------------ merge
+
+
+def test_merge_replaces_and_adds_without_touching_inputs(tmp_path: Path) -> None:
+    base = load_paths(
+        [
+            write(
+                tmp_path / "base.yaml",
+                FLAVOR,
+                CLUSTER_QUEUE,
+                LOCAL_QUEUE,
+                workload_doc("w1"),
+                workload_doc("w2"),
+            )
+        ]
+    )
+    bigger = CLUSTER_QUEUE.replace("nominalQuota: 10", "nominalQuota: 20")
+    overlay = load_paths(
+        [write(tmp_path / "over.yaml", bigger, workload_doc("w2", cpu="3"), workload_doc("w3"))]
+    )
+    merged = merge(base, overlay)
+    assert (
+        merged.cluster_queues["cq"].resource_groups[0].flavors[0].resources["cpu"].nominal == 20_000
+    )
+    assert [w.name for w in merged.workloads] == ["w1", "w2", "w3"]
+    assert merged.workloads[1].pod_sets[0].requests == {"cpu": 3000}
+    assert list(merged.flavors) == ["default"]
+    assert (
+        base.cluster_queues["cq"].resource_groups[0].flavors[0].resources["cpu"].nominal == 10_000
+    )
+    assert len(base.workloads) == 2
+
+
+def test_merge_removes_workloads_the_overlay_finishes(tmp_path: Path) -> None:
+    base = load_paths([write(tmp_path / "base.yaml", workload_doc("w1"), workload_doc("w2"))])
+    finished = "status:\n  conditions:\n  - {type: Finished, status: 'True'}\n"
+    overlay = load_paths([write(tmp_path / "over.yaml", workload_doc("w1", status=finished))])
+    assert [w.name for w in merge(base, overlay).workloads] == ["w2"]
+
+
+def test_merge_namespaces(tmp_path: Path) -> None:
+    base = load_paths([write(tmp_path / "base.yaml", workload_doc("w1", namespace="a"))])
+    overlay = load_paths([write(tmp_path / "over.yaml", workload_doc("w2", namespace="b"))])
+    merged = merge(base, overlay)
+    assert not merged.namespaces_given and sorted(merged.namespaces) == ["a", "b"]
+    ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {x: y}}\n"
+    explicit = load_paths([write(tmp_path / "ns.yaml", ns)])
+    merged = merge(overlay, explicit)
+    assert merged.namespaces_given and list(merged.namespaces) == ["a"]
+    assert merged.namespaces["a"].labels["x"] == "y"
+
+
+def test_empty_inputs_merge_to_empty() -> None:
+    merged = merge(Inputs(), Inputs())
+    assert merged == Inputs()
+
+
+def test_generate_name_alone_is_not_enough(tmp_path: Path) -> None:
+    doc = job_doc("x").replace("  name: x\n", "  generateName: train-\n")
+    err = load_error([write(tmp_path / "a.yaml", doc)])
+    assert err.path == "metadata.name"
+    assert "generateName is not enough" in str(err)
