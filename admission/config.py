@@ -2,58 +2,164 @@
 
 The same file is taken by ``plan --config``, ``simulate --config`` and
 ``serve --config``. Field names are Kueue's where Kueue has the feature
-(``config.kueue.x-k8s.io/v1beta2``); unknown fields are an error naming the path,
-never silently ignored.
+(``config.kueue.x-k8s.io/v1beta2``): ``fairSharing``, ``admissionFairSharing``,
+``waitForPodsReady``, ``manageJobsWithoutQueueName``, ``managedJobsNamespaceSelector``.
+``cohortCredits`` is this project's extension (usage-based credits between
+ClusterQueues and Cohorts). Unknown fields are an error naming the path.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 if TYPE_CHECKING:
     from admission.cache import Cache
     from admission.scheduler import Scheduler
 
-KNOWN_TOP_LEVEL = {
-    "apiVersion",
-    "kind",
-    "namespace",
-    "fairSharing",
-    "admissionFairSharing",
-    "cohortCredits",
-    "waitForPodsReady",
-    "manageJobsWithoutQueueName",
-    "managedJobsNamespaceSelector",
-    "internalCertManagement",
-    "webhook",
-    "metrics",
-    "health",
-    "leaderElection",
-    "integrations",
-    "clientConnection",
-}
+STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ConfigError(ValueError):
     """A configuration file that is not valid; the message names the field."""
 
 
+def parse_duration(text: str | int | float) -> float:
+    """A Go duration ("5m", "1h30m", "90s", "0") in seconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValueError(f"{text!r} is negative")
+        return float(text)
+    s = text.strip()
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ValueError(f"{text!r} is not a duration like 5m, 1h30m or 90s")
+    return total
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class FairSharingSection(_Strict):
+    preemptionStrategies: list[str] = Field(default_factory=lambda: list(STRATEGIES))
+
+    @field_validator("preemptionStrategies")
+    @classmethod
+    def _valid(cls, v: list[str]) -> list[str]:
+        allowed = ([], ["LessThanOrEqualToFinalShare"], ["LessThanInitialShare"], list(STRATEGIES))
+        if v not in allowed:
+            raise ValueError(
+                "must be LessThanOrEqualToFinalShare, LessThanInitialShare, or both in that order"
+            )
+        return v or list(STRATEGIES)
+
+
+class UsageSection(_Strict):
+    """admissionFairSharing and cohortCredits share this shape."""
+
+    usageHalfLifeTime: str | float = "168h"
+    usageSamplingInterval: str | float = "5m"
+    resourceWeights: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("usageHalfLifeTime", "usageSamplingInterval")
+    @classmethod
+    def _duration(cls, v: str | float) -> str | float:
+        parse_duration(v)
+        return v
+
+    @field_validator("resourceWeights")
+    @classmethod
+    def _weights(cls, v: dict[str, float]) -> dict[str, float]:
+        for r, w in v.items():
+            if w < 0:
+                raise ValueError(f"weight of {r} must be ≥ 0")
+        return v
+
+    def half_life(self) -> float:
+        return parse_duration(self.usageHalfLifeTime)
+
+    def sampling(self) -> float:
+        s = parse_duration(self.usageSamplingInterval)
+        if s <= 0:
+            raise ValueError("usageSamplingInterval must be > 0")
+        return s
+
+
+class RequeuingStrategy(_Strict):
+    timestamp: str = "Eviction"
+    backoffLimitCount: int | None = None
+    backoffBaseSeconds: int = 60
+    backoffMaxSeconds: int = 3600
+
+
+class WaitForPodsReady(_Strict):
+    enable: bool | None = None
+    timeout: str = "30m"
+    blockAdmission: bool = False
+    recoveryTimeout: str | None = None
+    requeuingStrategy: RequeuingStrategy = Field(default_factory=RequeuingStrategy)
+
+
+class ConfigurationDoc(_Strict):
+    apiVersion: str | None = None
+    kind: str | None = None
+    namespace: str | None = None
+    fairSharing: FairSharingSection | None = None
+    admissionFairSharing: UsageSection | None = None
+    cohortCredits: UsageSection | None = None
+    waitForPodsReady: WaitForPodsReady | None = None
+    manageJobsWithoutQueueName: bool = False
+    managedJobsNamespaceSelector: dict[str, Any] | None = None
+    internalCertManagement: dict[str, Any] | None = None
+    webhook: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+    health: dict[str, Any] | None = None
+    leaderElection: dict[str, Any] | None = None
+    integrations: dict[str, Any] | None = None
+    clientConnection: dict[str, Any] | None = None
+
+
 @dataclass(slots=True)
 class Config:
-    """Parsed configuration; defaults are Kueue's."""
+    """Parsed configuration; defaults are Kueue's (fair sharing and AFS off)."""
 
-    raw: dict[str, Any] = field(default_factory=dict)
+    doc: ConfigurationDoc = field(default_factory=ConfigurationDoc)
     now: float | None = None  # plan --now: evaluation time (epoch seconds)
+
+    @property
+    def fair_sharing(self) -> FairSharingSection | None:
+        return self.doc.fairSharing
+
+    @property
+    def admission_fair_sharing(self) -> UsageSection | None:
+        return self.doc.admissionFairSharing
+
+    @property
+    def cohort_credits(self) -> UsageSection | None:
+        return self.doc.cohortCredits
 
     def make_scheduler(self, cache: Cache, *, clock: Callable[[], float]) -> Scheduler:
         """A scheduler wired with the features this configuration enables."""
-        from admission.scheduler import Scheduler
+        from admission.fair_sharing import configure
 
-        return Scheduler(cache, clock=clock)
+        return configure(self, cache, clock=clock)
 
 
 def load_config(path: str | None) -> Config:
@@ -81,7 +187,18 @@ def parse_config(doc: Any, *, source: str = "configuration") -> Config:
     kind = doc.get("kind")
     if kind is not None and kind != "Configuration":
         raise ConfigError(f"{source}: kind: expected Configuration, got {kind!r}")
-    for key in doc:
-        if key not in KNOWN_TOP_LEVEL:
-            raise ConfigError(f"{source}: {key}: unknown field")
-    return Config(raw=dict(doc))
+    try:
+        parsed = ConfigurationDoc.model_validate(doc)
+        for name in ("admissionFairSharing", "cohortCredits"):
+            section = getattr(parsed, name)
+            if section is not None:
+                try:
+                    section.sampling()
+                except ValueError as e:
+                    raise ConfigError(f"{source}: {name}.usageSamplingInterval: {e}") from e
+    except ValidationError as e:
+        err = e.errors()[0]
+        path = ".".join(str(p) for p in err["loc"])
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(f"{source}: {path}: {msg}") from e
+    return Config(doc=parsed)

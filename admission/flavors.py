@@ -352,6 +352,9 @@ def explain_max_capacity(node: QuotaNode, fr: FlavorResource) -> str:
             parts.append(
                 f"{kind} {n.name} subtree quota {format_quantity(r, n.subtree_quota.get(fr, 0))}"
             )
+            kept = _lending_kept(n, fr)
+            if kept:
+                parts.append("kept back by lendingLimit: " + ", ".join(kept))
             break
         if q is not None and q.borrowing_limit is not None:
             cap = n.subtree_quota.get(fr, 0) + q.borrowing_limit

@@ -159,7 +159,31 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
             for key, (cq, st) in sorted(result.pending.items())
         ],
         "usage": usage_report(result.cache),
+        **fair_sharing_report(result),
     }
+
+
+def fair_sharing_report(result: PlanResult) -> dict[str, Any]:
+    """Shares (when fair sharing is on) and credit balances (AFS / cohortCredits)."""
+    out: dict[str, Any] = {}
+    sched = result.scheduler
+    if sched is None:
+        return out
+    if sched.preemptor.fair_sharing:
+        from queues.fairshare import dominant_resource_share
+
+        tree = sched.cache.tree
+        out["fairSharing"] = {
+            "clusterQueues": {
+                n: dominant_resource_share(tree.queues[n]).rounded() for n in sorted(tree.queues)
+            },
+            "cohorts": {
+                n: dominant_resource_share(tree.cohorts[n]).rounded() for n in sorted(tree.cohorts)
+            },
+        }
+    if sched.usage is not None:
+        out["credits"] = sched.usage.report()
+    return out
 
 
 def outcomes(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from admission.cache import Cache
 from admission.flavors import NO_CANDIDATES, PREEMPT, RECLAIM
@@ -35,6 +36,9 @@ from queues.model import (
     Workload,
 )
 from queues.tree import QuotaNode
+
+if TYPE_CHECKING:
+    from admission.usage import UsageTracker
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
@@ -107,8 +111,9 @@ class Preemptor:
 
     fair_sharing = False
 
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, *, tracker: UsageTracker | None = None) -> None:
         self.cache = cache
+        self.tracker = tracker  # admission fair sharing: victims from heavy LocalQueues first
         # Whether the last successful search allowed the preemptor to borrow.
         self.last_allow_borrowing = True
 
@@ -226,10 +231,19 @@ class Preemptor:
     def candidate_order(self, cq_name: str):  # noqa: ANN201 - a sort key function
         """Kueue's CandidatesOrdering as a sort key."""
         evicting = self.cache.evicting
+        tracker = self.tracker
 
         def key(c: _Candidate) -> tuple:
             t = c.wl.admission_time or 0.0
-            return (c.key not in evicting, c.cq == cq_name, c.wl.priority, -t, c.wl.uid or c.key)
+            heavy = -tracker.afs_usage_of(c.wl, c.cq) if tracker is not None else 0.0
+            return (
+                c.key not in evicting,
+                c.cq == cq_name,
+                heavy,
+                c.wl.priority,
+                -t,
+                c.wl.uid or c.key,
+            )
 
         return key
 

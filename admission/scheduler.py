@@ -14,8 +14,9 @@ The cycle returns decisions and performs no I/O; drivers apply them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from admission.cache import MISCONFIGURED, SUSPENDED, Cache, PendingStatus
 from admission.flavors import (
@@ -37,6 +38,9 @@ from queues.model import (
     PodSetAssignment,
     Workload,
 )
+
+if TYPE_CHECKING:
+    from admission.usage import UsageTracker
 
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 
@@ -106,7 +110,12 @@ class Scheduler:
         self._reserved: list[tuple[str, dict[FlavorResource, int]]] = []
         self._cycle_targets: set[str] = set()
         self.order_key: Callable[[Entry], tuple] = classical_order_key
+        # Fair sharing replaces the whole ordering with a tournament (an iterator).
+        self.entry_order: Callable[[list[Entry]], Iterator[Entry]] = lambda es: iter(
+            sorted(es, key=self.order_key)
+        )
         self.lq_usage: Callable[[str], Callable[[str], float] | None] = lambda _cq: None
+        self.usage: UsageTracker | None = None  # admission fair sharing and credits
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
 
     # -- the cycle ----------------------------------------------------------------
@@ -130,10 +139,9 @@ class Scheduler:
         for e in heads:
             self._nominate(e)
         self.stats["nominations"] += len(heads)
-        heads.sort(key=self.order_key)
         self._cycle_targets = set()
         try:
-            for e in heads:
+            for e in self.entry_order(heads):
                 self._process(e, result)
         finally:
             for cq, usage in self._reserved:
@@ -328,6 +336,8 @@ class Scheduler:
         wl.admission = admission
         wl.admission_time = self.clock()
         self.cache.assume(wl, e.cluster_queue, dict(a.usage))
+        if self.usage is not None:
+            self.usage.on_admit(wl, e.cluster_queue, a.usage)
         result.admitted.append(AdmittedDecision(wl, e.cluster_queue, admission, result.cycle))
         result.changed = True
         self.stats["admissions"] += 1

@@ -52,7 +52,7 @@ class PendingQueue:
     def push(self, wl: Workload) -> None:
         """Add (or re-add) a workload to the active heap."""
         self.remove(wl.key)
-        lq = wl.queue_name
+        lq = f"{wl.namespace}/{wl.queue_name}"  # the LocalQueue's key
         key = order_key(wl)
         lst = self._by_lq.get(lq)
         if lst is None:
@@ -92,7 +92,11 @@ class PendingQueue:
         return n
 
     def head(self, lq_usage: Callable[[str], float] | None = None) -> Workload | None:
-        """The next workload to nominate, without removing it."""
+        """The next workload to nominate, without removing it.
+
+        ``lq_usage`` (admission fair sharing) maps a LocalQueue key ("ns/name") to its
+        usage; the LocalQueue with the lowest usage provides the head.
+        """
         if self.sticky is not None and self.sticky in self._keys:
             return self._keys[self.sticky][2]
         if not self._by_lq:

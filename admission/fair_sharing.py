@@ -1,0 +1,423 @@
+"""Fair sharing: tournament admission order and fair-sharing preemption.
+
+Enabled by ``fairSharing`` in the configuration (kueue-semantics §4.8):
+
+* **Admission order**: instead of one global sort, each root cohort runs a tournament
+  after every processed entry: at every cohort, among its children's candidates, the
+  child that is not borrowing from its parent on the workload's resources goes first,
+  then the lowest dominant resource share *after* admitting the candidate, then (our
+  extension, when ``cohortCredits`` is configured) the higher credit between borrowers,
+  then priority, then age.
+* **Preemption** (``FairPreemptor``): victims come from the ClusterQueues with the
+  highest share first; a cross-queue victim is taken only if the strategy allows it
+  (``LessThanOrEqualToFinalShare``: the preemptor's share after admission ≤ the
+  target's share after the removal; ``LessThanInitialShare``: < the target's share
+  before). This is what makes preemption loops impossible: a preempts b only if a's
+  share after admission is lower than b's.
+
+``configure`` wires the features a configuration enables into a ``Scheduler``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from admission.cache import Cache
+from admission.preemption import (
+    IN_CLUSTER_QUEUE,
+    IN_COHORT_FAIR_SHARING,
+    IN_COHORT_RECLAMATION,
+    Preemptor,
+    Target,
+    _Candidate,
+    uses_resources,
+    within_nominal,
+)
+from admission.scheduler import Entry, Scheduler, classical_order_key
+from queues.fairshare import Share, borrowing_on, dominant_resource_share
+from queues.model import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, NEVER, FlavorResource, Workload
+from queues.tree import QuotaNode
+
+if TYPE_CHECKING:
+    from admission.config import Config
+    from admission.usage import UsageTracker
+
+
+def configure(config: Config, cache: Cache, *, clock: Callable[[], float]) -> Scheduler:
+    """A scheduler with fair sharing, admission fair sharing and credits as configured."""
+    from admission.usage import UsageTracker
+
+    scheduler = Scheduler(cache, clock=clock)
+    tracker: UsageTracker | None = None
+    if config.admission_fair_sharing is not None or config.cohort_credits is not None:
+        tracker = UsageTracker(
+            cache, config=config, now=config.now if config.now is not None else clock()
+        )
+        scheduler.usage = tracker
+        scheduler.lq_usage = tracker.lq_order_function
+    fs = config.fair_sharing
+    if fs is not None:
+        scheduler.preemptor = FairPreemptor(
+            cache, strategies=fs.preemptionStrategies, tracker=tracker
+        )
+        scheduler.entry_order = lambda entries: tournament(scheduler, entries, tracker)
+    elif tracker is not None and config.cohort_credits is not None:
+        scheduler.order_key = lambda e: credit_order_key(e, tracker)
+        scheduler.preemptor = Preemptor(cache, tracker=tracker)
+    elif tracker is not None:
+        scheduler.preemptor = Preemptor(cache, tracker=tracker)
+    return scheduler
+
+
+def credit_order_key(e: Entry, tracker: UsageTracker) -> tuple:
+    """Classical order with credits between borrowers: non-borrowing first, then
+    priority, then (borrowers only) the higher credit, then age."""
+    wl = e.workload
+    borrow = e.assignment.borrow if e.assignment is not None else 0
+    credit = -tracker.credit_of_node(e.cluster_queue) if borrow else 0.0
+    return (borrow, -wl.priority, credit, wl.queue_order_time, wl.tiebreak)
+
+
+# -- tournament --------------------------------------------------------------------
+
+
+def tournament(
+    scheduler: Scheduler, entries: list[Entry], tracker: UsageTracker | None
+) -> Iterator[Entry]:
+    """Yield entries in fair-sharing order, re-running the tournament after each one
+    (the previous entry's admission changes everybody's shares)."""
+    cache = scheduler.cache
+    tree = cache.tree
+    by_root: dict[str, list[Entry]] = {}
+    solo: list[Entry] = []
+    for e in entries:
+        node = tree.queues[e.cluster_queue]
+        if node.parent is None:
+            solo.append(e)
+        else:
+            by_root.setdefault(node.root().name, []).append(e)
+    yield from sorted(solo, key=classical_order_key)
+    for root_name in sorted(by_root):
+        remaining = {e.cluster_queue: e for e in by_root[root_name]}
+        root = tree.cohorts[root_name]
+        while remaining:
+            keys = _tournament_keys(cache, remaining, tracker)
+            winner = _run(root, remaining, keys)
+            if winner is None:  # entries whose queues left the tree: classical order
+                yield from sorted(remaining.values(), key=classical_order_key)
+                return
+            del remaining[winner.cluster_queue]
+            yield winner
+
+
+def _tournament_keys(
+    cache: Cache, remaining: Mapping[str, Entry], tracker: UsageTracker | None
+) -> dict[tuple[str, str], tuple]:
+    """For each entry and each ancestor cohort: the comparison key of the entry's child
+    node of that cohort, with the entry's usage added (Kueue's computeDRS)."""
+    keys: dict[tuple[str, str], tuple] = {}
+    tree = cache.tree
+    for cq_name, e in remaining.items():
+        node = tree.queues[cq_name]
+        usage: dict[FlavorResource, int] = e.assignment.usage if e.assignment is not None else {}
+        tree.add_usage(cq_name, usage)
+        try:
+            child: QuotaNode = node
+            while child.parent is not None:
+                share = dominant_resource_share(child)
+                borrowing = borrowing_on(child, usage, {})
+                credit = (
+                    -tracker.credit_of_node(child.name, cohort=child.is_cohort)
+                    if tracker and borrowing
+                    else 0.0
+                )
+                wl = e.workload
+                keys[(child.parent.name, cq_name)] = (
+                    borrowing,
+                    share.sort_key(),
+                    credit,
+                    -wl.priority,
+                    wl.queue_order_time,
+                    wl.tiebreak,
+                )
+                child = child.parent
+        finally:
+            tree.remove_usage(cq_name, usage)
+    return keys
+
+
+def _run(
+    cohort: QuotaNode, remaining: Mapping[str, Entry], keys: Mapping[tuple[str, str], tuple]
+) -> Entry | None:
+    candidates: list[Entry] = []
+    for child in cohort.child_cohorts:
+        w = _run(child, remaining, keys)
+        if w is not None:
+            candidates.append(w)
+    for child in cohort.child_queues:
+        e = remaining.get(child.name)
+        if e is not None:
+            candidates.append(e)
+    if not candidates:
+        return None
+    return min(candidates, key=lambda e: keys[(cohort.name, e.cluster_queue)])
+
+
+# -- fair-sharing preemption --------------------------------------------------------
+
+
+def _almost_lcas(a: QuotaNode, b: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
+    """The children of the lowest common ancestor on the paths to a and b."""
+    path_a = list(a.path_to_root())
+    ancestors_b = {id(n): n for n in b.path_to_root()}
+    lca = next(n for n in path_a if id(n) in ancestors_b)
+    almost_a = path_a[path_a.index(lca) - 1]
+    path_b = list(b.path_to_root())
+    almost_b = path_b[path_b.index(lca) - 1]
+    return almost_a, almost_b
+
+
+class FairPreemptor(Preemptor):
+    """Preemption under fair sharing (Kueue's fairPreemptions)."""
+
+    fair_sharing = True
+
+    def __init__(
+        self, cache: Cache, *, strategies: list[str], tracker: UsageTracker | None = None
+    ) -> None:
+        super().__init__(cache, tracker=tracker)
+        self.strategies = strategies
+
+    def _fair_candidates(
+        self, wl: Workload, cq: QuotaNode, frs: set[FlavorResource]
+    ) -> list[_Candidate]:
+        cache = self.cache
+        spec = cache.cluster_queues[cq.name]
+        out: list[_Candidate] = []
+        if spec.preemption.within_cluster_queue != NEVER:
+            same_prio_ok = spec.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY
+            for key in cache.by_cq.get(cq.name, {}):
+                cand = cache.workloads[key]
+                if cand.priority > wl.priority:
+                    continue
+                if cand.priority == wl.priority and not (
+                    same_prio_ok and wl.queue_order_time < cand.queue_order_time
+                ):
+                    continue
+                if uses_resources(cache.usage_of[key], frs):
+                    out.append(_Candidate(key, cand, cq.name, None, 0))
+        if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
+            only_lower = spec.preemption.reclaim_within_cohort != ANY
+            stack = [cq.root()]
+            while stack:
+                node = stack.pop()
+                stack.extend(node.child_cohorts)
+                for other in node.child_queues:
+                    if other is cq or not any(other.is_borrowing(fr) for fr in frs):
+                        continue
+                    for key in cache.by_cq.get(other.name, {}):
+                        cand = cache.workloads[key]
+                        if only_lower and cand.priority >= wl.priority:
+                            continue
+                        if uses_resources(cache.usage_of[key], frs):
+                            out.append(_Candidate(key, cand, other.name, None, 0))
+        out.sort(key=self.candidate_order(cq.name))
+        return out
+
+    def minimal_targets(
+        self,
+        wl: Workload,
+        cq: QuotaNode,
+        frs: set[FlavorResource],
+        requests: Mapping[FlavorResource, int],
+    ) -> list[Target]:
+        cands = self._fair_candidates(wl, cq, frs)
+        if not cands:
+            return []
+        tree = self.cache.tree
+        usage_of = self.cache.usage_of
+        tree.add_usage(cq.name, requests)  # shares must include the incoming workload
+        removed: list[tuple[_Candidate, str]] = []
+        try:
+            fits, retry = self._first_strategy(wl, cq, frs, requests, cands, removed)
+            if not fits and len(self.strategies) > 1:
+                fits = self._second_strategy(cq, requests, retry, removed)
+        finally:
+            tree.remove_usage(cq.name, requests)
+        if not fits:
+            for c, _ in removed:
+                tree.add_usage(c.cq, usage_of[c.key])
+            return []
+        kept = self._fill_back_fair(cq, requests, removed)
+        for c, _ in kept:
+            tree.add_usage(c.cq, usage_of[c.key])
+        self.last_allow_borrowing = True
+        return [Target(c.key, c.cq, reason) for c, reason in kept]
+
+    def _fits_fs(self, cq: QuotaNode, requests: Mapping[FlavorResource, int]) -> bool:
+        tree = self.cache.tree
+        tree.remove_usage(cq.name, requests)
+        try:
+            return self._fits(cq, requests, True)
+        finally:
+            tree.add_usage(cq.name, requests)
+
+    def _take(self, c: _Candidate, reason: str, removed: list[tuple[_Candidate, str]]) -> None:
+        self.cache.tree.remove_usage(c.cq, self.cache.usage_of[c.key])
+        removed.append((c, reason))
+
+    def _first_strategy(
+        self,
+        wl: Workload,
+        cq: QuotaNode,
+        frs: set[FlavorResource],
+        requests: Mapping[FlavorResource, int],
+        cands: list[_Candidate],
+        removed: list[tuple[_Candidate, str]],
+    ) -> tuple[bool, list[_Candidate]]:
+        strategy = self.strategies[0]
+        per_cq: dict[str, list[_Candidate]] = {}
+        for c in cands:
+            per_cq.setdefault(c.cq, []).append(c)
+        retry: list[_Candidate] = []
+        for target in _target_queues(self.cache, cq, per_cq):
+            lst = per_cq[target.name]
+            if target is cq:
+                self._take(lst.pop(0), IN_CLUSTER_QUEUE, removed)
+                if self._fits_fs(cq, requests):
+                    return True, retry
+                continue
+            if within_nominal(cq, frs):
+                # The preemptor stays within its nominal quota: plain reclamation.
+                self._take(lst.pop(0), IN_COHORT_RECLAMATION, removed)
+                if self._fits_fs(cq, requests):
+                    return True, retry
+                continue
+            mine, theirs = _almost_lcas(cq, target)
+            preemptor_new = dominant_resource_share(mine)
+            target_old = dominant_resource_share(theirs)
+            while lst:
+                c = lst.pop(0)
+                target_new = self._share_after_removal(target, theirs, c)
+                if _allows(strategy, preemptor_new, target_old, target_new):
+                    self._take(c, IN_COHORT_FAIR_SHARING, removed)
+                    if self._fits_fs(cq, requests):
+                        return True, retry
+                    break  # shares changed: pick the target queue again
+                retry.append(c)
+        return False, retry
+
+    def _share_after_removal(self, target: QuotaNode, almost: QuotaNode, c: _Candidate) -> Share:
+        tree = self.cache.tree
+        usage = self.cache.usage_of[c.key]
+        tree.remove_usage(target.name, usage)
+        try:
+            return dominant_resource_share(almost)
+        finally:
+            tree.add_usage(target.name, usage)
+
+    def _second_strategy(
+        self,
+        cq: QuotaNode,
+        requests: Mapping[FlavorResource, int],
+        retry: list[_Candidate],
+        removed: list[tuple[_Candidate, str]],
+    ) -> bool:
+        per_cq: dict[str, list[_Candidate]] = {}
+        for c in retry:
+            per_cq.setdefault(c.cq, []).append(c)
+        dropped: set[str] = set()
+        for target in _target_queues(self.cache, cq, per_cq, dropped=dropped):
+            mine, theirs = _almost_lcas(cq, target)
+            if _allows(
+                "LessThanInitialShare",
+                dominant_resource_share(mine),
+                dominant_resource_share(theirs),
+                None,
+            ):
+                self._take(per_cq[target.name].pop(0), IN_COHORT_FAIR_SHARING, removed)
+                if self._fits_fs(cq, requests):
+                    return True
+            dropped.add(target.name)
+        return False
+
+    def _fill_back_fair(
+        self,
+        cq: QuotaNode,
+        requests: Mapping[FlavorResource, int],
+        removed: list[tuple[_Candidate, str]],
+    ) -> list[tuple[_Candidate, str]]:
+        tree = self.cache.tree
+        targets = list(removed)
+        for i in range(len(targets) - 2, -1, -1):
+            c = targets[i][0]
+            tree.add_usage(c.cq, self.cache.usage_of[c.key])
+            if self._fits(cq, requests, True):
+                targets.pop(i)
+            else:
+                tree.remove_usage(c.cq, self.cache.usage_of[c.key])
+        return targets
+
+
+def _allows(
+    strategy: str, preemptor_new: Share, target_old: Share, target_new: Share | None
+) -> bool:
+    if strategy == "LessThanOrEqualToFinalShare":
+        assert target_new is not None
+        return preemptor_new.sort_key() <= target_new.sort_key()
+    return preemptor_new.sort_key() < target_old.sort_key()
+
+
+def _target_queues(
+    cache: Cache,
+    preemptor: QuotaNode,
+    per_cq: dict[str, list[_Candidate]],
+    *,
+    dropped: set[str] | None = None,
+) -> Iterator[QuotaNode]:
+    """Kueue's TargetClusterQueueOrdering: descend from the root to the child with the
+    highest share (a cohort wins ties), pruning nodes that are not borrowing or have
+    no candidates left; the same queue may be yielded again while it stays highest."""
+    dropped = dropped if dropped is not None else set()
+    if preemptor.parent is None:
+        while per_cq.get(preemptor.name):
+            yield preemptor
+        return
+    ancestors = {id(n) for n in preemptor.path_to_root()}
+    pruned_q: set[str] = set(dropped)
+    pruned_c: set[str] = set()
+    root = preemptor.root()
+    while root.name not in pruned_c:
+        node = root
+        chosen: QuotaNode | None = None
+        while chosen is None:
+            best_q, best_q_key = None, None
+            for q in node.child_queues:
+                if q.name in pruned_q or q.name in dropped:
+                    continue
+                share = dominant_resource_share(q)
+                if (not share.borrowing and q is not preemptor) or not per_cq.get(q.name):
+                    pruned_q.add(q.name)
+                elif best_q_key is None or share.sort_key() >= best_q_key:
+                    best_q, best_q_key = q, share.sort_key()
+            best_c, best_c_key = None, None
+            for c in node.child_cohorts:
+                if c.name in pruned_c:
+                    continue
+                share = dominant_resource_share(c)
+                if not share.borrowing and id(c) not in ancestors:
+                    pruned_c.add(c.name)
+                elif best_c_key is None or share.sort_key() >= best_c_key:
+                    best_c, best_c_key = c, share.sort_key()
+            if best_q is None and best_c is None:
+                pruned_c.add(node.name)
+                break
+            if best_c is not None and (best_q_key is None or best_c_key >= best_q_key):  # type: ignore[operator]
+                node = best_c
+                continue
+            chosen = best_q
+        if chosen is not None:
+            yield chosen
+            if dropped and chosen.name in dropped:
+                pruned_q.add(chosen.name)
