@@ -54,6 +54,23 @@ def run_plan(
     now = config.now if config.now is not None else 0.0
     scheduler = config.make_scheduler(cache, clock=lambda: now)
     result = PlanResult(cycles=0, cache=cache, scheduler=scheduler)
+    result.cycles = run_cycles(
+        scheduler, cycles=cycles, admitted=result.admitted, preempted=result.preempted
+    )
+    result.pending = pending_report(cache)
+    return result
+
+
+def run_cycles(
+    scheduler: Scheduler,
+    *,
+    cycles: int | None,
+    admitted: list[AdmittedDecision],
+    preempted: list[PreemptedDecision],
+) -> int:
+    """The plan loop: cycles until one changes nothing (or exactly ``cycles``);
+    workloads preempted in a cycle are fully evicted before the next one."""
+    cache = scheduler.cache
     to_evict: list[str] = []
     limit = cycles if cycles is not None else MAX_CYCLES
     ran = 0
@@ -61,18 +78,15 @@ def run_plan(
         for key in to_evict:
             cache.evicted(key)
         released = bool(to_evict)
-        to_evict = []
         r = scheduler.schedule()
         ran += 1
-        result.admitted.extend(r.admitted)
-        result.preempted.extend(r.preempted)
+        admitted.extend(r.admitted)
+        preempted.extend(r.preempted)
         to_evict = [p.workload.key for p in r.preempted]
         if cycles is None and not r.changed and not released and not to_evict:
             ran -= 1  # the idle cycle that proved quiescence is not counted
             break
-    result.cycles = ran
-    result.pending = pending_report(cache)
-    return result
+    return ran
 
 
 def pending_report(cache: Cache) -> dict[str, tuple[str | None, PendingStatus]]:

@@ -171,13 +171,14 @@ class Scheduler:
             return
         assigner = self._assigner(e.cluster_queue)
         a = assigner.assign(wl)
-        if a.mode != FIT and any(ps.min_count is not None for ps in wl.pod_sets):
+        if a.mode in (PREEMPT, RECLAIM):
+            e.targets = self.preemptor.targets(wl, e.cluster_queue, a.usage, a.frs_need_preemption)
+        if a.mode != FIT and not e.targets and any(ps.min_count is not None for ps in wl.pod_sets):
+            # Partial admission: neither fits nor can preempt at full size.
             reduced = self._partial(assigner, wl)
             if reduced is not None:
                 a = reduced
         e.assignment = a
-        if a.mode in (PREEMPT, RECLAIM):
-            e.targets = self.preemptor.targets(wl, e.cluster_queue, a.usage, a.frs_need_preemption)
 
     def _assigner(self, cq_name: str) -> FlavorAssigner:
         cache = self.cache
