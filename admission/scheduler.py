@@ -216,34 +216,53 @@ class Scheduler:
         return best
 
     def _process(self, e: Entry, result: CycleResult) -> None:
-        cache = self.cache
+        """Kueue's processEntry: admit, preempt, or requeue with a reason."""
         if e.status is not None:
             self._pending(e, result, park=True)
             return
         a = e.assignment
         assert a is not None
-        if a.mode == FIT:
-            node = cache.tree.queues[e.cluster_queue]
-            if any(v > node.available(fr) for fr, v in a.usage.items()):
-                e.status = PendingStatus("WaitingForQuota", NO_LONGER_FITS)
-                self._pending(e, result, park=False)
-                return
-            self._admit(e, result)
+        preempting = a.mode in (PREEMPT, RECLAIM) and bool(e.targets)
+        if a.mode != FIT and not preempting:
+            if a.mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
+                self._reserve_unreclaimable(e)
+            e.status = PendingStatus(a.reason or "WaitingForQuota", a.message)
+            self._pending(e, result, park=True)
             return
-        if a.mode in (PREEMPT, RECLAIM) and e.targets:
-            if any(t.key in self._cycle_targets for t in e.targets):
-                e.status = PendingStatus(
-                    "WaitingForQuota",
-                    "preemption targets overlap with those of a workload processed earlier in this cycle",
-                )
-                self._pending(e, result, park=False)
-                return
+        if any(t.key in self._cycle_targets for t in e.targets):
+            e.status = PendingStatus(
+                "WaitingForQuota",
+                "preemption targets overlap with those of a workload processed earlier in this cycle",
+            )
+            self._pending(e, result, park=False)
+            return
+        if not self._still_fits(e):
+            e.status = PendingStatus("WaitingForQuota", NO_LONGER_FITS)
+            self._pending(e, result, park=False)
+            return
+        if preempting:
             self._issue_preemptions(e, result)
-            return
-        if a.mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
-            self._reserve_unreclaimable(e)
-        e.status = PendingStatus(a.reason or "WaitingForQuota", a.message)
-        self._pending(e, result, park=True)
+        else:
+            self._admit(e, result)
+
+    def _still_fits(self, e: Entry) -> bool:
+        """Kueue's fits(): the entry's usage fits once every workload preempted earlier
+        in this cycle and the entry's own targets are counted as released."""
+        cache = self.cache
+        tree = cache.tree
+        a = e.assignment
+        assert a is not None
+        released = [
+            k for k in self._cycle_targets | {t.key for t in e.targets} if k in cache.admitted
+        ]
+        for k in released:
+            tree.remove_usage(cache.admitted[k], cache.usage_of[k])
+        try:
+            node = tree.queues[e.cluster_queue]
+            return all(v <= node.available(fr) for fr, v in a.usage.items())
+        finally:
+            for k in released:
+                tree.add_usage(cache.admitted[k], cache.usage_of[k])
 
     def _hold(self, cq: str, usage: dict[FlavorResource, int]) -> None:
         usage = {fr: v for fr, v in usage.items() if v > 0}
