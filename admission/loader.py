@@ -141,7 +141,15 @@ def load_paths(paths: list[str]) -> Inputs:
             workloads.append((origin, obj))
         else:
             _store(inputs, obj)
-    workloads += [(origin, _job_workload(job, origin, inputs)) for origin, job in jobs]
+    for origin, job in jobs:
+        wl = _job_workload(job, origin, inputs)
+        if not wl.queue_name:
+            # Kueue's defaulting: the LocalQueue named "default" in the namespace, if any;
+            # otherwise the Job is not queue-managed and the service leaves it alone.
+            if f"{wl.namespace}/default" not in inputs.local_queues:
+                continue
+            wl.queue_name = "default"
+        workloads.append((origin, wl))
     workloads.sort(key=lambda item: item[0].position)
     keys: dict[str, _Origin] = {}
     for origin, wl in workloads:

@@ -413,7 +413,8 @@ def pydantic_message(err: Any) -> str:
         return f"must be of type {_TYPE_ERRORS[kind]}, got {got}"
     if kind == "string_pattern_mismatch":
         pattern = str(ctx.get("pattern", ""))
-        return _PATTERN_MESSAGES.get(pattern, f"must match the regular expression '{pattern}'")
+        rule = _PATTERN_MESSAGES.get(pattern, f"must match the regular expression '{pattern}'")
+        return f'Invalid value: "{value}": {rule}'  # quote the offending string, as the API server does
     if kind == "string_too_long":
         return f"must be no more than {ctx.get('max_length')} characters"
     if kind == "string_too_short":
