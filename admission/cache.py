@@ -173,6 +173,12 @@ class Cache:
 
     def _route(self, wl: Workload) -> None:
         lq = self.local_queue_of(wl)
+        if lq is None and not wl.queue_name:
+            self.unroutable[wl.key] = wl
+            self.status[wl.key] = PendingStatus(
+                MISCONFIGURED, "Workload has no queue name (spec.queueName / label kueue.x-k8s.io/queue-name)"
+            )
+            return
         if lq is None:
             self.unroutable[wl.key] = wl
             self.status[wl.key] = PendingStatus(

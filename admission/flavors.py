@@ -272,8 +272,9 @@ class FlavorAssigner:
             cand = _Candidate(fq.name, FIT, 0, "", [], [])
             for r in resources:
                 fr = (fq.name, r)
-                val = assumed.get(fr, 0) + requests[r]
-                mode, borrow, msg, reason = self._fits_resource_quota(fr, val)
+                earlier = assumed.get(fr, 0)
+                val = earlier + requests[r]
+                mode, borrow, msg, reason = self._fits_resource_quota(fr, val, earlier)
                 if mode < FIT:
                     cand.messages.append(msg)
                     cand.reason = _worse_reason(cand.reason, reason)
@@ -302,14 +303,19 @@ class FlavorAssigner:
             best.messages = messages
         return best
 
-    def _fits_resource_quota(self, fr: FlavorResource, val: int) -> tuple[int, int, str, str]:
+    def _fits_resource_quota(self, fr: FlavorResource, val: int, earlier: int = 0) -> tuple[int, int, str, str]:
+        """Kueue's fitsResourceQuota; ``earlier`` is what earlier podSets of the same
+        workload already take of ``val`` on this flavor (for the message)."""
         node = self.node
         r = fr[1]
+        asked = format_quantity(r, val)
+        if earlier:
+            asked += f" ({format_quantity(r, val - earlier)} for this podSet + {format_quantity(r, earlier)} for earlier podSets)"
         max_capacity = node.potential_available(fr)
         if val > max_capacity:
             msg = (
                 f"insufficient quota for {r} in flavor {fr[0]}, request > maximum capacity "
-                f"({format_quantity(r, val)} > {format_quantity(r, max_capacity)}; "
+                f"({asked} > {format_quantity(r, max_capacity)}; "
                 f"{explain_max_capacity(node, fr)})"
             )
             return NO_FIT, 0, msg, EXCEEDS_MAX_QUOTA
@@ -320,7 +326,7 @@ class FlavorAssigner:
         msg = (
             f"insufficient unused quota for {r} in flavor {fr[0]}, "
             f"{format_quantity(r, val - available)} more needed "
-            f"(requested {format_quantity(r, val)}, available {format_quantity(r, max(0, available))}; "
+            f"(requested {asked}, available {format_quantity(r, max(0, available))}; "
             f"{explain_available(node, fr)})"
         )
         if (
@@ -352,7 +358,7 @@ def explain_max_capacity(node: QuotaNode, fr: FlavorResource) -> str:
             parts.append(
                 f"{kind} {n.name} subtree quota {format_quantity(r, n.subtree_quota.get(fr, 0))}"
             )
-            kept = _lending_kept(n, fr)
+            kept = _lending_kept(n, fr, node)
             if kept:
                 parts.append("kept back by lendingLimit: " + ", ".join(kept))
             break
@@ -403,30 +409,34 @@ def explain_available(node: QuotaNode, fr: FlavorResource) -> str:
         f"Cohort {n.name} (root) has {q(max(0, n.available(fr)))} unused of subtree quota "
         f"{q(n.subtree_quota.get(fr, 0))}"
     )
-    kept = _lending_kept(n, fr)
+    kept = _lending_kept(n, fr, node)
     if kept:
         parts.append("kept back by lendingLimit: " + ", ".join(kept))
     return "; ".join(parts)
 
 
-def _lending_kept(root: QuotaNode, fr: FlavorResource) -> list[str]:
-    """Capacity kept back by lending limits below ``root`` (fixed until a rebuild)."""
+def _lending_kept(root: QuotaNode, fr: FlavorResource, requester: QuotaNode) -> list[str]:
+    """Capacity that lending limits keep away from ``requester``: what other subtrees
+    keep for themselves (what the requester or its ancestors keep is its own)."""
     memo_key = ("lending_kept", fr)
-    cached = root.memo.get(memo_key)
-    if cached is not None:
-        return cached  # type: ignore[return-value]
-    out: list[str] = []
-    stack = [root]
-    r = fr[1]
-    while stack:
-        n = stack.pop()
-        for c in n.children:
-            kept = c.local_quota.get(fr, 0)
-            if kept:
-                kind = "Cohort" if c.is_cohort else "ClusterQueue"
-                out.append(f"{kind} {c.name} {format_quantity(r, kept)}")
-            if c.is_cohort:
-                stack.append(c)
-    out.sort()
-    root.memo[memo_key] = out
-    return out
+    kept_all = root.memo.get(memo_key)
+    if kept_all is None:
+        kept_all = []
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            for c in n.children:
+                amount = c.local_quota.get(fr, 0)
+                if amount:
+                    kept_all.append((c, amount))
+                if c.is_cohort:
+                    stack.append(c)
+        root.memo[memo_key] = kept_all
+    own = {id(n) for n in requester.path_to_root()}
+    out = []
+    for c, amount in kept_all:  # type: ignore[union-attr]
+        if id(c) in own:
+            continue
+        kind = "Cohort" if c.is_cohort else "ClusterQueue"
+        out.append(f"{kind} {c.name} {format_quantity(fr[1], amount)}")
+    return sorted(out)

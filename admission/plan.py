@@ -95,14 +95,19 @@ def pending_report(cache: Cache) -> dict[str, tuple[str | None, PendingStatus]]:
     for name in sorted(cache.queues):
         q = cache.queues[name]
         head: Workload | None = None
+        strict = cache.cluster_queues[name].queueing_strategy == "StrictFIFO"
         for ahead, wl in enumerate(q.workloads()):
             status = cache.inactive.get(name) or cache.status.get(wl.key)
             if status is None:
-                status = PendingStatus(
-                    "WaitingForQuota",
-                    f"not yet nominated: {ahead} workload(s) ahead in ClusterQueue {name}"
-                    + (f" (head {head.key})" if head is not None else ""),
-                )
+                if strict and head is not None:
+                    why = f"blocked behind {head.key}, the head of StrictFIFO ClusterQueue {name}"
+                else:
+                    place = f"{ahead} workload(s) ahead of it" if ahead else "it is next"
+                    why = (
+                        f"not yet nominated: one workload per ClusterQueue per cycle and the cycles "
+                        f"ran out; {place} in ClusterQueue {name}"
+                    )
+                status = PendingStatus("WaitingForQuota", why)
             if head is None:
                 head = wl
             out[wl.key] = (name, status)

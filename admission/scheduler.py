@@ -38,6 +38,7 @@ from queues.model import (
     PodSetAssignment,
     Workload,
 )
+from queues.quantity import format_quantity
 
 if TYPE_CHECKING:
     from admission.usage import UsageTracker
@@ -162,7 +163,15 @@ class Scheduler:
             e.status = PendingStatus(MISCONFIGURED, f"namespace {wl.namespace} not found")
             e.park_even_if_strict = True
             return
-        if cq.namespace_selector is None or not cq.namespace_selector.matches(labels):
+        if cq.namespace_selector is None:
+            e.status = PendingStatus(
+                MISCONFIGURED,
+                f"Workload namespace {wl.namespace} is not selected: ClusterQueue {cq.name} has no "
+                "namespaceSelector, so it admits no namespace (namespaceSelector: {} admits all)",
+            )
+            e.park_even_if_strict = True
+            return
+        if not cq.namespace_selector.matches(labels):
             e.status = PendingStatus(
                 MISCONFIGURED,
                 f"Workload namespace {wl.namespace} doesn't match ClusterQueue {cq.name} namespaceSelector",
@@ -236,8 +245,9 @@ class Scheduler:
             )
             self._pending(e, result, park=False)
             return
-        if not self._still_fits(e):
-            e.status = PendingStatus("WaitingForQuota", NO_LONGER_FITS)
+        short = self._still_fits(e)
+        if short:
+            e.status = PendingStatus("WaitingForQuota", f"{NO_LONGER_FITS}: {short}")
             self._pending(e, result, park=False)
             return
         if preempting:
@@ -245,9 +255,11 @@ class Scheduler:
         else:
             self._admit(e, result)
 
-    def _still_fits(self, e: Entry) -> bool:
+    def _still_fits(self, e: Entry) -> str:
         """Kueue's fits(): the entry's usage fits once every workload preempted earlier
-        in this cycle and the entry's own targets are counted as released."""
+        in this cycle and the entry's own targets are counted as released.
+
+        Returns "" when it fits, else what is short (for the pending message)."""
         cache = self.cache
         tree = cache.tree
         a = e.assignment
@@ -259,7 +271,15 @@ class Scheduler:
             tree.remove_usage(cache.admitted[k], cache.usage_of[k])
         try:
             node = tree.queues[e.cluster_queue]
-            return all(v <= node.available(fr) for fr, v in a.usage.items())
+            for fr, v in sorted(a.usage.items()):
+                left = node.available(fr)
+                if v > left:
+                    r = fr[1]
+                    return (
+                        f"{r} on flavor {fr[0]}: requested {format_quantity(r, v)}, "
+                        f"{format_quantity(r, max(0, left))} left after this cycle's earlier admissions"
+                    )
+            return ""
         finally:
             for k in released:
                 tree.add_usage(cache.admitted[k], cache.usage_of[k])
