@@ -1,0 +1,127 @@
+"""Kubernetes ``Status`` error objects for the API-server test double.
+
+The real API server answers every failure with a ``Status`` body whose ``code``,
+``reason`` and ``message`` clients (and our controller) branch on.  Every error the
+double raises is an :class:`ApiError`; the HTTP layer turns it into that body, so the
+message formats here copy kube-apiserver's wording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+REASONS: dict[int, str] = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+class ApiError(Exception):
+    """A request failure carried as a Kubernetes ``Status`` object."""
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        *,
+        reason: str | None = None,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason if reason is not None else REASONS.get(code, "Unknown")
+        self.details = details
+        self.headers = dict(headers or {})
+
+    def status(self) -> dict[str, Any]:
+        """The ``Status`` body kube-apiserver would send for this error."""
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+def _details(qualified: str, name: str) -> dict[str, Any]:
+    plural, _, group = qualified.partition(".")
+    details: dict[str, Any] = {"name": name, "kind": plural}
+    if group:
+        details["group"] = group
+    return details
+
+
+def not_found(qualified: str, name: str) -> ApiError:
+    return ApiError(404, f'{qualified} "{name}" not found', details=_details(qualified, name))
+
+
+def already_exists(qualified: str, name: str) -> ApiError:
+    return ApiError(
+        409,
+        f'{qualified} "{name}" already exists',
+        reason="AlreadyExists",
+        details=_details(qualified, name),
+    )
+
+
+def conflict(qualified: str, name: str, why: str | None = None) -> ApiError:
+    why = why or (
+        "the object has been modified; please apply your changes to the latest version and try again"
+    )
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {qualified} "{name}": {why}',
+        reason="Conflict",
+        details=_details(qualified, name),
+    )
+
+
+def invalid(*, kind: str, group: str, name: str, field: str, value: Any, why: str) -> ApiError:
+    """422 Invalid with one cause, worded like apimachinery's field errors."""
+    kind_group = f"{kind}.{group}" if group else kind
+    cause = f"Invalid value: {_quote(value)}: {why}" if value is not None else why
+    message = f'{kind_group} "{name}" is invalid: {field}: {cause}'
+    details: dict[str, Any] = {
+        "name": name,
+        "kind": kind,
+        "causes": [{"reason": "FieldValueInvalid", "message": cause, "field": field}],
+    }
+    if group:
+        details["group"] = group
+    return ApiError(422, message, details=details)
+
+
+def _quote(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, message)
+
+
+def expired(message: str) -> ApiError:
+    return ApiError(410, message, reason="Expired")
+
+
+def internal(message: str) -> ApiError:
+    return ApiError(500, f"Internal error occurred: {message}", reason="InternalError")

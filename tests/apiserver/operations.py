@@ -1,0 +1,271 @@
+"""The write path of the double: create, update, patch and delete with admission.
+
+Each write follows kube-apiserver's order: compute the new object from the stored one,
+apply the type strategy, run mutating webhooks, re-apply the strategy, validate, run
+validating webhooks, then compare-and-swap into the store.  An unconditional write
+that loses a race during admission is recomputed (like ``GuaranteedUpdate``); a write
+that pinned ``metadata.resourceVersion`` gets 409 instead.  Deletion honours
+finalizers (``deletionTimestamp`` first, removal once they are gone) and collects
+dependents by ``ownerReferences`` according to ``propagationPolicy``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .admission import AdmissionAttributes, UserInfo, WebhookDispatcher
+from .errors import ApiError, bad_request, conflict, not_found
+from .patches import APPLY_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
+from .resources import Registry, ResourceType
+from .store import StaleWrite, Store
+from .strategy import (
+    check_identity,
+    check_preconditions,
+    mark_deleting,
+    prepare_for_create,
+    prepare_for_update,
+    same_content,
+    validate,
+)
+
+Obj = dict[str, Any]
+MAX_ATTEMPTS = 10
+PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
+
+
+@dataclass(frozen=True, slots=True)
+class WriteContext:
+    rt: ResourceType
+    version: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    user: UserInfo
+    dry_run: bool = False
+
+    def attributes(self, operation: str, name: str) -> AdmissionAttributes:
+        return AdmissionAttributes(
+            rt=self.rt,
+            version=self.version,
+            subresource=self.subresource,
+            operation=operation,
+            name=name,
+            namespace=self.namespace if self.rt.namespaced else None,
+            user=self.user,
+            dry_run=self.dry_run,
+        )
+
+
+@dataclass(slots=True)
+class WriteResult:
+    obj: Obj
+    status: int = 200
+    warnings: list[str] = field(default_factory=list)
+    removed: bool = False  # the object is gone (DELETE answered with a Status for CRs)
+
+
+class Operations:
+    def __init__(self, *, store: Store, registry: Registry, dispatcher: WebhookDispatcher) -> None:
+        self.store = store
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self._namespaces = registry.resolve("namespaces")
+
+    # -- create -------------------------------------------------------------------------
+
+    async def create(self, ctx: WriteContext, body: Any) -> WriteResult:
+        if ctx.subresource:
+            raise ApiError(405, f"create is not supported on {ctx.rt.plural}/{ctx.subresource}")
+        obj = prepare_for_create(ctx.rt, body, namespace=ctx.namespace)
+        if ctx.rt.namespaced and self.store.get(self._namespaces, "", ctx.namespace or "") is None:
+            raise not_found("namespaces", ctx.namespace or "")
+        attrs = ctx.attributes("CREATE", obj["metadata"].get("name", ""))
+        mutated, warnings = await self.dispatcher.mutate(attrs, obj, None)
+        obj = _restore_create_fields(ctx.rt, obj, mutated or obj)
+        validate(ctx.rt, obj)
+        warnings += await self.dispatcher.validate(attrs, obj, None)
+        if not ctx.dry_run:
+            obj = self.store.insert(ctx.rt, obj)
+        return WriteResult(obj, 201, warnings)
+
+    # -- update and patch ---------------------------------------------------------------
+
+    async def update(self, ctx: WriteContext, body: Any) -> WriteResult:
+        assert ctx.name is not None
+        check_identity(body, name=ctx.name, namespace=ctx.namespace if ctx.rt.namespaced else None)
+
+        def compute(old: Obj) -> Obj:
+            return copy.deepcopy(body)
+
+        return await self._guaranteed_update(ctx, compute)
+
+    async def patch(
+        self, ctx: WriteContext, content_type: str, patch: Any, *, field_manager: str | None
+    ) -> WriteResult:
+        assert ctx.name is not None
+        if content_type == STRATEGIC_MERGE_PATCH and not ctx.rt.builtin:
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml",
+            )
+        if content_type == APPLY_PATCH:
+            if not field_manager:
+                raise ApiError(
+                    422, "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
+                    "is required for apply patch",
+                )  # fmt: skip
+            if not isinstance(patch, dict):
+                raise bad_request("apply patch must be a YAML/JSON object")
+            existing = self.store.get(ctx.rt, ctx.namespace or "", ctx.name)
+            if existing is None and not ctx.subresource:
+                body = copy.deepcopy(patch)
+                body.setdefault("metadata", {})["name"] = ctx.name
+                return await self.create(ctx, body)
+
+        def compute(old: Obj) -> Obj:
+            return apply_patch(content_type, old, patch)
+
+        return await self._guaranteed_update(ctx, compute)
+
+    async def _guaranteed_update(
+        self, ctx: WriteContext, compute: Callable[[Obj], Obj]
+    ) -> WriteResult:
+        assert ctx.name is not None
+        for _ in range(MAX_ATTEMPTS):
+            old = self.store.require(ctx.rt, ctx.namespace or "", ctx.name)
+            old_rv = old["metadata"]["resourceVersion"]
+            candidate = compute(old)
+            if not isinstance(candidate, dict) or not isinstance(
+                candidate.get("metadata", {}), dict
+            ):
+                raise bad_request("the request body must be a JSON object with object metadata")
+            wanted_rv = (candidate.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != old_rv:
+                raise conflict(ctx.rt.qualified(), ctx.name)
+            new = prepare_for_update(ctx.rt, old, candidate, subresource=ctx.subresource)
+            attrs = ctx.attributes("UPDATE", ctx.name)
+            mutated, warnings = await self.dispatcher.mutate(attrs, new, old)
+            new = prepare_for_update(ctx.rt, old, mutated or new, subresource=ctx.subresource)
+            validate(ctx.rt, new)
+            warnings += await self.dispatcher.validate(attrs, new, old)
+            if ctx.dry_run:
+                return WriteResult(new, 200, warnings)
+            current = self.store.get(ctx.rt, ctx.namespace or "", ctx.name)
+            if current is None:
+                raise not_found(ctx.rt.qualified(), ctx.name)
+            if current["metadata"]["resourceVersion"] != old_rv:
+                continue  # lost a race during admission: recompute on the new state
+            if same_content(old, new):
+                return WriteResult(old, 200, warnings)
+            try:
+                if new["metadata"].get("deletionTimestamp") and not new["metadata"].get(
+                    "finalizers"
+                ):
+                    final = self.store.remove(ctx.rt, new, expected_rv=old_rv)
+                    self.collect_garbage(final, policy="Background")
+                    return WriteResult(final, 200, warnings)
+                return WriteResult(
+                    self.store.replace(ctx.rt, new, expected_rv=old_rv), 200, warnings
+                )
+            except StaleWrite:
+                continue
+        raise conflict(ctx.rt.qualified(), ctx.name, "too many concurrent writes, giving up")
+
+    # -- delete ---------------------------------------------------------------------------
+
+    async def delete(self, ctx: WriteContext, options: Obj) -> WriteResult:
+        assert ctx.name is not None
+        if ctx.subresource:
+            raise ApiError(405, f"delete is not supported on {ctx.rt.plural}/{ctx.subresource}")
+        policy = _propagation_policy(ctx.rt, options)
+        old = self.store.require(ctx.rt, ctx.namespace or "", ctx.name)
+        check_preconditions(ctx.rt, old, options.get("preconditions"))
+        attrs = ctx.attributes("DELETE", ctx.name)
+        _, warnings = await self.dispatcher.mutate(attrs, None, old)
+        warnings += await self.dispatcher.validate(attrs, None, old)
+        if ctx.dry_run:
+            return WriteResult(old, 200, warnings)
+        # the object may have changed while the webhooks ran: delete what is there now
+        current = self.store.require(ctx.rt, ctx.namespace or "", ctx.name)
+        check_preconditions(ctx.rt, current, options.get("preconditions"))
+        result = self.remove_or_mark(ctx.rt, current, policy=policy)
+        result.warnings = warnings
+        return result
+
+    def remove_or_mark(self, rt: ResourceType, old: Obj, *, policy: str) -> WriteResult:
+        """Delete now, or set deletionTimestamp when finalizers remain (no admission)."""
+        meta = old["metadata"]
+        if meta.get("finalizers"):
+            if meta.get("deletionTimestamp"):
+                return WriteResult(old, 200)
+            marked = self.store.replace(rt, mark_deleting(old), expected_rv=meta["resourceVersion"])
+            return WriteResult(marked, 200)
+        if rt.plural == "namespaces":
+            self._empty_namespace(meta["name"])
+        final = self.store.remove(rt, copy.deepcopy(old), expected_rv=meta["resourceVersion"])
+        self.collect_garbage(final, policy=policy)
+        return WriteResult(final, 200, removed=True)
+
+    def _empty_namespace(self, namespace: str) -> None:
+        """Namespace deletion removes its contents (immediately; no Terminating phase)."""
+        for rt in self.registry:
+            if rt.namespaced:
+                for obj in self.store.list(rt, namespace):
+                    self.remove_or_mark(rt, obj, policy="Background")
+
+    def collect_garbage(self, owner: Obj, *, policy: str) -> None:
+        """Orphan or delete the dependents of a removed owner (synchronously)."""
+        uid = owner["metadata"].get("uid")
+        if not uid:
+            return
+        for rt, dependent in list(self.store.dependents(uid)):
+            refs = dependent["metadata"].get("ownerReferences") or []
+            remaining = [r for r in refs if r.get("uid") != uid]
+            if policy == "Orphan" or remaining:
+                updated = copy.deepcopy(dependent)
+                if remaining:
+                    updated["metadata"]["ownerReferences"] = remaining
+                else:
+                    updated["metadata"].pop("ownerReferences", None)
+                self.store.replace(
+                    rt, updated, expected_rv=dependent["metadata"]["resourceVersion"]
+                )
+            else:
+                self.remove_or_mark(rt, dependent, policy="Background")
+
+
+def _propagation_policy(rt: ResourceType, options: Obj) -> str:
+    policy = options.get("propagationPolicy")
+    if policy is None and options.get("orphanDependents") is not None:
+        policy = "Orphan" if options["orphanDependents"] else "Background"
+    if policy is None:
+        # batch/v1 Jobs default to orphaning their pods when deleted through the API.
+        return "Orphan" if rt.key == "jobs.batch" else "Background"
+    if policy not in PROPAGATION_POLICIES:
+        raise bad_request(
+            f"propagationPolicy: Unsupported value: {policy!r}: supported values: {PROPAGATION_POLICIES}"
+        )
+    return policy
+
+
+def _restore_create_fields(rt: ResourceType, original: Obj, mutated: Obj) -> Obj:
+    """Mutating webhooks may not change identity or server-owned fields on create."""
+    obj = copy.deepcopy(mutated)
+    meta = obj.setdefault("metadata", {})
+    for key in ("name", "namespace", "uid", "creationTimestamp", "generation"):
+        if key in original["metadata"]:
+            meta[key] = original["metadata"][key]
+        else:
+            meta.pop(key, None)
+    obj["apiVersion"], obj["kind"] = original["apiVersion"], original["kind"]
+    if rt.status_subresource:
+        if "status" in original:
+            obj["status"] = copy.deepcopy(original["status"])
+        else:
+            obj.pop("status", None)
+    return obj

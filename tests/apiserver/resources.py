@@ -1,0 +1,231 @@
+"""The resource types the API-server test double serves, and their discovery documents.
+
+kube-apiserver learns its resources from compiled-in types and CRDs; the double has a
+fixed table instead (:data:`DEFAULT_RESOURCES`), which is everything the Quartermaster
+controller, the webhooks, ``kubectl`` and the tests touch.  Discovery (``/api``,
+``/apis``, ``/apis/<group>/<version>``) is generated from the same table, so the
+official client and ``kubectl`` resolve kinds, short names and scopes exactly as they
+do against a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+ALL_VERBS: tuple[str, ...] = (
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+)
+SUBRESOURCE_VERBS: tuple[str, ...] = ("get", "patch", "update")
+KUEUE_GROUP = "kueue.x-k8s.io"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    """One served resource: a plural name in a group, served at one or more versions.
+
+    ``versions[0]`` is the storage version: stored objects carry it in ``apiVersion``
+    and are relabelled to the version a request asked for (the double does no schema
+    conversion between versions).
+    """
+
+    group: str
+    versions: tuple[str, ...]
+    plural: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    status_subresource: bool = False
+    builtin: bool = True
+    categories: tuple[str, ...] = ()
+    field_labels: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``plural.group`` (``plural`` for the core group): kubectl's qualified name."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def storage_version(self) -> str:
+        return self.versions[0]
+
+    def api_version(self, version: str | None = None) -> str:
+        version = version or self.storage_version
+        return f"{self.group}/{version}" if self.group else version
+
+    def qualified(self) -> str:
+        return self.key
+
+    def subresources(self) -> tuple[str, ...]:
+        return ("status",) if self.status_subresource else ()
+
+
+def _core(plural: str, kind: str, **kw: Any) -> ResourceType:
+    return ResourceType(group="", versions=("v1",), plural=plural, kind=kind, **kw)
+
+
+def _kueue(plural: str, kind: str, **kw: Any) -> ResourceType:
+    return ResourceType(
+        group=KUEUE_GROUP,
+        versions=("v1beta2", "v1beta1"),
+        plural=plural,
+        kind=kind,
+        builtin=False,
+        categories=("kueue",),
+        **kw,
+    )
+
+
+DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
+    _core("namespaces", "Namespace", namespaced=False, short_names=("ns",), status_subresource=True,
+          field_labels=("status.phase",)),
+    _core("pods", "Pod", namespaced=True, short_names=("po",), status_subresource=True,
+          categories=("all",), field_labels=("spec.nodeName", "spec.schedulerName", "status.phase")),
+    _core("events", "Event", namespaced=True, short_names=("ev",),
+          field_labels=("involvedObject.kind", "involvedObject.name", "involvedObject.namespace",
+                        "involvedObject.uid", "reason", "type")),
+    _core("secrets", "Secret", namespaced=True, field_labels=("type",)),
+    _core("configmaps", "ConfigMap", namespaced=True, short_names=("cm",)),
+    ResourceType("batch", ("v1",), "jobs", "Job", namespaced=True, status_subresource=True,
+                 categories=("all",), field_labels=("status.successful",)),
+    ResourceType("coordination.k8s.io", ("v1",), "leases", "Lease", namespaced=True),
+    ResourceType("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass",
+                 namespaced=False, short_names=("pc",)),
+    ResourceType("events.k8s.io", ("v1",), "events", "Event", namespaced=True, short_names=("ev",),
+                 field_labels=("reason", "type", "regarding.kind", "regarding.name",
+                               "regarding.namespace")),
+    ResourceType("admissionregistration.k8s.io", ("v1",), "mutatingwebhookconfigurations",
+                 "MutatingWebhookConfiguration", namespaced=False),
+    ResourceType("admissionregistration.k8s.io", ("v1",), "validatingwebhookconfigurations",
+                 "ValidatingWebhookConfiguration", namespaced=False),
+    _kueue("resourceflavors", "ResourceFlavor", namespaced=False,
+           short_names=("flavor", "flavors", "rf")),
+    _kueue("clusterqueues", "ClusterQueue", namespaced=False, short_names=("cq",),
+           status_subresource=True),
+    _kueue("cohorts", "Cohort", namespaced=False, status_subresource=True),
+    _kueue("localqueues", "LocalQueue", namespaced=True, short_names=("queue", "queues", "lq"),
+           status_subresource=True),
+    _kueue("workloads", "Workload", namespaced=True, short_names=("wl",), status_subresource=True,
+           field_labels=("status.admission.clusterQueue",)),
+    _kueue("workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False),
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class Registry:
+    """Lookup of :class:`ResourceType` by URL coordinates or by a kubectl-style name."""
+
+    types: tuple[ResourceType, ...] = DEFAULT_RESOURCES
+    _by_url: dict[tuple[str, str, str], ResourceType] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for rt in self.types:
+            for version in rt.versions:
+                coordinates = (rt.group, version, rt.plural)
+                if coordinates in self._by_url:
+                    raise ValueError(f"resource {rt.key} version {version} is declared twice")
+                self._by_url[coordinates] = rt
+
+    def __iter__(self) -> Iterator[ResourceType]:
+        return iter(self.types)
+
+    def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
+        return self._by_url.get((group, version, plural))
+
+    def resolve(self, name: str) -> ResourceType:
+        """Find a type by ``plural``, ``plural.group``, kind or short name (core group first)."""
+        for rt in self.types:
+            if name in (rt.key, rt.plural, rt.kind, rt.singular, *rt.short_names):
+                return rt
+        raise KeyError(f"the API-server double serves no resource named {name!r}")
+
+    def group_versions(self) -> dict[str, list[str]]:
+        """Served versions per group, in declaration order (preferred version first)."""
+        groups: dict[str, list[str]] = {}
+        for rt in self.types:
+            versions = groups.setdefault(rt.group, [])
+            versions.extend(v for v in rt.versions if v not in versions)
+        return groups
+
+    # -- discovery documents -------------------------------------------------------
+
+    def api_versions(self, server_address: str) -> dict[str, Any]:
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+            ],
+        }
+
+    def api_group(self, group: str) -> dict[str, Any] | None:
+        versions = self.group_versions().get(group)
+        if not group or versions is None:
+            return None
+        gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": group,
+            "versions": gvs,
+            "preferredVersion": gvs[0],
+        }
+
+    def api_group_list(self) -> dict[str, Any]:
+        groups = [self.api_group(g) for g in self.group_versions() if g]
+        for g in groups:
+            assert g is not None
+            del g["kind"], g["apiVersion"]
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+    def api_resource_list(self, group: str, version: str) -> dict[str, Any] | None:
+        served = [rt for rt in self.types if rt.group == group and version in rt.versions]
+        if not served:
+            return None
+        resources: list[dict[str, Any]] = []
+        for rt in served:
+            entry: dict[str, Any] = {
+                "name": rt.plural,
+                "singularName": rt.singular,
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": list(ALL_VERBS),
+            }
+            if rt.short_names:
+                entry["shortNames"] = list(rt.short_names)
+            if rt.categories:
+                entry["categories"] = list(rt.categories)
+            resources.append(entry)
+            for sub in rt.subresources():
+                resources.append(
+                    {
+                        "name": f"{rt.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": rt.namespaced,
+                        "kind": rt.kind,
+                        "verbs": list(SUBRESOURCE_VERBS),
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
+
+
+def registry_with(extra: Iterable[ResourceType] = ()) -> Registry:
+    """The default registry plus ``extra`` types (for tests that need another CRD)."""
+    return Registry(types=DEFAULT_RESOURCES + tuple(extra))
