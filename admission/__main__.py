@@ -112,10 +112,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.webhooks_only:
         if not args.paths:
             raise BadInput("serve --webhooks-only: at least one -f PATH is required")
+        from admission.config import ConfigError, load_config
+        from admission.loader import LoadError, load_paths
+        from queues.api import InputError
+        from webhooks.config import WebhookConfig
         from webhooks.server import serve_webhooks_only
 
+        try:
+            config = WebhookConfig.from_config(load_config(args.config), namespace=args.namespace)
+            load_paths(args.paths)  # bad input is refused before anything listens
+        except (LoadError, ConfigError, InputError) as e:
+            raise BadInput(str(e)) from e
         serve_webhooks_only(
-            args.paths, cert_dir=args.cert_dir, port=args.webhook_port, host=args.host
+            args.paths,
+            cert_dir=args.cert_dir,
+            port=args.webhook_port,
+            host=args.host,
+            config=config,
         )
         return EXIT_OK
     from admission.kube.service import run_service

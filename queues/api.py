@@ -636,3 +636,18 @@ def _convert_workload_spec(spec: dict[str, Any]) -> tuple[dict[str, str], Proble
         renames["spec.priorityClassRef.name"] = "spec.priorityClassName"
         renames["spec.priorityClassRef"] = "spec.priorityClassName"
     return renames, problems
+
+
+def parse_label_selector(doc: Any, *, path: str) -> m.LabelSelector:
+    """A metav1.LabelSelector outside an object (e.g. in the configuration file)."""
+    from queues.api_types import LabelSelector as _Selector
+
+    try:
+        parsed = _Selector.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        sub = ".".join(str(p) for p in err["loc"])
+        raise InputError(
+            kind="", name="", path=f"{path}.{sub}" if sub else path, message=err["msg"]
+        ) from None
+    return api_convert._label_selector(parsed)

@@ -1,0 +1,10 @@
+"""AdmissionReview webhooks (admission.k8s.io/v1) over TLS, Kueue-compatible.
+
+Public surface:
+
+* :mod:`webhooks.server` — ``build_app``, ``run_webhook_server``, ``serve_webhooks_only``
+* :mod:`webhooks.certs` — CA / serving certificates, reload, rotation, caBundle patch
+* :mod:`webhooks.config` — ``WebhookConfig``
+* :mod:`webhooks.view` — ``ModelView`` protocol and ``InMemoryView``
+* :mod:`webhooks.jobs`, :mod:`webhooks.pods`, :mod:`webhooks.quota` — the handlers
+"""

@@ -1,0 +1,102 @@
+"""What the webhooks need to know about the deployment they run in.
+
+Kept separate from the configuration-file parser (``admission.config``) so the
+handlers depend on a small typed object, not on the file format: the lead wires the
+file's ``managedJobsNamespaceSelector`` / ``manageJobsWithoutQueueName`` / namespace
+into :class:`WebhookConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from queues.model import LabelSelector, SelectorRequirement
+
+DEFAULT_SERVICE_NAMESPACE = "quartermaster-system"
+DEFAULT_SERVICE_ACCOUNT = "quartermaster"  # manifests/base/serviceaccount.yaml
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+# (apiVersion, kind) of the owners Kueue integrations manage (Kueue's default
+# ``integrations.frameworks``): a Job or Pod whose controller owner is one of these is
+# left to its owner's integration (IsOwnerManagedByKueueForObject).
+DEFAULT_MANAGED_OWNER_KINDS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("batch/v1", "Job"),
+        ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+        ("kubeflow.org/v1", "TFJob"),
+        ("kubeflow.org/v1", "PaddleJob"),
+        ("kubeflow.org/v1", "PyTorchJob"),
+        ("kubeflow.org/v1", "XGBoostJob"),
+        ("kubeflow.org/v1", "JAXJob"),
+        ("kubeflow.org/v2beta1", "MPIJob"),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+        ("ray.io/v1", "RayJob"),
+        ("ray.io/v1", "RayCluster"),
+        ("ray.io/v1", "RayService"),
+        ("workload.codeflare.dev/v1beta2", "AppWrapper"),
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+        ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
+    }
+)
+
+
+def default_namespace_selector(service_namespace: str) -> LabelSelector:
+    """Kueue's default: ``kubernetes.io/metadata.name NotIn [kube-system, <service ns>]``."""
+    return LabelSelector(
+        match_expressions=(
+            SelectorRequirement(NAMESPACE_NAME_LABEL, "NotIn", ("kube-system", service_namespace)),
+        )
+    )
+
+
+@dataclass(slots=True)
+class WebhookConfig:
+    """Settings of the job/pod integration webhooks and of the Workload status guard.
+
+    ``managed_jobs_namespace_selector=None`` means Kueue's default selector (not
+    ``kube-system``, not the service's namespace); pass ``LabelSelector()`` to manage
+    every namespace.
+    """
+
+    service_namespace: str = DEFAULT_SERVICE_NAMESPACE
+    managed_jobs_namespace_selector: LabelSelector | None = None
+    manage_jobs_without_queue_name: bool = False
+    # The identity the API server reports for our controller: only it may set a
+    # Workload's status.admission (a user must not admit their own workload).
+    service_account_username: str = ""
+    managed_owner_kinds: frozenset[tuple[str, str]] = field(default=DEFAULT_MANAGED_OWNER_KINDS)
+
+    def __post_init__(self) -> None:
+        if not self.service_namespace:
+            raise ValueError("WebhookConfig.service_namespace must not be empty")
+        if self.managed_jobs_namespace_selector is None:
+            self.managed_jobs_namespace_selector = default_namespace_selector(
+                self.service_namespace
+            )
+        if not self.service_account_username:
+            self.service_account_username = (
+                f"system:serviceaccount:{self.service_namespace}:{DEFAULT_SERVICE_ACCOUNT}"
+            )
+
+    @classmethod
+    def from_config(cls, config: Any, *, namespace: str | None = None) -> WebhookConfig:
+        """From the service configuration file (``admission.config.Config``)."""
+        from queues.api import parse_label_selector
+
+        doc = config.doc
+        ns = namespace or doc.namespace or DEFAULT_SERVICE_NAMESPACE
+        selector = None
+        if doc.managedJobsNamespaceSelector is not None:
+            selector = parse_label_selector(
+                doc.managedJobsNamespaceSelector, path="managedJobsNamespaceSelector"
+            )
+        return cls(
+            service_namespace=ns,
+            managed_jobs_namespace_selector=selector,
+            manage_jobs_without_queue_name=doc.manageJobsWithoutQueueName,
+        )
+
+    def namespace_is_managed(self, labels: dict[str, str]) -> bool:
+        selector = self.managed_jobs_namespace_selector
+        return selector is None or selector.matches(labels)

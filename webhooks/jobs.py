@@ -1,0 +1,313 @@
+"""batch/v1 Job admission, as Kueue's JobWebhook (kueue-semantics §3.3).
+
+Mutating (CREATE): default LocalQueue ``default``, default WorkloadPriorityClass
+``default``, ``spec.suspend=true`` for queue-managed jobs — all skipped when the Job's
+controller owner is a Kueue-integrated kind (that owner's integration manages it).
+Validating (CREATE, UPDATE): queue-name and prebuilt-workload labels, max execution
+time, partial admission and completions-equal-parallelism annotations, and the update
+rules that keep a running job's queue, priority class and parallelism stable.
+
+Documented gaps against Kueue: ``spec.managedBy`` defaulting for MultiKueue and the TAS
+pod-template annotations are not handled (no AdmissionChecks or Topologies in our model
+yet); "owner is managed" checks the owner's kind only, like ``IsOwnerManagedByKueue``,
+without fetching the owner to see whether it carries a queue name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .review import (
+    DEFAULT_LOCAL_QUEUE,
+    DEFAULT_PRIORITY_CLASS,
+    ELASTIC_JOB_ANNOTATION,
+    MAX_EXEC_TIME_LABEL,
+    PREBUILT_WORKLOAD_LABEL,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    AdmissionRequest,
+    FieldErrors,
+    HandlerContext,
+    JsonObj,
+    MalformedObject,
+    Mutation,
+    Verdict,
+    WebhookSpec,
+    allow,
+    atoi,
+    dns1123_subdomain_errors,
+    key_path,
+    metadata_of,
+    opt_bool,
+    opt_int,
+    opt_str,
+    owner_is_managed,
+    parse_bool,
+    string_map,
+)
+
+JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-completions-equal-parallelism"
+
+LABELS = "metadata.labels"
+ANNOTATIONS = "metadata.annotations"
+QUEUE_PATH = key_path(LABELS, QUEUE_LABEL)
+PRIORITY_CLASS_PATH = key_path(LABELS, PRIORITY_CLASS_LABEL)
+MAX_EXEC_TIME_PATH = key_path(LABELS, MAX_EXEC_TIME_LABEL)
+PREBUILT_PATH = key_path(LABELS, PREBUILT_WORKLOAD_LABEL)
+MIN_PARALLELISM_PATH = key_path(ANNOTATIONS, JOB_MIN_PARALLELISM_ANNOTATION)
+SYNC_COMPLETIONS_PATH = key_path(ANNOTATIONS, JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+ELASTIC_PATH = key_path(ANNOTATIONS, ELASTIC_JOB_ANNOTATION)
+
+
+def request_namespace(req: AdmissionRequest, obj: JsonObj) -> str:
+    """The object's namespace (the request's, else ``metadata.namespace``)."""
+    return req.namespace or opt_str(metadata_of(obj), "metadata", "namespace") or ""
+
+
+# ---------------------------------------------------------------- shared with pods
+
+
+def apply_queue_defaults(
+    m: Mutation, *, namespace: str, ctx: HandlerContext, default_queue: bool
+) -> None:
+    """ApplyDefaultLocalQueue + ApplyDefaultWorkloadPriorityClass on ``m``."""
+    labels = m.labels()
+    if (
+        default_queue
+        and not labels.get(QUEUE_LABEL)
+        and ctx.view.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE)
+    ):
+        m.set_label(QUEUE_LABEL, DEFAULT_LOCAL_QUEUE)
+    if not labels.get(PRIORITY_CLASS_LABEL) and ctx.view.workload_priority_class_exists(
+        DEFAULT_PRIORITY_CLASS
+    ):
+        m.set_label(PRIORITY_CLASS_LABEL, DEFAULT_PRIORITY_CLASS)
+
+
+def validate_label_as_name(labels: dict[str, str], key: str, errs: FieldErrors) -> None:
+    """ValidateLabelAsCRDName: the label, when present, is a DNS-1123 subdomain."""
+    value = labels.get(key)
+    if value is not None:
+        problems = dns1123_subdomain_errors(value)
+        if problems:
+            errs.invalid(key_path(LABELS, key), value, ",".join(problems))
+
+
+def validate_on_create(labels: dict[str, str], errs: FieldErrors) -> None:
+    """ValidateJobOnCreate: queue name, prebuilt workload name, max execution time."""
+    validate_label_as_name(labels, QUEUE_LABEL, errs)
+    validate_label_as_name(labels, PREBUILT_WORKLOAD_LABEL, errs)
+    raw = labels.get(MAX_EXEC_TIME_LABEL)
+    if raw is not None:
+        value, err = atoi(raw)
+        if value is None:
+            errs.invalid(MAX_EXEC_TIME_PATH, raw, err)
+        elif value <= 0:
+            errs.invalid(MAX_EXEC_TIME_PATH, value, "should be greater than 0")
+
+
+def validate_on_update(
+    *,
+    old_labels: dict[str, str],
+    new_labels: dict[str, str],
+    old_suspended: bool,
+    new_suspended: bool,
+    namespace: str,
+    ctx: HandlerContext,
+    errs: FieldErrors,
+) -> None:
+    """ValidateJobOnUpdate: queue name, prebuilt workload, max exec time, priority class."""
+    old_q, new_q = old_labels.get(QUEUE_LABEL, ""), new_labels.get(QUEUE_LABEL, "")
+    if not new_suspended and new_q != old_q:
+        errs.immutable(QUEUE_PATH, new_q)
+    if not new_q and old_q and ctx.view.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE):
+        errs.invalid(QUEUE_PATH, "", "queue-name must not be empty in namespace with default queue")
+
+    if new_suspended:
+        pass  # validate_on_create already checked the new prebuilt name
+    else:
+        old_p, new_p = (
+            old_labels.get(PREBUILT_WORKLOAD_LABEL, ""),
+            new_labels.get(PREBUILT_WORKLOAD_LABEL, ""),
+        )
+        if new_p != old_p:
+            errs.immutable(PREBUILT_PATH, new_p)
+
+    if not new_suspended or not old_suspended:
+        old_t, new_t = (
+            old_labels.get(MAX_EXEC_TIME_LABEL, ""),
+            new_labels.get(MAX_EXEC_TIME_LABEL, ""),
+        )
+        if new_t != old_t:
+            errs.immutable(MAX_EXEC_TIME_PATH, new_t)
+
+    old_pc, new_pc = (
+        old_labels.get(PRIORITY_CLASS_LABEL, ""),
+        new_labels.get(PRIORITY_CLASS_LABEL, ""),
+    )
+    if not new_suspended and not old_pc and new_pc:
+        errs.invalid(
+            PRIORITY_CLASS_PATH,
+            new_pc,
+            "WorkloadPriorityClass cannot be added to a non-suspended workload",
+        )
+    elif not new_pc and old_pc:
+        errs.invalid(
+            PRIORITY_CLASS_PATH, new_pc, "WorkloadPriorityClass cannot be removed from a workload"
+        )
+
+
+# ---------------------------------------------------------------- Job
+
+
+@dataclass(slots=True)
+class JobFields:
+    """The parts of a Job the rules read, type-checked once."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    suspended: bool
+    parallelism: int
+    completions: int | None
+    completion_mode: str | None
+    deleting: bool
+
+    @classmethod
+    def of(cls, obj: JsonObj) -> JobFields:
+        spec = obj.get("spec")
+        if spec is None:
+            spec = {}
+        elif spec.__class__ is not dict:
+            raise MalformedObject("spec", "must be an object")
+        parallelism = opt_int(spec, "spec", "parallelism")
+        return cls(
+            labels=string_map(obj, "labels"),
+            annotations=string_map(obj, "annotations"),
+            suspended=bool(opt_bool(spec, "spec", "suspend")),
+            parallelism=1 if parallelism is None else parallelism,
+            completions=opt_int(spec, "spec", "completions"),
+            completion_mode=opt_str(spec, "spec", "completionMode"),
+            deleting=metadata_of(obj).get("deletionTimestamp") is not None,
+        )
+
+    @property
+    def pods_count(self) -> int:
+        if self.completions is not None and self.completions < self.parallelism:
+            return self.completions
+        return self.parallelism
+
+    @property
+    def sync_completions(self) -> bool:
+        raw = self.annotations.get(JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+        return raw is not None and parse_bool(raw)[0]
+
+    @property
+    def elastic(self) -> bool:
+        return self.annotations.get(ELASTIC_JOB_ANNOTATION) == "true"
+
+
+def mutate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    if req.operation != "CREATE" or req.object is None:
+        return allow()
+    obj = req.object
+    job = JobFields.of(obj)
+    namespace = request_namespace(req, obj)
+    if owner_is_managed(obj, ctx.config):
+        return allow()
+    ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
+    m = Mutation(obj)
+    apply_queue_defaults(m, namespace=namespace, ctx=ctx, default_queue=ns_managed)
+    if not job.deleting and not job.suspended:
+        if m.labels().get(QUEUE_LABEL) or (
+            ctx.config.manage_jobs_without_queue_name and ns_managed
+        ):
+            m.set(("spec",), "suspend", True)
+    return allow(m.patch())
+
+
+def _validate_partial_admission_create(job: JobFields, errs: FieldErrors) -> None:
+    raw = job.annotations.get(JOB_MIN_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return
+    value, err = atoi(raw)
+    if value is None:
+        errs.invalid(MIN_PARALLELISM_PATH, raw, err)
+    elif value >= job.pods_count or value <= 0:
+        errs.invalid(MIN_PARALLELISM_PATH, value, f"should be between 0 and {job.pods_count - 1}")
+    if job.elastic:
+        errs.invalid(
+            MIN_PARALLELISM_PATH, raw, "partial admission and elastic job cannot be used together"
+        )
+
+
+def _validate_sync_completions_create(job: JobFields, errs: FieldErrors) -> None:
+    raw = job.annotations.get(JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return
+    enabled, err = parse_bool(raw)
+    if err:
+        errs.invalid(SYNC_COMPLETIONS_PATH, raw, err)
+    if enabled:
+        if job.completion_mode in (None, "NonIndexed"):
+            errs.invalid(SYNC_COMPLETIONS_PATH, raw, "should not be enabled for NonIndexed jobs")
+        if job.parallelism != (1 if job.completions is None else job.completions):
+            errs.invalid(
+                "spec.completions",
+                job.completions,
+                f"should be equal to parallelism when {JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION} is annotation is true",
+            )
+
+
+def validate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    assert req.object is not None
+    new = JobFields.of(req.object)
+    errs = FieldErrors()
+    validate_on_create(new.labels, errs)
+    if req.operation == "CREATE":
+        _validate_partial_admission_create(new, errs)
+        _validate_sync_completions_create(new, errs)
+        return errs.verdict()
+
+    assert req.old_object is not None
+    old = JobFields.of(req.old_object)
+    if new.annotations.get(JOB_MIN_PARALLELISM_ANNOTATION) != old.annotations.get(
+        JOB_MIN_PARALLELISM_ANNOTATION
+    ):
+        _validate_partial_admission_create(new, errs)
+    _validate_sync_completions_create(new, errs)
+    validate_on_update(
+        old_labels=old.labels,
+        new_labels=new.labels,
+        old_suspended=old.suspended,
+        new_suspended=new.suspended,
+        namespace=request_namespace(req, req.object),
+        ctx=ctx,
+        errs=errs,
+    )
+    if old.elastic != new.elastic:
+        errs.invalid(
+            ELASTIC_PATH, new.annotations.get(ELASTIC_JOB_ANNOTATION, ""), "field is immutable"
+        )
+    if (
+        JOB_MIN_PARALLELISM_ANNOTATION in old.annotations
+        and not old.suspended
+        and old.parallelism != new.parallelism
+    ):
+        errs.forbidden(
+            "spec.parallelism",
+            "cannot change when partial admission is enabled and the job is not suspended",
+        )
+    if (
+        old.suspended == new.suspended
+        and not new.suspended
+        and old.sync_completions != new.sync_completions
+    ):
+        errs.forbidden(SYNC_COMPLETIONS_PATH, "field is immutable while the job is not suspended")
+    return errs.verdict()
+
+
+WEBHOOKS = [
+    WebhookSpec("/mutate-batch-v1-job", "batch", "v1", "Job", mutate_job, mutating=True),
+    WebhookSpec("/validate-batch-v1-job", "batch", "v1", "Job", validate_job, mutating=False),
+]

@@ -1,0 +1,356 @@
+"""Quota CR editing: ClusterQueue, Cohort, ResourceFlavor, LocalQueue,
+WorkloadPriorityClass and Workload admission (kueue-semantics §3.5–§3.8).
+
+Schema-level rules (lendingLimit ≤ nominalQuota, limits only with a cohort/parent,
+resource order and coverage, counts, fair-sharing weight, preemption combination, the
+Workload's podSet and admission rules, …) live once, in ``queues.api.parse_object``;
+this module runs them on every create and update and adds what only a webhook can check:
+
+* update rules: a LocalQueue's ``spec.clusterQueue`` is immutable; a Workload's
+  ``status.admission`` may be set only by the service's own identity (the request's
+  ``userInfo.username``) and never changed once set; its podSets are frozen while it
+  holds quota;
+* what Kueue leaves to runtime: a Cohort edit whose ``parentName`` chain comes back to
+  itself is denied with the cycle spelled out (``a -> b -> a``);
+* **impact warnings** on allowed quota edits (:func:`impact_warnings`, the seam the
+  engine's what-if plugs into), at most :data:`MAX_WARNINGS` lines.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from queues import api
+from queues.model import Cohort
+
+from .review import (
+    AdmissionRequest,
+    FieldErrors,
+    HandlerContext,
+    JsonObj,
+    MalformedObject,
+    Mutation,
+    Verdict,
+    WebhookSpec,
+    allow,
+    atoi,
+    get_list,
+    get_map,
+    go_value,
+    key_path,
+    opt_str,
+    string_map,
+)
+from .view import ModelView
+
+log = logging.getLogger("quartermaster.webhooks")
+
+GROUP = "kueue.x-k8s.io"
+VERSION = "v1beta2"
+RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
+PRIORITY_BOOST_ANNOTATION = "kueue.x-k8s.io/priority-boost"
+MAX_WARNINGS = 10
+QUOTA_RESERVED = "QuotaReserved"
+
+
+def impact_warnings(kind: str, old: JsonObj | None, new: JsonObj, view: ModelView) -> list[str]:
+    """One line per effect of an allowed quota edit on the live state, most important first.
+
+    ``kind`` is the object's kind (ClusterQueue, Cohort, ResourceFlavor, LocalQueue,
+    WorkloadPriorityClass), ``old`` is None on CREATE. Filled in by the engine's what-if
+    (the code behind ``plan --what-if``): admitted workloads now over quota, pending
+    workloads that now fit or can never fit, borrowers that become reclaimable.
+    """
+    from admission.impact import KINDS, impact_of_edit
+
+    if kind not in KINDS:
+        return []
+    obj = api.parse_model(new)
+    return impact_of_edit(
+        flavors=view.flavors,
+        cluster_queues=view.cluster_queues,
+        cohorts=view.cohorts,
+        local_queues=view.local_queues,
+        workloads=view.workloads,
+        namespace_labels=view.namespace_labels,
+        kind=kind,
+        obj=obj,
+        limit=MAX_WARNINGS,
+    )
+
+
+def _warnings_for(kind: str, req: AdmissionRequest, ctx: HandlerContext) -> list[str]:
+    assert req.object is not None
+    try:
+        lines = impact_warnings(kind, req.old_object, req.object, ctx.view)
+    except Exception as exc:  # noqa: BLE001 - warnings are advisory, never block an edit
+        log.exception("impact warnings failed for %s %s", kind, req.name)
+        return [f"impact of this edit could not be computed: {type(exc).__name__}: {exc}"]
+    return lines[:MAX_WARNINGS]
+
+
+# ---------------------------------------------------------------- schema (queues.api)
+
+
+def schema_problems(doc: JsonObj) -> list[str]:
+    """Every schema-rule violation of ``doc`` per ``queues.api``, one "path: message" each."""
+    try:
+        api.parse_object(doc)
+    except api.InputError as exc:
+        return [f"{path}: {message}" if path else message for path, message in exc.errors]
+    return []
+
+
+def _name_of(obj: JsonObj) -> str:
+    return opt_str(get_map(obj, "", "metadata"), "metadata", "name") or ""
+
+
+def _decide(
+    kind: str,
+    req: AdmissionRequest,
+    ctx: HandlerContext,
+    rules: Callable[[FieldErrors], None] | None = None,
+    *,
+    warn: bool = True,
+) -> Verdict:
+    """Webhook-only ``rules`` then the schema rules; impact warnings when allowed."""
+    assert req.object is not None
+    schema = schema_problems(req.object)
+    errs = FieldErrors()
+    if rules is not None:
+        try:
+            rules(errs)
+        except MalformedObject:
+            if not schema:
+                raise
+    errs.errors.extend(schema)
+    if errs:
+        return errs.verdict()
+    return allow(warnings=_warnings_for(kind, req, ctx) if warn else None)
+
+
+# ---------------------------------------------------------------- mutating
+
+
+def _add_resource_in_use_finalizer(req: AdmissionRequest, _ctx: HandlerContext) -> Verdict:
+    if req.operation != "CREATE" or req.object is None:
+        return allow()
+    m = Mutation(req.object)
+    m.append_unique(("metadata",), "finalizers", RESOURCE_IN_USE_FINALIZER)
+    return allow(m.patch())
+
+
+def mutate_workload(req: AdmissionRequest, _ctx: HandlerContext) -> Verdict:
+    """Kueue drops podSets' minCount only when PartialAdmission is off; it is on."""
+    return allow()
+
+
+# ---------------------------------------------------------------- ClusterQueue, RF, LQ, WPC
+
+
+def validate_cluster_queue(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    return _decide("ClusterQueue", req, ctx)
+
+
+def validate_resource_flavor(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    return _decide("ResourceFlavor", req, ctx)
+
+
+def validate_workload_priority_class(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    return _decide("WorkloadPriorityClass", req, ctx)
+
+
+def validate_local_queue(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    def rules(errs: FieldErrors) -> None:
+        if req.operation == "UPDATE":
+            assert req.object is not None and req.old_object is not None
+            new_cq = get_map(req.object, "", "spec").get("clusterQueue")
+            old_cq = get_map(req.old_object, "", "spec").get("clusterQueue")
+            if new_cq != old_cq:
+                errs.immutable("spec.clusterQueue", new_cq)
+
+    return _decide("LocalQueue", req, ctx, rules)
+
+
+# ---------------------------------------------------------------- Cohort
+
+
+def cohort_cycle(name: str, parent: str | None, cohorts: Mapping[str, Cohort]) -> list[str] | None:
+    """The chain ``[name, parent, …, name]`` when making ``parent`` the parent of ``name``
+    closes a cycle (walking the other cohorts' current parents), else None."""
+    chain = [name]
+    seen = {name}
+    current = parent
+    while current:
+        chain.append(current)
+        if current == name:
+            return chain
+        if current in seen:  # an existing cycle that does not pass through name
+            return None
+        seen.add(current)
+        node = cohorts.get(current)
+        current = node.parent if node is not None else None
+    return None
+
+
+def validate_cohort(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    def rules(errs: FieldErrors) -> None:
+        assert req.object is not None
+        name = _name_of(req.object) or req.name
+        parent = opt_str(get_map(req.object, "", "spec"), "spec", "parentName")
+        cycle = cohort_cycle(name, parent, ctx.view.cohorts) if name else None
+        if cycle is not None:
+            errs.invalid(
+                "spec.parentName",
+                parent,
+                "would create a cycle in the cohort tree: " + " -> ".join(cycle),
+            )
+
+    return _decide("Cohort", req, ctx, rules)
+
+
+# ---------------------------------------------------------------- Workload
+
+
+def _has_quota_reservation(wl: JsonObj) -> bool:
+    for cond in get_list(get_map(wl, "", "status"), "status", "conditions"):
+        if (
+            isinstance(cond, dict)
+            and cond.get("type") == QUOTA_RESERVED
+            and cond.get("status") == "True"
+        ):
+            return True
+    return False
+
+
+def _pod_sets(wl: JsonObj) -> list[JsonObj]:
+    sets = get_list(get_map(wl, "", "spec"), "spec", "podSets")
+    for i, ps in enumerate(sets):
+        if not isinstance(ps, dict):
+            raise MalformedObject(f"spec.podSets[{i}]", "must be an object")
+    return sets
+
+
+def _count_of(ps: JsonObj) -> int:
+    count = ps.get("count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
+def _reclaimable(wl: JsonObj) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i, rp in enumerate(get_list(get_map(wl, "", "status"), "status", "reclaimablePods")):
+        if not isinstance(rp, dict) or not isinstance(rp.get("name"), str):
+            raise MalformedObject(f"status.reclaimablePods[{i}]", "must be an object with a name")
+        count = rp.get("count", 0)
+        out[rp["name"]] = count if isinstance(count, int) else 0
+    return out
+
+
+def _validate_workload(wl: JsonObj, errs: FieldErrors) -> None:
+    """The Workload rules ``queues.api`` does not check (reclaimablePods, priority boost)."""
+    counts = {ps.get("name", "main"): _count_of(ps) for ps in _pod_sets(wl)}
+    for name, count in _reclaimable(wl).items():
+        path = key_path("status.reclaimablePods", name)
+        if name not in counts:
+            errs.not_supported(f"{path}.name", name, list(counts))
+        elif count > counts[name]:
+            errs.invalid(f"{path}.count", count, f"should be less or equal to {counts[name]}")
+    boost = string_map(wl, "annotations").get(PRIORITY_BOOST_ANNOTATION)
+    if boost is not None and atoi(boost)[0] is None:
+        detail = "must be a valid signed integer"
+        if boost == "":
+            detail += '; use "0" explicitly for no boost'
+        errs.invalid(key_path("metadata.annotations", PRIORITY_BOOST_ANNOTATION), boost, detail)
+
+
+def _validate_workload_update(new: JsonObj, old: JsonObj, errs: FieldErrors) -> None:
+    if _has_quota_reservation(old):
+        new_sets, old_sets = _pod_sets(new), _pod_sets(old)
+        if len(new_sets) != len(old_sets):
+            errs.invalid(
+                "spec.podSets",
+                len(new_sets),
+                "field is immutable while the workload has quota reserved",
+            )
+        else:
+            for i, (n, o) in enumerate(zip(new_sets, old_sets, strict=True)):
+                if n != o:
+                    errs.invalid(f"spec.podSets[{i}]", n.get("name", "main"), "field is immutable")
+    if _has_quota_reservation(new) and _has_quota_reservation(old):
+        new_r, old_r = _reclaimable(new), _reclaimable(old)
+        for name, count in new_r.items():
+            if name in old_r and count < old_r[name]:
+                errs.invalid(
+                    f"{key_path('status.reclaimablePods', name)}.count",
+                    count,
+                    f"cannot be less than {old_r[name]}",
+                )
+        for name in old_r:
+            if name not in new_r:
+                errs.required(key_path("status.reclaimablePods", name), "cannot be removed")
+    new_adm = get_map(new, "", "status").get("admission")
+    old_adm = get_map(old, "", "status").get("admission")
+    if new_adm is not None and old_adm is not None and new_adm != old_adm:
+        errs.immutable("status.admission", new_adm)
+    new_status, old_status = get_map(new, "", "status"), get_map(old, "", "status")
+    cluster = new_status.get("clusterName")
+    if old_status.get("clusterName") is None and cluster is not None:
+        nominated = old_status.get("nominatedClusterNames") or []
+        if not isinstance(nominated, list) or cluster not in nominated:
+            errs.invalid(
+                "status.clusterName",
+                cluster,
+                "when setting clusterName it must be one of the nominatedClusterNames",
+            )
+
+
+def validate_workload(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    def rules(errs: FieldErrors) -> None:
+        assert req.object is not None
+        new = req.object
+        _validate_workload(new, errs)
+        old_adm = None
+        if req.operation == "UPDATE":
+            assert req.old_object is not None
+            _validate_workload_update(new, req.old_object, errs)
+            old_adm = get_map(req.old_object, "", "status").get("admission")
+        new_adm = get_map(new, "", "status").get("admission")
+        service = ctx.config.service_account_username
+        if new_adm is not None and old_adm is None and req.username != service:
+            errs.forbidden(
+                "status.admission",
+                f"can only be set by the admission service ({service}), not by {go_value(req.username)}",
+            )
+
+    return _decide("Workload", req, ctx, rules, warn=False)
+
+
+def _spec(
+    path: str,
+    kind: str,
+    handler: Callable[[AdmissionRequest, HandlerContext], Verdict],
+    mutating: bool,
+) -> WebhookSpec:
+    return WebhookSpec(path, GROUP, VERSION, kind, handler, mutating)
+
+
+_PREFIX_V = "/validate-kueue-x-k8s-io-v1beta2-"
+_PREFIX_M = "/mutate-kueue-x-k8s-io-v1beta2-"
+
+WEBHOOKS = [
+    _spec(_PREFIX_M + "clusterqueue", "ClusterQueue", _add_resource_in_use_finalizer, True),
+    _spec(_PREFIX_M + "resourceflavor", "ResourceFlavor", _add_resource_in_use_finalizer, True),
+    _spec(_PREFIX_M + "workload", "Workload", mutate_workload, True),
+    _spec(_PREFIX_V + "clusterqueue", "ClusterQueue", validate_cluster_queue, False),
+    _spec(_PREFIX_V + "cohort", "Cohort", validate_cohort, False),
+    _spec(_PREFIX_V + "resourceflavor", "ResourceFlavor", validate_resource_flavor, False),
+    _spec(_PREFIX_V + "localqueue", "LocalQueue", validate_local_queue, False),
+    _spec(
+        _PREFIX_V + "workloadpriorityclass",
+        "WorkloadPriorityClass",
+        validate_workload_priority_class,
+        False,
+    ),
+    _spec(_PREFIX_V + "workload", "Workload", validate_workload, False),
+]

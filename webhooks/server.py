@@ -1,0 +1,490 @@
+"""The HTTPS AdmissionReview server (admission.k8s.io/v1) and its entry points.
+
+One aiohttp application serves every webhook at Kueue's paths, plus ``/healthz``,
+``/readyz`` and ``/metrics``. The contract with the API server (python-ecosystem §3.1):
+
+* a well-formed review always gets HTTP 200 with ``response.uid`` echoed; the decision,
+  a base64 RFC 6902 patch, warnings and a denial's ``status`` are inside;
+* a request that is not a usable review (not JSON, no ``request``, wrong ``kind`` or
+  ``apiVersion``, an object of the wrong kind for the path) gets HTTP 400 with a
+  one-line reason; a body over 3 MiB gets 413;
+* a handler that raises never becomes a 500: the review is denied with the error
+  (the webhook configuration's ``failurePolicy`` then decides) and the error is logged.
+
+:func:`process_review` is the whole decision as a pure function of the body, so the
+API-server test double can call the handlers without HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import signal
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Metric, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from . import jobs, pods, quota
+from .certs import ReloadingSSLContext, ensure_cert_dir
+from .config import WebhookConfig
+from .review import (
+    AdmissionRequest,
+    HandlerContext,
+    MalformedObject,
+    Verdict,
+    WebhookSpec,
+    allow,
+    deny,
+)
+from .view import InMemoryView, ModelView
+
+try:  # orjson parses a review ~3x faster than the stdlib; the stdlib is the fallback
+    from orjson import loads as _json_loads
+except ImportError:  # pragma: no cover - orjson is a declared dependency
+    _json_loads = json.loads
+
+log = logging.getLogger("quartermaster.webhooks")
+
+API_VERSION = "admission.k8s.io/v1"
+MAX_BODY_BYTES = 3 * 1024 * 1024
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+
+def all_webhooks() -> list[WebhookSpec]:
+    """Every webhook this server serves, in registration order."""
+    return [*jobs.WEBHOOKS, *pods.WEBHOOKS, *quota.WEBHOOKS]
+
+
+@dataclass(slots=True)
+class WebhookState:
+    """Readiness inputs: ``/readyz`` is 200 only when both are true."""
+
+    certs_loaded: bool = False
+    model_synced: bool = False
+
+
+class BadReview(ValueError):
+    """The body is not a usable AdmissionReview for this path (HTTP 400)."""
+
+
+class _PathStats:
+    __slots__ = ("codes", "buckets", "total", "sum", "denials")
+
+    def __init__(self) -> None:
+        self.codes: dict[int, int] = {}
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # last one: +Inf only
+        self.total = 0
+        self.sum = 0.0
+        self.denials = 0
+
+
+class WebhookMetrics:
+    """Prometheus series of one app, in its own registry (controller-runtime's names).
+
+    Requests are counted in plain integers on the event loop (no locks on the hot path)
+    and turned into metric families only when ``/metrics`` is scraped.
+    """
+
+    def __init__(self, registry: CollectorRegistry, paths: Iterable[str]) -> None:
+        self.registry = registry
+        self._stats = {p: _PathStats() for p in paths}
+        registry.register(self)
+
+    def observe(self, path: str, status: int, seconds: float, denied: bool) -> None:
+        st = self._stats[path]
+        st.codes[status] = st.codes.get(status, 0) + 1
+        st.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        st.total += 1
+        st.sum += seconds
+        if denied:
+            st.denials += 1
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "controller_runtime_webhook_requests",
+            "Admission requests served, by webhook path and HTTP status code.",
+            labels=["webhook", "code"],
+        )
+        latency = HistogramMetricFamily(
+            "controller_runtime_webhook_latency_seconds",
+            "Time to answer an admission request, by webhook path.",
+            labels=["webhook"],
+        )
+        denials = CounterMetricFamily(
+            "quartermaster_webhook_denials",
+            "Admission requests answered with allowed=false, by webhook path.",
+            labels=["webhook"],
+        )
+        for path, st in self._stats.items():
+            for code, n in sorted(st.codes.items()):
+                requests.add_metric([path, str(code)], n)
+            cumulative, running = [], 0
+            for bound, n in zip((*LATENCY_BUCKETS, float("inf")), st.buckets, strict=True):
+                running += n
+                cumulative.append((floatToGoString(bound), running))
+            latency.add_metric([path], cumulative, st.sum)
+            denials.add_metric([path], st.denials)
+        yield requests
+        yield latency
+        yield denials
+
+
+# ---------------------------------------------------------------- envelope
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _opt(req: dict[str, Any], key: str, typ: type, what: str) -> Any:
+    value = req.get(key)
+    if value is not None and not isinstance(value, typ):
+        raise BadReview(f"request.{key} must be {what}")
+    return value
+
+
+def parse_review(body: bytes, spec: WebhookSpec) -> AdmissionRequest:
+    """Validate the AdmissionReview envelope; :class:`BadReview` names what is wrong."""
+    try:
+        doc = _json_loads(body)
+    except RecursionError:
+        raise BadReview("malformed JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise BadReview(f"malformed JSON: {_one_line(str(exc), 120)}") from None
+    if not isinstance(doc, dict):
+        raise BadReview("the body must be a JSON object (an AdmissionReview)")
+    if doc.get("apiVersion") != API_VERSION:
+        raise BadReview(
+            f"unsupported apiVersion {_one_line(repr(doc.get('apiVersion')), 80)}, expected {API_VERSION}"
+        )
+    if doc.get("kind") != "AdmissionReview":
+        raise BadReview(
+            f"unexpected kind {_one_line(repr(doc.get('kind')), 80)}, expected AdmissionReview"
+        )
+    req = doc.get("request")
+    if not isinstance(req, dict):
+        raise BadReview("missing request" if req is None else "request must be an object")
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid must be a non-empty string")
+    kind = req.get("kind")
+    if not isinstance(kind, dict):
+        raise BadReview("request.kind must be an object {group, version, kind}")
+    gvk = (kind.get("group") or "", kind.get("version"), kind.get("kind"))
+    if gvk != (spec.group, spec.version, spec.kind):
+        got = "/".join(str(x) for x in gvk)
+        raise BadReview(
+            _one_line(
+                f"unexpected kind {got} for {spec.path}, expected {spec.group}/{spec.version}/{spec.kind}"
+            )
+        )
+    operation = req.get("operation")
+    if not isinstance(operation, str) or operation not in OPERATIONS:
+        raise BadReview(f"request.operation must be one of {', '.join(sorted(OPERATIONS))}")
+    obj = _opt(req, "object", dict, "an object")
+    old = _opt(req, "oldObject", dict, "an object")
+    if operation in ("CREATE", "UPDATE") and obj is None:
+        raise BadReview(f"request.object is required for {operation}")
+    if operation == "UPDATE" and old is None:
+        raise BadReview("request.oldObject is required for UPDATE")
+    namespace = _opt(req, "namespace", str, "a string") or ""
+    name = _opt(req, "name", str, "a string") or ""
+    sub_resource = _opt(req, "subResource", str, "a string") or ""
+    dry_run = _opt(req, "dryRun", bool, "a boolean") or False
+    user = _opt(req, "userInfo", dict, "an object") or {}
+    username = user.get("username") or ""
+    if not isinstance(username, str):
+        raise BadReview("request.userInfo.username must be a string")
+    return AdmissionRequest(
+        uid=uid,
+        operation=operation,
+        group=spec.group,
+        version=spec.version,
+        kind=spec.kind,
+        namespace=namespace,
+        name=name,
+        object=obj,
+        old_object=old,
+        username=username,
+        sub_resource=sub_resource,
+        dry_run=dry_run,
+    )
+
+
+def run_handler(spec: WebhookSpec, req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    """The handler's verdict; a malformed object or a handler error becomes a denial."""
+    if req.operation not in ("CREATE", "UPDATE"):
+        return allow()
+    try:
+        return spec.handler(req, ctx)
+    except MalformedObject as exc:
+        return deny(
+            f"{spec.kind} {_one_line(req.name, 80)!r}: {exc}", code=400, reason="BadRequest"
+        )
+    except Exception as exc:  # noqa: BLE001 - a handler bug must not take the server down
+        log.exception(
+            "webhook %s failed on %s %s/%s (uid %s)",
+            spec.path,
+            req.operation,
+            req.namespace,
+            req.name,
+            req.uid,
+        )
+        return deny(
+            f"internal error in webhook {spec.path}: {type(exc).__name__}: {_one_line(str(exc))}",
+            code=500,
+            reason="InternalError",
+        )
+
+
+def review_response(uid: str, verdict: Verdict) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if verdict.allowed and verdict.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = _patch_b64(verdict.patch)
+    if verdict.warnings:
+        response["warnings"] = list(verdict.warnings)
+    if not verdict.allowed:
+        response["status"] = {
+            "code": verdict.code,
+            "reason": verdict.reason,
+            "message": verdict.message,
+        }
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _patch_b64(patch: list[dict[str, Any]]) -> str:
+    b64 = getattr(patch, "b64", None)
+    if b64 is None:
+        b64 = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode("ascii")
+    return b64
+
+
+_HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
+
+
+def encode_response(uid: str, verdict: Verdict) -> bytes:
+    """The response body; the common allowed-without-warnings case is assembled directly."""
+    if verdict.allowed and not verdict.warnings:
+        uid_json = json.dumps(uid).encode()
+        if verdict.patch:
+            patch = _patch_b64(verdict.patch).encode()
+            return (
+                _HEAD
+                + uid_json
+                + b',"allowed":true,"patchType":"JSONPatch","patch":"'
+                + patch
+                + b'"}}'
+            )
+        return _HEAD + uid_json + b',"allowed":true}}'
+    return json.dumps(review_response(uid, verdict), separators=(",", ":")).encode()
+
+
+def process_review(
+    body: bytes, spec: WebhookSpec, ctx: HandlerContext
+) -> tuple[int, bytes, Verdict | None]:
+    """HTTP status, response body and verdict (None for a 400) for one review body."""
+    try:
+        req = parse_review(body, spec)
+    except BadReview as exc:
+        return 400, (str(exc) + "\n").encode("utf-8", "backslashreplace"), None
+    except Exception as exc:  # noqa: BLE001 - an envelope we failed to foresee is still a 400
+        log.exception("unreadable review on %s", spec.path)
+        return 400, f"unreadable AdmissionReview: {type(exc).__name__}\n".encode(), None
+    verdict = run_handler(spec, req, ctx)
+    try:
+        return 200, encode_response(req.uid, verdict), verdict
+    except Exception as exc:  # noqa: BLE001 - e.g. a warning that is not a string
+        log.exception("webhook %s produced an unencodable verdict", spec.path)
+        verdict = deny(
+            f"internal error in webhook {spec.path}: cannot encode the response: {type(exc).__name__}",
+            code=500,
+            reason="InternalError",
+        )
+        return 200, encode_response(req.uid, verdict), verdict
+
+
+# ---------------------------------------------------------------- aiohttp app
+
+STATE_KEY = web.AppKey("webhook_state", WebhookState)
+METRICS_KEY = web.AppKey("webhook_metrics", WebhookMetrics)
+
+
+def build_app(
+    *,
+    view: ModelView,
+    config: WebhookConfig,
+    state: WebhookState | None = None,
+    registry: CollectorRegistry | None = None,
+    webhooks: list[WebhookSpec] | None = None,
+) -> web.Application:
+    """The aiohttp application with every webhook route and the health endpoints."""
+    specs = webhooks if webhooks is not None else all_webhooks()
+    ctx = HandlerContext(view=view, config=config)
+    metrics = WebhookMetrics(registry or CollectorRegistry(), [s.path for s in specs])
+    state = state if state is not None else WebhookState(model_synced=True)
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[STATE_KEY] = state
+    app[METRICS_KEY] = metrics
+
+    def make_route(spec: WebhookSpec) -> Callable[[web.Request], Any]:
+        async def route(request: web.Request) -> web.Response:
+            start = perf_counter()
+            denied = False
+            if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+                status, body = 413, f"request body over {MAX_BODY_BYTES} bytes\n".encode()
+            else:
+                try:
+                    raw = await request.read()
+                except web.HTTPRequestEntityTooLarge:
+                    status, body = 413, f"request body over {MAX_BODY_BYTES} bytes\n".encode()
+                else:
+                    status, body, verdict = process_review(raw, spec, ctx)
+                    denied = verdict is not None and not verdict.allowed
+            metrics.observe(spec.path, status, perf_counter() - start, denied)
+            if status == 200:
+                return web.Response(body=body, content_type="application/json")
+            return web.Response(status=status, body=body, content_type="text/plain")
+
+        return route
+
+    for spec in specs:
+        app.router.add_post(spec.path, make_route(spec))
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_request: web.Request) -> web.Response:
+        missing = [
+            n
+            for n, ok in (("certificates", state.certs_loaded), ("model", state.model_synced))
+            if not ok
+        ]
+        if missing:
+            return web.Response(
+                status=503, text=f"not ready: waiting for {' and '.join(missing)}\n"
+            )
+        return web.Response(text="ok\n")
+
+    async def metrics_route(_request: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest(metrics.registry))
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_route)
+    return app
+
+
+async def run_webhook_server(
+    *,
+    view: ModelView,
+    config: WebhookConfig,
+    cert_dir: str | os.PathLike[str],
+    host: str = "0.0.0.0",
+    port: int = 9443,
+    ready_callback: Callable[[int], None] | None = None,
+    state: WebhookState | None = None,
+    registry: CollectorRegistry | None = None,
+    cert_check_interval: float = 10.0,
+) -> None:
+    """Serve the webhooks over TLS until cancelled.
+
+    Loads ``tls.crt``/``tls.key`` from ``cert_dir`` (reloading them when they change,
+    checked every ``cert_check_interval`` seconds), then calls ``ready_callback`` with
+    the bound port (useful with ``port=0``). ``state`` lets the caller flip
+    ``model_synced`` once its cache is synced; without it the model counts as synced.
+    """
+    state = state if state is not None else WebhookState(model_synced=True)
+    tls = ReloadingSSLContext(cert_dir)
+    state.certs_loaded = True
+    app = build_app(view=view, config=config, state=state, registry=registry)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=tls.context, backlog=1024)
+        await site.start()
+        bound = runner.addresses[0][1]
+        log.info("webhook server listening on %s:%d", host, bound)
+        if ready_callback is not None:
+            ready_callback(bound)
+        while True:
+            await asyncio.sleep(cert_check_interval)
+            if tls.check():
+                log.info("reloaded serving certificate from %s", cert_dir)
+            elif tls.last_error:
+                log.warning("serving certificate not reloaded: %s", tls.last_error)
+    finally:
+        await runner.cleanup()
+
+
+def serve_webhooks_only(
+    paths: list[str],
+    *,
+    cert_dir: str,
+    port: int,
+    host: str,
+    config: WebhookConfig | None = None,
+) -> None:
+    """``quartermaster serve --webhooks-only``: model from YAML, self-signed certs.
+
+    Loads the objects with ``admission.loader.load_paths``, writes a CA and serving
+    certificate to ``cert_dir`` unless present, prints ``ready`` once listening and
+    serves until SIGINT/SIGTERM.
+    """
+    from admission.loader import load_paths
+
+    view = InMemoryView.from_inputs(load_paths(paths))
+    ensure_cert_dir(cert_dir)
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        if task is not None:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, task.cancel)
+
+        def ready(_port: int) -> None:
+            print("ready", flush=True)
+
+        with contextlib.suppress(asyncio.CancelledError):
+            await run_webhook_server(
+                view=view,
+                config=config or WebhookConfig(),
+                cert_dir=cert_dir,
+                host=host,
+                port=port,
+                ready_callback=ready,
+            )
+
+    asyncio.run(main())
