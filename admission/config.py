@@ -58,6 +58,7 @@ class _Strict(BaseModel):
 
 
 class FairSharingSection(_Strict):
+    enable: bool | None = None  # v1beta1 only: presence enables fair sharing in v1beta2
     preemptionStrategies: list[str] = Field(default_factory=lambda: list(STRATEGIES))
 
     @field_validator("preemptionStrategies")
@@ -145,7 +146,10 @@ class Config:
 
     @property
     def fair_sharing(self) -> FairSharingSection | None:
-        return self.doc.fairSharing
+        fs = self.doc.fairSharing
+        if fs is not None and fs.enable is False:
+            return None  # v1beta1's explicit switch
+        return fs
 
     @property
     def admission_fair_sharing(self) -> UsageSection | None:
@@ -200,5 +204,6 @@ def parse_config(doc: Any, *, source: str = "configuration") -> Config:
         err = e.errors()[0]
         path = ".".join(str(p) for p in err["loc"])
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = msg.removeprefix("Value error, ")
         raise ConfigError(f"{source}: {path}: {msg}") from e
     return Config(doc=parsed)

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from admission.config import Config
     from admission.usage import UsageTracker
 
+_Removed = tuple[_Candidate, str, str | None]
+"""A victim taken during the search: candidate, reason, and the strategy that allowed it."""
+
 
 def configure(config: Config, cache: Cache, *, clock: Callable[[], float]) -> Scheduler:
     """A scheduler with fair sharing, admission fair sharing and credits as configured."""
@@ -106,7 +109,7 @@ def tournament(
             winner = _run(root, remaining, keys)
             if winner is None:  # entries whose queues left the tree: classical order
                 yield from sorted(remaining.values(), key=classical_order_key)
-                return
+                break
             del remaining[winner.cluster_queue]
             yield winner
 
@@ -238,7 +241,7 @@ class FairPreemptor(Preemptor):
         tree = self.cache.tree
         usage_of = self.cache.usage_of
         tree.add_usage(cq.name, requests)  # shares must include the incoming workload
-        removed: list[tuple[_Candidate, str]] = []
+        removed: list[_Removed] = []
         try:
             fits, retry = self._first_strategy(wl, cq, frs, requests, cands, removed)
             if not fits and len(self.strategies) > 1:
@@ -246,14 +249,14 @@ class FairPreemptor(Preemptor):
         finally:
             tree.remove_usage(cq.name, requests)
         if not fits:
-            for c, _ in removed:
+            for c, _, _ in removed:
                 tree.add_usage(c.cq, usage_of[c.key])
             return []
         kept = self._fill_back_fair(cq, requests, removed)
-        for c, _ in kept:
+        for c, _, _ in kept:
             tree.add_usage(c.cq, usage_of[c.key])
         self.last_allow_borrowing = True
-        return [Target(c.key, c.cq, reason) for c, reason in kept]
+        return [Target(c.key, c.cq, reason) for c, reason, _ in kept]
 
     def _fits_fs(self, cq: QuotaNode, requests: Mapping[FlavorResource, int]) -> bool:
         tree = self.cache.tree
@@ -263,9 +266,9 @@ class FairPreemptor(Preemptor):
         finally:
             tree.add_usage(cq.name, requests)
 
-    def _take(self, c: _Candidate, reason: str, removed: list[tuple[_Candidate, str]]) -> None:
+    def _take(self, c: _Candidate, reason: str, removed: list[_Removed], strategy: str | None = None) -> None:
         self.cache.tree.remove_usage(c.cq, self.cache.usage_of[c.key])
-        removed.append((c, reason))
+        removed.append((c, reason, strategy))
 
     def _first_strategy(
         self,
@@ -274,7 +277,7 @@ class FairPreemptor(Preemptor):
         frs: set[FlavorResource],
         requests: Mapping[FlavorResource, int],
         cands: list[_Candidate],
-        removed: list[tuple[_Candidate, str]],
+        removed: list[_Removed],
     ) -> tuple[bool, list[_Candidate]]:
         strategy = self.strategies[0]
         per_cq: dict[str, list[_Candidate]] = {}
@@ -301,7 +304,7 @@ class FairPreemptor(Preemptor):
                 c = lst.pop(0)
                 target_new = self._share_after_removal(target, theirs, c)
                 if _allows(strategy, preemptor_new, target_old, target_new):
-                    self._take(c, IN_COHORT_FAIR_SHARING, removed)
+                    self._take(c, IN_COHORT_FAIR_SHARING, removed, strategy)
                     if self._fits_fs(cq, requests):
                         return True, retry
                     break  # shares changed: pick the target queue again
@@ -322,7 +325,7 @@ class FairPreemptor(Preemptor):
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
         retry: list[_Candidate],
-        removed: list[tuple[_Candidate, str]],
+        removed: list[_Removed],
     ) -> bool:
         per_cq: dict[str, list[_Candidate]] = {}
         for c in retry:
@@ -336,7 +339,7 @@ class FairPreemptor(Preemptor):
                 dominant_resource_share(theirs),
                 None,
             ):
-                self._take(per_cq[target.name].pop(0), IN_COHORT_FAIR_SHARING, removed)
+                self._take(per_cq[target.name].pop(0), IN_COHORT_FAIR_SHARING, removed, "LessThanInitialShare")
                 if self._fits_fs(cq, requests):
                     return True
             dropped.add(target.name)
@@ -346,18 +349,48 @@ class FairPreemptor(Preemptor):
         self,
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
-        removed: list[tuple[_Candidate, str]],
-    ) -> list[tuple[_Candidate, str]]:
+        removed: list[_Removed],
+    ) -> list[_Removed]:
+        """Re-add victims not needed for the fit, but only while every remaining
+        fair-sharing victim still passes its strategy in the final state: a victim that
+        only qualified because others were removed would otherwise take its preemptor
+        back later (a preemption loop)."""
         tree = self.cache.tree
         targets = list(removed)
         for i in range(len(targets) - 2, -1, -1):
             c = targets[i][0]
             tree.add_usage(c.cq, self.cache.usage_of[c.key])
-            if self._fits(cq, requests, True):
+            rest = targets[:i] + targets[i + 1 :]
+            if self._fits(cq, requests, True) and self._strategies_hold(cq, requests, rest):
                 targets.pop(i)
             else:
                 tree.remove_usage(c.cq, self.cache.usage_of[c.key])
         return targets
+
+    def _strategies_hold(self, cq: QuotaNode, requests: Mapping[FlavorResource, int], victims: list[_Removed]) -> bool:
+        tree = self.cache.tree
+        tree.add_usage(cq.name, requests)
+        try:
+            for c, reason, strategy in victims:
+                if reason != IN_COHORT_FAIR_SHARING:
+                    continue
+                target = tree.queues[c.cq]
+                mine, theirs = _almost_lcas(cq, target)
+                preemptor_new = dominant_resource_share(mine)
+                if strategy == "LessThanInitialShare":
+                    usage = self.cache.usage_of[c.key]
+                    tree.add_usage(c.cq, usage)
+                    try:
+                        target_old = dominant_resource_share(theirs)
+                    finally:
+                        tree.remove_usage(c.cq, usage)
+                    if not _allows("LessThanInitialShare", preemptor_new, target_old, None):
+                        return False
+                elif not _allows("LessThanOrEqualToFinalShare", preemptor_new, preemptor_new, dominant_resource_share(theirs)):
+                    return False
+            return True
+        finally:
+            tree.remove_usage(cq.name, requests)
 
 
 def _allows(

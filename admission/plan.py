@@ -142,6 +142,14 @@ def usage_report(cache: Cache) -> dict[str, Any]:
     return out
 
 
+def _last_admissions(result: PlanResult) -> list[AdmittedDecision]:
+    """Per workload still admitted at the end, its last admission (a workload preempted
+    and admitted again appears once)."""
+    assert result.cache is not None
+    last = {d.workload.key: d for d in result.admitted}
+    return [d for key, d in last.items() if key in result.cache.admitted]
+
+
 def plan_json(result: PlanResult) -> dict[str, Any]:
     assert result.cache is not None
     return {
@@ -154,8 +162,7 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
                     "cycle": d.cycle,
                     "podSetAssignments": [_psa_json(p) for p in d.admission.pod_set_assignments],
                 }
-                for d in result.admitted
-                if d.workload.key in result.cache.admitted
+                for d in _last_admissions(result)
             ),
             key=lambda x: x["workload"],
         ),

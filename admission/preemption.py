@@ -235,7 +235,10 @@ class Preemptor:
 
         def key(c: _Candidate) -> tuple:
             t = c.wl.admission_time or 0.0
-            heavy = -tracker.afs_usage_of(c.wl, c.cq) if tracker is not None else 0.0
+            # Admission fair sharing: within the preemptor's own ClusterQueue, victims
+            # from the LocalQueue with the most usage first (Kueue compares LocalQueue
+            # usage only between workloads of one ClusterQueue).
+            heavy = -tracker.afs_usage_of(c.wl, c.cq) if tracker is not None and c.cq == cq_name else 0.0
             return (
                 c.key not in evicting,
                 c.cq == cq_name,

@@ -179,18 +179,28 @@ class UsageTracker:
 
     def _credit(self, node: QuotaNode) -> float:
         assert self.credits_cfg is not None
-        w = self.credits_cfg.resourceWeights
         tau = window(self.credits_cfg.half_life())
         parent = node.parent
         if parent is None:
-            share, pool = 1.0, node
+            share, capacity = 1.0, self._pool_capacity(node)
         else:
-            total = sum(c.fair_weight for c in parent.children)
-            share = node.fair_weight / total if total > 0 else 0.0
-            pool = parent
-        capacity = weighted(by_resource(pool.subtree_quota), w)
+            siblings = list(parent.children)
+            total = sum(c.fair_weight for c in siblings)
+            # All-zero weights: an equal split, so siblings' credits still add up.
+            share = node.fair_weight / total if total > 0 else 1.0 / len(siblings)
+            capacity = self._pool_capacity(parent)
         rate = self.rate.get(("cohort" if node.is_cohort else "cq", node.name), 0.0)
         return credit(share=share, capacity=capacity, rate=rate, tau=tau)
+
+    def _pool_capacity(self, pool: QuotaNode) -> float:
+        """Weighted capacity of a pool as its members see it: its subtree quota plus what
+        its children keep back with lending limits (their usage counts too)."""
+        assert self.credits_cfg is not None
+        amounts: dict[FlavorResource, int] = dict(pool.subtree_quota)
+        for child in pool.children:
+            for fr, kept in child.local_quota.items():
+                amounts[fr] = amounts.get(fr, 0) + kept
+        return weighted(by_resource(amounts), self.credits_cfg.resourceWeights)
 
     def report(self) -> dict[str, dict[str, float]]:
         """Credit balances (resource-weighted units × seconds) for plan and simulate."""
