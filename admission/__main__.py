@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--config", default=None)
     sim.add_argument("--report", default=None, metavar="DIR")
     sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument(
+        "--trace", default=None, metavar="FILE", help="JSON-lines workloads for a trace scenario"
+    )
     sim.add_argument("-o", "--output", choices=["json", "table"], default=None)
 
     serve = sub.add_parser("serve", help="run the admission service")

@@ -1,0 +1,326 @@
+"""Trace scenarios: queue objects as ``plan`` reads them plus timed workloads.
+
+A trace is one YAML file. Its Kubernetes documents (ResourceFlavor, ClusterQueue,
+Cohort, LocalQueue, WorkloadPriorityClass, PriorityClass, Namespace) are loaded by
+``admission.loader`` exactly as ``plan`` loads them; one more document, without
+``apiVersion``/``kind``, holds the workloads::
+
+    trace:                      # a list, or the path of a JSON-lines file
+    - name: pretrain-1          # optional (default trace-<index>)
+      namespace: team-a
+      localQueue: team-a
+      arrival: 3600             # seconds from the start
+      runtime: 7200             # seconds, after admission
+      priorityClass: research   # or priority: 100 (or neither: the default class)
+      class: training           # optional workload class (default: the class name)
+      podSets:
+      - {name: workers, count: 8, requests: {nvidia.com/gpu: 8, cpu: "96"},
+         nodeSelector: {...}, minCount: 4}   # the last two optional
+
+A JSON-lines file (``trace: trace.jsonl`` beside the YAML, or ``--trace FILE``) holds one
+such object per line. Workload classes default to the priority class name (or
+``default``); ClusterQueue classes are the ClusterQueue names. Errors name the file,
+the document or line, and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from typing import Any
+
+import yaml
+
+from admission.loader import Inputs, LoadError, load_paths
+from admission.sim_scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
+from queues.model import PodSet, PriorityClass, Workload
+from queues.quantity import QuantityError, to_units
+
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_TRACE_DOC = {"trace", "name", "description"}
+_ENTRY = {
+    "name",
+    "namespace",
+    "localQueue",
+    "arrival",
+    "runtime",
+    "priority",
+    "priorityClass",
+    "class",
+    "podSets",
+}
+_POD_SET = {"name", "count", "requests", "nodeSelector", "minCount"}
+
+
+def read_documents(path: str) -> list[Any]:
+    """Every document of a YAML file (``None`` for empty ones), or a ScenarioError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read: {e}") from None
+    try:
+        return list(yaml.load_all(text, Loader=_SafeLoader))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ScenarioError(
+            f"{path}: invalid YAML{where}: {getattr(e, 'problem', None) or e}"
+        ) from None
+
+
+def load_trace(path: str, docs: list[Any], *, trace_path: str | None = None) -> Scenario:
+    """A ``Scenario`` from a trace YAML file already split into ``docs``."""
+    objects: list[tuple[int, Any]] = []
+    trace_docs: list[tuple[int, dict[str, Any]]] = []
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if (
+            isinstance(doc, dict)
+            and "trace" in doc
+            and "kind" not in doc
+            and "apiVersion" not in doc
+        ):
+            for key in doc:
+                if key not in _TRACE_DOC:
+                    raise ScenarioError(f"{path}: document {i}: {key}: unknown field")
+            trace_docs.append((i, doc))
+        else:
+            objects.append((i, doc))
+    if len(trace_docs) > 1:
+        raise ScenarioError(
+            f"{path}: document {trace_docs[1][0]}: trace: only one trace document is allowed"
+        )
+    inputs = _load_objects(path, objects)
+    if inputs.workloads:
+        raise ScenarioError(
+            f"{path}: Workload {inputs.workloads[0].key}: workloads of a trace go in the trace: list "
+            "(they need an arrival and a runtime)"
+        )
+    entries: list[tuple[str, Any]] = []
+    name = os.path.splitext(os.path.basename(path))[0]
+    if trace_docs:
+        index, tdoc = trace_docs[0]
+        where = f"{path}: document {index}: trace"
+        name = str(tdoc.get("name") or name)
+        value = tdoc["trace"]
+        if isinstance(value, str):
+            if trace_path is not None:
+                raise ScenarioError(f"{where}: a trace file is given both here and with --trace")
+            trace_path = os.path.join(os.path.dirname(path), value)
+        elif isinstance(value, list):
+            if trace_path is not None:
+                raise ScenarioError(f"{where}: a trace list is given both here and with --trace")
+            entries = [(f"{where}[{k}]", e) for k, e in enumerate(value)]
+        else:
+            raise ScenarioError(
+                f"{where}: must be a list of workloads or the path of a JSON-lines file"
+            )
+    if trace_path is not None:
+        entries = _read_jsonl(trace_path)
+    if not entries:
+        raise ScenarioError(f"{path}: no workloads: add a trace: list (or a JSON-lines file)")
+    priorities = {**inputs.priority_classes, **inputs.workload_priority_classes}
+    default = next((p for p in inputs.priority_classes.values() if p.global_default), None)
+    workloads = [
+        _entry(where, entry, index=k, inputs=inputs, priorities=priorities, default=default)
+        for k, (where, entry) in enumerate(entries)
+    ]
+    seen: dict[str, str] = {}
+    for (where, _), s in zip(entries, workloads, strict=True):
+        key = s.workload.key
+        if key in seen:
+            raise ScenarioError(f"{where}: name: workload {key} is already defined at {seen[key]}")
+        seen[key] = where
+    return Scenario(
+        name=name,
+        flavors=inputs.flavors,
+        cluster_queues=inputs.cluster_queues,
+        cohorts=inputs.cohorts,
+        local_queues=inputs.local_queues,
+        workloads=workloads,
+        namespaces=inputs.namespaces if inputs.namespaces_given else None,
+        cq_class={n: n for n in inputs.cluster_queues},
+        source=path,
+    )
+
+
+def _load_objects(path: str, objects: list[tuple[int, Any]]) -> Inputs:
+    """The queue objects through ``admission.loader`` (errors mapped back to ``path``)."""
+    if not objects:
+        raise ScenarioError(
+            f"{path}: no queue objects (ResourceFlavor, ClusterQueue, LocalQueue, …)"
+        )
+    fd, tmp = tempfile.mkstemp(suffix=".yaml", prefix="qm-trace-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yaml.dump_all([doc for _, doc in objects], f, Dumper=_SafeDumper, sort_keys=False)
+        try:
+            return load_paths([tmp])
+        except LoadError as e:
+            index = (
+                objects[e.document][0]
+                if e.document is not None and e.document < len(objects)
+                else None
+            )
+            err = LoadError(
+                e.detail, file=path, document=index, kind=e.kind, name=e.name, path=e.path
+            )
+            raise ScenarioError(str(err)) from None
+    finally:
+        os.unlink(tmp)
+
+
+def _read_jsonl(path: str) -> list[tuple[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read: {e}") from None
+    out = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((f"{path}: line {n}", json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise ScenarioError(f"{path}: line {n}: not valid JSON: {e.msg}") from None
+    return out
+
+
+def _fail(where: str, field: str, message: str) -> ScenarioError:
+    return ScenarioError(f"{where}: {field}: {message}")
+
+
+def _seconds(where: str, field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(where, field, f"must be a number of seconds, got {value!r}")
+    if value < 0:
+        raise _fail(where, field, f"must not be negative, got {value!r}")
+    return round(value * US_PER_S)
+
+
+def _text(where: str, field: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(where, field, "must be a non-empty string")
+    return value
+
+
+def _entry(
+    where: str,
+    e: Any,
+    *,
+    index: int,
+    inputs: Inputs,
+    priorities: dict[str, PriorityClass],
+    default: PriorityClass | None,
+) -> SimWorkload:
+    if not isinstance(e, dict):
+        raise ScenarioError(f"{where}: must be a mapping, got {type(e).__name__}")
+    for key in e:
+        if key not in _ENTRY:
+            raise _fail(where, str(key), "unknown field")
+    for key in ("namespace", "localQueue", "arrival", "runtime", "podSets"):
+        if key not in e:
+            raise _fail(where, key, "Required value")
+    namespace = _text(where, "namespace", e["namespace"])
+    queue = _text(where, "localQueue", e["localQueue"])
+    name = _text(where, "name", e["name"]) if "name" in e else f"trace-{index:06d}"
+    arrival = _seconds(where, "arrival", e["arrival"])
+    runtime = _seconds(where, "runtime", e["runtime"])
+    if "priority" in e and "priorityClass" in e:
+        raise _fail(where, "priority", "give priority or priorityClass, not both")
+    pclass: PriorityClass | None = None
+    if "priorityClass" in e:
+        pname = _text(where, "priorityClass", e["priorityClass"])
+        pclass = priorities.get(pname)
+        if pclass is None:
+            known = ", ".join(sorted(priorities)) or "none defined"
+            raise _fail(
+                where, "priorityClass", f"unknown priority class {pname!r} (known: {known})"
+            )
+        priority = pclass.value
+    elif "priority" in e:
+        priority = e["priority"]
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise _fail(where, "priority", f"must be an integer, got {priority!r}")
+    else:
+        pclass = default
+        priority = default.value if default is not None else 0
+    wl_class = e.get("class")
+    if wl_class is not None:
+        wl_class = _text(where, "class", wl_class)
+    else:
+        wl_class = pclass.name if pclass is not None else "default"
+    pod_sets = _pod_sets(where, e["podSets"])
+    wl = Workload(
+        namespace=namespace,
+        name=name,
+        pod_sets=pod_sets,
+        queue_name=queue,
+        priority=priority,
+        priority_class=pclass.name if pclass is not None else None,
+        priority_class_kind=pclass.kind if pclass is not None else None,
+    )
+    return SimWorkload(workload=wl, arrival_us=arrival, runtime_us=runtime, wl_class=wl_class)
+
+
+def _pod_sets(where: str, value: Any) -> list[PodSet]:
+    if not isinstance(value, list) or not value:
+        raise _fail(where, "podSets", "must be a non-empty list")
+    out: list[PodSet] = []
+    names: set[str] = set()
+    for i, ps in enumerate(value):
+        path = f"podSets[{i}]"
+        if not isinstance(ps, dict):
+            raise _fail(where, path, "must be a mapping")
+        for key in ps:
+            if key not in _POD_SET:
+                raise _fail(where, f"{path}.{key}", "unknown field")
+        name = _text(where, f"{path}.name", ps.get("name", "main"))
+        if name in names:
+            raise _fail(where, f"{path}.name", f"duplicate podSet name {name!r}")
+        names.add(name)
+        count = ps.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise _fail(where, f"{path}.count", f"must be a positive integer, got {count!r}")
+        min_count = ps.get("minCount")
+        if min_count is not None and (
+            isinstance(min_count, bool)
+            or not isinstance(min_count, int)
+            or not 1 <= min_count <= count
+        ):
+            raise _fail(
+                where, f"{path}.minCount", f"must be an integer in [1, count], got {min_count!r}"
+            )
+        reqs = ps.get("requests")
+        if not isinstance(reqs, dict) or not reqs:
+            raise _fail(
+                where, f"{path}.requests", "must be a non-empty mapping of resource to quantity"
+            )
+        requests: dict[str, int] = {}
+        for r, q in reqs.items():
+            try:
+                units = to_units(str(r), q)
+            except QuantityError as exc:
+                raise _fail(where, f"{path}.requests.{r}", str(exc)) from None
+            if units < 0:
+                raise _fail(where, f"{path}.requests.{r}", f"must not be negative, got {q!r}")
+            requests[str(r)] = units
+        selector = ps.get("nodeSelector") or {}
+        if not isinstance(selector, dict) or not all(isinstance(v, str) for v in selector.values()):
+            raise _fail(where, f"{path}.nodeSelector", "must be a mapping of label to string value")
+        out.append(
+            PodSet(
+                name=name,
+                count=count,
+                requests=requests,
+                min_count=min_count,
+                node_selector={str(k): v for k, v in selector.items()},
+            )
+        )
+    return out

@@ -1,0 +1,134 @@
+"""``quartermaster simulate``: load a scenario, run the simulator, print and report.
+
+The command of CLI.md: ``SCENARIO`` is a Kueue generator config or a trace (detected
+from the file), the bundled GPU-cluster day when omitted. Bad input (an unreadable
+or invalid scenario or configuration) raises ``admission.__main__.BadInput`` (exit 2).
+A progress bar is drawn on stderr only when stdout is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from admission.config import ConfigError, load_config
+from admission.sim_metrics import lower_bound, summarize, summary_table
+from admission.sim_scenario import (
+    US_PER_S,
+    Scenario,
+    ScenarioError,
+    is_generator_format,
+    parse_generator,
+)
+from admission.sim_trace import load_trace, read_documents
+from admission.simulator import Simulator
+
+BUNDLED_SCENARIO = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "scenarios", "gpu-cluster.yaml"
+)
+
+
+def load_scenario(path: str | None, *, trace_path: str | None = None) -> Scenario:
+    """The scenario in ``path`` (generator format or trace), or the bundled one."""
+    if path is None:
+        path = BUNDLED_SCENARIO
+    if os.path.isdir(path):
+        raise ScenarioError(f"{path}: is a directory; give one scenario file")
+    if not os.path.exists(path):
+        raise ScenarioError(f"{path}: no such file")
+    docs = read_documents(path)
+    present = [d for d in docs if d is not None]
+    if not present:
+        raise ScenarioError(f"{path}: empty file")
+    name = os.path.splitext(os.path.basename(path))[0]
+    if is_generator_format(present[0]):
+        if len(present) > 1:
+            raise ScenarioError(f"{path}: document 1: a generator config is a single document")
+        if trace_path is not None:
+            raise ScenarioError(
+                f"{path}: --trace applies to trace scenarios, not to a generator config"
+            )
+        return parse_generator(present[0], source=path, name=name)
+    return load_trace(path, docs, trace_path=trace_path)
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal stream, redrawn at most ten times a second."""
+
+    def __init__(self, stream: TextIO, *, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int, now_us: int) -> None:
+        wall = time.monotonic()
+        if done < total and wall - self._last < 0.1:
+            return
+        self._last = wall
+        frac = done / total if total else 1.0
+        filled = int(frac * self.width)
+        bar = "#" * filled + "." * (self.width - filled)
+        self.stream.write(
+            f"\r[{bar}] {frac * 100:5.1f}%  {done}/{total} finished  t={now_us / US_PER_S:,.1f}s simulated"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def run_simulate_command(args: argparse.Namespace) -> int:
+    """The ``simulate`` subcommand (CLI.md); returns the exit code."""
+    from admission.__main__ import EXIT_OK, BadInput
+
+    try:
+        scenario = load_scenario(args.scenario, trace_path=getattr(args, "trace", None))
+        config = load_config(args.config)
+    except (ScenarioError, ConfigError) as e:
+        raise BadInput(str(e)) from e
+    bar = ProgressBar(sys.stderr) if sys.stdout.isatty() else None
+    summary, _ = simulate_summary(
+        scenario, config=config, report=args.report, progress=bar, seed=args.seed
+    )
+    if bar is not None:
+        bar.close()
+    fmt = args.output or ("table" if sys.stdout.isatty() else "json")
+    if fmt == "json":
+        json.dump(summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(summary_table(summary))
+        if args.report:
+            sys.stdout.write(f"\nReport: {os.path.join(args.report, 'index.html')}\n")
+    return EXIT_OK
+
+
+def simulate_summary(
+    scenario: Scenario,
+    *,
+    config: Any = None,
+    report: str | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+    seed: int = 0,
+    **options: Any,
+) -> tuple[dict[str, Any], Any]:
+    """Run ``scenario``; return (summary, SimResult), writing the report if asked.
+
+    ``seed`` is recorded in the summary; the simulation itself draws no random numbers
+    (ties are broken by arrival order and name), so runs are reproducible as they are.
+    """
+    bound = lower_bound(scenario)
+    result = Simulator(scenario, config=config, progress=progress, **options).run()
+    summary = summarize(result, bound)
+    summary["seed"] = seed
+    if report:
+        from admission.sim_report import write_report
+
+        write_report(result, summary, bound, report)
+    return summary, result

@@ -1,0 +1,437 @@
+"""The simulator: the service's scheduler driven by a discrete-event simulated clock.
+
+``quartermaster simulate`` and the ``sim-*`` benchmarks run this. It is a *driver*,
+like ``plan`` and the Kubernetes controller: it owns no scheduling logic. It feeds a
+``Cache`` the events of a scenario and applies the decisions of the very same
+``Scheduler`` (built by ``Config.make_scheduler``) that ``serve`` runs.
+
+Events, in simulated time (integer microseconds from the scenario start; the engine
+sees ``epoch + t`` float seconds through its injectable clock):
+
+* **arrival** — the workload is created (its queue-order timestamp is its arrival)
+  and queued;
+* **cycle** — one ``Scheduler.schedule()`` call (one head per ClusterQueue). Its
+  decisions are stamped with the cycle's start time and it costs ``cycle_latency``:
+  the next cycle starts no earlier than that. After any event batch at time t a cycle
+  runs at ``max(t, end of the previous cycle)``; cycles then run back-to-back while
+  they change something (admit, preempt, or move a head); when a cycle changes
+  nothing the simulator waits for the next event;
+* **finish** — ``runtime`` after its (last) admission the workload finishes and its
+  quota is released (``Cache.finish``);
+* **eviction completed** — a preempted workload releases its quota
+  ``eviction_latency`` after the preemption (``Cache.evicted``; 0 = at once, before
+  the next cycle) and is requeued with its original timestamp; once readmitted it runs
+  its whole runtime again (Kueue's runner semantics);
+* **sample** — every ``sample_interval`` the per-ClusterQueue usage and pending count
+  (and cohort credits, when configured) are recorded for the report's charts and
+  ``on_sample(now)`` is called;
+* **usage tick** — when the configuration turns on admission fair sharing or cohort
+  credits, the scheduler's usage tracker is sampled every ``usageSamplingInterval``
+  (``scheduler.usage.sample(now)``), as the service's sampling loop does.
+
+If cycles keep "changing something" for ``livelock_cycles`` cycles in a row with
+nothing arriving or finishing, the engine is going round in circles (mutual
+preemption, say); the simulator then waits for the next event instead of spinning
+forever and reports how often it had to (``livelock_breaks``).
+
+Events at the same instant are applied in a fixed order (arrivals in scenario order,
+then finishes and evictions in the order they were scheduled) before a cycle at that
+instant, so a run is a pure function of the scenario and the configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from admission.cache import Cache
+from admission.config import Config
+from admission.sim_scenario import US_PER_S, Scenario, SimWorkload
+from queues.model import ClusterQueue
+
+EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated t=0 as the engine sees it
+DEFAULT_CYCLE_LATENCY = 0.001
+DEFAULT_MAX_CYCLES = 5_000_000
+DEFAULT_LIVELOCK_CYCLES = 10_000
+WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
+
+_FINISH, _EVICTED = 0, 1
+
+
+@dataclass(slots=True)
+class WorkloadRecord:
+    """What happened to one workload of the scenario."""
+
+    sim: SimWorkload
+    cluster_queue: str | None = None
+    admitted_us: int | None = None  # last admission
+    first_admitted_us: int | None = None
+    finished_us: int | None = None
+    evictions: int = 0
+    generation: int = 0  # bumped at every admission and preemption; stale finishes drop
+    usage: dict[str, int] = field(default_factory=dict)  # per resource, while admitted
+
+    @property
+    def key(self) -> str:
+        return self.sim.workload.key
+
+
+@dataclass(slots=True)
+class QueueRecord:
+    """Per-ClusterQueue accounting: current usage and its time integral, per resource."""
+
+    name: str
+    primary: str | None  # the resource usagePercent is computed on (first covered one)
+    nominal: dict[str, int]  # per resource, summed over flavors
+    usage: dict[str, int] = field(default_factory=dict)
+    integral: dict[str, int] = field(default_factory=dict)  # units × µs
+    peak: dict[str, int] = field(default_factory=dict)
+    last_change_us: int = 0
+    last_event_us: int = 0  # last arrival, admission or release (Kueue's last CQ event)
+
+    def add(self, now_us: int, usage: dict[str, int], sign: int) -> None:
+        dt = now_us - self.last_change_us
+        cur = self.usage
+        if dt:
+            integral = self.integral
+            for r, v in cur.items():
+                if v:
+                    integral[r] = integral.get(r, 0) + v * dt
+            self.last_change_us = now_us
+        for r, v in usage.items():
+            nv = cur.get(r, 0) + sign * v
+            cur[r] = nv
+            if nv > self.peak.get(r, 0):
+                self.peak[r] = nv
+        self.last_event_us = now_us
+
+    def settle(self, now_us: int) -> None:
+        self.add(now_us, {}, 0)
+
+
+@dataclass(slots=True)
+class Samples:
+    """Time series for the report: one column per ClusterQueue (scenario order)."""
+
+    interval_us: int
+    times_us: list[int] = field(default_factory=list)
+    usage: list[list[int]] = field(default_factory=list)  # [cq][sample], primary resource
+    pending: list[list[int]] = field(default_factory=list)  # [cq][sample]
+    # Cohort credits per ClusterQueue (when the configuration enables them).
+    credits: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SimResult:
+    scenario: Scenario
+    records: list[WorkloadRecord]
+    queues: dict[str, QueueRecord]
+    samples: Samples
+    stats: dict[str, int]
+    end_us: int
+    cpu_seconds: float
+    truncated: bool = False
+    livelock_breaks: int = 0
+
+
+class Simulator:
+    """One run of a scenario through the engine. Use ``run()`` once."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        config: Config | None = None,
+        cycle_latency: float = DEFAULT_CYCLE_LATENCY,
+        eviction_latency: float = 0.0,
+        sample_interval: float | None = None,
+        max_cycles: int = DEFAULT_MAX_CYCLES,
+        livelock_cycles: int = DEFAULT_LIVELOCK_CYCLES,
+        epoch: float = EPOCH,
+        on_sample: Callable[[float], None] | None = None,
+        progress: Callable[[int, int, int], None] | None = None,
+    ) -> None:
+        if cycle_latency <= 0:
+            raise ValueError("cycle_latency must be positive (simulated time must move)")
+        if eviction_latency < 0:
+            raise ValueError("eviction_latency must not be negative")
+        self.scenario = scenario
+        self.config = config or Config()
+        self.cycle_us = max(1, round(cycle_latency * US_PER_S))
+        self.eviction_us = round(eviction_latency * US_PER_S)
+        self.max_cycles = max_cycles
+        self.livelock_cycles = livelock_cycles
+        self.epoch = epoch
+        self.on_sample = on_sample
+        self.progress = progress
+        self.now_us = 0
+        self._sample_interval = sample_interval
+
+    # -- clock ----------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The engine's clock: float seconds (epoch + simulated time)."""
+        return self.epoch + self.now_us / US_PER_S
+
+    # -- the run ---------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        t0 = time.process_time()
+        sc = self.scenario
+        cache = Cache(
+            flavors=sc.flavors,
+            cluster_queues=sc.cluster_queues,
+            cohorts=sc.cohorts,
+            local_queues=sc.local_queues,
+            namespaces=sc.namespaces,
+        )
+        scheduler = self.config.make_scheduler(cache, clock=self.now)
+        self.cache, self.scheduler = cache, scheduler
+        # Fresh engine objects, so a Scenario can be simulated more than once.
+        records = [
+            WorkloadRecord(
+                sim=dataclasses.replace(
+                    s,
+                    workload=dataclasses.replace(
+                        s.workload,
+                        admission=None,
+                        admission_time=None,
+                        creation_time=self.epoch + s.arrival_us / US_PER_S,
+                    ),
+                )
+            )
+            for s in sc.workloads
+        ]
+        order = sorted(range(len(records)), key=lambda i: (records[i].sim.arrival_us, i))
+        by_key: dict[str, WorkloadRecord] = {}
+        for rec in records:
+            if rec.key in by_key:
+                raise ValueError(f"workload {rec.key} appears twice in the scenario")
+            by_key[rec.key] = rec
+        queues = {name: _queue_record(name, cq) for name, cq in sc.cluster_queues.items()}
+        cq_names = list(sc.cluster_queues)
+        samples = Samples(interval_us=self._auto_interval(records))
+        samples.usage = [[] for _ in cq_names]
+        samples.pending = [[] for _ in cq_names]
+
+        inf = 1 << 62
+        heap: list[tuple[int, int, int, str, int]] = []  # (time, seq, kind, key, generation)
+        seq = 0
+        evicting: set[str] = set()
+        total, done = len(records), 0
+        next_arrival = 0
+        next_cycle: int | None = None
+        busy_until = 0
+        next_sample = 0
+        # The engine's own usage history (admission fair sharing, cohort credits) is
+        # sampled on its configured interval, as the service's sampling loop does.
+        tracker = getattr(scheduler, "usage", None)
+        tracker_us: int | None = None
+        if tracker is not None and tracker.sampling_interval() is not None:
+            tracker_us = max(1, round(tracker.sampling_interval() * US_PER_S))
+        next_tracker = tracker_us if tracker_us is not None else inf
+        credits = tracker is not None and getattr(tracker, "credits_cfg", None) is not None
+        last_pending: dict | None = None
+        truncated = False
+        end_us = 0
+        progress_every = 256
+        events_seen = 0
+        streak = 0  # cycles since the last arrival or finish
+        livelock_breaks = 0
+
+        def take_sample(at_us: int) -> None:
+            samples.times_us.append(at_us)
+            cq_queues = cache.queues
+            for i, name in enumerate(cq_names):
+                qr = queues[name]
+                samples.usage[i].append(qr.usage.get(qr.primary, 0) if qr.primary else 0)
+                q = cq_queues.get(name)
+                samples.pending[i].append(len(q) if q is not None else 0)
+            if credits:
+                for name, value in tracker.report().get("clusterQueues", {}).items():
+                    samples.credits.setdefault(name, []).append(value)
+            if self.on_sample is not None:
+                saved = self.now_us
+                self.now_us = at_us
+                self.on_sample(self.now())
+                self.now_us = saved
+
+        def release(rec: WorkloadRecord) -> None:
+            cq = rec.cluster_queue
+            if cq is not None and rec.usage:
+                queues[cq].add(self.now_us, rec.usage, -1)
+            rec.usage = {}
+
+        while True:
+            t_arr = records[order[next_arrival]].sim.arrival_us if next_arrival < total else inf
+            t_evt = heap[0][0] if heap else inf
+            t_cyc = next_cycle if next_cycle is not None else inf
+            t_next = min(t_arr, t_evt, t_cyc)
+            if t_next == inf:
+                break
+            while next_sample <= t_next or next_tracker <= t_next:
+                if next_tracker < next_sample:
+                    self.now_us = next_tracker
+                    tracker.sample(self.now())
+                    next_tracker += tracker_us  # type: ignore[operator]
+                else:
+                    take_sample(next_sample)
+                    next_sample += samples.interval_us
+            self.now_us = now = t_next
+            events_seen += 1
+            if self.progress is not None and events_seen % progress_every == 0:
+                self.progress(done, total, now)
+            if t_arr == now or t_evt == now:
+                changed = False
+                while next_arrival < total and records[order[next_arrival]].sim.arrival_us == now:
+                    rec = records[order[next_arrival]]
+                    next_arrival += 1
+                    wl = rec.sim.workload
+                    cache.add_workload(wl)
+                    cq = cache.cq_of(wl)
+                    rec.cluster_queue = cq
+                    changed = True
+                    if cq is not None:
+                        queues[cq].last_event_us = now
+                while heap and heap[0][0] == now:
+                    _, _, kind, key, gen = heapq.heappop(heap)
+                    rec = by_key[key]
+                    if kind == _FINISH:
+                        if gen != rec.generation or key not in cache.admitted:
+                            continue  # preempted meanwhile
+                        release(rec)
+                        cache.finish(key)
+                        rec.finished_us = now
+                        changed = True
+                        done += 1
+                        end_us = now
+                    else:
+                        evicting.discard(key)
+                        if key in cache.admitted:
+                            release(rec)
+                            cache.evicted(key)
+                            changed = True
+                if changed:
+                    streak = 0
+                    if next_cycle is None:
+                        next_cycle = max(now, busy_until)
+                continue
+            # A scheduling cycle at `now`.
+            if self.scheduler.cycle_count >= self.max_cycles:
+                truncated = True
+                break
+            busy_until = now + self.cycle_us
+            r = scheduler.schedule()
+            for d in r.admitted:
+                key = d.workload.key
+                rec = by_key[key]
+                rec.generation += 1
+                rec.cluster_queue = d.cluster_queue
+                rec.admitted_us = now
+                if rec.first_admitted_us is None:
+                    rec.first_admitted_us = now
+                usage: dict[str, int] = {}
+                for (_flavor, res), v in cache.usage_of[key].items():
+                    usage[res] = usage.get(res, 0) + v
+                rec.usage = usage
+                queues[d.cluster_queue].add(now, usage, +1)
+                seq += 1
+                heapq.heappush(heap, (now + rec.sim.runtime_us, seq, _FINISH, key, rec.generation))
+            for p in r.preempted:
+                key = p.workload.key
+                if key in evicting:
+                    continue
+                rec = by_key[key]
+                rec.generation += 1  # its run is cut short: the pending finish is void
+                rec.evictions += 1
+                evicting.add(key)
+                if self.eviction_us == 0:
+                    evicting.discard(key)
+                    if key in cache.admitted:
+                        release(rec)
+                        cache.evicted(key)
+                else:
+                    seq += 1
+                    heapq.heappush(
+                        heap, (now + self.eviction_us, seq, _EVICTED, key, rec.generation)
+                    )
+            progressed = bool(r.admitted or r.preempted)
+            if not progressed and r.changed:
+                # A moved head is progress; re-waiting on the same preemptions is not.
+                progressed = any(st.reason != WAITING_FOR_PREEMPTED for st in r.pending.values())
+                progressed = progressed and r.pending != last_pending
+            last_pending = r.pending
+            streak += 1
+            if progressed and streak >= self.livelock_cycles:
+                # Cycles keep changing things with nothing arriving or finishing: the
+                # engine is going round in circles (e.g. mutual preemption). Wait for
+                # the next event instead of spinning; the summary reports it.
+                livelock_breaks += 1
+                progressed = False
+            next_cycle = busy_until if progressed else None
+
+        self.now_us = end_us
+        for qr in queues.values():
+            qr.settle(end_us)
+        if not samples.times_us or samples.times_us[-1] < end_us:
+            take_sample(end_us)
+        if self.progress is not None:
+            self.progress(done, total, end_us)
+        return SimResult(
+            scenario=sc,
+            records=records,
+            queues=queues,
+            samples=samples,
+            stats=dict(scheduler.stats),
+            end_us=end_us,
+            cpu_seconds=time.process_time() - t0,
+            truncated=truncated,
+            livelock_breaks=livelock_breaks,
+        )
+
+    def _auto_interval(self, records: list[WorkloadRecord]) -> int:
+        if self._sample_interval is not None:
+            if self._sample_interval <= 0:
+                raise ValueError("sample_interval must be positive")
+            return max(1, round(self._sample_interval * US_PER_S))
+        # About 200 samples over the scenario's natural length (never below 1 ms).
+        horizon = max((r.sim.arrival_us + r.sim.runtime_us for r in records), default=0)
+        return max(1_000, horizon // 200)
+
+
+def _queue_record(name: str, cq: ClusterQueue) -> QueueRecord:
+    nominal: dict[str, int] = {}
+    primary: str | None = None
+    for g in cq.resource_groups:
+        for r in g.covered_resources:
+            if primary is None:
+                primary = r
+        for fq in g.flavors:
+            for r, q in fq.resources.items():
+                nominal[r] = nominal.get(r, 0) + q.nominal
+    return QueueRecord(name=name, primary=primary, nominal=nominal)
+
+
+def simulate(
+    scenario: Scenario,
+    *,
+    config: Config | None = None,
+    cycle_latency: float = DEFAULT_CYCLE_LATENCY,
+    eviction_latency: float = 0.0,
+    sample_interval: float | None = None,
+    on_sample: Callable[[float], None] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> SimResult:
+    """Run ``scenario`` through the engine once (see ``Simulator``)."""
+    return Simulator(
+        scenario,
+        config=config,
+        cycle_latency=cycle_latency,
+        eviction_latency=eviction_latency,
+        sample_interval=sample_interval,
+        on_sample=on_sample,
+        progress=progress,
+    ).run()
