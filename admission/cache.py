@@ -22,7 +22,7 @@ from queues.model import (
     ResourceFlavor,
     Workload,
 )
-from queues.pending import PendingQueue
+from queues.pending import PendingQueue, scheduling_hash
 from queues.tree import CohortTree
 
 MISCONFIGURED = "Misconfigured"
@@ -65,9 +65,16 @@ class Cache:
         self.admitted: dict[str, str] = {}  # workload key -> ClusterQueue charged
         self.usage_of: dict[str, dict[FlavorResource, int]] = {}  # what each admission holds
         self.by_cq: dict[str, dict[str, None]] = {}  # ClusterQueue -> admitted keys (ordered)
+        # ClusterQueue -> priority -> admitted usage: a cheap bound on what preemption
+        # could ever free, checked before the candidate search.
+        self.prio_usage: dict[str, dict[int, dict[FlavorResource, int]]] = {}
         self.evicting: dict[str, str] = {}  # preempted, still holding quota: key -> preemptor
+        self.preemptors: set[str] = set()  # pending workloads waiting for their victims
         self.unroutable: dict[str, Workload] = {}  # LocalQueue or ClusterQueue missing
         self.status: dict[str, PendingStatus] = {}
+        # Why a group of interchangeable workloads was parked: (ClusterQueue, scheduling
+        # hash) -> status; a workload without a status of its own takes its group's.
+        self.group_status: dict[tuple[str, int], PendingStatus] = {}
         self.inactive: dict[str, PendingStatus] = {}
         self._same_tree: dict[str, list[str]] = {}
         self._refresh_derived()
@@ -166,6 +173,7 @@ class Cache:
             self.admitted[wl.key] = cq
             self.usage_of[wl.key] = usage
             self.by_cq.setdefault(cq, {})[wl.key] = None
+            self._count_priority(cq, wl.priority, usage, +1)
             if cq in self.tree.queues:
                 self.tree.add_usage(cq, usage)
             return
@@ -176,7 +184,8 @@ class Cache:
         if lq is None and not wl.queue_name:
             self.unroutable[wl.key] = wl
             self.status[wl.key] = PendingStatus(
-                MISCONFIGURED, "Workload has no queue name (spec.queueName / label kueue.x-k8s.io/queue-name)"
+                MISCONFIGURED,
+                "Workload has no queue name (spec.queueName / label kueue.x-k8s.io/queue-name)",
             )
             return
         if lq is None:
@@ -208,6 +217,8 @@ class Cache:
         self.admitted[wl.key] = cq
         self.usage_of[wl.key] = usage
         self.by_cq.setdefault(cq, {})[wl.key] = None
+        self._count_priority(cq, wl.priority, usage, +1)
+        self.preemptors.discard(wl.key)
         self.tree.add_usage(cq, usage)
         self.status.pop(wl.key, None)
 
@@ -221,12 +232,14 @@ class Cache:
 
     def finish(self, key: str) -> None:
         """The workload finished or was deleted: release its quota exactly once."""
-        wl = self.workloads.pop(key, None)
+        wl = self.workloads.get(key)
         if key in self.admitted:
             self._release(key)
         else:
             self.remove_pending(key)
+        self.workloads.pop(key, None)
         self.status.pop(key, None)
+        self.preemptors.discard(key)
         if wl is not None:
             wl.admission = None
 
@@ -245,10 +258,28 @@ class Cache:
         cq = self.admitted.pop(key)
         usage = self.usage_of.pop(key)
         self.by_cq.get(cq, {}).pop(key, None)
+        wl = self.workloads.get(key)
+        if wl is not None:
+            self._count_priority(cq, wl.priority, usage, -1)
         self.evicting.pop(key, None)
         if cq in self.tree.queues:
             self.tree.remove_usage(cq, usage)
             self.capacity_event(cq)
+
+    def _count_priority(
+        self, cq: str, priority: int, usage: dict[FlavorResource, int], sign: int
+    ) -> None:
+        per = self.prio_usage.setdefault(cq, {}).setdefault(priority, {})
+        for fr, v in usage.items():
+            left = per.get(fr, 0) + sign * v
+            if left:
+                per[fr] = left
+            else:
+                per.pop(fr, None)
+
+    def same_tree(self, cq: str) -> list[str]:
+        """The ClusterQueues sharing ``cq``'s cohort tree (``cq`` itself included)."""
+        return self._same_tree.get(cq, [cq])
 
     def capacity_event(self, cq: str) -> None:
         """Quota was freed in cq's tree: parked workloads there may fit now."""
@@ -256,6 +287,13 @@ class Cache:
             q = self.queues.get(name)
             if q is not None:
                 q.requeue_inadmissible()
+
+    def status_of(self, wl: Workload, cq: str | None) -> PendingStatus | None:
+        """The workload's last pending status, or its equivalence group's."""
+        st = self.status.get(wl.key)
+        if st is None and cq is not None:
+            st = self.group_status.get((cq, scheduling_hash(wl)))
+        return st
 
     def requeue_all(self) -> None:
         for q in self.queues.values():

@@ -79,7 +79,7 @@ def credit_order_key(e: Entry, tracker: UsageTracker) -> tuple:
     wl = e.workload
     borrow = e.assignment.borrow if e.assignment is not None else 0
     credit = -tracker.credit_of_node(e.cluster_queue) if borrow else 0.0
-    return (borrow, -wl.priority, credit, wl.queue_order_time, wl.tiebreak)
+    return (not e.preemptor, borrow, -wl.priority, credit, wl.queue_order_time, wl.tiebreak)
 
 
 # -- tournament --------------------------------------------------------------------
@@ -137,6 +137,7 @@ def _tournament_keys(
                 )
                 wl = e.workload
                 keys[(child.parent.name, cq_name)] = (
+                    not e.preemptor,  # a workload that already issued preemptions first
                     borrowing,
                     share.sort_key(),
                     credit,
@@ -201,6 +202,8 @@ class FairPreemptor(Preemptor):
         if spec.preemption.within_cluster_queue != NEVER:
             same_prio_ok = spec.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY
             for key in cache.by_cq.get(cq.name, {}):
+                if key in self.excluded:
+                    continue
                 cand = cache.workloads[key]
                 if cand.priority > wl.priority:
                     continue
@@ -220,6 +223,8 @@ class FairPreemptor(Preemptor):
                     if other is cq or not any(other.is_borrowing(fr) for fr in frs):
                         continue
                     for key in cache.by_cq.get(other.name, {}):
+                        if key in self.excluded:
+                            continue
                         cand = cache.workloads[key]
                         if only_lower and cand.priority >= wl.priority:
                             continue
@@ -266,7 +271,9 @@ class FairPreemptor(Preemptor):
         finally:
             tree.add_usage(cq.name, requests)
 
-    def _take(self, c: _Candidate, reason: str, removed: list[_Removed], strategy: str | None = None) -> None:
+    def _take(
+        self, c: _Candidate, reason: str, removed: list[_Removed], strategy: str | None = None
+    ) -> None:
         self.cache.tree.remove_usage(c.cq, self.cache.usage_of[c.key])
         removed.append((c, reason, strategy))
 
@@ -339,7 +346,12 @@ class FairPreemptor(Preemptor):
                 dominant_resource_share(theirs),
                 None,
             ):
-                self._take(per_cq[target.name].pop(0), IN_COHORT_FAIR_SHARING, removed, "LessThanInitialShare")
+                self._take(
+                    per_cq[target.name].pop(0),
+                    IN_COHORT_FAIR_SHARING,
+                    removed,
+                    "LessThanInitialShare",
+                )
                 if self._fits_fs(cq, requests):
                     return True
             dropped.add(target.name)
@@ -367,7 +379,9 @@ class FairPreemptor(Preemptor):
                 tree.remove_usage(c.cq, self.cache.usage_of[c.key])
         return targets
 
-    def _strategies_hold(self, cq: QuotaNode, requests: Mapping[FlavorResource, int], victims: list[_Removed]) -> bool:
+    def _strategies_hold(
+        self, cq: QuotaNode, requests: Mapping[FlavorResource, int], victims: list[_Removed]
+    ) -> bool:
         tree = self.cache.tree
         tree.add_usage(cq.name, requests)
         try:
@@ -386,7 +400,12 @@ class FairPreemptor(Preemptor):
                         tree.remove_usage(c.cq, usage)
                     if not _allows("LessThanInitialShare", preemptor_new, target_old, None):
                         return False
-                elif not _allows("LessThanOrEqualToFinalShare", preemptor_new, preemptor_new, dominant_resource_share(theirs)):
+                elif not _allows(
+                    "LessThanOrEqualToFinalShare",
+                    preemptor_new,
+                    preemptor_new,
+                    dominant_resource_share(theirs),
+                ):
                     return False
             return True
         finally:

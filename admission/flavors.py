@@ -165,6 +165,7 @@ class FlavorAssigner:
         oracle: PreemptionOracle = no_preemption,
         can_preempt_while_borrowing: bool = False,
         can_preempt_within_cq: bool = False,
+        explain: bool = True,
     ) -> None:
         self.cq = cq
         self.node = node
@@ -172,6 +173,7 @@ class FlavorAssigner:
         self.oracle = oracle
         self.can_preempt_while_borrowing = can_preempt_while_borrowing
         self.can_preempt_within_cq = can_preempt_within_cq
+        self.explain = explain
         self._wl: Workload | None = None
         self.covered: dict[str, int] = {}
         for i, g in enumerate(cq.resource_groups):
@@ -303,19 +305,30 @@ class FlavorAssigner:
             best.messages = messages
         return best
 
-    def _fits_resource_quota(self, fr: FlavorResource, val: int, earlier: int = 0) -> tuple[int, int, str, str]:
+    def _fits_resource_quota(
+        self, fr: FlavorResource, val: int, earlier: int = 0
+    ) -> tuple[int, int, str, str]:
         """Kueue's fitsResourceQuota; ``earlier`` is what earlier podSets of the same
         workload already take of ``val`` on this flavor (for the message)."""
         node = self.node
         r = fr[1]
-        asked = format_quantity(r, val)
-        if earlier:
-            asked += f" ({format_quantity(r, val - earlier)} for this podSet + {format_quantity(r, earlier)} for earlier podSets)"
+
+        def asked() -> str:
+            text = format_quantity(r, val)
+            if earlier:
+                text += (
+                    f" ({format_quantity(r, val - earlier)} for this podSet + "
+                    f"{format_quantity(r, earlier)} for earlier podSets)"
+                )
+            return text
+
         max_capacity = node.potential_available(fr)
         if val > max_capacity:
+            if not self.explain:
+                return NO_FIT, 0, f"insufficient quota for {r} in flavor {fr[0]}", EXCEEDS_MAX_QUOTA
             msg = (
                 f"insufficient quota for {r} in flavor {fr[0]}, request > maximum capacity "
-                f"({asked} > {format_quantity(r, max_capacity)}; "
+                f"({asked()} > {format_quantity(r, max_capacity)}; "
                 f"{explain_max_capacity(node, fr)})"
             )
             return NO_FIT, 0, msg, EXCEEDS_MAX_QUOTA
@@ -323,12 +336,15 @@ class FlavorAssigner:
         available = node.available(fr)
         if val <= available:
             return FIT, borrow, "", ""
-        msg = (
-            f"insufficient unused quota for {r} in flavor {fr[0]}, "
-            f"{format_quantity(r, val - available)} more needed "
-            f"(requested {asked}, available {format_quantity(r, max(0, available))}; "
-            f"{explain_available(node, fr)})"
-        )
+        if not self.explain:
+            msg = f"insufficient unused quota for {r} in flavor {fr[0]}"
+        else:
+            msg = (
+                f"insufficient unused quota for {r} in flavor {fr[0]}, "
+                f"{format_quantity(r, val - available)} more needed "
+                f"(requested {asked()}, available {format_quantity(r, max(0, available))}; "
+                f"{explain_available(node, fr)})"
+            )
         if (
             val <= node.nominal(fr)
             or may_reclaim

@@ -97,7 +97,7 @@ def pending_report(cache: Cache) -> dict[str, tuple[str | None, PendingStatus]]:
         head: Workload | None = None
         strict = cache.cluster_queues[name].queueing_strategy == "StrictFIFO"
         for ahead, wl in enumerate(q.workloads()):
-            status = cache.inactive.get(name) or cache.status.get(wl.key)
+            status = cache.inactive.get(name) or cache.status_of(wl, name)
             if status is None:
                 if strict and head is not None:
                     why = f"blocked behind {head.key}, the head of StrictFIFO ClusterQueue {name}"

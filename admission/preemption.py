@@ -102,6 +102,11 @@ def fits_in_quota(
     return fits, remaining
 
 
+def under_nominal(cq: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
+    """Kueue's queueUnderNominalInResourcesNeedingPreemption."""
+    return all(cq.usage.get(fr, 0) < cq.nominal(fr) for fr in frs)
+
+
 def node_path(node: QuotaNode) -> str:
     return "/" + "/".join(reversed([n.name for n in node.path_to_root()]))
 
@@ -114,6 +119,8 @@ class Preemptor:
     def __init__(self, cache: Cache, *, tracker: UsageTracker | None = None) -> None:
         self.cache = cache
         self.tracker = tracker  # admission fair sharing: victims from heavy LocalQueues first
+        # Victims of preemptions issued earlier in the current cycle: off limits.
+        self.excluded: set[str] = set()
         # Whether the last successful search allowed the preemptor to borrow.
         self.last_allow_borrowing = True
 
@@ -170,7 +177,10 @@ class Preemptor:
         advantage: bool,
     ) -> list[_Candidate]:
         out = []
+        excluded = self.excluded
         for key in self.cache.by_cq.get(cand_cq, {}):
+            if key in excluded:
+                continue
             v = self._classify(wl, cq_name, key, cand_cq, frs, advantage)
             if v != NEVER_V:
                 out.append(_Candidate(key, self.cache.workloads[key], cand_cq, lca, v))
@@ -211,12 +221,20 @@ class Preemptor:
         hierarchy: list[_Candidate] = []
         prio: list[_Candidate] = []
         if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
+            # Without borrowWithinCohort, candidates without hierarchical advantage can
+            # only be taken if the preemptor ends within nominal; when it is already at or
+            # over nominal the search runs with borrowing allowed only, where they are
+            # invalid, so collecting them would be wasted work.
+            useless_prio = spec.preemption.borrow_within_cohort == NEVER and not under_nominal(
+                cq, frs
+            )
             advantage, remaining = fits_in_quota(cq, requests)
             prev: QuotaNode | None = None
             node: QuotaNode | None = cq.parent
             while node is not None:
                 lst = hierarchy if advantage else prio
-                self._collect_in_subtree(wl, cq, node, node, prev, frs, advantage, lst)
+                if advantage or not useless_prio:
+                    self._collect_in_subtree(wl, cq, node, node, prev, frs, advantage, lst)
                 fits, remaining = fits_in_quota(node, remaining)
                 advantage = advantage or fits
                 prev, node = node, node.parent
@@ -238,7 +256,11 @@ class Preemptor:
             # Admission fair sharing: within the preemptor's own ClusterQueue, victims
             # from the LocalQueue with the most usage first (Kueue compares LocalQueue
             # usage only between workloads of one ClusterQueue).
-            heavy = -tracker.afs_usage_of(c.wl, c.cq) if tracker is not None and c.cq == cq_name else 0.0
+            heavy = (
+                -tracker.afs_usage_of(c.wl, c.cq)
+                if tracker is not None and c.cq == cq_name
+                else 0.0
+            )
             return (
                 c.key not in evicting,
                 c.cq == cq_name,
@@ -273,6 +295,48 @@ class Preemptor:
                 return False
         return True
 
+    def _could_free_enough(
+        self,
+        wl: Workload,
+        cq: QuotaNode,
+        frs: set[FlavorResource],
+        requests: Mapping[FlavorResource, int],
+    ) -> bool:
+        """A cheap necessary condition: could even the most generous set of victims the
+        policies allow free what is missing? (Most failed searches stop here.)"""
+        cache = self.cache
+        p = cache.cluster_queues[cq.name].preemption
+        own = cache.prio_usage.get(cq.name, {})
+        others = cq.parent is not None and p.reclaim_within_cohort != NEVER
+        if others and p.borrow_within_cohort == NEVER and not under_nominal(cq, frs):
+            # Only candidates with a hierarchical advantage are usable (see candidates):
+            # they exist only if the request fits some subtree below the root.
+            advantage, remaining = fits_in_quota(cq, requests)
+            node = cq.parent
+            while not advantage and node is not None and node.parent is not None:
+                advantage, remaining = fits_in_quota(node, remaining)
+                node = node.parent
+            others = advantage
+        for fr in frs:
+            need = requests.get(fr, 0) - max(0, cq.available(fr))
+            if need <= 0:
+                continue
+            free = 0
+            if p.within_cluster_queue != NEVER:
+                equal_ok = p.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY
+                for prio, usage in own.items():
+                    if prio < wl.priority or (equal_ok and prio == wl.priority):
+                        free += usage.get(fr, 0)
+            if others and free < need:
+                for name in cache.same_tree(cq.name):
+                    if name != cq.name:
+                        free += cache.tree.queues[name].usage.get(fr, 0)
+                        if free >= need:
+                            break
+            if free < need:
+                return False
+        return True
+
     def minimal_targets(
         self,
         wl: Workload,
@@ -280,13 +344,14 @@ class Preemptor:
         frs: set[FlavorResource],
         requests: Mapping[FlavorResource, int],
     ) -> list[Target]:
+        if not self._could_free_enough(wl, cq, frs, requests):
+            return []
         cands, none_from_others, none_hierarchical = self.candidates(wl, cq, frs, requests)
         if not cands:
             return []
         spec = self.cache.cluster_queues[cq.name]
         forbidden = spec.preemption.borrow_within_cohort == NEVER
-        under_nominal = all(cq.usage.get(fr, 0) < cq.nominal(fr) for fr in frs)
-        if none_from_others or (forbidden and not under_nominal):
+        if none_from_others or (forbidden and not under_nominal(cq, frs)):
             attempts = [True]
         elif forbidden and none_hierarchical:
             attempts = [False, True]

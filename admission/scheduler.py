@@ -38,6 +38,7 @@ from queues.model import (
     PodSetAssignment,
     Workload,
 )
+from queues.pending import scheduling_hash
 from queues.quantity import format_quantity
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class Entry:
     status: PendingStatus | None = None
     targets: list[Target] = field(default_factory=list)  # preemption victims
     park_even_if_strict: bool = False
+    preemptor: bool = False  # issued preemptions in an earlier cycle and waits for them
 
 
 @dataclass(slots=True)
@@ -87,10 +89,12 @@ class CycleResult:
 
 
 def classical_order_key(e: Entry) -> tuple:
-    """Kueue's classical iterator: non-borrowing first, higher priority, older, UID."""
+    """Kueue's classical iterator: workloads that already issued preemptions first (so
+    the capacity they freed is theirs: without this, three workloads can evict each
+    other forever, Kueue #13662), then non-borrowing, higher priority, older, UID."""
     wl = e.workload
     borrow = e.assignment.borrow if e.assignment is not None else 0
-    return (borrow, -wl.priority, wl.queue_order_time, wl.tiebreak)
+    return (not e.preemptor, borrow, -wl.priority, wl.queue_order_time, wl.tiebreak)
 
 
 class Scheduler:
@@ -108,7 +112,10 @@ class Scheduler:
         self.cycle_count = 0
         self.preemptor = preemptor if preemptor is not None else Preemptor(cache)
         # Capacity held for the rest of a cycle (preemptors, reservation rule).
-        self._reserved: list[tuple[str, dict[FlavorResource, int]]] = []
+        # Changes to the tree that last only for the current cycle, undone in reverse
+        # order at its end: capacity held for preemptors (and by the reservation rule),
+        # and victims counted as released once their preemptions are issued.
+        self._undo: list[tuple[bool, str, dict[FlavorResource, int]]] = []  # (re-add?, cq, usage)
         self._cycle_targets: set[str] = set()
         self.order_key: Callable[[Entry], tuple] = classical_order_key
         # Fair sharing replaces the whole ordering with a tournament (an iterator).
@@ -118,6 +125,9 @@ class Scheduler:
         self.lq_usage: Callable[[str], Callable[[str], float] | None] = lambda _cq: None
         self.usage: UsageTracker | None = None  # admission fair sharing and credits
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
+        # Numeric explanations for pending workloads; drivers that never show them (the
+        # simulator) turn this off to save the formatting.
+        self.explain = True
 
     # -- the cycle ----------------------------------------------------------------
 
@@ -133,7 +143,9 @@ class Scheduler:
             q = cache.queues[name]
             wl = q.pop_head(self.lq_usage(name))
             if wl is not None:
-                heads.append(Entry(workload=wl, cluster_queue=name))
+                heads.append(
+                    Entry(workload=wl, cluster_queue=name, preemptor=wl.key in cache.preemptors)
+                )
         result.heads = len(heads)
         if not heads:
             return result
@@ -141,13 +153,18 @@ class Scheduler:
             self._nominate(e)
         self.stats["nominations"] += len(heads)
         self._cycle_targets = set()
+        self.preemptor.excluded = self._cycle_targets
         try:
             for e in self.entry_order(heads):
                 self._process(e, result)
         finally:
-            for cq, usage in self._reserved:
-                cache.tree.remove_usage(cq, usage)
-            self._reserved = []
+            for readd, cq, usage in reversed(self._undo):
+                if readd:
+                    cache.tree.add_usage(cq, usage)
+                else:
+                    cache.tree.remove_usage(cq, usage)
+            self._undo = []
+            self.preemptor.excluded = set()
         return result
 
     def _nominate(self, e: Entry) -> None:
@@ -202,6 +219,7 @@ class Scheduler:
             can_preempt_while_borrowing=p.borrow_within_cohort != NEVER
             or (self._fair_sharing() and p.reclaim_within_cohort != NEVER),
             can_preempt_within_cq=p.within_cluster_queue != NEVER,
+            explain=self.explain,
         )
 
     def _fair_sharing(self) -> bool:
@@ -233,18 +251,26 @@ class Scheduler:
         assert a is not None
         preempting = a.mode in (PREEMPT, RECLAIM) and bool(e.targets)
         if a.mode != FIT and not preempting:
+            self.cache.preemptors.discard(e.workload.key)
             if a.mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
                 self._reserve_unreclaimable(e)
             e.status = PendingStatus(a.reason or "WaitingForQuota", a.message)
-            self._pending(e, result, park=True)
+            self._pending(e, result, park=True, equivalents=True)
             return
         if any(t.key in self._cycle_targets for t in e.targets):
-            e.status = PendingStatus(
-                "WaitingForQuota",
-                "preemption targets overlap with those of a workload processed earlier in this cycle",
+            # Another preemptor took some of these victims earlier in this cycle: search
+            # again, with their preemptions counted as issued.
+            e.targets = self.preemptor.targets(
+                e.workload, e.cluster_queue, a.usage, a.frs_need_preemption
             )
-            self._pending(e, result, park=False)
-            return
+            if not e.targets:
+                e.status = PendingStatus(
+                    "WaitingForQuota",
+                    "preemption targets overlap with those of a workload processed earlier in "
+                    "this cycle, and no other victims would do",
+                )
+                self._pending(e, result, park=False)
+                return
         short = self._still_fits(e)
         if short:
             e.status = PendingStatus("WaitingForQuota", f"{NO_LONGER_FITS}: {short}")
@@ -264,8 +290,9 @@ class Scheduler:
         tree = cache.tree
         a = e.assignment
         assert a is not None
+        # This cycle's earlier victims are already off the tree; add the entry's own.
         released = [
-            k for k in self._cycle_targets | {t.key for t in e.targets} if k in cache.admitted
+            t.key for t in e.targets if t.key in cache.admitted and t.key not in self._cycle_targets
         ]
         for k in released:
             tree.remove_usage(cache.admitted[k], cache.usage_of[k])
@@ -288,7 +315,7 @@ class Scheduler:
         usage = {fr: v for fr, v in usage.items() if v > 0}
         if usage:
             self.cache.tree.add_usage(cq, usage)
-            self._reserved.append((cq, usage))
+            self._undo.append((False, cq, usage))
 
     def _reserve_unreclaimable(self, e: Entry) -> None:
         """Reservation rule (§4.2 step 5): keep the capacity a preemptor may later
@@ -317,7 +344,11 @@ class Scheduler:
         a = e.assignment
         assert a is not None
         for t in e.targets:
-            self._cycle_targets.add(t.key)
+            if t.key not in self._cycle_targets:
+                self._cycle_targets.add(t.key)
+                usage = cache.usage_of[t.key]
+                cache.tree.remove_usage(t.cluster_queue, usage)
+                self._undo.append((True, t.cluster_queue, usage))
             if t.key in cache.evicting:
                 continue  # already being evicted: never issue twice
             cache.evicting[t.key] = wl.key
@@ -334,6 +365,7 @@ class Scheduler:
             )
             self.stats["preemptions"] += 1
         self._hold(e.cluster_queue, a.usage)
+        cache.preemptors.add(wl.key)
         names = ", ".join(sorted(t.key for t in e.targets))
         e.status = PendingStatus(
             "WaitingForPreemptedWorkloads",
@@ -346,16 +378,22 @@ class Scheduler:
         q.sticky = wl.key
         result.changed = True
 
-    def _pending(self, e: Entry, result: CycleResult, *, park: bool) -> None:
+    def _pending(
+        self, e: Entry, result: CycleResult, *, park: bool, equivalents: bool = False
+    ) -> None:
         assert e.status is not None
-        self.cache.status[e.workload.key] = e.status
+        cache = self.cache
+        cache.status[e.workload.key] = e.status
         result.pending[e.workload.key] = e.status
-        strict = self.cache.cluster_queues[e.cluster_queue].queueing_strategy == "StrictFIFO"
+        strict = cache.cluster_queues[e.cluster_queue].queueing_strategy == "StrictFIFO"
         if park and (e.park_even_if_strict or not strict):
             result.changed = True  # the next head differs
-        self.cache.requeue(
-            e.workload, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict
-        )
+        cache.requeue(e.workload, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict)
+        if equivalents and park and not strict:
+            # Scheduling equivalence: workloads interchangeable with this one cannot be
+            # admitted either; park them all until the next capacity event.
+            if cache.queues[e.cluster_queue].park_equivalent(e.workload):
+                cache.group_status[(e.cluster_queue, scheduling_hash(e.workload))] = e.status
 
     def _admit(self, e: Entry, result: CycleResult) -> None:
         a = e.assignment

@@ -189,6 +189,7 @@ class Simulator:
             namespaces=sc.namespaces,
         )
         scheduler = self.config.make_scheduler(cache, clock=self.now)
+        scheduler.explain = False  # nobody reads pending messages in a simulation
         self.cache, self.scheduler = cache, scheduler
         # Fresh engine objects, so a Scenario can be simulated more than once.
         records = [

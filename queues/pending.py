@@ -27,69 +27,127 @@ def order_key(wl: Workload) -> OrderKey:
     return (-wl.priority, wl.queue_order_time, wl.tiebreak)
 
 
-class PendingQueue:
-    """The pending workloads of one ClusterQueue."""
+def scheduling_hash(wl: Workload) -> int:
+    """Workloads with equal hashes are interchangeable for admission in one ClusterQueue:
+    same priority and the same podSets (counts, requests, placement constraints).
 
-    __slots__ = ("_by_lq", "_keys", "inadmissible", "sticky")
+    Kueue's SchedulingEquivalenceHashing: when one of them cannot be admitted, none of
+    the others can either, so a BestEffortFIFO queue parks them all at once instead of
+    nominating each in turn.
+    """
+    return hash(
+        (
+            wl.priority,
+            tuple(
+                (
+                    ps.count,
+                    ps.min_count,
+                    tuple(sorted(ps.requests.items())),
+                    tuple(sorted(ps.node_selector.items())),
+                    tuple(ps.tolerations),
+                    tuple(ps.required_affinity),
+                )
+                for ps in wl.pod_sets
+            ),
+        )
+    )
+
+
+class PendingQueue:
+    """The pending workloads of one ClusterQueue.
+
+    Workloads are grouped by (LocalQueue, scheduling hash); each group is a sorted list.
+    Parking every workload equivalent to a failed one, and waking everything on a
+    capacity event, then touch groups, not workloads: a queue of thousands of identical
+    pending jobs costs the same as one.
+    """
+
+    __slots__ = ("_groups", "_active", "_by_hash", "_keys", "_parked", "sticky")
 
     def __init__(self) -> None:
-        self._by_lq: dict[str, SortedList] = {}
-        self._keys: dict[str, tuple[str, OrderKey, Workload]] = {}
-        # Parked workloads (BestEffortFIFO): key -> workload.
-        self.inadmissible: dict[str, Workload] = {}
+        self._groups: dict[tuple[str, int], SortedList] = {}
+        self._active: set[tuple[str, int]] = set()  # groups whose workloads may be nominated
+        self._by_hash: dict[int, set[tuple[str, int]]] = {}
+        self._keys: dict[str, tuple[tuple[str, int], OrderKey, Workload]] = {}
+        # Individually parked workloads (BestEffortFIFO), outside any group.
+        self._parked: dict[str, Workload] = {}
         # A preemptor waiting for its victims stays the head (Kueue's "sticky" head).
         self.sticky: str | None = None
 
     def __len__(self) -> int:
-        return len(self._keys) + len(self.inadmissible)
+        return len(self._keys) + len(self._parked)
 
     def active_count(self) -> int:
-        return len(self._keys)
+        return sum(len(self._groups[g]) for g in self._active)
 
     def __contains__(self, key: str) -> bool:
-        return key in self._keys or key in self.inadmissible
+        return key in self._keys or key in self._parked
+
+    def is_parked(self, key: str) -> bool:
+        entry = self._keys.get(key)
+        return key in self._parked or (entry is not None and entry[0] not in self._active)
 
     def push(self, wl: Workload) -> None:
-        """Add (or re-add) a workload to the active heap."""
+        """Add (or re-add) a workload; its group becomes active again."""
         self.remove(wl.key)
-        lq = f"{wl.namespace}/{wl.queue_name}"  # the LocalQueue's key
-        key = order_key(wl)
-        lst = self._by_lq.get(lq)
+        group = (f"{wl.namespace}/{wl.queue_name}", scheduling_hash(wl))
+        okey = order_key(wl)
+        lst = self._groups.get(group)
         if lst is None:
-            lst = self._by_lq[lq] = SortedList()
-        lst.add((key, wl.key))
-        self._keys[wl.key] = (lq, key, wl)
+            lst = self._groups[group] = SortedList()
+            self._by_hash.setdefault(group[1], set()).add(group)
+        lst.add((okey, wl.key))
+        self._keys[wl.key] = (group, okey, wl)
+        self._active.add(group)
 
     def park(self, wl: Workload) -> None:
-        """Move a workload to the inadmissible set (BestEffortFIFO)."""
+        """Move one workload out of its group to the parked set (BestEffortFIFO)."""
         self.remove(wl.key)
-        self.inadmissible[wl.key] = wl
+        self._parked[wl.key] = wl
+
+    def park_equivalent(self, wl: Workload) -> int:
+        """Park every workload interchangeable with ``wl`` (which just failed): their
+        groups stop being nominated until the next capacity event. Returns how many."""
+        sticky_group = self._keys[self.sticky][0] if self.sticky in self._keys else None
+        parked = 0
+        for group in self._by_hash.get(scheduling_hash(wl), ()):
+            if (
+                group in self._active and group != sticky_group
+            ):  # a waiting preemptor keeps its place
+                self._active.discard(group)
+                parked += len(self._groups[group])
+        return parked
 
     def remove(self, key: str) -> Workload | None:
         entry = self._keys.pop(key, None)
-        if entry is not None:
-            lq, okey, wl = entry
-            lst = self._by_lq[lq]
-            lst.remove((okey, key))
-            if not lst:
-                del self._by_lq[lq]
-            if self.sticky == key:
-                self.sticky = None
-            return wl
-        wl = self.inadmissible.pop(key, None)
         if self.sticky == key:
             self.sticky = None
-        return wl
+        if entry is not None:
+            group, okey, wl = entry
+            lst = self._groups[group]
+            lst.remove((okey, key))
+            if not lst:
+                del self._groups[group]
+                self._active.discard(group)
+                groups = self._by_hash[group[1]]
+                groups.discard(group)
+                if not groups:
+                    del self._by_hash[group[1]]
+            return wl
+        return self._parked.pop(key, None)
 
     def requeue_inadmissible(self) -> int:
-        """A capacity event: every parked workload becomes active again."""
-        n = len(self.inadmissible)
-        if n:
-            parked = list(self.inadmissible.values())
-            self.inadmissible.clear()
+        """A capacity event: every parked workload may be nominated again. Returns the
+        number of groups and individually parked workloads woken."""
+        woken = len(self._groups) - len(self._active)  # groups, not workloads: O(1)
+        self._active.update(self._groups)
+        if self._parked:
+            parked = list(self._parked.values())
+            self._parked.clear()
             for wl in parked:
                 self.push(wl)
-        return n
+            woken += len(parked)
+        return woken
 
     def head(self, lq_usage: Callable[[str], float] | None = None) -> Workload | None:
         """The next workload to nominate, without removing it.
@@ -97,18 +155,18 @@ class PendingQueue:
         ``lq_usage`` (admission fair sharing) maps a LocalQueue key ("ns/name") to its
         usage; the LocalQueue with the lowest usage provides the head.
         """
-        if self.sticky is not None and self.sticky in self._keys:
-            return self._keys[self.sticky][2]
-        if not self._by_lq:
-            return None
+        if self.sticky is not None:
+            entry = self._keys.get(self.sticky)
+            if entry is not None and entry[0] in self._active:
+                return entry[2]
         best: tuple | None = None
         best_key = ""
-        for lq, lst in self._by_lq.items():
-            okey, wkey = lst[0]
-            cand = (lq_usage(lq), okey) if lq_usage is not None else (0.0, okey)
+        for group in self._active:
+            okey, wkey = self._groups[group][0]
+            cand = (lq_usage(group[0]) if lq_usage is not None else 0.0, okey)
             if best is None or cand < best:
                 best, best_key = cand, wkey
-        return self._keys[best_key][2]
+        return self._keys[best_key][2] if best is not None else None
 
     def pop_head(self, lq_usage: Callable[[str], float] | None = None) -> Workload | None:
         wl = self.head(lq_usage)
@@ -119,8 +177,13 @@ class PendingQueue:
         return wl
 
     def workloads(self) -> Iterator[Workload]:
-        """Active workloads in queue order (LocalQueues merged), then parked ones."""
-        merged = sorted((okey, wkey) for lst in self._by_lq.values() for okey, wkey in lst)
-        for _, wkey in merged:
+        """Workloads that may be nominated, in queue order, then the parked ones."""
+        active = sorted(item for g in self._active for item in self._groups[g])
+        for _, wkey in active:
             yield self._keys[wkey][2]
-        yield from self.inadmissible.values()
+        parked = sorted(
+            item for g, lst in self._groups.items() if g not in self._active for item in lst
+        )
+        for _, wkey in parked:
+            yield self._keys[wkey][2]
+        yield from self._parked.values()

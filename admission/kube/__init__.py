@@ -1,0 +1,14 @@
+"""The Kubernetes adapter: the only package that imports ``kubernetes``.
+
+``quartermaster serve`` is built from these modules, bottom up:
+
+* :mod:`.client` — a ``kubernetes.aio`` ApiClient with a small raw-dict request layer
+  and :data:`.client.API_CALLS`, the one table of every API call the service makes;
+* :mod:`.informer` — list-then-watch caches per resource;
+* :mod:`.objects` — pure helpers on raw objects (conditions, Job ⇄ Workload bodies);
+* :mod:`.cachesync` — informer events → the engine's ``Cache``;
+* :mod:`.context` (options, work queue, the RV-pinned :class:`.context.Writer`),
+  :mod:`.jobs`, :mod:`.admit`, :mod:`.podsready`, :mod:`.status`, :mod:`.metrics` —
+  the controller's parts; :mod:`.controller` ties them to the scheduler loop;
+* :mod:`.leader` — Lease-based leader election; :mod:`.service` — ``run_service``.
+"""

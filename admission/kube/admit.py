@@ -1,0 +1,231 @@
+"""Applying a scheduling cycle's decisions to the API.
+
+* **Admission** — the scheduler has already *assumed* the admission in the cache (the
+  next cycle sees the quota taken). The Workload's status gets ``QuotaReserved`` /
+  ``Admitted`` and ``status.admission``, pinned to the resourceVersion the decision was
+  computed from. A ``409`` re-reads the Workload: if it is still pending with the same
+  spec (generation) the write is retried once on the new version, otherwise the
+  assumption is rolled back (``Cache.forget``). A transport error or a 5xx is ambiguous
+  (the write may have landed), so the Workload is re-read before deciding; a definite
+  failure rolls back. Only after the write succeeded is the Job started.
+* **Preemption** — the victim gets ``Evicted`` + ``Preempted``; the job reconciler stops
+  its Job and releases the quota once the Job is inactive.
+* **Pending** — ``QuotaReserved=False`` with the engine's reason and message, written
+  only when it differs from what the object says, coalesced per workload (the latest
+  reason wins) and never for a workload that is admitted or being admitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from admission.cache import PendingStatus
+from admission.scheduler import AdmittedDecision, PreemptedDecision
+
+from . import objects as o
+from .client import WORKLOADS, ApiError
+from .context import Abandon, Context, Obj
+from .jobs import evict
+
+log = logging.getLogger("quartermaster.kube.admit")
+
+VERIFY_ATTEMPTS = 5
+FAILURE_BACKOFF_MAX = 60.0
+
+
+class Applier:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.pending: dict[str, tuple[PendingStatus, float]] = {}  # key -> (status, due)
+        self._pending_ready = asyncio.Event()
+        self.failures: dict[str, int] = {}
+        self.pending_written: dict[str, float] = {}  # key -> when its reason was last written
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("decision task failed", exc_info=task.exception())
+
+    # -- admission -------------------------------------------------------------------------
+
+    async def admit(self, d: AdmittedDecision) -> None:
+        ctx = self.ctx
+        key = d.workload.key
+        ok = False
+        try:
+            ok = await self._write_admission(key, d)
+        except Exception:  # noqa: BLE001 - never leave an assumption behind
+            log.exception("admission of %s failed", key)
+        finally:
+            ctx.sync.inflight.discard(key)
+        if not ok:
+            ctx.metrics.api_writes.labels("admit", "rolled-back").inc()
+            ctx.sync.apply(lambda: self._roll_back(key))
+            ctx.wake()
+            return
+        self.failures.pop(key, None)
+        self.pending_written.pop(key, None)
+        cq = d.cluster_queue
+        wl = d.workload
+        ctx.metrics.quota_reserved_total.labels(cq).inc()
+        ctx.metrics.admitted_total.labels(cq).inc()
+        ctx.metrics.api_writes.labels("admit", "ok").inc()
+        if wl.admission_time is not None:
+            ctx.metrics.admission_wait.labels(cq).observe(
+                max(0.0, wl.admission_time - wl.queue_order_time)
+            )
+        written = ctx.writer.workload(key)
+        if written is not None:
+            ctx.record_event(
+                written, "Normal", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}"
+            )
+            ctx.record_event(written, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}")
+            owner = o.owner_job(written)
+            if owner is not None:
+                ctx.enqueue("job", owner[0])
+
+    def _roll_back(self, key: str) -> None:
+        ctx = self.ctx
+        if key in ctx.cache.admitted and key not in ctx.cache.evicting:
+            ctx.cache.forget(key)
+        latest = ctx.writer.workload(key)
+        ctx.sync.wl_sigs.pop(key, None)
+        ctx.sync.workload(key, latest)
+        n = self.failures[key] = self.failures.get(key, 0) + 1
+        if n > 2 and latest is not None and key in ctx.cache.workloads:
+            # repeatedly refused (e.g. denied by a webhook): back off, don't hammer
+            ctx.cache.remove_pending(key)
+            ctx.cache.workloads.pop(key, None)
+            ctx.sync.backoff[key] = ctx.clock() + min(FAILURE_BACKOFF_MAX, 2.0 ** (n - 2))
+
+    async def _write_admission(self, key: str, d: AdmittedDecision) -> bool:
+        ctx = self.ctx
+        obj = ctx.writer.workload(key)
+        if obj is None:
+            return False
+        gen = o.generation(obj)
+        now = ctx.clock()
+
+        def compute(w: Obj) -> Obj:
+            if o.has_quota(w) or o.is_finished(w) or not o.is_active(w) or o.deleting(w):
+                raise Abandon
+            if o.generation(w) != gen:
+                raise Abandon  # the spec changed since the decision was made
+            return o.admission_status(w, d.admission, now=now)
+
+        try:
+            new = await ctx.writer.update_status(key, compute, attempts=2)
+        except Abandon:
+            return False
+        except ApiError as err:
+            if err.conflict or not err.retryable:
+                log.info("admission of %s not written: %s", key, err)
+                return False
+            return await self._verify(key, d, err)
+        return new is not None and o.has_quota(new)
+
+    async def _verify(self, key: str, d: AdmittedDecision, err: ApiError) -> bool:
+        """An ambiguous failure: read the Workload back to learn whether the write landed."""
+        ctx = self.ctx
+        delay = 0.05
+        for _ in range(VERIFY_ATTEMPTS):
+            try:
+                obj = await ctx.writer.reread(key)
+            except ApiError:
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+                continue
+            if obj is None or not o.has_quota(obj):
+                return False
+            adm = o.admission_of(obj) or {}
+            if adm.get("clusterQueue") == d.cluster_queue:
+                ctx.writer.remember(WORKLOADS, key, obj)
+                return True
+            return False
+        log.warning(
+            "admission of %s: cannot tell whether it was written (%s); keeping it", key, err
+        )
+        return True  # holding quota we may not have is safe; over-admitting is not
+
+    # -- preemption ------------------------------------------------------------------------
+
+    async def preempt(self, d: PreemptedDecision) -> None:
+        ctx = self.ctx
+        ok = await evict(
+            ctx,
+            d.workload.key,
+            reason="Preempted",
+            message=d.message,
+            preempted_reason=d.reason,
+        )
+        if ok:
+            ctx.metrics.preempted_total.labels(d.cluster_queue, d.reason).inc()
+        else:
+            ctx.wake()
+
+    # -- pending statuses --------------------------------------------------------------------
+
+    def note_pending(self, key: str, status: PendingStatus) -> None:
+        """Write this reason unless it changes or the workload is admitted within
+        ``pending_delay`` (most heads that miss a cycle are admitted moments later)."""
+        self.pending.pop(key, None)
+        self.pending[key] = (status, time.monotonic() + self.ctx.options.pending_delay)
+        self._pending_ready.set()
+
+    async def pending_worker(self) -> None:
+        ctx = self.ctx
+        while True:
+            if not self.pending:
+                self._pending_ready.clear()
+                await self._pending_ready.wait()
+                continue
+            key = next(iter(self.pending))
+            status, due = self.pending[key]
+            wait = due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            del self.pending[key]
+            if key in ctx.sync.inflight or key in ctx.cache.admitted:
+                continue
+            if key not in ctx.cache.workloads and key not in ctx.cache.unroutable:
+                continue
+            now = ctx.clock()
+
+            last = self.pending_written.get(key)
+            refresh = ctx.options.pending_refresh
+            recent = last is not None and time.monotonic() - last < refresh
+
+            def compute(
+                w: Obj,
+                key: str = key,
+                status: PendingStatus = status,
+                now: float = now,
+                recent: bool = recent,
+            ) -> Obj | None:
+                if o.has_quota(w) or o.is_finished(w) or key in ctx.cache.admitted:
+                    return None
+                current = o.condition(w, o.QUOTA_RESERVED) or {}
+                if recent and current.get("reason") == status.reason:
+                    return None  # only the numbers moved: refreshed at most every pending_refresh
+                return o.pending_status(w, reason=status.reason, message=status.message, now=now)
+
+            try:
+                before = ctx.writer.workload(key)
+                after = await ctx.writer.update_status(key, compute, attempts=2)
+                if after is not None and after is not before:
+                    self.pending_written[key] = time.monotonic()
+                    ctx.metrics.api_writes.labels("pending", "ok").inc()
+            except ApiError as err:
+                ctx.metrics.api_writes.labels("pending", "error").inc()
+                log.debug("pending status of %s not written: %s", key, err)
+                if err.retryable:
+                    await asyncio.sleep(0.1)

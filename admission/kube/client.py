@@ -1,0 +1,478 @@
+"""Raw-dict access to the Kubernetes API through the official ``kubernetes.aio`` client.
+
+The service needs a handful of verbs on a dozen resources, on hot paths (watches of
+thousands of Workloads), with exact control over patch content types. The generated
+typed API would deserialize every object into pydantic models (5-10x slower than
+``json.loads``, python-ecosystem §2.2) and silently turns a dict sent as
+``json-patch+json`` into a strategic-merge patch (§2.3). So this module uses the
+official ``ApiClient`` for what it is good at — configuration (kubeconfig, in-cluster,
+token refresh), authentication, TLS and the aiohttp connection pool — through
+``param_serialize`` + ``call_api``, and speaks raw JSON dicts.
+
+Every call the adapter makes is declared in :data:`API_CALLS` (verb, group, resource,
+subresource); :class:`KubeClient` refuses an undeclared call, so the table is complete
+by construction and the RBAC manifest can be checked against it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes.aio import config as kube_config
+from kubernetes.aio.client import ApiClient, Configuration
+
+try:  # orjson parses watch lines several times faster; the stdlib is the fallback
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is installed with aiohttp extras here
+    _loads = json.loads
+
+log = logging.getLogger("quartermaster.kube.client")
+
+Obj = dict[str, Any]
+
+_PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+PATCH_TYPES = (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH)
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One API resource: where it lives and how it is addressed."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+    def key_of(self, obj: Obj) -> str:
+        """``namespace/name`` for namespaced resources, ``name`` otherwise."""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or ""
+        return f"{meta.get('namespace') or ''}/{name}" if self.namespaced else name
+
+
+KUEUE = "kueue.x-k8s.io"
+JOBS = Resource("batch", "v1", "jobs", "Job", True)
+WORKLOADS = Resource(KUEUE, "v1beta2", "workloads", "Workload", True)
+RESOURCE_FLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors", "ResourceFlavor", False)
+CLUSTER_QUEUES = Resource(KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", False)
+COHORTS = Resource(KUEUE, "v1beta2", "cohorts", "Cohort", False)
+LOCAL_QUEUES = Resource(KUEUE, "v1beta2", "localqueues", "LocalQueue", True)
+WORKLOAD_PRIORITY_CLASSES = Resource(
+    KUEUE, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", False
+)
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+EVENTS = Resource("", "v1", "events", "Event", True)
+MUTATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+)
+VALIDATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
+
+WATCHED: tuple[Resource, ...] = (
+    JOBS,
+    WORKLOADS,
+    RESOURCE_FLAVORS,
+    CLUSTER_QUEUES,
+    COHORTS,
+    LOCAL_QUEUES,
+    WORKLOAD_PRIORITY_CLASSES,
+    PRIORITY_CLASSES,
+    NAMESPACES,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiCall:
+    """One (verb, group, resource, subresource) the service uses — one RBAC rule line."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+
+    def __str__(self) -> str:
+        res = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        return f"{self.verb} {self.group or 'core'}/{res}"
+
+
+def _calls(verbs: Iterable[str], res: Resource, sub: str = "") -> list[ApiCall]:
+    return [ApiCall(v, res.group, res.plural, sub) for v in verbs]
+
+
+API_CALLS: frozenset[ApiCall] = frozenset(
+    [
+        # informers
+        *(c for r in WATCHED for c in _calls(("list", "watch"), r)),
+        # Job -> Workload: create, keep in sync, delete with the job, admit via status
+        *_calls(("get", "create", "patch", "delete"), WORKLOADS),
+        *_calls(("get", "patch"), WORKLOADS, "status"),
+        # start / stop jobs (suspend, nodeSelector, tolerations, podset label)
+        *_calls(("patch",), JOBS),
+        # queue status; the resource-in-use finalizer of deleted queues and flavors
+        *_calls(("patch",), CLUSTER_QUEUES),
+        *_calls(("patch",), RESOURCE_FLAVORS),
+        *_calls(("patch",), CLUSTER_QUEUES, "status"),
+        *_calls(("patch",), LOCAL_QUEUES, "status"),
+        # leader election
+        *_calls(("get", "create", "update"), LEASES),
+        # Kubernetes Events (best effort)
+        *_calls(("create",), EVENTS),
+        # caBundle injection when the service generated its own serving certificate
+        *_calls(("get", "patch"), MUTATING_WEBHOOKS),
+        *_calls(("get", "patch"), VALIDATING_WEBHOOKS),
+    ]
+)
+"""Every API call the adapter makes. ``manifests/base/rbac.yaml`` must grant each."""
+
+
+class ApiError(Exception):
+    """A failed API request: HTTP status, Kubernetes reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str, *, call: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.call = call
+        super().__init__(f"{call}: {status} {reason}: {message}" if call else message)
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def retryable(self) -> bool:
+        """Transient: throttling, server errors, transport failures (status 0)."""
+        return self.status in (0, 429) or self.status >= 500
+
+
+class UndeclaredCall(RuntimeError):
+    """The adapter tried a call missing from API_CALLS (a bug, caught by tests)."""
+
+
+def _error_from(status: int, raw: bytes, call: str) -> ApiError:
+    reason, message = "", raw.decode("utf-8", "replace")[:500]
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("kind") == "Status":
+        reason = str(body.get("reason") or "")
+        message = str(body.get("message") or message)
+    return ApiError(status, reason or _REASONS.get(status, "Unknown"), message, call=call)
+
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+class KubeClient:
+    """Dict-in, dict-out requests over one ``kubernetes.aio`` ApiClient."""
+
+    def __init__(
+        self, api: ApiClient, *, request_timeout: float = 30.0, strict: bool = True
+    ) -> None:
+        self.api = api
+        self.request_timeout = request_timeout
+        self.strict = strict  # refuse calls missing from API_CALLS (tests' own clients: False)
+        self.counts: Counter[str] = Counter()  # "verb group/resource[/sub]" -> requests
+        self.errors: Counter[int] = Counter()
+        self.on_request: Callable[[str], None] | None = None  # e.g. a metrics counter
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        configuration: Configuration | None = None,
+        context: str | None = None,
+        strict: bool = True,
+    ) -> KubeClient:
+        """From an explicit configuration, a kubeconfig file, the default kubeconfig,
+        or the in-cluster service account (in that order of preference)."""
+        if configuration is None:
+            configuration = Configuration()
+            if kubeconfig is not None:
+                await kube_config.load_kube_config(
+                    config_file=kubeconfig,
+                    context=context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+            else:
+                try:
+                    kube_config.load_incluster_config(client_configuration=configuration)
+                except kube_config.ConfigException:
+                    await kube_config.load_kube_config(
+                        context=context, client_configuration=configuration, persist_config=False
+                    )
+        if (
+            not any(os.environ.get(v) for v in _PROXY_ENV)
+            and getattr(configuration, "client_session_kwargs", None) is None
+        ):
+            # aiohttp's trust_env costs two thread hops per request (netrc, proxy
+            # lookup); without proxy variables there is nothing to find.
+            configuration.client_session_kwargs = {"trust_env": False}
+        return cls(ApiClient(configuration=configuration), strict=strict)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    # -- the raw request ------------------------------------------------------------------
+
+    def _check(self, verb: str, res: Resource, sub: str | None) -> str:
+        call = ApiCall(verb, res.group, res.plural, sub or "")
+        if call not in API_CALLS and self.strict:
+            raise UndeclaredCall(f"{call} is not declared in admission.kube.client.API_CALLS")
+        text = str(call)
+        self.counts[text] += 1
+        if self.on_request is not None:
+            self.on_request(text)
+        return text
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        call: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | aiohttp.ClientTimeout | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        try:
+            # the body is plain JSON already: skip the client's model sanitizing walk
+            m, url, hdrs, _, post = await self.api.param_serialize(
+                method,
+                path,
+                query_params=query or None,
+                header_params=headers,
+                auth_settings=["BearerToken"],
+            )
+            resp = await self.api.call_api(
+                m, url, hdrs, body, post, _request_timeout=timeout or self.request_timeout
+            )
+            raw = await resp.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self.errors[0] += 1
+            raise ApiError(0, "TransportError", repr(exc), call=call) from exc
+        if not 200 <= resp.status <= 299:
+            self.errors[resp.status] += 1
+            raise _error_from(resp.status, raw, call)
+        return _loads(raw) if raw else None
+
+    # -- verbs ----------------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        call = self._check("get", res, None)
+        return await self._send("GET", res.path(namespace=namespace, name=name), call=call)
+
+    async def get_status(self, res: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        call = self._check("get", res, "status")
+        path = res.path(namespace=namespace, name=name, subresource="status")
+        return await self._send("GET", path, call=call)
+
+    async def list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        limit: int = 500,
+        continue_token: str | None = None,
+    ) -> Obj:
+        """One page of a list (``metadata.continue`` says whether more follow)."""
+        call = self._check("list", res, None)
+        query: list[tuple[str, Any]] = [("limit", limit)]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if continue_token:
+            query.append(("continue", continue_token))
+        return await self._send("GET", res.path(namespace=namespace), call=call, query=query)
+
+    async def create(self, res: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
+        call = self._check("create", res, None)
+        return await self._send(
+            "POST",
+            res.path(namespace=namespace),
+            call=call,
+            body=body,
+            content_type="application/json",
+        )
+
+    async def replace(
+        self, res: Resource, name: str, body: Obj, *, namespace: str | None = None
+    ) -> Obj:
+        """PUT: an update pinned to ``body.metadata.resourceVersion`` (409 when stale)."""
+        call = self._check("update", res, None)
+        return await self._send(
+            "PUT",
+            res.path(namespace=namespace, name=name),
+            call=call,
+            body=body,
+            content_type="application/json",
+        )
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        body: Obj | list[Obj],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        content_type: str = MERGE_PATCH,
+    ) -> Obj:
+        """PATCH with an explicit content type (a list body must be a JSON patch)."""
+        if content_type not in PATCH_TYPES:
+            raise ValueError(f"unsupported patch content type {content_type!r}")
+        if (content_type == JSON_PATCH) != isinstance(body, list):
+            raise ValueError("a JSON patch is a list of operations; other patches are objects")
+        call = self._check("patch", res, subresource)
+        path = res.path(namespace=namespace, name=name, subresource=subresource)
+        return await self._send("PATCH", path, call=call, body=body, content_type=content_type)
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        propagation: str = "Background",
+    ) -> None:
+        call = self._check("delete", res, None)
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        await self._send(
+            "DELETE",
+            res.path(namespace=namespace, name=name),
+            call=call,
+            body=body,
+            content_type="application/json",
+        )
+
+    async def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[Obj]:
+        """Watch events (``{"type", "object"}`` dicts) until the server ends the stream.
+
+        HTTP errors raise :class:`ApiError` (410 included); an ``ERROR`` event is
+        yielded as is for the caller to interpret.
+        """
+        call = self._check("watch", res, None)
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        headers = {"Accept": "application/json"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 60)
+        try:
+            m, url, hdrs, data, post = await self.api.param_serialize(
+                "GET",
+                res.path(),
+                query_params=query,
+                header_params=headers,
+                auth_settings=["BearerToken"],
+            )
+            resp = await self.api.call_api(m, url, hdrs, data, post, _request_timeout=timeout)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self.errors[0] += 1
+            raise ApiError(0, "TransportError", repr(exc), call=call) from exc
+        raw_resp = resp.response
+        try:
+            if not 200 <= resp.status <= 299:
+                self.errors[resp.status] += 1
+                raise _error_from(resp.status, await resp.read(), call)
+            while True:
+                try:
+                    line = await raw_resp.content.readline()
+                except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                    raise ApiError(0, "TransportError", repr(exc), call=call) from exc
+                if not line:
+                    return
+                line = line.strip()
+                if line:
+                    yield _loads(line)
+        finally:
+            raw_resp.close()  # a half-read stream must not go back to the pool

@@ -1,0 +1,236 @@
+"""What the controller's parts share: options, the work queue and the write primitive.
+
+:class:`Writer` is the one way the controller changes a Workload's status: it computes
+the new status from the object it last saw, sends it as a JSON merge patch pinned to
+that object's resourceVersion (optimistic concurrency), and on ``409 Conflict``
+re-reads and recomputes — the compute function decides whether the write still makes
+sense, it is never blindly retried. Successful writes are remembered (read-your-writes)
+so a reconcile that runs before the informer delivers our own change does not act on
+the stale copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from queues.model import LabelSelector
+
+from . import objects as o
+from .client import JOBS, MERGE_PATCH, WORKLOADS, ApiError, KubeClient, Resource
+from .informer import Informer, newer, rv_at_least
+
+if TYPE_CHECKING:
+    from admission.cache import Cache
+
+    from .cachesync import CacheSync
+    from .metrics import Metrics
+
+log = logging.getLogger("quartermaster.kube.controller")
+
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class PodsReadyOptions:
+    """waitForPodsReady (Kueue defaults: enabled, 30 minutes, backoff 60 s·2ⁿ⁻¹ ≤ 3600 s)."""
+
+    enabled: bool = True
+    timeout: float = 1800.0
+    backoff_base: float = 60.0
+    backoff_max: float = 3600.0
+    backoff_limit: int | None = None
+    requeue_by_creation: bool = False
+
+
+@dataclass(slots=True)
+class ControllerOptions:
+    manage_jobs_without_queue_name: bool = False
+    managed_namespaces: LabelSelector | None = None  # None: every namespace but the exclusions
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    workers: int = 8
+    pending_writers: int = 4
+    pending_delay: float = 1.0  # seconds a pending reason must hold before it is written
+    pending_refresh: float = 10.0  # a changed message with the same reason: at most this often
+    schedule_batch: float = 0.01  # coalesce events this long before a scheduling pass
+    cycle_in_thread: bool = True  # run schedule() in a worker thread (the loop stays live)
+    status_interval: float = 1.0
+    status_budget: int = 100  # queue status writes per interval at most (big clusters)
+    tick: float = 0.5
+    events: bool = True
+    pods_ready: PodsReadyOptions = field(default_factory=PodsReadyOptions)
+
+
+async def _ready() -> None:
+    return None
+
+
+class Abandon(Exception):
+    """The compute function decided the write no longer applies."""
+
+
+class WorkQueue:
+    """client-go's workqueue: deduplicated keys, one worker per key at a time."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._dirty: set[tuple[str, str]] = set()
+        self._processing: set[tuple[str, str]] = set()
+
+    def add(self, item: tuple[str, str]) -> None:
+        if item in self._dirty:
+            return
+        self._dirty.add(item)
+        if item not in self._processing:
+            self._queue.put_nowait(item)
+
+    async def get(self) -> tuple[str, str]:
+        item = await self._queue.get()
+        self._dirty.discard(item)
+        self._processing.add(item)
+        return item
+
+    def done(self, item: tuple[str, str]) -> None:
+        self._processing.discard(item)
+        if item in self._dirty:
+            self._queue.put_nowait(item)
+
+    def __len__(self) -> int:
+        return len(self._dirty)
+
+
+class Writer:
+    """RV-pinned status writes with re-read on conflict, and read-your-writes."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        workloads: Informer,
+        jobs: Informer,
+        sync: CacheSync,
+    ) -> None:
+        self.client = client
+        self.workloads = workloads
+        self.jobs = jobs
+        self.sync = sync
+        self.latest: dict[tuple[str, str], Obj] = {}
+
+    # -- read-your-writes ---------------------------------------------------------------------
+
+    def current(self, res: Resource, key: str) -> Obj | None:
+        informer = self.workloads if res is WORKLOADS else self.jobs
+        stored = informer.get(key)
+        mine = self.latest.get((res.plural, key))
+        if mine is None:
+            return stored
+        if stored is not None and rv_at_least(stored, o.rv(mine)):
+            del self.latest[(res.plural, key)]
+            return stored
+        return newer(stored, mine)  # stored None: not delivered yet (deletions drop `mine`)
+
+    def workload(self, key: str) -> Obj | None:
+        return self.current(WORKLOADS, key)
+
+    def job(self, key: str) -> Obj | None:
+        return self.current(JOBS, key)
+
+    def remember(self, res: Resource, key: str, obj: Obj) -> None:
+        self.latest[(res.plural, key)] = obj
+        if res is WORKLOADS:
+            self.sync.expect_written(key, obj)
+
+    def forget_object(self, res: Resource, key: str) -> None:
+        self.latest.pop((res.plural, key), None)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    async def reread(self, key: str) -> Obj | None:
+        ns, name = o.split_key(key)
+        try:
+            obj = await self.client.get(WORKLOADS, name, namespace=ns)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
+        obj.setdefault("apiVersion", WORKLOADS.api_version)
+        obj.setdefault("kind", WORKLOADS.kind)
+        return newer(obj, self.workload(key))
+
+    async def update_status(
+        self, key: str, compute: Callable[[Obj], Obj | None], *, attempts: int = 3
+    ) -> Obj | None:
+        """Write ``compute(obj)`` as the Workload's status (merge patch pinned to obj's RV).
+
+        Returns the written object, or the current one when ``compute`` returned None,
+        or None when the Workload is gone. ``compute`` may raise :class:`Abandon`.
+        Raises :class:`ApiError` on other failures (409 after ``attempts``).
+        """
+        obj = self.workload(key)
+        ns, name = o.split_key(key)
+        for attempt in range(attempts):
+            if obj is None:
+                return None
+            status = compute(obj)
+            if status is None:
+                return obj
+            body = {"metadata": {"resourceVersion": o.rv(obj)}, "status": status}
+            try:
+                new = await self.client.patch(
+                    WORKLOADS,
+                    name,
+                    body,
+                    namespace=ns,
+                    subresource="status",
+                    content_type=MERGE_PATCH,
+                )
+            except ApiError as err:
+                if err.not_found:
+                    return None
+                if err.conflict and attempt + 1 < attempts:
+                    obj = await self.reread(key)
+                    continue
+                raise
+            new.setdefault("apiVersion", WORKLOADS.api_version)
+            new.setdefault("kind", WORKLOADS.kind)
+            self.remember(WORKLOADS, key, new)
+            return new
+        raise AssertionError("unreachable")
+
+    async def patch_job(self, key: str, body: Obj) -> Obj | None:
+        ns, name = o.split_key(key)
+        try:
+            new = await self.client.patch(JOBS, name, body, namespace=ns, content_type=MERGE_PATCH)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
+        new.setdefault("apiVersion", JOBS.api_version)
+        new.setdefault("kind", JOBS.kind)
+        self.remember(JOBS, key, new)
+        return new
+
+
+@dataclass(slots=True)
+class Context:
+    """The shared pieces every controller part works with."""
+
+    client: KubeClient
+    cache: Cache
+    sync: CacheSync
+    informers: dict[str, Informer]
+    writer: Writer
+    metrics: Metrics
+    options: ControllerOptions
+    clock: Callable[[], float]
+    wake: Callable[[], None]
+    enqueue: Callable[[str, str], None]
+    record_event: Callable[..., None] = lambda *a, **k: None
+    cache_ready: Callable[[], Awaitable[None]] = field(default=lambda: _ready())
+    job_index: dict[str, set[str]] = field(default_factory=dict)  # job key -> workload keys
+
+    def informer(self, res: Resource) -> Informer:
+        return self.informers[res.plural]

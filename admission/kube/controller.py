@@ -1,0 +1,325 @@
+"""The controller: informer events in, scheduling cycles, decisions out.
+
+Every replica feeds informer events into the cache (:class:`.cachesync.CacheSync`) so
+its webhooks see the live model. The Lease holder additionally runs
+:meth:`Controller.run_leader`:
+
+* workers drain a deduplicating work queue of Jobs and Workloads to reconcile
+  (:mod:`.jobs`); every key is queued once when leadership starts (level-based
+  resync), then on each event that touches it;
+* the scheduler loop runs ``Scheduler.schedule()`` cycles while something changed (an
+  event, a completion, a released quota), yielding to the event loop between cycles;
+  each cycle's admissions and preemptions become write tasks (:mod:`.admit`) and its
+  pending reasons go to the coalescing pending-status writer;
+* a ticker releases requeue backoffs, checks waitForPodsReady timeouts, samples usage
+  for fair sharing, and writes queue status (:mod:`.status`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from admission.cache import Cache
+from admission.scheduler import CycleResult, Scheduler
+
+from . import objects as o
+from .admit import Applier
+from .cachesync import QUEUE_KINDS, CacheSync
+from .client import JOBS, WORKLOADS, KubeClient
+from .context import Context, ControllerOptions, WorkQueue, Writer
+from .informer import DELETED, Informer
+from .jobs import JobReconciler
+from .metrics import Metrics
+from .podsready import PodsReadyWatcher
+from .status import StatusWriter
+
+log = logging.getLogger("quartermaster.kube.controller")
+
+KIND_OF_PLURAL = {
+    "resourceflavors": "ResourceFlavor",
+    "clusterqueues": "ClusterQueue",
+    "cohorts": "Cohort",
+    "localqueues": "LocalQueue",
+    "namespaces": "Namespace",
+    "workloadpriorityclasses": "WorkloadPriorityClass",
+    "priorityclasses": "PriorityClass",
+}
+assert set(KIND_OF_PLURAL.values()) == set(QUEUE_KINDS)
+
+
+class Controller:
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        cache: Cache,
+        make_scheduler: Callable[[Cache], Scheduler],
+        informers: dict[str, Informer],
+        metrics: Metrics,
+        options: ControllerOptions,
+        clock: Callable[[], float] = time.time,
+        fair_sharing: bool = False,
+    ) -> None:
+        self.cache = cache
+        self.clock = clock
+        self.informers = informers
+        self.options = options
+        self.sync = CacheSync(cache, clock=clock, on_change=self.wake)
+        self.writer = Writer(
+            client, workloads=informers["workloads"], jobs=informers["jobs"], sync=self.sync
+        )
+        self._wake = asyncio.Event()
+        self._cycle_idle = asyncio.Event()
+        self._cycle_idle.set()
+        self.leading = False
+        self.queue = WorkQueue()
+        self.ctx = Context(
+            client=client,
+            cache=cache,
+            sync=self.sync,
+            informers=informers,
+            writer=self.writer,
+            metrics=metrics,
+            options=options,
+            clock=clock,
+            wake=self.wake,
+            enqueue=self.enqueue,
+            cache_ready=self.cache_ready,
+        )
+        self.jobs = JobReconciler(self.ctx)
+        self.applier = Applier(self.ctx)
+        self.pods_ready = PodsReadyWatcher(self.ctx)
+        self.status = StatusWriter(self.ctx, fair_sharing=fair_sharing)
+        self._make_scheduler = make_scheduler
+        self.scheduler: Scheduler | None = None
+        self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}
+        for plural, inf in informers.items():
+            inf.handler = self._handler(plural)
+
+    # -- events (every replica) -------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def enqueue(self, kind: str, key: str) -> None:
+        if self.leading and key:
+            self.queue.add((kind, key))
+
+    def _handler(self, plural: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
+        if plural == "workloads":
+            return self._on_workload
+        if plural == "jobs":
+            return self._on_job
+        kind = KIND_OF_PLURAL[plural]
+
+        def on_queue_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+            self.sync.queue_object(kind, key, None if event == DELETED else new)
+
+        return on_queue_object
+
+    def _on_workload(self, event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+        if event == DELETED:
+            self.writer.forget_object(WORKLOADS, key)
+            self.applier.pending_written.pop(key, None)
+            self.applier.failures.pop(key, None)
+        else:
+            self.writer.current(WORKLOADS, key)  # drops our copy once the informer caught up
+        self.sync.workload(key, None if event == DELETED else new)
+        obj = new or old
+        owner = o.owner_job(obj) if obj is not None else None
+        if owner is not None:
+            self.ctx.job_index.setdefault(owner[0], set()).add(key)
+            self.enqueue("job", owner[0])
+        if event != DELETED:
+            self.enqueue("wl", key)
+
+    def _on_job(self, event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+        if event == DELETED:
+            self.writer.forget_object(JOBS, key)
+            for wkey in self.ctx.job_index.pop(key, set()):
+                self.enqueue("wl", wkey)
+            return
+        self.writer.current(JOBS, key)
+        self.enqueue("job", key)
+
+    async def cache_ready(self) -> None:
+        """Wait until no scheduling cycle is running (before reading the cache at length)."""
+        while not self._cycle_idle.is_set():
+            await self._cycle_idle.wait()
+
+    def idle(self) -> bool:
+        """Nothing queued, in flight or waiting to be scheduled (for tests and benchmarks)."""
+        return (
+            self.leading
+            and self._cycle_idle.is_set()
+            and not self._wake.is_set()
+            and len(self.queue) == 0
+            and not self.queue._processing
+            and not self.sync.inflight
+            and not self.applier.tasks
+            and not self.applier.pending
+            and all(q.active_count() == 0 for q in self.cache.queues.values())
+        )
+
+    # -- leader ---------------------------------------------------------------------------------
+
+    async def run_leader(self) -> None:
+        """Reconcile and schedule until cancelled (call only while holding the Lease)."""
+        self.leading = True
+        self.scheduler = self._make_scheduler(self.cache)
+        self.status.tracker = self.scheduler.usage
+        self.sync.flush_objects()
+        for key in list(self.informers["jobs"].store):
+            self.queue.add(("job", key))
+        for key in list(self.informers["workloads"].store):
+            self.queue.add(("wl", key))
+        tasks = [
+            asyncio.create_task(self._worker(), name=f"worker-{i}")
+            for i in range(self.options.workers)
+        ]
+        tasks += [
+            asyncio.create_task(self.applier.pending_worker(), name=f"pending-{i}")
+            for i in range(self.options.pending_writers)
+        ]
+        tasks.append(asyncio.create_task(self._ticker(), name="ticker"))
+        tasks.append(asyncio.create_task(self._schedule_loop(), name="scheduler"))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            self.leading = False
+            for t in [*tasks, *self.applier.tasks]:
+                t.cancel()
+            await asyncio.gather(*tasks, *self.applier.tasks, return_exceptions=True)
+
+    async def _worker(self) -> None:
+        while True:
+            item = await self.queue.get()
+            kind, key = item
+            try:
+                if kind == "job":
+                    await self.jobs.reconcile_job(key)
+                else:
+                    await self.jobs.reconcile_workload(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - retried with the next event or tick
+                log.warning("reconciling %s %s failed: %s", kind, key, err)
+                self.queue.done(item)
+                self._retry_later(item)
+                continue
+            self.queue.done(item)
+
+    def _retry_later(self, item: tuple[str, str]) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.5, lambda: self.queue.add(item) if self.leading else None)
+
+    async def _schedule_loop(self) -> None:
+        assert self.scheduler is not None
+        sched = self.scheduler
+        metrics = self.ctx.metrics
+        while True:
+            await self._wake.wait()
+            if self.options.schedule_batch > 0:
+                # let a burst of events (finishes releasing quota, arrivals) land first:
+                # every capacity event requeues the parked heads of its cohort tree, so
+                # one pass per burst instead of one per event saves most nominations
+                await asyncio.sleep(self.options.schedule_batch)
+            self._wake.clear()
+            self.sync.flush_objects()
+            while True:
+                start = time.perf_counter()
+                result = await self._cycle(sched)
+                elapsed = time.perf_counter() - start
+                self.stats["cycles"] += 1
+                if result.heads:
+                    outcome = "success" if result.admitted else "inadmissible"
+                    metrics.admission_attempts.labels(outcome).inc()
+                    metrics.attempt_duration.labels(outcome).observe(elapsed)
+                for d in result.admitted:
+                    self.stats["admitted"] += 1
+                    self.applier.spawn(self.applier.admit(d))
+                for p in result.preempted:
+                    self.stats["preempted"] += 1
+                    self.applier.spawn(self.applier.preempt(p))
+                for key, status in result.pending.items():
+                    self.applier.note_pending(key, status)
+                await asyncio.sleep(0)  # let events and writes in between cycles
+                if self.sync.flush_objects():
+                    continue
+                if not result.changed:
+                    break
+
+    def _note_unschedulable(self) -> None:
+        """Workloads no cycle looks at (no LocalQueue / ClusterQueue, or an inactive
+        ClusterQueue) still get their QuotaReserved=False reason."""
+        cache = self.cache
+        for key, status in list(cache.status.items()):
+            if key in cache.unroutable and key not in self.applier.pending:
+                self.applier.note_pending(key, status)
+        for cq, status in cache.inactive.items():
+            q = cache.queues.get(cq)
+            for wl in q.workloads() if q is not None else ():
+                if wl.key not in self.applier.pending:
+                    self.applier.note_pending(wl.key, status)
+
+    async def _cycle(self, sched: Scheduler) -> CycleResult:
+        """One ``schedule()`` call; off the event loop (in a worker thread) when
+        configured, so a long cycle never stalls watches, writes, webhooks or health
+        checks. Meanwhile the cache is frozen: ``CacheSync`` queues every change and
+        replays it when the cycle returns."""
+        if not self.options.cycle_in_thread:
+            result = sched.schedule()
+            self._assumed(result)
+            return result
+        loop = asyncio.get_running_loop()
+        self.sync.pause()
+        self._cycle_idle.clear()
+        fut = loop.run_in_executor(None, sched.schedule)
+        try:
+            result = await asyncio.shield(fut)
+            # before the queued events replay: they predate these admissions' writes
+            self._assumed(result)
+            return result
+        except asyncio.CancelledError:
+            await asyncio.wait([fut])  # never touch the cache while the thread does
+            raise
+        finally:
+            self._cycle_idle.set()
+            self.sync.resume()
+
+    def _assumed(self, result: CycleResult) -> None:
+        """The cycle's admissions are assumed in the cache: in flight until written."""
+        for d in result.admitted:
+            self.sync.inflight.add(d.workload.key)
+
+    async def _ticker(self) -> None:
+        last_status = 0.0
+        usage = self.scheduler.usage if self.scheduler is not None else None
+        sample_every = usage.sampling_interval() if usage is not None else None
+        last_sample = self.clock()
+        while True:
+            await asyncio.sleep(self.options.tick)
+            await self.cache_ready()
+            now = self.clock()
+            for key in self.sync.due_backoffs(now):
+                self.sync.workload(key, self.writer.workload(key))
+            if usage is not None and sample_every and now - last_sample >= sample_every:
+                usage.sample(now)
+                last_sample = now
+                self.wake()
+            try:
+                await self.pods_ready.check()
+            except Exception as err:  # noqa: BLE001 - next tick tries again
+                log.warning("waitForPodsReady check failed: %s", err)
+            if time.monotonic() - last_status >= self.options.status_interval:
+                last_status = time.monotonic()
+                await self.cache_ready()
+                self._note_unschedulable()
+                try:
+                    await self.status.refresh()
+                    await self.status.release_finalizers()
+                except Exception as err:  # noqa: BLE001
+                    log.warning("queue status refresh failed: %s", err)

@@ -1,0 +1,528 @@
+"""``quartermaster serve``: the admission service on one asyncio event loop.
+
+Wires the configuration, the API client, one informer per watched resource, the cache
+and scheduler, the controller, the webhook server (a view of the live cache), the
+health and metrics endpoints and — with ``--leader-elect`` — the Lease. Every replica
+serves webhooks and keeps its cache current; only the leader reconciles and schedules.
+
+Restart safety comes from the design, not from this module: nothing is kept outside
+the API, the cache is rebuilt from list+watch before the first cycle (admitted
+Workloads charge their ``status.admission``), and every write is idempotent or pinned
+to a resourceVersion.
+
+SIGTERM/SIGINT drain: scheduling stops, in-flight writes get a few seconds to finish,
+the Lease is released so a successor takes over at once, watches close, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import faulthandler
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from admission.cache import Cache
+from admission.config import Config, ConfigError, load_config
+from queues.model import LabelSelector, SelectorRequirement
+
+from .cachesync import CacheView
+from .client import (
+    EVENTS,
+    JOBS,
+    MUTATING_WEBHOOKS,
+    STRATEGIC_MERGE_PATCH,
+    VALIDATING_WEBHOOKS,
+    WATCHED,
+    WORKLOADS,
+    ApiError,
+    KubeClient,
+)
+from .context import ControllerOptions
+from .controller import Controller
+from .informer import Informer, WorkloadSlimmer, strip_managed_fields
+from .leader import LeaderElector
+from .metrics import Metrics
+from .podsready import pods_ready_options
+
+log = logging.getLogger("quartermaster.kube.service")
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+WEBHOOK_CONFIGURATIONS = (
+    (MUTATING_WEBHOOKS, "quartermaster-mutating-webhook-configuration"),
+    (VALIDATING_WEBHOOKS, "quartermaster-validating-webhook-configuration"),
+)
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+EVENT_BURST, EVENT_QPS = 50, 10.0
+
+
+@dataclass(slots=True)
+class ServiceOptions:
+    config: Config = field(default_factory=Config)
+    kubeconfig: str | None = None
+    client_configuration: Any = None  # kubernetes.aio Configuration (tests)
+    namespace: str = "quartermaster-system"
+    host: str = "0.0.0.0"
+    webhook_port: int = 9443
+    metrics_port: int = 8080
+    health_port: int = 8081
+    cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
+    webhooks: bool = True
+    inject_ca_bundle: bool = True
+    leader_elect: bool = False
+    identity: str | None = None
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    service_account_username: str | None = None
+    clock: Callable[[], float] = time.time
+    seed: int | None = None
+    controller: ControllerOptions | None = None
+    drain_seconds: float = 5.0
+
+
+def selector_from_dict(doc: dict[str, Any] | None) -> LabelSelector | None:
+    """A metav1.LabelSelector dict as the model's LabelSelector (None stays None)."""
+    if doc is None:
+        return None
+    labels = tuple(sorted((str(k), str(v)) for k, v in (doc.get("matchLabels") or {}).items()))
+    exprs = tuple(
+        SelectorRequirement(str(e["key"]), str(e["operator"]), tuple(e.get("values") or ()))
+        for e in doc.get("matchExpressions") or []
+    )
+    return LabelSelector(match_labels=labels, match_expressions=exprs)
+
+
+def controller_options(config: Config, namespace: str) -> ControllerOptions:
+    doc = config.doc
+    return ControllerOptions(
+        manage_jobs_without_queue_name=doc.manageJobsWithoutQueueName,
+        managed_namespaces=selector_from_dict(doc.managedJobsNamespaceSelector),
+        excluded_namespaces=("kube-system", namespace),
+        pods_ready=pods_ready_options(config),
+    )
+
+
+def service_account_username() -> str | None:
+    """Our own username: ``$QUARTERMASTER_USERNAME``, else the mounted token's subject."""
+    env = os.environ.get("QUARTERMASTER_USERNAME")
+    if env:
+        return env
+    try:
+        token = SA_TOKEN.read_text().strip()
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (OSError, IndexError, ValueError):
+        return None
+    sub = claims.get("sub")
+    return sub if isinstance(sub, str) else None
+
+
+class Service:
+    """One running ``serve``: start with :meth:`run`, stop with :meth:`stop`."""
+
+    def __init__(self, options: ServiceOptions) -> None:
+        self.options = options
+        self.ready = asyncio.Event()
+        self.ports: dict[str, int] = {}
+        self.metrics = Metrics()
+        self.client: KubeClient | None = None
+        self.controller: Controller | None = None
+        self.elector: LeaderElector | None = None
+        self.informers: dict[str, Informer] = {}
+        self.certs_loaded = False
+        self._stop = asyncio.Event()
+        self._events: set[asyncio.Future[Any]] = set()
+        self._event_tokens = float(EVENT_BURST)
+        self._event_stamp = time.monotonic()
+        self._webhook_state: Any = None
+        self.controller_options = ControllerOptions()
+        self.exit_code = EXIT_OK
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def synced(self) -> bool:
+        return bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
+
+    # -- run ----------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        opts = self.options
+        self.client = await KubeClient.connect(
+            kubeconfig=opts.kubeconfig, configuration=opts.client_configuration
+        )
+        tasks: list[asyncio.Task[Any]] = []
+        leader_task: asyncio.Task[Any] | None = None
+        try:
+            self._build()
+            assert self.controller is not None
+            for inf in self.informers.values():
+                tasks.append(asyncio.create_task(inf.run(), name=f"informer-{inf.name}"))
+            tasks.append(asyncio.create_task(self._serve_http(), name="health-metrics"))
+            if opts.webhooks:
+                tasks.append(asyncio.create_task(self._serve_webhooks(), name="webhooks"))
+            else:
+                self.certs_loaded = True
+            await self._wait(self._all_synced())
+            if self._stop.is_set():
+                return self.exit_code
+            self.controller.sync.flush_objects()
+            if self._webhook_state is not None:
+                self._webhook_state.model_synced = True
+            leader_task = asyncio.create_task(self._lead(), name="leader")
+            await self._wait(self._ready_when_serving())
+            self.ready.set()
+            await self._wait(leader_task, stop_on_done=True)
+        finally:
+            await self._shutdown(leader_task, tasks)
+        return self.exit_code
+
+    async def _wait(self, aw: Any, *, stop_on_done: bool = False) -> None:
+        """Wait for ``aw`` or a stop request, whichever comes first."""
+        task = aw if isinstance(aw, asyncio.Task) else asyncio.ensure_future(aw)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not task.done() and not stop_on_done and self._stop.is_set():
+                task.cancel()
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+    async def _all_synced(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
+
+    async def _ready_when_serving(self) -> None:
+        while not self.certs_loaded:
+            await asyncio.sleep(0.01)
+
+    def _build(self) -> None:
+        opts = self.options
+        assert self.client is not None
+        counter = self.metrics.api_requests
+        self.client.on_request = lambda call: counter.labels(call).inc()
+        copts = opts.controller or controller_options(opts.config, opts.namespace)
+        self.controller_options = copts
+        rng = random.Random(opts.seed)
+        for res in WATCHED:
+            selector = None
+            if res is JOBS and not copts.manage_jobs_without_queue_name:
+                selector = QUEUE_NAME_LABEL
+            self.informers[res.plural] = Informer(
+                self.client,
+                res,
+                label_selector=selector,
+                rng=random.Random(rng.random()),
+                transform=WorkloadSlimmer() if res is WORKLOADS else strip_managed_fields,
+            )
+        cache = Cache(flavors={}, cluster_queues={}, cohorts={}, local_queues={}, namespaces={})
+        config = opts.config
+        clock = opts.clock
+        self.controller = Controller(
+            client=self.client,
+            cache=cache,
+            make_scheduler=lambda c: config.make_scheduler(c, clock=clock),
+            informers=self.informers,
+            metrics=self.metrics,
+            options=copts,
+            clock=clock,
+            fair_sharing=config.fair_sharing is not None,
+        )
+        self.controller.ctx.record_event = self._record_event if copts.events else _no_event
+
+    async def _lead(self) -> None:
+        opts = self.options
+        assert self.controller is not None and self.client is not None
+        if not opts.leader_elect:
+            self.metrics.leader.set(1)
+            await self.controller.run_leader()
+            return
+        identity = opts.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
+        self.elector = LeaderElector(
+            self.client,
+            namespace=opts.namespace,
+            identity=identity,
+            lease_duration=opts.lease_duration,
+            renew_deadline=opts.renew_deadline,
+            retry_period=opts.retry_period,
+        )
+        election = asyncio.create_task(self.elector.run(), name="election")
+        try:
+            await self.elector.is_leader.wait()
+            self.metrics.leader.set(1)
+            leading = asyncio.create_task(self.controller.run_leader(), name="controller")
+            lost = asyncio.create_task(self.elector.lost.wait())
+            done, _ = await asyncio.wait({leading, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if lost in done:
+                log.error("leadership lost: stopping so the cache is rebuilt on restart")
+                self.exit_code = EXIT_INTERNAL
+                leading.cancel()
+                await asyncio.gather(leading, return_exceptions=True)
+            else:
+                lost.cancel()
+                leading.result()
+        finally:
+            self.metrics.leader.set(0)
+            election.cancel()
+            await asyncio.gather(election, return_exceptions=True)
+
+    async def _shutdown(
+        self, leader_task: asyncio.Task[Any] | None, tasks: list[asyncio.Task[Any]]
+    ) -> None:
+        if leader_task is not None and not leader_task.done():
+            leader_task.cancel()  # stops scheduling; in-flight writes drain in run_leader
+            await asyncio.gather(leader_task, return_exceptions=True)
+        if self.elector is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.elector.release(), timeout=5)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.client is not None:
+            await self.client.close()
+
+    # -- HTTP endpoints ---------------------------------------------------------------------------
+
+    async def _serve_http(self) -> None:
+        opts = self.options
+
+        async def healthz(_r: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        async def readyz(_r: web.Request) -> web.Response:
+            missing = [
+                n
+                for n, ok in (("informers", self.synced), ("certificates", self.certs_loaded))
+                if not ok
+            ]
+            if missing:
+                return web.Response(
+                    status=503, text=f"not ready: waiting for {' and '.join(missing)}\n"
+                )
+            return web.Response(text="ok\n")
+
+        async def metrics(_r: web.Request) -> web.Response:
+            resp = web.Response(body=generate_latest(self.metrics.registry))
+            resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+            return resp
+
+        health = web.Application()
+        health.router.add_get("/healthz", healthz)
+        health.router.add_get("/readyz", readyz)
+        mapp = web.Application()
+        mapp.router.add_get("/metrics", metrics)
+        runners = []
+        try:
+            for name, app, port in (
+                ("health", health, opts.health_port),
+                ("metrics", mapp, opts.metrics_port),
+            ):
+                runner = web.AppRunner(app, access_log=None, handle_signals=False)
+                await runner.setup()
+                runners.append(runner)
+                site = web.TCPSite(runner, opts.host, port)
+                await site.start()
+                self.ports[name] = runner.addresses[0][1]
+            await asyncio.Event().wait()
+        finally:
+            for r in runners:
+                await r.cleanup()
+
+    async def _serve_webhooks(self) -> None:
+        from webhooks.certs import ensure_cert_dir, read_cert_dir
+        from webhooks.config import WebhookConfig
+        from webhooks.server import WebhookState, run_webhook_server
+
+        opts = self.options
+        assert self.controller is not None
+        copts = self.controller_options
+        generated = await asyncio.to_thread(
+            ensure_cert_dir, opts.cert_dir, namespace=opts.namespace
+        )
+        if generated and opts.inject_ca_bundle:
+            ca = read_cert_dir(opts.cert_dir).ca_cert_pem
+            asyncio.create_task(self._inject_ca_bundle(ca))
+        wh_config = WebhookConfig(
+            service_namespace=opts.namespace,
+            managed_jobs_namespace_selector=copts.managed_namespaces,
+            manage_jobs_without_queue_name=copts.manage_jobs_without_queue_name,
+            service_account_username=opts.service_account_username
+            or service_account_username()
+            or "",
+        )
+        state = WebhookState(model_synced=self.synced)
+        self._webhook_state = state
+
+        def ready(port: int) -> None:
+            self.ports["webhook"] = port
+            self.certs_loaded = True
+
+        await run_webhook_server(
+            view=CacheView(self.controller.sync),
+            config=wh_config,
+            cert_dir=opts.cert_dir,
+            host=opts.host,
+            port=opts.webhook_port,
+            ready_callback=ready,
+            state=state,
+            registry=self.metrics.registry,
+        )
+
+    async def _inject_ca_bundle(self, ca_pem: bytes) -> None:
+        """We generated our own CA: make the API server trust it (best effort, retried)."""
+        from webhooks.certs import ca_bundle_patch
+
+        assert self.client is not None
+        for res, name in WEBHOOK_CONFIGURATIONS:
+            for attempt in range(10):
+                try:
+                    config = await self.client.get(res, name)
+                    names = [h["name"] for h in config.get("webhooks") or [] if isinstance(h, dict)]
+                    if names:
+                        await self.client.patch(
+                            res,
+                            name,
+                            ca_bundle_patch(names, ca_pem),
+                            content_type=STRATEGIC_MERGE_PATCH,
+                        )
+                    break
+                except ApiError as err:
+                    if err.not_found:
+                        break
+                    await asyncio.sleep(min(10.0, 0.2 * 2**attempt))
+
+    # -- Kubernetes Events ------------------------------------------------------------------------
+
+    def _record_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Best effort, fire and forget, rate-limited like client-go's event recorder
+        (a token bucket: burst ``EVENT_BURST``, ``EVENT_QPS`` per second); a busy cluster
+        drops events rather than spending its API budget on them."""
+        if self.client is None or len(self._events) >= 256:
+            return
+        now_m = time.monotonic()
+        self._event_tokens = min(
+            EVENT_BURST, self._event_tokens + (now_m - self._event_stamp) * EVENT_QPS
+        )
+        self._event_stamp = now_m
+        if self._event_tokens < 1:
+            return
+        self._event_tokens -= 1
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        now = time.time()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": ns,
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "quartermaster"},
+            "firstTimestamp": _rfc(now),
+            "lastTimestamp": _rfc(now),
+            "count": 1,
+            "reportingComponent": "quartermaster",
+        }
+        task = asyncio.ensure_future(self.client.create(EVENTS, body, namespace=ns))
+        self._events.add(task)
+        task.add_done_callback(_event_done(self._events))
+
+
+def _event_done(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(task: asyncio.Future[Any]) -> None:
+        pending.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: an event that fails is not worth a log line
+
+    return done
+
+
+def _no_event(*_a: Any, **_k: Any) -> None:
+    return None
+
+
+def _rfc(ts: float) -> str:
+    from .objects import rfc3339
+
+    return rfc3339(ts)
+
+
+def options_from_args(args: Any, config: Config) -> ServiceOptions:
+    return ServiceOptions(
+        config=config,
+        kubeconfig=getattr(args, "kubeconfig", None),
+        namespace=getattr(args, "namespace", None) or "quartermaster-system",
+        host=getattr(args, "host", None) or "0.0.0.0",
+        webhook_port=getattr(args, "webhook_port", 9443),
+        metrics_port=getattr(args, "metrics_port", 8080),
+        health_port=getattr(args, "health_port", 8081),
+        cert_dir=getattr(args, "cert_dir", None) or "/tmp/k8s-webhook-server/serving-certs",
+        leader_elect=bool(getattr(args, "leader_elect", False)),
+        identity=os.environ.get("POD_NAME") or None,
+    )
+
+
+def run_service(args: Any) -> int:
+    """``quartermaster serve`` (without ``--webhooks-only``): run until SIGTERM/SIGINT."""
+    logging.basicConfig(
+        level=os.environ.get("QUARTERMASTER_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    with contextlib.suppress(AttributeError, ValueError, RuntimeError):
+        faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>`: every thread's stack to stderr
+    try:
+        config = load_config(getattr(args, "config", None))
+    except ConfigError as err:
+        print(f"quartermaster serve: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    options = options_from_args(args, config)
+
+    async def main() -> int:
+        service = Service(options)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, service.stop)
+        return await service.run()
+
+    profile_to = os.environ.get("QUARTERMASTER_PROFILE")  # a pstats file, for performance work
+    try:
+        if not profile_to:
+            return asyncio.run(main())
+        import cProfile
+
+        profiler = cProfile.Profile()
+        try:
+            return profiler.runcall(asyncio.run, main())
+        finally:
+            profiler.dump_stats(profile_to)
+    except Exception as err:  # noqa: BLE001 - the CLI contract: exit 1 with the reason
+        log.exception("quartermaster serve failed")
+        print(f"quartermaster serve: {err}", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -1,0 +1,312 @@
+"""ClusterQueue / LocalQueue status and the queue-level metrics.
+
+Computed from the cache (the same numbers the scheduler works with) and written as a
+``/status`` merge patch only when it differs from what was last written, at most once
+per ``status_interval`` per queue — a busy cluster changes usage every few
+milliseconds, and rewriting every queue on each change would be a write storm.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from admission.cache import Cache
+from admission.usage import UsageTracker
+from queues.quantity import format_quantity
+
+from . import objects as o
+from .client import CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS, ApiError
+from .context import Context
+
+log = logging.getLogger("quartermaster.kube.status")
+
+RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
+
+Obj = dict[str, Any]
+
+
+def _flavor_usage(cq_spec: Any, usage: dict[tuple[str, str], int], node: Any) -> list[Obj]:
+    out: list[Obj] = []
+    for group in cq_spec.resource_groups:
+        for fq in group.flavors:
+            resources = []
+            for r in group.covered_resources:
+                used = usage.get((fq.name, r), 0)
+                entry: Obj = {"name": r, "total": format_quantity(r, used)}
+                if node is not None:
+                    borrowed = max(0, used - node.nominal((fq.name, r)))
+                    entry["borrowed"] = format_quantity(r, borrowed)
+                resources.append(entry)
+            out.append({"name": fq.name, "resources": resources})
+    return out
+
+
+def cluster_queue_status(cache: Cache, name: str, *, fair_sharing: bool) -> Obj:
+    """What ``status`` of ClusterQueue ``name`` should say now."""
+    spec = cache.cluster_queues[name]
+    node = cache.tree.queues.get(name)
+    q = cache.queues.get(name)
+    admitted = cache.by_cq.get(name, {})
+    usage = node.usage if node is not None else {}
+    inactive = cache.inactive.get(name)
+    flavors = _flavor_usage(spec, usage, node)
+    status: Obj = {
+        "pendingWorkloads": len(q) if q is not None else 0,
+        "reservingWorkloads": len(admitted),
+        "admittedWorkloads": len(admitted),
+        "flavorsReservation": flavors,
+        "flavorsUsage": flavors,
+        "conditions": [
+            {
+                "type": "Active",
+                "status": "False" if inactive else "True",
+                "reason": _cq_reason(inactive),
+                "message": inactive.message if inactive else "Can admit new workloads",
+            }
+        ],
+    }
+    if fair_sharing and node is not None:
+        from queues.fairshare import dominant_resource_share
+
+        status["fairSharing"] = {"weightedShare": dominant_resource_share(node).rounded()}
+    return status
+
+
+def _cq_reason(inactive: Any) -> str:
+    if inactive is None:
+        return "Ready"
+    if inactive.reason == "Suspended":
+        return "Stopped"
+    return "FlavorNotFound" if "flavor" in inactive.message else "Unknown"
+
+
+def local_queue_statuses(cache: Cache) -> dict[str, Obj]:
+    """``status`` of every LocalQueue (pending / reserving counts, flavor usage)."""
+    pending: dict[str, int] = {}
+    for q in cache.queues.values():
+        for wl in q.workloads():
+            k = f"{wl.namespace}/{wl.queue_name}"
+            pending[k] = pending.get(k, 0) + 1
+    for wl in cache.unroutable.values():
+        k = f"{wl.namespace}/{wl.queue_name}"
+        pending[k] = pending.get(k, 0) + 1
+    reserving: dict[str, int] = {}
+    usage: dict[str, dict[tuple[str, str], int]] = {}
+    for key in cache.admitted:
+        wl = cache.workloads.get(key)
+        if wl is None:
+            continue
+        k = f"{wl.namespace}/{wl.queue_name}"
+        reserving[k] = reserving.get(k, 0) + 1
+        acc = usage.setdefault(k, {})
+        for fr, v in cache.usage_of.get(key, {}).items():
+            acc[fr] = acc.get(fr, 0) + v
+    out: dict[str, Obj] = {}
+    for key, lq in cache.local_queues.items():
+        spec = cache.cluster_queues.get(lq.cluster_queue)
+        flavors = _flavor_usage(spec, usage.get(key, {}), None) if spec is not None else []
+        active = spec is not None and lq.cluster_queue not in cache.inactive
+        reason = (
+            "Ready"
+            if active
+            else ("ClusterQueueDoesNotExist" if spec is None else "ClusterQueueIsInactive")
+        )
+        if lq.stop_policy != "None":
+            active, reason = False, "Stopped"
+        out[key] = {
+            "pendingWorkloads": pending.get(key, 0),
+            "reservingWorkloads": reserving.get(key, 0),
+            "admittedWorkloads": reserving.get(key, 0),
+            "flavorsReservation": flavors,
+            "flavorsUsage": flavors,
+            "conditions": [
+                {
+                    "type": "Active",
+                    "status": "True" if active else "False",
+                    "reason": reason,
+                    "message": "Can submit new workloads" if active else f"LocalQueue is {reason}",
+                }
+            ],
+        }
+    return out
+
+
+def _natural_quantity(resource: str, amount: float) -> str:
+    return format_quantity(resource, round(amount * 1000) if resource == "cpu" else round(amount))
+
+
+def usage_extras(
+    tracker: UsageTracker | None, cache: Cache
+) -> tuple[dict[str, Obj], dict[str, Obj]]:
+    """Per ClusterQueue ``fairSharing`` additions (credits) and per LocalQueue
+    ``fairSharing.admissionFairSharingStatus`` (consumed resources), when configured."""
+    cqs: dict[str, Obj] = {}
+    lqs: dict[str, Obj] = {}
+    if tracker is None:
+        return cqs, lqs
+    if tracker.credits_cfg is not None:
+        for name in cache.cluster_queues:
+            cqs[name] = {"credit": round(tracker.credit_of_node(name), 3)}
+    if tracker.afs is not None:
+        for key, lq in cache.local_queues.items():
+            if tracker.afs_enabled(lq.cluster_queue):
+                consumed = tracker.consumed.get(key, {})
+                lqs[key] = {
+                    "admissionFairSharingStatus": {
+                        "consumedResources": {
+                            r: _natural_quantity(r, v) for r, v in sorted(consumed.items())
+                        },
+                        "lastUpdate": o.rfc3339(tracker.last_sample),
+                    }
+                }
+    return cqs, lqs
+
+
+class StatusWriter:
+    def __init__(self, ctx: Context, *, fair_sharing: bool) -> None:
+        self.ctx = ctx
+        self.fair_sharing = fair_sharing
+        self.tracker: UsageTracker | None = None
+        self.written: dict[tuple[str, str], Obj] = {}
+        self._known_cqs: dict[str, list[tuple[str, str]]] = {}
+        self._offset = 0  # round-robin start, so a write budget reaches every queue
+        self._budget = 0
+
+    async def refresh(self) -> None:
+        """Write changed queue statuses (within the budget) and update the queue metrics."""
+        ctx = self.ctx
+        cache = ctx.cache
+        await ctx.cache_ready()
+        self._metrics()
+        todo: list[tuple[str, str, Obj]] = []
+        cq_extra, lq_extra = usage_extras(self.tracker, cache)
+        for name in sorted(cache.cluster_queues):
+            if ctx.informers["clusterqueues"].get(name) is not None:
+                status = cluster_queue_status(cache, name, fair_sharing=self.fair_sharing)
+                if name in cq_extra:
+                    status["fairSharing"] = {**status.get("fairSharing", {}), **cq_extra[name]}
+                todo.append(("cq", name, status))
+        for key, status in sorted(local_queue_statuses(cache).items()):
+            if ctx.informers["localqueues"].get(key) is not None:
+                if key in lq_extra:
+                    status["fairSharing"] = lq_extra[key]
+                todo.append(("lq", key, status))
+        if todo:
+            self._offset %= len(todo)
+            todo = todo[self._offset :] + todo[: self._offset]
+        self._budget = ctx.options.status_budget
+        for i, (kind, key, status) in enumerate(todo):
+            if self._budget <= 0:
+                self._offset += i
+                break
+            await self._write(kind, key, status)
+        for k in [k for k in self.written if k[1] not in cache.cluster_queues and k[0] == "cq"]:
+            del self.written[k]
+
+    async def _write(self, kind: str, key: str, status: Obj) -> None:
+        if self.written.get((kind, key)) == status:
+            return
+        res = CLUSTER_QUEUES if kind == "cq" else LOCAL_QUEUES
+        stored = self.ctx.informers[res.plural].get(key) or {}
+        current = stored.get("status") or {}
+        if (
+            all(current.get(f) == v for f, v in status.items() if f != "conditions")
+            and [
+                {k: c.get(k) for k in ("type", "status", "reason", "message")}
+                for c in current.get("conditions") or []
+            ]
+            == status["conditions"]
+        ):
+            self.written[(kind, key)] = status
+            return
+        body = dict(status)
+        body["conditions"] = [
+            {**c, "lastTransitionTime": _ltt(current, c, self.ctx.clock())}
+            for c in status["conditions"]
+        ]
+        ns, name = o.split_key(key) if kind == "lq" else (None, key)
+        self._budget -= 1
+        try:
+            await self.ctx.client.patch(
+                res, name, {"status": body}, namespace=ns, subresource="status"
+            )
+        except ApiError as err:
+            if not err.not_found:
+                log.debug("status of %s %s not written: %s", res.kind, key, err)
+            return
+        self.written[(kind, key)] = status
+
+    async def release_finalizers(self) -> None:
+        """A deleted ClusterQueue keeps ``kueue.x-k8s.io/resource-in-use`` until no
+        workload holds its quota; a deleted ResourceFlavor until no ClusterQueue uses it."""
+        ctx = self.ctx
+        cache = ctx.cache
+        await ctx.cache_ready()
+        used_flavors = {
+            fq.name
+            for cq in cache.cluster_queues.values()
+            for g in cq.resource_groups
+            for fq in g.flavors
+        }
+        for res, busy in (
+            (CLUSTER_QUEUES, lambda name: bool(cache.by_cq.get(name))),
+            (RESOURCE_FLAVORS, lambda name: name in used_flavors),
+        ):
+            for name, obj in list(ctx.informers[res.plural].store.items()):
+                finalizers = list(o.meta(obj).get("finalizers") or [])
+                if not o.deleting(obj) or RESOURCE_IN_USE not in finalizers or busy(name):
+                    continue
+                rest = [f for f in finalizers if f != RESOURCE_IN_USE]
+                body = {"metadata": {"finalizers": rest, "resourceVersion": o.rv(obj)}}
+                try:
+                    await ctx.client.patch(res, name, body)
+                except ApiError as err:
+                    if not (err.conflict or err.not_found):
+                        log.warning("removing the finalizer of %s %s: %s", res.kind, name, err)
+
+    def _metrics(self) -> None:
+        m = self.ctx.metrics
+        cache = self.ctx.cache
+        for name in list(self._known_cqs):
+            if name not in cache.cluster_queues:
+                m.forget_cluster_queue(name, self._known_cqs.pop(name))
+        for name, spec in cache.cluster_queues.items():
+            q = cache.queues.get(name)
+            node = cache.tree.queues.get(name)
+            active = q.active_count() if q is not None else 0
+            m.pending.labels(name, "active").set(active)
+            m.pending.labels(name, "inadmissible").set(len(q) - active if q is not None else 0)
+            n = len(cache.by_cq.get(name, {}))
+            m.reserving.labels(name).set(n)
+            m.admitted_active.labels(name).set(n)
+            inactive = name in cache.inactive
+            for s in ("pending", "active", "terminated"):
+                m.cq_status.labels(name, s).set(
+                    1 if s == ("pending" if inactive else "active") else 0
+                )
+            frs = [
+                (fq.name, r)
+                for g in spec.resource_groups
+                for fq in g.flavors
+                for r in g.covered_resources
+            ]
+            self._known_cqs[name] = frs
+            for flavor, r in frs:
+                used = node.usage.get((flavor, r), 0) if node is not None else 0
+                scale = 1000.0 if r == "cpu" else 1.0
+                m.resource_usage.labels(name, flavor, r).set(used / scale)
+                m.resource_reservation.labels(name, flavor, r).set(used / scale)
+                nominal = node.nominal((flavor, r)) if node is not None else 0
+                m.nominal_quota.labels(name, flavor, r).set(nominal / scale)
+            if self.fair_sharing and node is not None:
+                from queues.fairshare import dominant_resource_share
+
+                m.weighted_share.labels(name).set(dominant_resource_share(node).rounded())
+
+
+def _ltt(current: Obj, cond: Obj, now: float) -> str:
+    for c in current.get("conditions") or []:
+        if c.get("type") == cond["type"] and c.get("status") == cond["status"]:
+            return str(c.get("lastTransitionTime") or o.rfc3339(now))
+    return o.rfc3339(now)
