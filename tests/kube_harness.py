@@ -1,0 +1,324 @@
+"""Test harness for ``serve``: the API-server double, the real service, a user client.
+
+``async with stack(tmp_path, objects=...) as s`` starts, on the test's event loop, the
+API-server double (calling the service's real webhook server over HTTPS with the
+webhook configurations of ``manifests/base/webhooks.yaml``) and the whole service
+(``admission.kube.service.Service``) talking to it through the real
+``kubernetes.aio`` client. ``s.user`` is a client with a user's rights for the test's
+own requests; :func:`eventually` polls a condition (a deadline guards against hangs;
+nothing asserts on time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from admission.config import Config
+from admission.kube import client as k
+from admission.kube.context import ControllerOptions
+from admission.kube.service import Service, ServiceOptions
+from tests.apiserver import (
+    DEFAULT_NAMESPACES,
+    ApiServer,
+    kube_client_config,
+    load_webhook_configurations,
+    running_apiserver,
+)
+from webhooks.certs import ensure_cert_dir, read_cert_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+WEBHOOKS_MANIFEST = ROOT / "manifests" / "base" / "webhooks.yaml"
+SERVICE_NS = "quartermaster-system"
+SA_USERNAME = f"system:serviceaccount:{SERVICE_NS}:quartermaster"
+CONTROLLER_TOKEN = "controller-token"
+SERVICE_ROUTE = f"{SERVICE_NS}/quartermaster-webhook-service"
+
+Obj = dict[str, Any]
+
+
+def namespace(name: str, **labels: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def flavor(name: str, **node_labels: str) -> Obj:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": node_labels} if node_labels else {},
+    }
+
+
+def cluster_queue(
+    name: str,
+    quotas: dict[str, dict[str, Any]],
+    *,
+    cohort: str | None = None,
+    preemption: Obj | None = None,
+    borrowing_limit: str | None = None,
+) -> Obj:
+    """``quotas``: flavor -> {resource: nominal quota}; one resource group."""
+    resources = sorted({r for q in quotas.values() for r in q})
+    flavors = []
+    for flv, q in quotas.items():
+        rs = []
+        for r in resources:
+            entry: Obj = {"name": r, "nominalQuota": str(q.get(r, 0))}
+            if borrowing_limit is not None:
+                entry["borrowingLimit"] = borrowing_limit
+            rs.append(entry)
+        flavors.append({"name": flv, "resources": rs})
+    spec: Obj = {
+        "namespaceSelector": {},
+        "resourceGroups": [{"coveredResources": resources, "flavors": flavors}],
+    }
+    if cohort:
+        spec["cohortName"] = cohort
+    if preemption:
+        spec["preemption"] = preemption
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def local_queue(ns: str, name: str, cq: str) -> Obj:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"clusterQueue": cq},
+    }
+
+
+def priority_class(name: str, value: int) -> Obj:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+
+
+def job(
+    ns: str,
+    name: str,
+    *,
+    queue: str | None,
+    cpu: str = "1",
+    parallelism: int = 1,
+    priority_class: str | None = None,
+    suspend: bool = False,
+) -> Obj:
+    labels = {}
+    if queue:
+        labels["kueue.x-k8s.io/queue-name"] = queue
+    if priority_class:
+        labels["kueue.x-k8s.io/priority-class"] = priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "suspend": suspend,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": cpu}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def workload(
+    ns: str, name: str, *, queue: str, pod_sets: list[tuple[str, int, str]], priority: int = 0
+) -> Obj:
+    """A standalone Workload; ``pod_sets``: (name, count, cpu per pod)."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "queueName": queue,
+            "priority": priority,
+            "podSets": [
+                {
+                    "name": ps,
+                    "count": count,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}
+                            ],
+                        }
+                    },
+                }
+                for ps, count, cpu in pod_sets
+            ],
+        },
+    }
+
+
+def is_true(obj: Obj | None, type_: str) -> bool:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c.get("status") == "True"
+    return False
+
+
+def admitted(obj: Obj | None) -> bool:
+    return bool(((obj or {}).get("status") or {}).get("admission")) and is_true(
+        obj, "QuotaReserved"
+    )
+
+
+async def eventually(
+    check: Callable[[], Any], *, what: str, timeout: float = 30.0, interval: float = 0.02
+) -> Any:
+    """Poll ``check`` (sync or async) until it returns a truthy value; the deadline only
+    guards against a hang."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if isinstance(last, Awaitable):
+            last = await last
+        if last:
+            return last
+        if loop.time() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(interval)
+
+
+@dataclass
+class Stack:
+    server: ApiServer
+    service: Service
+    user: k.KubeClient
+    cert_dir: Path
+    task: asyncio.Task[int]
+    extra: list[Any] = field(default_factory=list)
+
+    def get(self, resource: str, name: str, ns: str | None = None) -> Obj | None:
+        return self.server.get_object(resource, name, ns)
+
+    def workloads(self, ns: str | None = None) -> list[Obj]:
+        return self.server.list_objects("workloads", ns)
+
+    def workload_of_job(self, ns: str, job_name: str) -> Obj | None:
+        for wl in self.workloads(ns):
+            for ref in wl["metadata"].get("ownerReferences") or []:
+                if ref.get("kind") == "Job" and ref.get("name") == job_name:
+                    return wl
+        return None
+
+    async def finish_job(self, ns: str, name: str, *, succeeded: bool = True) -> None:
+        """Play the Job controller: mark the Job Complete (or Failed)."""
+        cond = {"type": "Complete" if succeeded else "Failed", "status": "True"}
+        await self.user.patch(
+            k.JOBS,
+            name,
+            {"status": {"conditions": [cond], "active": 0}},
+            namespace=ns,
+            subresource="status",
+        )
+
+
+def service_options(
+    server: ApiServer,
+    cert_dir: Path,
+    *,
+    config: Config | None = None,
+    controller: ControllerOptions | None = None,
+    **overrides: Any,
+) -> ServiceOptions:
+    ctl = controller or ControllerOptions(
+        status_interval=0.2, tick=0.05, pending_delay=0.02, schedule_batch=0.0
+    )
+    if controller is None:
+        ctl.excluded_namespaces = ("kube-system", SERVICE_NS)
+    return ServiceOptions(
+        config=config or Config(),
+        client_configuration=kube_client_config(server.url, token=CONTROLLER_TOKEN),
+        namespace=SERVICE_NS,
+        host="127.0.0.1",
+        webhook_port=0,
+        metrics_port=0,
+        health_port=0,
+        cert_dir=str(cert_dir),
+        inject_ca_bundle=False,
+        service_account_username=SA_USERNAME,
+        seed=7,
+        controller=ctl,
+        **overrides,
+    )
+
+
+@contextlib.asynccontextmanager
+async def stack(
+    tmp_path: Path,
+    *,
+    objects: Iterable[Obj] = (),
+    config: Config | None = None,
+    controller: ControllerOptions | None = None,
+    webhooks: bool = True,
+    watch_window: int = 1000,
+    before_start: Callable[[ApiServer], None] | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Stack]:
+    cert_dir = tmp_path / "certs"
+    ensure_cert_dir(cert_dir, namespace=SERVICE_NS)
+    ca_b64 = read_cert_dir(cert_dir).ca_bundle_b64
+    configs = load_webhook_configurations(WEBHOOKS_MANIFEST, ca_bundle=ca_b64) if webhooks else []
+    async with running_apiserver(
+        objects=[copy.deepcopy(o) for o in objects],
+        webhook_configurations=configs,
+        tokens={CONTROLLER_TOKEN: SA_USERNAME},
+        namespaces=(*DEFAULT_NAMESPACES, SERVICE_NS),
+        watch_window=watch_window,
+        bookmark_interval=0.5,
+    ) as server:
+        if before_start is not None:
+            before_start(server)
+        opts = service_options(server, cert_dir, config=config, controller=controller, **overrides)
+        opts.webhooks = webhooks
+        service = Service(opts)
+        task = asyncio.create_task(service.run())
+        user = await k.KubeClient.connect(
+            configuration=kube_client_config(server.url), strict=False
+        )
+        try:
+            await eventually(
+                lambda: service.ready.is_set() or task.done(), what="the service is ready"
+            )
+            if task.done():
+                task.result()
+            if webhooks:
+                server.set_service_route(
+                    SERVICE_ROUTE, f"https://127.0.0.1:{service.ports['webhook']}"
+                )
+            yield Stack(server, service, user, cert_dir, task)
+        finally:
+            service.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, timeout=20)
+            await user.close()

@@ -1,0 +1,164 @@
+"""Leader election: two replicas, one Lease; release on shutdown hands over at once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+
+from admission.kube import client as k
+from admission.kube.leader import LeaderElector
+from admission.kube.service import Service
+from tests.apiserver import kube_client_config, running_apiserver
+from tests.kube_harness import (
+    CONTROLLER_TOKEN,
+    SA_USERNAME,
+    SERVICE_NS,
+    admitted,
+    cluster_queue,
+    eventually,
+    flavor,
+    job,
+    local_queue,
+    namespace,
+    service_options,
+)
+
+OBJECTS = [
+    namespace("team-a"),
+    namespace(SERVICE_NS),
+    flavor("f"),
+    cluster_queue("cq", {"f": {"cpu": 8}}),
+    local_queue("team-a", "lq", "cq"),
+]
+
+
+def test_one_replica_leads_and_a_released_lease_hands_over_at_once(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running_apiserver(
+            objects=OBJECTS, tokens={CONTROLLER_TOKEN: SA_USERNAME}
+        ) as server:
+
+            def replica(name: str) -> Service:
+                # a lease far longer than the test: only a release can hand it over
+                opts = service_options(
+                    server, tmp_path / name, leader_elect=True, identity=name,
+                    lease_duration=3600, renew_deadline=1800, retry_period=0.05,
+                )  # fmt: skip
+                opts.webhooks = False
+                return Service(opts)
+
+            a, b = replica("a"), replica("b")
+            ta = asyncio.create_task(a.run())
+            await eventually(
+                lambda: a.elector is not None and a.elector.is_leader.is_set(), what="a leads"
+            )
+            tb = asyncio.create_task(b.run())
+            await eventually(lambda: b.ready.is_set(), what="b is ready (it serves, as a follower)")
+            await eventually(
+                lambda: b.elector is not None and b.elector.transitions == 0, what="b campaigns"
+            )
+            user = await k.KubeClient.connect(
+                configuration=kube_client_config(server.url), strict=False
+            )
+            try:
+                await user.create(
+                    k.JOBS, job("team-a", "one", queue="lq", suspend=True), namespace="team-a"
+                )
+                await eventually(
+                    lambda: any(admitted(w) for w in server.list_objects("workloads")),
+                    what="a admits",
+                )
+                lease = server.get_object("leases", "quartermaster-leader-election", SERVICE_NS)
+                assert lease["spec"]["holderIdentity"] == "a"
+                assert not b.elector.is_leader.is_set()
+                assert a.controller.leading and not b.controller.leading
+                # b's cache followed the API although it never wrote anything
+                assert b.controller.cache.admitted.keys() == a.controller.cache.admitted.keys()
+
+                a.stop()
+                assert await ta == 0
+                lease = server.get_object("leases", "quartermaster-leader-election", SERVICE_NS)
+                assert lease["spec"]["holderIdentity"] in ("", "b")
+                await eventually(lambda: b.elector.is_leader.is_set(), what="b takes over")
+                await user.create(
+                    k.JOBS, job("team-a", "two", queue="lq", suspend=True), namespace="team-a"
+                )
+                await eventually(
+                    lambda: sum(admitted(w) for w in server.list_objects("workloads")) == 2,
+                    what="b admits",
+                )
+                lease = server.get_object("leases", "quartermaster-leader-election", SERVICE_NS)
+                assert lease["spec"]["holderIdentity"] == "b"
+                assert lease["spec"]["leaseTransitions"] == 1
+            finally:
+                await user.close()
+                b.stop()
+                await tb
+
+    asyncio.run(main())
+
+
+def test_a_lease_held_by_another_is_not_taken_before_it_expires(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running_apiserver(namespaces=("default", SERVICE_NS)) as server:
+            client = await k.KubeClient.connect(configuration=kube_client_config(server.url))
+            now = [1000.0]
+            try:
+                first = LeaderElector(client, namespace=SERVICE_NS, identity="x", lease_duration=10,
+                                      renew_deadline=5, retry_period=1, monotonic=lambda: now[0])  # fmt: skip
+                second = LeaderElector(client, namespace=SERVICE_NS, identity="y", lease_duration=10,
+                                       renew_deadline=5, retry_period=1, monotonic=lambda: now[0])  # fmt: skip
+                assert await first.try_acquire_or_renew()
+                assert not await second.try_acquire_or_renew()
+                now[0] += 9  # not yet expired as y observed it
+                assert not await second.try_acquire_or_renew()
+                now[0] += 2
+                assert await second.try_acquire_or_renew()  # x stopped renewing: y takes it
+                assert not await first.try_acquire_or_renew()  # and x sees it lost
+                lease = server.get_object("leases", "quartermaster-leader-election", SERVICE_NS)
+                assert lease["spec"]["holderIdentity"] == "y"
+            finally:
+                await client.close()
+
+    asyncio.run(main())
+
+
+def test_health_and_metrics_endpoints(tmp_path: Path) -> None:
+    from tests.kube_harness import stack
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=OBJECTS[:1] + OBJECTS[2:]) as s:
+            await s.user.create(k.JOBS, job("team-a", "one", queue="lq"), namespace="team-a")
+            await eventually(lambda: any(admitted(w) for w in s.workloads()), what="admission")
+            ports = s.service.ports
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://127.0.0.1:{ports['health']}/readyz") as r:
+                    assert r.status == 200
+                async with http.get(f"http://127.0.0.1:{ports['health']}/healthz") as r:
+                    assert r.status == 200
+
+                async def metrics() -> str:
+                    async with http.get(f"http://127.0.0.1:{ports['metrics']}/metrics") as r:
+                        return await r.text()
+
+                text = await eventually(
+                    lambda: _has(
+                        metrics(),
+                        'kueue_cluster_queue_resource_usage{cluster_queue="cq",flavor="f",resource="cpu"} 1.0',
+                    ),
+                    what="usage metric",
+                )
+            assert 'kueue_admitted_workloads_total{cluster_queue="cq"} 1.0' in text
+            assert 'kueue_pending_workloads{cluster_queue="cq",status="active"} 0.0' in text
+            assert 'kueue_admission_attempts_total{result="success"}' in text
+            assert "kueue_admission_wait_time_seconds_bucket" in text
+            assert "quartermaster_leader 1.0" in text
+
+    asyncio.run(main())
+
+
+async def _has(text_coro, needle: str) -> str | None:  # type: ignore[no-untyped-def]
+    text = await text_coro
+    return text if needle in text else None

@@ -1,0 +1,201 @@
+"""The controller's pure rules: conditions, job start/stop bodies, and the cache sync."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from admission.cache import Cache
+from admission.kube import objects as o
+from admission.kube.cachesync import CacheSync
+from queues.model import (
+    Admission,
+    ClusterQueue,
+    FlavorQuotas,
+    LabelSelector,
+    LocalQueue,
+    PodSetAssignment,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+    Toleration,
+)
+
+
+def wl_obj(
+    name: str = "w", *, rv: str = "10", gen: int = 1, cpu: str = "2", status: dict | None = None
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "generation": gen,
+                     "uid": f"uid-{name}", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": {"spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}}}]},
+    }  # fmt: skip
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def admission(cpu: int = 2000) -> Admission:
+    return Admission("cq", [PodSetAssignment("main", {"cpu": "f"}, {"cpu": cpu}, 1)])
+
+
+def make_cache() -> Cache:
+    cq = ClusterQueue(
+        name="cq",
+        namespace_selector=LabelSelector(),
+        resource_groups=[
+            ResourceGroup(["cpu"], [FlavorQuotas("f", {"cpu": ResourceQuota(nominal=4000)})])
+        ],
+    )
+    return Cache(
+        flavors={"f": ResourceFlavor("f")},
+        cluster_queues={"cq": cq},
+        cohorts={},
+        local_queues={"ns/lq": LocalQueue("ns", "lq", "cq")},
+    )
+
+
+def test_conditions_keep_their_transition_time_unless_the_status_flips() -> None:
+    conds = o.set_condition(
+        [], type_="QuotaReserved", status=False, reason="A", message="m", now=100
+    )
+    again = o.set_condition(
+        conds, type_="QuotaReserved", status=False, reason="B", message="n", now=200
+    )
+    assert again[0]["lastTransitionTime"] == o.rfc3339(100) and again[0]["reason"] == "B"
+    flipped = o.set_condition(
+        again, type_="QuotaReserved", status=True, reason="QuotaReserved", message="", now=300
+    )
+    assert flipped[0]["lastTransitionTime"] == o.rfc3339(300)
+
+
+def test_pending_status_is_written_only_when_it_changes() -> None:
+    obj = wl_obj()
+    status = o.pending_status(obj, reason="WaitingForQuota", message="need 2 cpu", now=1)
+    assert status is not None
+    obj["status"] = status
+    assert o.pending_status(obj, reason="WaitingForQuota", message="need 2 cpu", now=2) is None
+    assert o.pending_status(obj, reason="WaitingForQuota", message="need 3 cpu", now=2) is not None
+
+
+def test_admission_status_sets_kueues_conditions_and_resets_an_eviction() -> None:
+    obj = wl_obj(
+        status={
+            "conditions": [
+                {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "by x"}
+            ]
+        }
+    )
+    status = o.admission_status(obj, admission(), now=50)
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["QuotaReserved"]["message"] == "Quota reserved in ClusterQueue cq"
+    assert by_type["Admitted"]["status"] == "True"
+    assert (
+        by_type["Evicted"]["status"] == "False"
+        and by_type["Evicted"]["message"] == "Previously: by x"
+    )
+    assert status["admission"] == {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": "main", "flavors": {"cpu": "f"}, "resourceUsage": {"cpu": "2"}, "count": 1}]}  # fmt: skip
+
+
+def test_a_started_job_is_restored_exactly_when_stopped() -> None:
+    original = {"metadata": {"labels": {"app": "x"}}, "spec": {"nodeSelector": {"zone": "a"},
+                "tolerations": [{"key": "k", "operator": "Exists"}], "containers": []}}  # fmt: skip
+    job = {"spec": {"suspend": True, "template": copy.deepcopy(original)}}
+    flv = ResourceFlavor(
+        "f",
+        node_labels={"pool": "gpu"},
+        tolerations=[Toleration(key="gpu", operator="Exists", effect="NoSchedule")],
+    )
+    start = o.start_job_patch(job, flavors=[flv])
+    assert start == {"spec": {"suspend": False, "template": {
+        "metadata": {"labels": {o.PODSET_LABEL: "main"}},
+        "spec": {"nodeSelector": {"pool": "gpu"}, "tolerations": [
+            {"key": "k", "operator": "Exists"}, {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}}  # fmt: skip
+    running = copy.deepcopy(job)
+    running["spec"]["suspend"] = False
+    tmpl = running["spec"]["template"]
+    tmpl["metadata"]["labels"][o.PODSET_LABEL] = "main"
+    tmpl["spec"]["nodeSelector"]["pool"] = "gpu"
+    tmpl["spec"]["tolerations"] = start["spec"]["template"]["spec"]["tolerations"]
+    stop = o.stop_job_patch(running, original)
+    assert stop == {"spec": {"suspend": True, "template": {
+        "metadata": {"labels": {o.PODSET_LABEL: None}},
+        "spec": {"nodeSelector": {"pool": None}, "tolerations": [{"key": "k", "operator": "Exists"}]}}}}  # fmt: skip
+    assert not o.job_needs_restore(job, original)
+
+
+def test_cache_sync_charges_an_admitted_workload_once_and_releases_it_once() -> None:
+    cache = make_cache()
+    sync = CacheSync(cache, clock=lambda: 0.0)
+    admitted = wl_obj(status=o.admission_status(wl_obj(), admission(), now=1))
+    for rv in ("11", "12", "13"):  # the same admission seen again and again
+        sync.workload(
+            "ns/w", {**admitted, "metadata": {**admitted["metadata"], "resourceVersion": rv}}
+        )
+    assert cache.tree.queues["cq"].usage == {("f", "cpu"): 2000}
+    finished = copy.deepcopy(admitted)
+    finished["status"]["conditions"] += o.finished_status(finished, succeeded=True, now=2)[
+        "conditions"
+    ][-1:]
+    sync.workload("ns/w", finished)
+    sync.workload("ns/w", finished)
+    assert cache.tree.queues["cq"].usage.get(("f", "cpu"), 0) == 0
+    assert "ns/w" not in cache.workloads
+
+
+def test_cache_sync_ignores_in_flight_and_stale_versions() -> None:
+    cache = make_cache()
+    sync = CacheSync(cache, clock=lambda: 0.0)
+    pending = wl_obj(rv="10")
+    sync.workload("ns/w", pending)
+    wl = cache.queues["cq"].pop_head()
+    assert wl is not None and wl.key == "ns/w"
+    wl.admission = admission()
+    cache.assume(wl, "cq", {("f", "cpu"): 2000})
+    sync.inflight.add("ns/w")
+    sync.workload("ns/w", wl_obj(rv="11"))  # our own pending-condition write comes back
+    assert "ns/w" in cache.admitted
+    sync.inflight.discard("ns/w")
+    written = wl_obj(rv="20", status=o.admission_status(pending, admission(), now=1))
+    sync.expect_written("ns/w", written)
+    sync.workload("ns/w", wl_obj(rv="11"))  # stale: older than what we wrote
+    assert "ns/w" in cache.admitted and sync.stale_events == 1
+    sync.workload("ns/w", written)
+    assert cache.tree.queues["cq"].usage == {("f", "cpu"): 2000}
+    cleared = wl_obj(rv="30", status=o.cleared_status(written, now=5))
+    sync.workload("ns/w", cleared)  # someone cleared the admission: released and queued
+    assert "ns/w" not in cache.admitted and "ns/w" in cache.queues["cq"]
+
+
+def test_a_workload_in_requeue_backoff_waits_out_of_the_queue() -> None:
+    cache = make_cache()
+    now = [100.0]
+    sync = CacheSync(cache, clock=lambda: now[0])
+    obj = wl_obj(status={"requeueState": {"count": 1, "requeueAt": o.rfc3339(160)}})
+    sync.workload("ns/w", obj)
+    assert "ns/w" not in cache.queues["cq"] and sync.backoff == {"ns/w": 160.0}
+    now[0] = 170.0
+    for key in sync.due_backoffs(now[0]):
+        sync.workload(key, obj)
+    assert "ns/w" in cache.queues["cq"] and not sync.backoff
+
+
+def test_the_workload_informer_shares_templates_and_slims_finished_ones() -> None:
+    from admission.kube.informer import WorkloadSlimmer
+
+    slim = WorkloadSlimmer()
+    a, b = wl_obj("a"), wl_obj("b")
+    a["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    a, b = slim(a), slim(b)
+    assert "managedFields" not in a["metadata"]
+    assert a["spec"]["podSets"] is b["spec"]["podSets"]  # one copy for identical templates
+    assert slim(wl_obj("c", cpu="3"))["spec"]["podSets"] is not a["spec"]["podSets"]
+    done = wl_obj("d", status={"conditions": [{"type": "Finished", "status": "True", "reason": "Succeeded"}],
+                               "admission": {"clusterQueue": "cq"}})  # fmt: skip
+    small = slim(done)
+    assert small["spec"] == {"queueName": "lq"} and "admission" not in small["status"]
+    assert o.is_finished(small) and small["metadata"]["name"] == "d"
