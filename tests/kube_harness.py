@@ -256,21 +256,22 @@ def service_options(
     )
     if controller is None:
         ctl.excluded_namespaces = ("kube-system", SERVICE_NS)
-    return ServiceOptions(
-        config=config or Config(),
-        client_configuration=kube_client_config(server.url, token=CONTROLLER_TOKEN),
-        namespace=SERVICE_NS,
-        host="127.0.0.1",
-        webhook_port=0,
-        metrics_port=0,
-        health_port=0,
-        cert_dir=str(cert_dir),
-        inject_ca_bundle=False,
-        service_account_username=SA_USERNAME,
-        seed=7,
-        controller=ctl,
-        **overrides,
-    )
+    fields: dict[str, Any] = {
+        "config": config or Config(),
+        "client_configuration": kube_client_config(server.url, token=CONTROLLER_TOKEN),
+        "namespace": SERVICE_NS,
+        "host": "127.0.0.1",
+        "webhook_port": 0,
+        "metrics_port": 0,
+        "health_port": 0,
+        "cert_dir": str(cert_dir),
+        "inject_ca_bundle": False,
+        "service_account_username": SA_USERNAME,
+        "seed": 7,
+        "controller": ctl,
+    }
+    fields.update(overrides)
+    return ServiceOptions(**fields)
 
 
 @contextlib.asynccontextmanager

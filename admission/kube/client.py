@@ -97,6 +97,7 @@ PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "Prior
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = Resource("", "v1", "events", "Event", True)
+SECRETS = Resource("", "v1", "secrets", "Secret", True)
 MUTATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -161,6 +162,8 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *_calls(("get", "create", "update"), LEASES),
         # Kubernetes Events (best effort)
         *_calls(("create",), EVENTS),
+        # the webhook certificate shared by the replicas (one Secret, by name)
+        *_calls(("get", "update"), SECRETS),
         # caBundle injection when the service generated its own serving certificate
         *_calls(("get", "patch"), MUTATING_WEBHOOKS),
         *_calls(("get", "patch"), VALIDATING_WEBHOOKS),

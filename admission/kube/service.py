@@ -85,6 +85,12 @@ class ServiceOptions:
     cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
     webhooks: bool = True
     inject_ca_bundle: bool = True
+    # internalCertManagement (Kueue's config): share a generated certificate through a
+    # Secret and rotate it; off when cert-manager mounts the certificate.
+    manage_certificates: bool = True
+    cert_secret: str = "quartermaster-webhook-server-cert"
+    webhook_service: str = "quartermaster-webhook-service"
+    cert_check_seconds: float = 600.0
     leader_elect: bool = False
     identity: str | None = None
     lease_duration: float = 15.0
@@ -355,12 +361,20 @@ class Service:
         opts = self.options
         assert self.controller is not None
         copts = self.controller_options
-        generated = await asyncio.to_thread(
-            ensure_cert_dir, opts.cert_dir, namespace=opts.namespace
-        )
-        if generated and opts.inject_ca_bundle:
-            ca = read_cert_dir(opts.cert_dir).ca_cert_pem
-            asyncio.create_task(self._inject_ca_bundle(ca))
+        shared = opts.manage_certificates and await self._sync_certificates(first=True)
+        if shared:
+            asyncio.create_task(self._keep_certificates_fresh())
+        elif opts.manage_certificates:
+            # No Secret to share through: a certificate of our own (single replica, tests).
+            generated = await asyncio.to_thread(
+                ensure_cert_dir,
+                opts.cert_dir,
+                service=opts.webhook_service,
+                namespace=opts.namespace,
+            )
+            if generated and opts.inject_ca_bundle:
+                ca = read_cert_dir(opts.cert_dir).ca_cert_pem
+                asyncio.create_task(self._inject_ca_bundle(ca))
         wh_config = WebhookConfig(
             service_namespace=opts.namespace,
             managed_jobs_namespace_selector=copts.managed_namespaces,
@@ -386,6 +400,40 @@ class Service:
             state=state,
             registry=self.metrics.registry,
         )
+
+    async def _sync_certificates(self, *, first: bool = False) -> bool:
+        """Copy (or issue, or rotate) the shared certificate; False when there is no
+        Secret to share it through."""
+        from .certsecret import sync_certificates
+
+        opts = self.options
+        assert self.client is not None
+        try:
+            result = await sync_certificates(
+                self.client,
+                namespace=opts.namespace,
+                secret_name=opts.cert_secret,
+                service=opts.webhook_service,
+                cert_dir=opts.cert_dir,
+            )
+        except ApiError as err:
+            if first and err.not_found:
+                log.warning(
+                    "Secret %s/%s not found: serving a certificate of this replica's own",
+                    opts.namespace,
+                    opts.cert_secret,
+                )
+                return False
+            log.warning("webhook certificate not synced: %s", err)
+            return not first
+        if result.ca_changed and opts.inject_ca_bundle:
+            asyncio.create_task(self._inject_ca_bundle(result.ca_pem))
+        return True
+
+    async def _keep_certificates_fresh(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.cert_check_seconds)
+            await self._sync_certificates()
 
     async def _inject_ca_bundle(self, ca_pem: bytes) -> None:
         """We generated our own CA: make the API server trust it (best effort, retried)."""
@@ -485,7 +533,20 @@ def options_from_args(args: Any, config: Config) -> ServiceOptions:
         cert_dir=getattr(args, "cert_dir", None) or "/tmp/k8s-webhook-server/serving-certs",
         leader_elect=bool(getattr(args, "leader_elect", False)),
         identity=os.environ.get("POD_NAME") or None,
+        **cert_options(config),
     )
+
+
+def cert_options(config: Config) -> dict[str, Any]:
+    """Kueue's ``internalCertManagement`` section: enable, webhookServiceName, webhookSecretName."""
+    icm = config.doc.internalCertManagement or {}
+    out: dict[str, Any] = {"manage_certificates": bool(icm.get("enable", True))}
+    if icm.get("webhookServiceName"):
+        out["webhook_service"] = str(icm["webhookServiceName"])
+    if icm.get("webhookSecretName"):
+        out["cert_secret"] = str(icm["webhookSecretName"])
+    out["inject_ca_bundle"] = out["manage_certificates"]
+    return out
 
 
 def run_service(args: Any) -> int:
