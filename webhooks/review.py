@@ -428,12 +428,14 @@ class Mutation:
         # The projections are determined exactly by what each touched path reaches in the
         # original and in the edited object, so that is the cache key (repr is exact on
         # JSON values; the sentinel only ever appears as itself).
-        key = repr([(p, _probe(self.original, p), _probe(self.obj, p)) for p in paths])
+        key = tuple(
+            (p, *_frozen(_probe(self.original, p)), *_frozen(_probe(self.obj, p))) for p in paths
+        )
         cached = _PATCH_CACHE.get(key)
         if cached is None:
             src, dst = _project(self.original, paths), _project(self.obj, paths)
             cached = Patch(jsonpatch.make_patch(src, dst).patch)
-            if len(key) <= _PATCH_CACHE_MAX_KEY:
+            if len(repr(key)) <= _PATCH_CACHE_MAX_KEY:
                 if len(_PATCH_CACHE) >= _PATCH_CACHE_SIZE:
                     _PATCH_CACHE.clear()
                 _PATCH_CACHE[key] = cached
@@ -455,6 +457,20 @@ class Patch(list):  # type: ignore[type-arg]
 # the gate…) and ``jsonpatch.make_patch`` costs more than the rest of a review, so the
 # patches of small (projection, projection) pairs are memoized. Bounded in entries and
 # key size, so hostile input cannot grow it.
-_PATCH_CACHE: dict[str, Patch] = {}
+_PATCH_CACHE: dict[tuple[Any, ...], Patch] = {}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _frozen(probe: tuple[int, Any]) -> tuple[int, Any]:
+    """A probe as a hashable key part: scalars as they are (with their type, so 1, 1.0
+    and True stay distinct), anything else by its repr (exact on JSON values)."""
+    depth, value = probe
+    if value is _MISSING:
+        return depth, _MISSING
+    if type(value) in _SCALARS:
+        return depth, (type(value).__name__, value)
+    return depth, repr(value)
+
+
 _PATCH_CACHE_SIZE = 4096
 _PATCH_CACHE_MAX_KEY = 2048
