@@ -338,6 +338,39 @@ STATE_KEY = web.AppKey("webhook_state", WebhookState)
 METRICS_KEY = web.AppKey("webhook_metrics", WebhookMetrics)
 
 
+def add_health_routes(
+    app: web.Application,
+    *,
+    checks: Callable[[], list[tuple[str, bool]]] | None = None,
+    registry: CollectorRegistry | None = None,
+) -> None:
+    """``/healthz`` (alive), ``/readyz`` (503 naming what it waits for) and ``/metrics``
+    (Prometheus, when a registry is given): shared by the webhook server and ``serve``."""
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_request: web.Request) -> web.Response:
+        missing = [name for name, ok in (checks() if checks else []) if not ok]
+        if missing:
+            return web.Response(
+                status=503, text=f"not ready: waiting for {' and '.join(missing)}\n"
+            )
+        return web.Response(text="ok\n")
+
+    async def metrics_route(_request: web.Request) -> web.Response:
+        assert registry is not None
+        resp = web.Response(body=generate_latest(registry))
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    if checks is not None:
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+    if registry is not None:
+        app.router.add_get("/metrics", metrics_route)
+
+
 def build_app(
     *,
     view: ModelView,
@@ -379,29 +412,11 @@ def build_app(
     for spec in specs:
         app.router.add_post(spec.path, make_route(spec))
 
-    async def healthz(_request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(_request: web.Request) -> web.Response:
-        missing = [
-            n
-            for n, ok in (("certificates", state.certs_loaded), ("model", state.model_synced))
-            if not ok
-        ]
-        if missing:
-            return web.Response(
-                status=503, text=f"not ready: waiting for {' and '.join(missing)}\n"
-            )
-        return web.Response(text="ok\n")
-
-    async def metrics_route(_request: web.Request) -> web.Response:
-        resp = web.Response(body=generate_latest(metrics.registry))
-        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return resp
-
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_route)
+    add_health_routes(
+        app,
+        checks=lambda: [("certificates", state.certs_loaded), ("model", state.model_synced)],
+        registry=metrics.registry,
+    )
     return app
 
 

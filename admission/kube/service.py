@@ -35,11 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from admission.cache import Cache
 from admission.config import Config, ConfigError, load_config
-from queues.model import LabelSelector, SelectorRequirement
+from queues.model import LabelSelector
 
 from .cachesync import CacheView
 from .client import (
@@ -105,14 +104,9 @@ class ServiceOptions:
 
 def selector_from_dict(doc: dict[str, Any] | None) -> LabelSelector | None:
     """A metav1.LabelSelector dict as the model's LabelSelector (None stays None)."""
-    if doc is None:
-        return None
-    labels = tuple(sorted((str(k), str(v)) for k, v in (doc.get("matchLabels") or {}).items()))
-    exprs = tuple(
-        SelectorRequirement(str(e["key"]), str(e["operator"]), tuple(e.get("values") or ()))
-        for e in doc.get("matchExpressions") or []
-    )
-    return LabelSelector(match_labels=labels, match_expressions=exprs)
+    from queues.api import parse_label_selector
+
+    return None if doc is None else parse_label_selector(doc, path="managedJobsNamespaceSelector")
 
 
 def controller_options(config: Config, namespace: str) -> ControllerOptions:
@@ -311,31 +305,14 @@ class Service:
     async def _serve_http(self) -> None:
         opts = self.options
 
-        async def healthz(_r: web.Request) -> web.Response:
-            return web.Response(text="ok\n")
-
-        async def readyz(_r: web.Request) -> web.Response:
-            missing = [
-                n
-                for n, ok in (("informers", self.synced), ("certificates", self.certs_loaded))
-                if not ok
-            ]
-            if missing:
-                return web.Response(
-                    status=503, text=f"not ready: waiting for {' and '.join(missing)}\n"
-                )
-            return web.Response(text="ok\n")
-
-        async def metrics(_r: web.Request) -> web.Response:
-            resp = web.Response(body=generate_latest(self.metrics.registry))
-            resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
-            return resp
+        from webhooks.server import add_health_routes
 
         health = web.Application()
-        health.router.add_get("/healthz", healthz)
-        health.router.add_get("/readyz", readyz)
+        add_health_routes(
+            health, checks=lambda: [("informers", self.synced), ("certificates", self.certs_loaded)]
+        )
         mapp = web.Application()
-        mapp.router.add_get("/metrics", metrics)
+        add_health_routes(mapp, registry=self.metrics.registry)
         runners = []
         try:
             for name, app, port in (
