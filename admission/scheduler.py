@@ -31,7 +31,6 @@ from admission.flavors import (
 from admission.preemption import Preemptor, Target
 from queues.model import (
     ANY,
-    LOWER_PRIORITY,
     NEVER,
     Admission,
     FlavorResource,
@@ -111,7 +110,6 @@ class Scheduler:
         self.clock = clock
         self.cycle_count = 0
         self.preemptor = preemptor if preemptor is not None else Preemptor(cache)
-        # Capacity held for the rest of a cycle (preemptors, reservation rule).
         # Changes to the tree that last only for the current cycle, undone in reverse
         # order at its end: capacity held for preemptors (and by the reservation rule),
         # and victims counted as released once their preemptions are issued.
@@ -419,20 +417,3 @@ class Scheduler:
         result.admitted.append(AdmittedDecision(wl, e.cluster_queue, admission, result.cycle))
         result.changed = True
         self.stats["admissions"] += 1
-
-
-def policy_allows(policy: str, *, preemptor: Workload, candidate: Workload) -> bool:
-    """Kueue's SatisfiesPreemptionPolicy on effective priorities."""
-    if policy == NEVER:
-        return False
-    if policy == ANY:
-        return True
-    if policy == LOWER_PRIORITY:
-        return candidate.priority < preemptor.priority
-    # LowerOrNewerEqualPriority
-    if candidate.priority < preemptor.priority:
-        return True
-    return (
-        candidate.priority == preemptor.priority
-        and preemptor.queue_order_time < candidate.queue_order_time
-    )

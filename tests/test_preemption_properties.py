@@ -12,9 +12,24 @@ from hypothesis import strategies as st
 
 from admission.cache import Cache
 from admission.preemption import Preemptor
-from admission.scheduler import Scheduler, policy_allows
+from admission.scheduler import Scheduler
 from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
 from tests.test_engine_properties import FLAVORS, world
+
+
+def policy_allows(policy: str, *, preemptor: Workload, candidate: Workload) -> bool:
+    """The test's own reading of Kueue's SatisfiesPreemptionPolicy (an independent oracle)."""
+    if policy == "Never":
+        return False
+    if policy == "Any":
+        return True
+    if candidate.priority < preemptor.priority:
+        return True
+    return (
+        policy == "LowerOrNewerEqualPriority"
+        and candidate.priority == preemptor.priority
+        and preemptor.queue_order_time < candidate.queue_order_time
+    )
 
 
 def _workload(cq: str, seq: int, count: int, cpu: int, gpu: int, prio: int) -> Workload:
