@@ -83,12 +83,12 @@ def dominant_resource_share(
     if not borrowed:
         return Share(0.0, node.fair_weight, False)
     lend = node.memo.get("lendable")
-    if lend is None:
+    if not isinstance(lend, dict):
         lend = lendable(node.parent)
         node.memo["lendable"] = lend
     ratio, dominant = 0.0, ""
     for r in sorted(borrowed):
-        lr = lend.get(r, 0)  # type: ignore[union-attr]
+        lr = lend.get(r, 0)
         if lr > 0:
             x = borrowed[r] * 1000.0 / lr
             if x > ratio:

@@ -163,7 +163,7 @@ class QuotaNode:
         if self.parent is None or not self.borrowing_with(fr, val):
             return 0, self.parent is not None
         remaining = val - self.local_available(fr)
-        node = self.parent
+        node: QuotaNode | None = self.parent
         while node is not None:
             if not node.borrowing_with(fr, remaining):
                 return node.height(), node.parent is not None
@@ -251,9 +251,9 @@ class CohortTree:
             node = QuotaNode(name, is_cohort=False, fair_weight=spec.fair_weight)
             node.quotas = _quotas_of(spec.resource_groups)
             if spec.cohort:
-                parent = cohort_node(spec.cohort)
-                node.parent = parent
-                parent.child_queues.append(node)
+                cohort = cohort_node(spec.cohort)
+                node.parent = cohort
+                cohort.child_queues.append(node)
             node.usage = old_usage.get(name, {})
             self.queues[name] = node
 
