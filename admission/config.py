@@ -64,7 +64,12 @@ class FairSharingSection(_Strict):
     @field_validator("preemptionStrategies")
     @classmethod
     def _valid(cls, v: list[str]) -> list[str]:
-        allowed = ([], ["LessThanOrEqualToFinalShare"], ["LessThanInitialShare"], list(STRATEGIES))
+        allowed: tuple[list[str], ...] = (
+            [],
+            ["LessThanOrEqualToFinalShare"],
+            ["LessThanInitialShare"],
+            list(STRATEGIES),
+        )
         if v not in allowed:
             raise ValueError(
                 "must be LessThanOrEqualToFinalShare, LessThanInitialShare, or both in that order"

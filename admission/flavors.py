@@ -351,6 +351,7 @@ class FlavorAssigner:
             or self.can_preempt_while_borrowing
             or self.can_preempt_within_cq
         ):
+            assert self._wl is not None  # set by assign()
             mode, borrow_after = self.oracle(self._wl, node, fr, val)
             return mode, borrow_after, msg, WAITING_FOR_QUOTA
         return NO_FIT, 0, msg, WAITING_FOR_QUOTA
@@ -435,8 +436,11 @@ def _lending_kept(root: QuotaNode, fr: FlavorResource, requester: QuotaNode) -> 
     """Capacity that lending limits keep away from ``requester``: what other subtrees
     keep for themselves (what the requester or its ancestors keep is its own)."""
     memo_key = ("lending_kept", fr)
-    kept_all = root.memo.get(memo_key)
-    if kept_all is None:
+    memo = root.memo.get(memo_key)
+    kept_all: list[tuple[QuotaNode, int]]
+    if isinstance(memo, list):
+        kept_all = memo
+    else:
         kept_all = []
         stack = [root]
         while stack:
@@ -450,7 +454,7 @@ def _lending_kept(root: QuotaNode, fr: FlavorResource, requester: QuotaNode) -> 
         root.memo[memo_key] = kept_all
     own = {id(n) for n in requester.path_to_root()}
     out = []
-    for c, amount in kept_all:  # type: ignore[union-attr]
+    for c, amount in kept_all:
         if id(c) in own:
             continue
         kind = "Cohort" if c.is_cohort else "ClusterQueue"

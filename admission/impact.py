@@ -102,7 +102,7 @@ def impact_of_edit(
     field = KINDS.get(kind)
     if field is None:
         return []
-    before = {
+    before: dict[str, dict[str, Any]] = {
         "flavors": dict(flavors),
         "cluster_queues": dict(cluster_queues),
         "cohorts": dict(cohorts),

@@ -9,6 +9,7 @@ some objects replaced or added and lists the workloads whose outcome differs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,7 +251,7 @@ def plan_table(doc: dict[str, Any]) -> str:
     """The plan for a person: admitted, preempted, pending and usage tables."""
     lines = [f"Cycles: {doc['cycles']}", ""]
     lines.append("ADMITTED")
-    rows = [("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "ASSIGNMENT")]
+    rows: list[tuple[str, ...]] = [("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "ASSIGNMENT")]
     for a in doc["admitted"]:
         assign = "; ".join(
             f"{p['name']}×{p['count']} "
@@ -299,7 +300,7 @@ def _short(o: dict[str, Any] | None) -> str:
     return f"pending: {o['reason']}"
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     if len(rows) == 1:
         return ["(none)"]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -207,8 +207,8 @@ def _charts(result: SimResult, out_dir: str) -> list[Chart]:
     )
 
     fig, ax = plt.subplots(figsize=(10, 5))
-    for label, ys in zip(labels, pending, strict=True):
-        ax.step(times, ys, where="post", label=label, linewidth=1.2)
+    for label, counts in zip(labels, pending, strict=True):
+        ax.step(times, counts, where="post", label=label, linewidth=1.2)
     ax.set_xlabel(f"simulated time ({unit})")
     ax.set_ylabel("pending workloads")
     ax.set_title(f"Pending workloads per {per}")

@@ -229,10 +229,11 @@ class Simulator:
         next_sample = 0
         # The engine's own usage history (admission fair sharing, cohort credits) is
         # sampled on its configured interval, as the service's sampling loop does.
-        tracker = getattr(scheduler, "usage", None)
+        tracker = getattr(scheduler, "usage", None)  # stub schedulers in tests have none
         tracker_us: int | None = None
-        if tracker is not None and tracker.sampling_interval() is not None:
-            tracker_us = max(1, round(tracker.sampling_interval() * US_PER_S))
+        interval = tracker.sampling_interval() if tracker is not None else None
+        if interval is not None:
+            tracker_us = max(1, round(interval * US_PER_S))
         next_tracker = tracker_us if tracker_us is not None else inf
         credits = tracker is not None and getattr(tracker, "credits_cfg", None) is not None
         last_pending: dict | None = None
@@ -251,7 +252,7 @@ class Simulator:
                 samples.usage[i].append(qr.usage.get(qr.primary, 0) if qr.primary else 0)
                 q = cq_queues.get(name)
                 samples.pending[i].append(len(q) if q is not None else 0)
-            if credits:
+            if credits and tracker is not None:
                 for name, value in tracker.report().get("clusterQueues", {}).items():
                     samples.credits.setdefault(name, []).append(value)
             if self.on_sample is not None:
@@ -274,7 +275,7 @@ class Simulator:
             if t_next == inf:
                 break
             while next_sample <= t_next or next_tracker <= t_next:
-                if next_tracker < next_sample:
+                if next_tracker < next_sample and tracker is not None:
                     self.now_us = next_tracker
                     tracker.sample(self.now())
                     next_tracker += tracker_us  # type: ignore[operator]

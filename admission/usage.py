@@ -119,8 +119,8 @@ class UsageTracker:
             self.penalty.clear()  # the admitted usage is in the samples now
         if self.credits_cfg is not None:
             hl = self.credits_cfg.half_life()
-            for key, u in self._node_weighted_usage().items():
-                self.rate[key] = decay(self.rate.get(key, 0.0), u, elapsed, hl)
+            for node_key, u in self._node_weighted_usage().items():
+                self.rate[node_key] = decay(self.rate.get(node_key, 0.0), u, elapsed, hl)
         self.last_sample = now
 
     def sampling_interval(self) -> float | None:
