@@ -16,6 +16,7 @@ without fetching the owner to see whether it carries a queue name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .review import (
     DEFAULT_LOCAL_QUEUE,
@@ -175,6 +176,11 @@ class JobFields:
 
     @classmethod
     def of(cls, obj: JsonObj) -> JobFields:
+        fields = _job_fields_fast(obj)
+        return fields if fields is not None else cls._of_checked(obj)
+
+    @classmethod
+    def _of_checked(cls, obj: JsonObj) -> JobFields:
         spec = obj.get("spec")
         if spec is None:
             spec = {}
@@ -207,10 +213,125 @@ class JobFields:
         return self.annotations.get(ELASTIC_JOB_ANNOTATION) == "true"
 
 
+def _strings_only(values: dict[str, Any]) -> bool:
+    for v in values.values():
+        if v.__class__ is not str:
+            return False
+    return True
+
+
+def _job_fields_fast(obj: JsonObj) -> JobFields | None:
+    """:meth:`JobFields.of` for the common shape (metadata and spec are maps, every field
+    it reads well-typed), with class checks only; None otherwise, and the checked path
+    then names the bad field. Parsed JSON holds exact dicts, strs, ints and bools."""
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    if meta.__class__ is not dict or spec.__class__ is not dict:
+        return None
+    labels = meta.get("labels")
+    if labels is None:
+        labels = {}
+    elif labels.__class__ is not dict or not _strings_only(labels):
+        return None
+    annotations = meta.get("annotations")
+    if annotations is None:
+        annotations = {}
+    elif annotations.__class__ is not dict or not _strings_only(annotations):
+        return None
+    parallelism = spec.get("parallelism")
+    if parallelism is None:
+        parallelism = 1
+    elif parallelism.__class__ is not int:
+        return None
+    completions = spec.get("completions")
+    if completions is not None and completions.__class__ is not int:
+        return None
+    mode = spec.get("completionMode")
+    if mode is not None and mode.__class__ is not str:
+        return None
+    suspend = spec.get("suspend")
+    if suspend is not None and suspend.__class__ is not bool:
+        return None
+    return JobFields(
+        labels,
+        annotations,
+        suspend is True,
+        parallelism,
+        completions,
+        mode,
+        meta.get("deletionTimestamp") is not None,
+    )
+
+
+_ABSENT = object()
+
+# The fast path's patches, keyed by which edits it makes and what each edited path holds
+# in the original (absent, "", null, false): a handful of entries at most.
+_FAST_PATCHES: dict[tuple[Any, ...], list[JsonObj]] = {}
+
+
+def _mutate_job_fast(req: AdmissionRequest, obj: JsonObj, ctx: HandlerContext) -> Verdict | None:
+    """:func:`mutate_job` for the common shape (well-typed fields, a label map, no owner
+    references) without the generic :class:`Mutation` diff; the verdict is identical.
+    None when the object is not of that shape: the generic path then decides."""
+    job = _job_fields_fast(obj)
+    if job is None:
+        return None
+    meta = obj["metadata"]
+    if meta.get("labels") is None or meta.get("ownerReferences"):
+        return None
+    namespace = req.namespace
+    if not namespace:
+        namespace = meta.get("namespace")
+        if namespace is None:
+            namespace = ""
+        elif namespace.__class__ is not str:
+            return None
+    view, config = ctx.view, ctx.config
+    labels = job.labels
+    queue = labels.get(QUEUE_LABEL)
+    set_queue = ns_managed = False
+    if not queue:  # the namespace matters only to a Job without a queue name
+        ns_managed = config.namespace_is_managed(view.namespace_labels(namespace))
+        set_queue = bool(ns_managed) and view.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE)
+    set_priority = not labels.get(PRIORITY_CLASS_LABEL) and view.workload_priority_class_exists(
+        DEFAULT_PRIORITY_CLASS
+    )
+    set_suspend = (
+        not job.deleting
+        and not job.suspended
+        and bool(queue or set_queue or (config.manage_jobs_without_queue_name and ns_managed))
+    )
+    if not (set_queue or set_priority or set_suspend):
+        return Verdict(True, [], [])
+    key = (
+        labels.get(QUEUE_LABEL, _ABSENT) if set_queue else None,
+        labels.get(PRIORITY_CLASS_LABEL, _ABSENT) if set_priority else None,
+        obj["spec"].get("suspend", _ABSENT) if set_suspend else None,
+        set_queue,
+        set_priority,
+        set_suspend,
+    )
+    patch = _FAST_PATCHES.get(key)
+    if patch is None:
+        m = Mutation(obj)
+        if set_queue:
+            m.set_label(QUEUE_LABEL, DEFAULT_LOCAL_QUEUE)
+        if set_priority:
+            m.set_label(PRIORITY_CLASS_LABEL, DEFAULT_PRIORITY_CLASS)
+        if set_suspend:
+            m.set(("spec",), "suspend", True)
+        patch = _FAST_PATCHES[key] = m.patch()
+    return Verdict(True, patch, [])
+
+
 def mutate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     if req.operation != "CREATE" or req.object is None:
         return allow()
     obj = req.object
+    fast = _mutate_job_fast(req, obj, ctx)
+    if fast is not None:
+        return fast
     job = JobFields.of(obj)
     namespace = request_namespace(req, obj)
     if owner_is_managed(obj, ctx.config):

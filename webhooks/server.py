@@ -164,13 +164,6 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _opt(req: dict[str, Any], key: str, typ: type, what: str) -> Any:
-    value = req.get(key)
-    if value is not None and not isinstance(value, typ):
-        raise BadReview(f"request.{key} must be {what}")
-    return value
-
-
 def parse_review(body: bytes, spec: WebhookSpec) -> AdmissionRequest:
     """Validate the AdmissionReview envelope; :class:`BadReview` names what is wrong."""
     try:
@@ -179,7 +172,9 @@ def parse_review(body: bytes, spec: WebhookSpec) -> AdmissionRequest:
         raise BadReview("malformed JSON: nested too deeply") from None
     except ValueError as exc:
         raise BadReview(f"malformed JSON: {_one_line(str(exc), 120)}") from None
-    if not isinstance(doc, dict):
+    # Parsed JSON holds exact dicts, lists, strs, ints, floats, bools and None, so the
+    # type checks below compare classes (cheaper than isinstance on the hot path).
+    if doc.__class__ is not dict:
         raise BadReview("the body must be a JSON object (an AdmissionReview)")
     if doc.get("apiVersion") != API_VERSION:
         raise BadReview(
@@ -190,13 +185,14 @@ def parse_review(body: bytes, spec: WebhookSpec) -> AdmissionRequest:
             f"unexpected kind {_one_line(repr(doc.get('kind')), 80)}, expected AdmissionReview"
         )
     req = doc.get("request")
-    if not isinstance(req, dict):
+    if req.__class__ is not dict:
         raise BadReview("missing request" if req is None else "request must be an object")
-    uid = req.get("uid")
-    if not isinstance(uid, str) or not uid:
+    get = req.get
+    uid = get("uid")
+    if uid.__class__ is not str or not uid:
         raise BadReview("request.uid must be a non-empty string")
-    kind = req.get("kind")
-    if not isinstance(kind, dict):
+    kind = get("kind")
+    if kind.__class__ is not dict:
         raise BadReview("request.kind must be an object {group, version, kind}")
     gvk = (kind.get("group") or "", kind.get("version"), kind.get("kind"))
     if gvk != (spec.group, spec.version, spec.kind):
@@ -206,36 +202,61 @@ def parse_review(body: bytes, spec: WebhookSpec) -> AdmissionRequest:
                 f"unexpected kind {got} for {spec.path}, expected {spec.group}/{spec.version}/{spec.kind}"
             )
         )
-    operation = req.get("operation")
-    if not isinstance(operation, str) or operation not in OPERATIONS:
+    operation = get("operation")
+    if operation.__class__ is not str or operation not in OPERATIONS:
         raise BadReview(f"request.operation must be one of {', '.join(sorted(OPERATIONS))}")
-    obj = _opt(req, "object", dict, "an object")
-    old = _opt(req, "oldObject", dict, "an object")
-    if operation in ("CREATE", "UPDATE") and obj is None:
+    obj = get("object")
+    if obj is not None and obj.__class__ is not dict:
+        raise BadReview("request.object must be an object")
+    old = get("oldObject")
+    if old is not None and old.__class__ is not dict:
+        raise BadReview("request.oldObject must be an object")
+    if obj is None and (operation == "CREATE" or operation == "UPDATE"):
         raise BadReview(f"request.object is required for {operation}")
-    if operation == "UPDATE" and old is None:
+    if old is None and operation == "UPDATE":
         raise BadReview("request.oldObject is required for UPDATE")
-    namespace = _opt(req, "namespace", str, "a string") or ""
-    name = _opt(req, "name", str, "a string") or ""
-    sub_resource = _opt(req, "subResource", str, "a string") or ""
-    dry_run = _opt(req, "dryRun", bool, "a boolean") or False
-    user = _opt(req, "userInfo", dict, "an object") or {}
-    username = user.get("username") or ""
-    if not isinstance(username, str):
-        raise BadReview("request.userInfo.username must be a string")
+    namespace = get("namespace")
+    if namespace is None:
+        namespace = ""
+    elif namespace.__class__ is not str:
+        raise BadReview("request.namespace must be a string")
+    name = get("name")
+    if name is None:
+        name = ""
+    elif name.__class__ is not str:
+        raise BadReview("request.name must be a string")
+    sub_resource = get("subResource")
+    if sub_resource is None:
+        sub_resource = ""
+    elif sub_resource.__class__ is not str:
+        raise BadReview("request.subResource must be a string")
+    dry_run = get("dryRun")
+    if dry_run is None:
+        dry_run = False
+    elif dry_run.__class__ is not bool:
+        raise BadReview("request.dryRun must be a boolean")
+    user = get("userInfo")
+    if user is None:
+        username = ""
+    elif user.__class__ is not dict:
+        raise BadReview("request.userInfo must be an object")
+    else:
+        username = user.get("username") or ""
+        if username.__class__ is not str:
+            raise BadReview("request.userInfo.username must be a string")
     return AdmissionRequest(
-        uid=uid,
-        operation=operation,
-        group=spec.group,
-        version=spec.version,
-        kind=spec.kind,
-        namespace=namespace,
-        name=name,
-        object=obj,
-        old_object=old,
-        username=username,
-        sub_resource=sub_resource,
-        dry_run=dry_run,
+        uid,
+        operation,
+        spec.group,
+        spec.version,
+        spec.kind,
+        namespace,
+        name,
+        obj,
+        old,
+        username,
+        sub_resource,
+        dry_run,
     )
 
 
@@ -288,13 +309,14 @@ def _patch_b64(patch: list[dict[str, Any]]) -> str:
     return b64
 
 
+_json_str: Callable[[str], str] = json.encoder.encode_basestring_ascii  # what json.dumps(str) runs
 _HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
 
 
 def encode_response(uid: str, verdict: Verdict) -> bytes:
     """The response body; the common allowed-without-warnings case is assembled directly."""
     if verdict.allowed and not verdict.warnings:
-        uid_json = json.dumps(uid).encode()
+        uid_json = _json_str(uid).encode()
         if verdict.patch:
             patch = _patch_b64(verdict.patch).encode()
             return (
@@ -388,21 +410,27 @@ def build_app(
     app[STATE_KEY] = state
     app[METRICS_KEY] = metrics
 
+    too_large = f"request body over {MAX_BODY_BYTES} bytes\n".encode()
+
     def make_route(spec: WebhookSpec) -> Callable[[web.Request], Any]:
+        path = spec.path
+        observe = metrics.observe
+
         async def route(request: web.Request) -> web.Response:
             start = perf_counter()
             denied = False
-            if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-                status, body = 413, f"request body over {MAX_BODY_BYTES} bytes\n".encode()
+            length = request.content_length
+            if length is not None and length > MAX_BODY_BYTES:
+                status, body = 413, too_large
             else:
                 try:
                     raw = await request.read()
                 except web.HTTPRequestEntityTooLarge:
-                    status, body = 413, f"request body over {MAX_BODY_BYTES} bytes\n".encode()
+                    status, body = 413, too_large
                 else:
                     status, body, verdict = process_review(raw, spec, ctx)
                     denied = verdict is not None and not verdict.allowed
-            metrics.observe(spec.path, status, perf_counter() - start, denied)
+            observe(path, status, perf_counter() - start, denied)
             if status == 200:
                 return web.Response(body=body, content_type="application/json")
             return web.Response(status=status, body=body, content_type="text/plain")
