@@ -74,8 +74,13 @@ def test_one_replica_leads_and_a_released_lease_hands_over_at_once(tmp_path: Pat
                 assert lease["spec"]["holderIdentity"] == "a"
                 assert not b.elector.is_leader.is_set()
                 assert a.controller.leading and not b.controller.leading
-                # b's cache followed the API although it never wrote anything
-                assert b.controller.cache.admitted.keys() == a.controller.cache.admitted.keys()
+                # b's cache follows the API (through its watches) although it never writes
+                await eventually(
+                    lambda: (
+                        b.controller.cache.admitted.keys() == a.controller.cache.admitted.keys()
+                    ),
+                    what="b's cache catches up with a's admissions",
+                )
 
                 a.stop()
                 assert await ta == 0

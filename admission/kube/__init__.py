@@ -8,7 +8,7 @@
 * :mod:`.objects` — pure helpers on raw objects (conditions, Job ⇄ Workload bodies);
 * :mod:`.cachesync` — informer events → the engine's ``Cache``;
 * :mod:`.context` (options, work queue, the RV-pinned :class:`.context.Writer`),
-  :mod:`.jobs`, :mod:`.admit`, :mod:`.podsready`, :mod:`.status`, :mod:`.metrics` —
+  :mod:`.jobs`, :mod:`.podgroups`, :mod:`.admit`, :mod:`.podsready`, :mod:`.status`, :mod:`.metrics` —
   the controller's parts; :mod:`.controller` ties them to the scheduler loop;
 * :mod:`.leader` — Lease-based leader election; :mod:`.service` — ``run_service``.
 """

@@ -28,6 +28,7 @@ from . import objects as o
 from .client import WORKLOADS, ApiError
 from .context import Abandon, Context, Obj
 from .jobs import evict
+from .podgroups import is_group_workload
 
 log = logging.getLogger("quartermaster.kube.admit")
 
@@ -91,6 +92,8 @@ class Applier:
             owner = o.owner_job(written)
             if owner is not None:
                 ctx.enqueue("job", owner[0])
+            elif is_group_workload(written):
+                ctx.enqueue("podgroup", key)  # ungate the group's pods
 
     def _roll_back(self, key: str) -> None:
         ctx = self.ctx

@@ -85,6 +85,7 @@ class Resource:
 
 KUEUE = "kueue.x-k8s.io"
 JOBS = Resource("batch", "v1", "jobs", "Job", True)
+PODS = Resource("", "v1", "pods", "Pod", True)
 WORKLOADS = Resource(KUEUE, "v1beta2", "workloads", "Workload", True)
 RESOURCE_FLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors", "ResourceFlavor", False)
 CLUSTER_QUEUES = Resource(KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", False)
@@ -115,6 +116,7 @@ VALIDATING_WEBHOOKS = Resource(
 
 WATCHED: tuple[Resource, ...] = (
     JOBS,
+    PODS,
     WORKLOADS,
     RESOURCE_FLAVORS,
     CLUSTER_QUEUES,
@@ -153,6 +155,9 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *_calls(("get", "patch"), WORKLOADS, "status"),
         # start / stop jobs (suspend, nodeSelector, tolerations, podset label)
         *_calls(("patch",), JOBS),
+        # pod groups: ungate (flavors' nodeSelector/tolerations), lift the finalizer,
+        # delete the pods of an evicted group
+        *_calls(("patch", "delete"), PODS),
         # queue status; the resource-in-use finalizer of deleted queues and flavors
         *_calls(("patch",), CLUSTER_QUEUES),
         *_calls(("patch",), RESOURCE_FLAVORS),

@@ -33,6 +33,7 @@ from .context import Context, ControllerOptions, WorkQueue, Writer
 from .informer import DELETED, Informer
 from .jobs import JobReconciler
 from .metrics import Metrics
+from .podgroups import PodGroupReconciler
 from .podsready import PodsReadyWatcher
 from .status import StatusWriter
 
@@ -90,6 +91,7 @@ class Controller:
             cache_ready=self.cache_ready,
         )
         self.jobs = JobReconciler(self.ctx)
+        self.podgroups = PodGroupReconciler(self.ctx, self.jobs)
         self.applier = Applier(self.ctx)
         self.pods_ready = PodsReadyWatcher(self.ctx)
         self.status = StatusWriter(self.ctx, fair_sharing=fair_sharing)
@@ -113,6 +115,8 @@ class Controller:
             return self._on_workload
         if plural == "jobs":
             return self._on_job
+        if plural == "pods":
+            return self.podgroups.on_pod
         kind = KIND_OF_PLURAL[plural]
 
         def on_queue_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
@@ -176,6 +180,8 @@ class Controller:
             self.queue.add(("job", key))
         for key in list(self.informers["workloads"].store):
             self.queue.add(("wl", key))
+        for key in self.podgroups.group_keys():
+            self.queue.add(("podgroup", key))
         tasks = [
             asyncio.create_task(self._worker(), name=f"worker-{i}")
             for i in range(self.options.workers)
@@ -201,6 +207,8 @@ class Controller:
             try:
                 if kind == "job":
                     await self.jobs.reconcile_job(key)
+                elif kind == "podgroup" or self.podgroups.owns(key):
+                    await self.podgroups.reconcile(key)
                 else:
                     await self.jobs.reconcile_workload(key)
             except asyncio.CancelledError:

@@ -200,6 +200,8 @@ class JobReconciler:
         ctx.record_event(new, "Normal", "FinishedWorkload", "Workload finished")
         ctx.wake()
 
+    finish = _finish  # the pod-group path finishes Workloads the same way (.podgroups)
+
     # -- workloads without (or without a live) job ----------------------------------------------
 
     async def reconcile_workload(self, wkey: str) -> None:

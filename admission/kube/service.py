@@ -45,6 +45,7 @@ from .client import (
     EVENTS,
     JOBS,
     MUTATING_WEBHOOKS,
+    PODS,
     STRATEGIC_MERGE_PATCH,
     VALIDATING_WEBHOOKS,
     WATCHED,
@@ -57,6 +58,7 @@ from .controller import Controller
 from .informer import Informer, WorkloadSlimmer, strip_managed_fields
 from .leader import LeaderElector
 from .metrics import Metrics
+from .podgroups import POD_SELECTOR
 from .podsready import pods_ready_options
 
 log = logging.getLogger("quartermaster.kube.service")
@@ -227,6 +229,8 @@ class Service:
             selector = None
             if res is JOBS and not copts.manage_jobs_without_queue_name:
                 selector = QUEUE_NAME_LABEL
+            if res is PODS:
+                selector = POD_SELECTOR  # managed pods only
             self.informers[res.plural] = Informer(
                 self.client,
                 res,
