@@ -57,7 +57,9 @@ def record(results: list[dict]) -> None:
     with RESULTS.open("a", encoding="utf-8") as f:
         if new:
             f.write("# Benchmark results\n\nAppended by `python -m bench --record`.\n\n")
-            f.write("| date | benchmark | nproc | python | commit | result |\n|---|---|---|---|---|---|\n")
+            f.write(
+                "| date | benchmark | nproc | python | commit | result |\n|---|---|---|---|---|---|\n"
+            )
         for r in results:
             body = {k: v for k, v in r.items() if k != "benchmark"}
             f.write(
@@ -75,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     names = args.names or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
-        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        print(
+            f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}",
+            file=sys.stderr,
+        )
         return 2
     if args.in_process:
         for n in names:

@@ -23,7 +23,11 @@ COHORTS, CQS_PER_COHORT, WORKLOADS = 10, 100, 50_000
 def scenario_documents(seed: int = 1) -> list[dict]:
     rng = random.Random(seed)
     docs: list[dict] = [
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}}
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "default"},
+        }
     ]
     cqs = []
     for c in range(COHORTS):
@@ -45,7 +49,11 @@ def scenario_documents(seed: int = 1) -> list[dict]:
                                     {
                                         "name": "default",
                                         "resources": [
-                                            {"name": "cpu", "nominalQuota": "20", "borrowingLimit": "100"}
+                                            {
+                                                "name": "cpu",
+                                                "nominalQuota": "20",
+                                                "borrowingLimit": "100",
+                                            }
                                         ],
                                     }
                                 ],
@@ -87,7 +95,9 @@ def scenario_documents(seed: int = 1) -> list[dict]:
                                         {
                                             "name": "c",
                                             "image": "busybox",
-                                            "resources": {"requests": {"cpu": rng.choice(["1", "2", "500m"])}},
+                                            "resources": {
+                                                "requests": {"cpu": rng.choice(["1", "2", "500m"])}
+                                            },
                                         }
                                     ]
                                 }
@@ -106,7 +116,9 @@ def run() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "plan-50k.yaml"
         with path.open("w") as f:
-            yaml.dump_all(scenario_documents(), f, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+            yaml.dump_all(
+                scenario_documents(), f, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+            )
         out = io.StringIO()
         t0 = time.process_time()
         with contextlib.redirect_stdout(out):

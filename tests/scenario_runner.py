@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ BASES = Path(__file__).parent / "scenario_bases"
 
 
 def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
@@ -68,7 +68,9 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
                 {
                     "name": "c",
                     "image": "busybox",
-                    "resources": {"requests": {k: str(v) for k, v in p.get("requests", {}).items()}},
+                    "resources": {
+                        "requests": {k: str(v) for k, v in p.get("requests", {}).items()}
+                    },
                 }
             ]
         }
@@ -106,7 +108,14 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
             usage = {}
             for r, v in raw.get("requests", {}).items():
                 usage[r] = str(_times(v, count))
-            psas.append({"name": ps["name"], "flavors": adm["flavors"], "resourceUsage": usage, "count": count})
+            psas.append(
+                {
+                    "name": ps["name"],
+                    "flavors": adm["flavors"],
+                    "resourceUsage": usage,
+                    "count": count,
+                }
+            )
         obj["status"] = {
             "admission": {"clusterQueue": adm["clusterQueue"], "podSetAssignments": psas},
             "conditions": [
@@ -184,7 +193,10 @@ def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
                 got_ps = {p["name"]: p["flavors"] for p in a["podSetAssignments"]}
                 assert got_ps == w["podSetFlavors"], (key, a)
             if "counts" in w:
-                assert {p["name"]: p["count"] for p in a["podSetAssignments"]} == w["counts"], (key, a)
+                assert {p["name"]: p["count"] for p in a["podSetAssignments"]} == w["counts"], (
+                    key,
+                    a,
+                )
     if "pending" in expect:
         got = {p["workload"]: p for p in doc["pending"]}
         want = expect["pending"] or {}

@@ -58,7 +58,10 @@ def _scaled(resource: str, q: ResourceQuota) -> ResourceQuota:
 @st.composite
 def groups(draw: st.DrawFn, *, with_parent: bool) -> list[ResourceGroup]:
     flavors = [
-        FlavorQuotas(name=f, resources={r: _scaled(r, draw(quota(with_parent=with_parent))) for r in RESOURCES})
+        FlavorQuotas(
+            name=f,
+            resources={r: _scaled(r, draw(quota(with_parent=with_parent))) for r in RESOURCES},
+        )
         for f in draw(st.sampled_from([["f1"], ["f2"], ["f1", "f2"]]))
     ]
     return [ResourceGroup(covered_resources=list(RESOURCES), flavors=flavors)]
@@ -73,14 +76,18 @@ def world(draw: st.DrawFn) -> tuple[dict, dict, list]:
         cohorts[f"co{i}"] = Cohort(
             name=f"co{i}",
             parent=parent,
-            resource_groups=draw(groups(with_parent=parent is not None)) if draw(st.booleans()) else [],
+            resource_groups=draw(groups(with_parent=parent is not None))
+            if draw(st.booleans())
+            else [],
         )
     cqs: dict[str, ClusterQueue] = {}
     for i in range(draw(st.integers(1, 4))):
         cohort = draw(st.one_of(st.none(), st.sampled_from(sorted(cohorts))))
         within = draw(st.sampled_from(["Never", "LowerPriority", "LowerOrNewerEqualPriority"]))
         reclaim = draw(st.sampled_from(["Never", "LowerPriority", "Any"]))
-        borrow = "Never" if reclaim == "Never" else draw(st.sampled_from(["Never", "LowerPriority"]))
+        borrow = (
+            "Never" if reclaim == "Never" else draw(st.sampled_from(["Never", "LowerPriority"]))
+        )
         cqs[f"cq{i}"] = ClusterQueue(
             name=f"cq{i}",
             cohort=cohort,
@@ -156,18 +163,30 @@ def run(cqs: dict, cohorts: dict, ops: list, *, check: bool) -> list[tuple]:
                 queue_name="lq",
                 priority=prio,
                 creation_time=float(seq),
-                pod_sets=[PodSet(name="main", count=count, requests={"cpu": cpu * 1000, "nvidia.com/gpu": gpu})],
+                pod_sets=[
+                    PodSet(
+                        name="main",
+                        count=count,
+                        requests={"cpu": cpu * 1000, "nvidia.com/gpu": gpu},
+                    )
+                ],
             )
             cache.add_workload(wl)
         elif op[0] == "cycle":
             before = violations(cache.tree)
             r = sched.schedule()
-            log.append(("cycle", tuple(sorted((d.workload.key, d.cluster_queue) for d in r.admitted))))
-            log.append(("preempted", tuple(sorted((p.workload.key, p.by, p.reason) for p in r.preempted))))
+            log.append(
+                ("cycle", tuple(sorted((d.workload.key, d.cluster_queue) for d in r.admitted)))
+            )
+            log.append(
+                ("preempted", tuple(sorted((p.workload.key, p.by, p.reason) for p in r.preempted)))
+            )
             if check:
                 after = violations(cache.tree)
                 for k, v in after.items():
-                    assert v <= before.get(k, 0), f"admission over quota at {k}: {v} > {before.get(k, 0)}"
+                    assert v <= before.get(k, 0), (
+                        f"admission over quota at {k}: {v} > {before.get(k, 0)}"
+                    )
             for p in r.preempted:  # evictions complete before the next step
                 cache.evicted(p.workload.key)
         elif op[0] == "finish":
@@ -189,7 +208,10 @@ def run(cqs: dict, cohorts: dict, ops: list, *, check: bool) -> list[tuple]:
                 resource_groups=[
                     ResourceGroup(
                         covered_resources=list(RESOURCES),
-                        flavors=[FlavorQuotas(name=fq.name, resources=new_res), *spec.resource_groups[0].flavors[1:]],
+                        flavors=[
+                            FlavorQuotas(name=fq.name, resources=new_res),
+                            *spec.resource_groups[0].flavors[1:],
+                        ],
                     )
                 ],
             )

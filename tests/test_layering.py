@@ -12,8 +12,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUES_ALLOWED = {"pydantic", "sortedcontainers", "queues", "__future__"}
-IO_MODULES = {"os", "io", "socket", "subprocess", "pathlib", "shutil", "asyncio", "aiohttp", "requests",
-              "urllib", "http", "yaml", "kubernetes", "open", "tempfile", "logging"}
+IO_MODULES = {
+    "os",
+    "io",
+    "socket",
+    "subprocess",
+    "pathlib",
+    "shutil",
+    "asyncio",
+    "aiohttp",
+    "requests",
+    "urllib",
+    "http",
+    "yaml",
+    "kubernetes",
+    "open",
+    "tempfile",
+    "logging",
+}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -47,7 +63,9 @@ def test_queues_does_no_file_io() -> None:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                assert node.func.id not in {"open", "print", "input"}, f"{path.name} calls {node.func.id}"
+                assert node.func.id not in {"open", "print", "input"}, (
+                    f"{path.name} calls {node.func.id}"
+                )
 
 
 def test_only_the_kube_adapter_imports_kubernetes() -> None:

@@ -40,7 +40,9 @@ def _workload(cq: str, seq: int, count: int, cpu: int, gpu: int, prio: int) -> W
         queue_name="lq",
         priority=prio,
         creation_time=float(seq),
-        pod_sets=[PodSet(name="main", count=count, requests={"cpu": cpu * 1000, "nvidia.com/gpu": gpu})],
+        pod_sets=[
+            PodSet(name="main", count=count, requests={"cpu": cpu * 1000, "nvidia.com/gpu": gpu})
+        ],
     )
 
 
@@ -64,7 +66,9 @@ def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObjec
     spec = cqs[cq]
     flavor = spec.resource_groups[0].flavors[0].name
     prio = data.draw(st.integers(0, 3))
-    preemptor = _workload(cq, 9999, 1, data.draw(st.integers(1, 6)), data.draw(st.integers(0, 6)), prio)
+    preemptor = _workload(
+        cq, 9999, 1, data.draw(st.integers(1, 6)), data.draw(st.integers(0, 6)), prio
+    )
     requests = {(flavor, r): v for r, v in preemptor.pod_sets[0].requests.items() if v}
     node = cache.tree.queues[cq]
     frs = {fr for fr, v in requests.items() if v > node.available(fr)}
@@ -73,13 +77,23 @@ def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObjec
     pre = Preemptor(cache)
     before = {n: dict(x.usage) for n, x in cache.tree.queues.items()}
     targets = pre.minimal_targets(preemptor, node, frs, requests)
-    assert {n: dict(x.usage) for n, x in cache.tree.queues.items()} == before, "search must restore the tree"
+    assert {n: dict(x.usage) for n, x in cache.tree.queues.items()} == before, (
+        "search must restore the tree"
+    )
     if not targets:
         return
     for t in targets:
         victim = cache.workloads[t.key]
-        policy = spec.preemption.within_cluster_queue if t.cluster_queue == cq else spec.preemption.reclaim_within_cohort
-        assert policy_allows(policy, preemptor=preemptor, candidate=victim), (t, policy, victim.priority)
+        policy = (
+            spec.preemption.within_cluster_queue
+            if t.cluster_queue == cq
+            else spec.preemption.reclaim_within_cohort
+        )
+        assert policy_allows(policy, preemptor=preemptor, candidate=victim), (
+            t,
+            policy,
+            victim.priority,
+        )
         if t.reason == "InCohortReclaimWhileBorrowing":
             assert victim.priority < preemptor.priority
             thr = spec.preemption.max_priority_threshold
@@ -87,7 +101,9 @@ def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObjec
     allow = pre.last_allow_borrowing
     for t in targets:
         cache.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
-    assert Preemptor._fits(node, requests, allow), "after releasing every victim the preemptor must fit"
+    assert Preemptor._fits(node, requests, allow), (
+        "after releasing every victim the preemptor must fit"
+    )
     for t in targets:  # minimality
         cache.tree.add_usage(t.cluster_queue, cache.usage_of[t.key])
         assert not Preemptor._fits(node, requests, allow), f"victim {t.key} was unnecessary"

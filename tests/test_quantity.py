@@ -216,9 +216,7 @@ def test_format_quantity_cpu(units: int, expected: str) -> None:
         (-3000, "-3k"),
     ],
 )
-def test_format_quantity_memory_takes_the_shortest_exact_form(
-    units: int, expected: str
-) -> None:
+def test_format_quantity_memory_takes_the_shortest_exact_form(units: int, expected: str) -> None:
     assert format_quantity("memory", units) == expected
 
 
