@@ -22,6 +22,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from queues.labels import JOB_MIN_PARALLELISM as JOB_MIN_PARALLELISM_ANNOTATION
+from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
+from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import PriorityClass, Workload
 from queues.pods import PodSpecError, podset_from_template
 from queues.quantity import QuantityError
@@ -35,9 +38,6 @@ __all__ = [
     "workload_name",
 ]
 
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 
 DEFAULT_POD_SET_NAME = "main"
 WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
@@ -142,7 +142,7 @@ def workload_from_job(
     except (QuantityError, PodSpecError) as err:
         raise JobError(f"job {ref}: spec.template.spec: {err}") from err
 
-    priority_class, kind, priority = _priority(
+    priority_class, kind, priority = workload_priority(
         labels=labels,
         pod_spec=pod_spec,
         ref=ref,
@@ -232,7 +232,7 @@ def _creation_time(value: Any, ref: str) -> float:
     return whole.timestamp() + frac
 
 
-def _priority(
+def workload_priority(
     *,
     labels: Mapping[str, str],
     pod_spec: Mapping[str, Any],

@@ -18,14 +18,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from queues.labels import ELASTIC_JOB as ELASTIC_JOB_ANNOTATION
+from queues.labels import (
+    JOB_COMPLETIONS_EQUAL_PARALLELISM as JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
+)
+from queues.labels import JOB_MIN_PARALLELISM as JOB_MIN_PARALLELISM_ANNOTATION
+from queues.labels import MAX_EXEC_TIME as MAX_EXEC_TIME_LABEL
+from queues.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
+from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
+from queues.labels import QUEUE_NAME as QUEUE_LABEL
+
 from .review import (
     DEFAULT_LOCAL_QUEUE,
     DEFAULT_PRIORITY_CLASS,
-    ELASTIC_JOB_ANNOTATION,
-    MAX_EXEC_TIME_LABEL,
-    PREBUILT_WORKLOAD_LABEL,
-    PRIORITY_CLASS_LABEL,
-    QUEUE_LABEL,
     AdmissionRequest,
     FieldErrors,
     HandlerContext,
@@ -46,9 +51,6 @@ from .review import (
     parse_bool,
     string_map,
 )
-
-JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
-JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-completions-equal-parallelism"
 
 LABELS = "metadata.labels"
 ANNOTATIONS = "metadata.annotations"

@@ -16,6 +16,17 @@ from __future__ import annotations
 import hashlib
 import json
 
+from queues.labels import ADMISSION_GATE
+from queues.labels import MANAGED as MANAGED_LABEL
+from queues.labels import MANAGED as POD_FINALIZER
+from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
+from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
+from queues.labels import POD_SUSPENDING_PARENT as SUSPENDED_BY_PARENT_ANNOTATION
+from queues.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
+from queues.labels import QUEUE_NAME as QUEUE_LABEL
+from queues.labels import RETRIABLE_IN_GROUP as RETRIABLE_IN_GROUP_ANNOTATION
+from queues.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
+
 from .jobs import (
     apply_queue_defaults,
     request_namespace,
@@ -24,10 +35,7 @@ from .jobs import (
     validate_on_update,
 )
 from .review import (
-    MANAGED_LABEL,
     MANAGED_LABEL_VALUE,
-    PREBUILT_WORKLOAD_LABEL,
-    QUEUE_LABEL,
     AdmissionRequest,
     FieldErrors,
     HandlerContext,
@@ -43,14 +51,6 @@ from .review import (
     owner_is_managed,
     string_map,
 )
-
-GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
-GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
-SUSPENDED_BY_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
-ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
-POD_FINALIZER = "kueue.x-k8s.io/managed"
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
 
 MANAGED_PATH = key_path("metadata.labels", MANAGED_LABEL)
 GROUP_NAME_PATH = key_path("metadata.labels", GROUP_NAME_LABEL)

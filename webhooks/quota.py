@@ -22,6 +22,8 @@ import logging
 from collections.abc import Callable, Mapping
 
 from queues import api
+from queues.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION
+from queues.labels import RESOURCE_IN_USE as RESOURCE_IN_USE_FINALIZER
 from queues.model import Cohort
 
 from .review import (
@@ -48,8 +50,6 @@ log = logging.getLogger("quartermaster.webhooks")
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
-RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
-PRIORITY_BOOST_ANNOTATION = "kueue.x-k8s.io/priority-boost"
 MAX_WARNINGS = 10
 QUOTA_RESERVED = "QuotaReserved"
 

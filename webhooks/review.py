@@ -32,12 +32,6 @@ from .view import ModelView
 JsonObj = dict[str, Any]
 
 # Kueue label / annotation keys (kueue-semantics §2).
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
-PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
-ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
-MANAGED_LABEL = "kueue.x-k8s.io/managed"
 MANAGED_LABEL_VALUE = "true"
 DEFAULT_LOCAL_QUEUE = "default"
 DEFAULT_PRIORITY_CLASS = "default"

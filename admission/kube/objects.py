@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from admission.jobs import QUEUE_NAME_LABEL
+from queues.labels import JOB_UID as JOB_UID_LABEL
+from queues.labels import PODSET as PODSET_LABEL
 from queues.model import Admission, ResourceFlavor, Toleration, Workload
 from queues.quantity import format_quantity
 
 Obj = dict[str, Any]
 
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-PODSET_LABEL = "kueue.x-k8s.io/podset"
 QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"
 EVICTED = "Evicted"
@@ -448,7 +448,7 @@ def workload_spec_drift(wl_obj: Mapping[str, Any], desired: Mapping[str, Any]) -
     return {"spec": patch} if patch else None
 
 
-def _toleration_json(t: Toleration) -> Obj:
+def toleration_json(t: Toleration) -> Obj:
     out: Obj = {}
     if t.key:
         out["key"] = t.key
@@ -471,7 +471,7 @@ def start_job_patch(
     for flv in flavors:
         node_selector.update(flv.node_labels)
         for t in flv.tolerations:
-            tj = _toleration_json(t)
+            tj = toleration_json(t)
             if tj not in tolerations:
                 tolerations.append(tj)
     spec: Obj = {}

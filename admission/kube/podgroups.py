@@ -37,7 +37,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from admission.jobs import QUEUE_NAME_LABEL, JobError, _priority
+from admission.jobs import QUEUE_NAME_LABEL, JobError, workload_priority
+from queues.labels import ADMISSION_GATE
+from queues.labels import IS_GROUP_WORKLOAD as IS_GROUP_WORKLOAD_ANNOTATION
+from queues.labels import MANAGED as MANAGED_LABEL
+from queues.labels import MANAGED as POD_FINALIZER
+from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
+from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
+from queues.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
 from queues.model import ResourceFlavor
 from queues.pods import PodSpecError, podset_from_template
 from queues.quantity import QuantityError
@@ -50,14 +57,7 @@ from .jobs import JobReconciler, finish_eviction
 
 log = logging.getLogger("quartermaster.kube.podgroups")
 
-MANAGED_LABEL = "kueue.x-k8s.io/managed"
 POD_SELECTOR = f"{MANAGED_LABEL}=true"
-GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
-GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
-IS_GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
-POD_FINALIZER = "kueue.x-k8s.io/managed"
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
 DEFAULT_POD_SET = "main"
 _SHAPE_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority")
 _TERMINATED = ("Succeeded", "Failed")
@@ -195,7 +195,7 @@ def workload_for_group(
             raise PodGroupError(f"pod {ref}: spec: {err}") from err
         pod_sets.append({"name": names[shape], "count": len(members), "template": tmpl})
     try:
-        pc_name, pc_kind, priority = _priority(
+        pc_name, pc_kind, priority = workload_priority(
             labels=labels,
             pod_spec=first.get("spec") or {},
             ref=o.ns_key(first),
@@ -266,7 +266,7 @@ def ungate_patch(pod: Mapping[str, Any], *, flavors: list[ResourceFlavor]) -> li
     new_tol: list[Obj] = []
     for flv in flavors:
         for t in flv.tolerations:
-            tj = o._toleration_json(t)
+            tj = o.toleration_json(t)
             if tj not in have_tol and tj not in new_tol:
                 new_tol.append(tj)
     if new_tol and not spec.get("tolerations"):

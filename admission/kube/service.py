@@ -38,6 +38,7 @@ from aiohttp import web
 
 from admission.cache import Cache
 from admission.config import Config, ConfigError, load_config
+from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import LabelSelector
 
 from .cachesync import CacheView
@@ -69,7 +70,6 @@ WEBHOOK_CONFIGURATIONS = (
     (MUTATING_WEBHOOKS, "quartermaster-mutating-webhook-configuration"),
     (VALIDATING_WEBHOOKS, "quartermaster-validating-webhook-configuration"),
 )
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 EVENT_BURST, EVENT_QPS = 50, 10.0
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from admission.cache import Cache
 from admission.usage import UsageTracker
+from queues.labels import RESOURCE_IN_USE
 from queues.quantity import format_quantity
 
 from . import objects as o
@@ -21,7 +22,6 @@ from .context import Context
 
 log = logging.getLogger("quartermaster.kube.status")
 
-RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
 
 Obj = dict[str, Any]
 

@@ -1,0 +1,30 @@
+"""Kueue's label, annotation, finalizer and scheduling-gate names (kueue-semantics §2).
+
+One place for the strings that jobs, pods and Workloads carry, so the webhooks, the
+Job and pod-group reconcilers and the loader cannot drift apart.
+"""
+
+from __future__ import annotations
+
+# Set by users on jobs and pods.
+QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
+MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"
+PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"
+JOB_MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+JOB_COMPLETIONS_EQUAL_PARALLELISM = "kueue.x-k8s.io/job-completions-equal-parallelism"
+ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
+POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
+POD_SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
+PRIORITY_BOOST = "kueue.x-k8s.io/priority-boost"
+
+# Written by the service.
+MANAGED = "kueue.x-k8s.io/managed"  # pod label and pod finalizer
+ROLE_HASH = "kueue.x-k8s.io/role-hash"
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+IS_GROUP_WORKLOAD = "kueue.x-k8s.io/is-group-workload"
+JOB_UID = "kueue.x-k8s.io/job-uid"
+PODSET = "kueue.x-k8s.io/podset"
+RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
