@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 Schema = dict[str, Any]
-METADATA = {"type": "object", "description": "Standard object's metadata."}
+METADATA = {"type": "object"}
 """The only schema a CRD may give the root ``metadata`` (the API server validates it)."""
 
 
