@@ -121,8 +121,8 @@ def test_a_started_job_is_restored_exactly_when_stopped() -> None:
     tmpl["metadata"]["labels"][o.PODSET_LABEL] = "main"
     tmpl["spec"]["nodeSelector"]["pool"] = "gpu"
     tmpl["spec"]["tolerations"] = start["spec"]["template"]["spec"]["tolerations"]
-    stop = o.stop_job_patch(running, original)
-    assert stop == {"spec": {"suspend": True, "template": {
+    stop = o.restore_job_patch(running, original)
+    assert stop == {"spec": {"template": {
         "metadata": {"labels": {o.PODSET_LABEL: None}},
         "spec": {"nodeSelector": {"pool": None}, "tolerations": [{"key": "k", "operator": "Exists"}]}}}}  # fmt: skip
     assert not o.job_needs_restore(job, original)

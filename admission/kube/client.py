@@ -43,6 +43,11 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 PATCH_TYPES = (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH)
+FIELD_MANAGER = "quartermaster"
+"""The name every write is recorded under in ``managedFields`` (and the User-Agent's
+product token): without it the client's default, ``OpenAPI-Generator``, shows up."""
+USER_AGENT = f"{FIELD_MANAGER}/0.1.0"
+WRITE_QUERY = (("fieldManager", FIELD_MANAGER),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +160,8 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *_calls(("get", "patch"), WORKLOADS, "status"),
         # start / stop jobs (suspend, nodeSelector, tolerations, podset label)
         *_calls(("patch",), JOBS),
+        # stopping a started Job: status.startTime cleared so its template may change
+        *_calls(("patch",), JOBS, "status"),
         # pod groups: ungate (flavors' nodeSelector/tolerations), lift the finalizer,
         # delete the pods of an evicted group
         *_calls(("patch", "delete"), PODS),
@@ -287,7 +294,9 @@ class KubeClient:
             # aiohttp's trust_env costs two thread hops per request (netrc, proxy
             # lookup); without proxy variables there is nothing to find.
             configuration.client_session_kwargs = {"trust_env": False}
-        return cls(ApiClient(configuration=configuration), strict=strict)
+        api = ApiClient(configuration=configuration)
+        api.user_agent = USER_AGENT
+        return cls(api, strict=strict)
 
     async def close(self) -> None:
         await self.api.close()
@@ -374,6 +383,7 @@ class KubeClient:
             "POST",
             res.path(namespace=namespace),
             call=call,
+            query=list(WRITE_QUERY),
             body=body,
             content_type="application/json",
         )
@@ -387,6 +397,7 @@ class KubeClient:
             "PUT",
             res.path(namespace=namespace, name=name),
             call=call,
+            query=list(WRITE_QUERY),
             body=body,
             content_type="application/json",
         )
@@ -408,7 +419,9 @@ class KubeClient:
             raise ValueError("a JSON patch is a list of operations; other patches are objects")
         call = self._check("patch", res, subresource)
         path = res.path(namespace=namespace, name=name, subresource=subresource)
-        return await self._send("PATCH", path, call=call, body=body, content_type=content_type)
+        return await self._send(
+            "PATCH", path, call=call, query=list(WRITE_QUERY), body=body, content_type=content_type
+        )
 
     async def delete(
         self,

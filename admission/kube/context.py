@@ -200,10 +200,12 @@ class Writer:
             return new
         raise AssertionError("unreachable")
 
-    async def patch_job(self, key: str, body: Obj) -> Obj | None:
+    async def patch_job(self, key: str, body: Obj, *, subresource: str | None = None) -> Obj | None:
         ns, name = o.split_key(key)
         try:
-            new = await self.client.patch(JOBS, name, body, namespace=ns, content_type=MERGE_PATCH)
+            new = await self.client.patch(
+                JOBS, name, body, namespace=ns, subresource=subresource, content_type=MERGE_PATCH
+            )
         except ApiError as err:
             if err.not_found:
                 return None

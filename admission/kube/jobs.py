@@ -170,10 +170,36 @@ class JobReconciler:
             ctx.record_event(job, "Normal", "Started", f"Admitted by clusterQueue {cq}")
 
     async def _stop(self, key: str, job: Obj, *, original: Obj | None) -> Obj | None:
-        new = await self.ctx.writer.patch_job(key, o.stop_job_patch(job, original))
-        if new is not None:
-            self.ctx.metrics.api_writes.labels("stop-job", "ok").inc()
-            self.ctx.record_event(job, "Normal", "Stopped", "Not admitted by cluster queue")
+        """Stop a Job the way the API server allows (Kueue's batch/Job ``Stop``).
+
+        A Job's pod template may change only while the *stored* Job is suspended and has
+        no ``status.startTime``, and the Job controller keeps ``startTime`` on suspend;
+        one patch "suspend + restore the template" is refused (422) for any Job that has
+        started. So: suspend; clear ``startTime`` through ``jobs/status``; then restore
+        the template. Each step is skipped when already done, so a retry after a failed
+        step resumes where it stopped. Returns the Job as last written (None when gone).
+        """
+        ctx = self.ctx
+        new: Obj | None = job
+        stopped_now = False
+        if not o.job_suspended(job):
+            new = await ctx.writer.patch_job(key, {"spec": {"suspend": True}})
+            if new is None:
+                return None
+            stopped_now = True
+        if o.job_start_time(new):
+            new = await ctx.writer.patch_job(
+                key, {"status": {"startTime": None}}, subresource="status"
+            )
+            if new is None:
+                return None
+        if original is not None and o.job_needs_restore(new, original):
+            new = await ctx.writer.patch_job(key, o.restore_job_patch(new, original))
+            if new is None:
+                return None
+        if stopped_now:
+            ctx.metrics.api_writes.labels("stop-job", "ok").inc()
+            ctx.record_event(job, "Normal", "Stopped", "Not admitted by cluster queue")
         return new
 
     async def _finish(self, wkey: str, wl: Obj | None, *, succeeded: bool, message: str) -> None:

@@ -485,9 +485,15 @@ def start_job_patch(
     return {"spec": {"suspend": False, "template": template}}
 
 
-def stop_job_patch(job: Mapping[str, Any], original: Mapping[str, Any] | None) -> Obj:
-    """Merge patch: suspend and restore the template's scheduling fields from the
-    Workload's copy of the original pod template."""
+def job_start_time(job: Mapping[str, Any] | None) -> str:
+    return str(((job or {}).get("status") or {}).get("startTime") or "")
+
+
+def restore_job_patch(job: Mapping[str, Any], original: Mapping[str, Any] | None) -> Obj:
+    """Merge patch restoring the template's scheduling fields (nodeSelector,
+    tolerations, the podset label) from the Workload's copy of the original pod
+    template; ``{}`` when nothing differs. Valid only on a suspended, never-started Job
+    (see ``JobReconciler._stop``)."""
     tmpl = (job.get("spec") or {}).get("template") or {}
     tspec = tmpl.get("spec") or {}
     orig_spec = (original or {}).get("spec") or {}
@@ -507,15 +513,11 @@ def stop_job_patch(job: Mapping[str, Any], original: Mapping[str, Any] | None) -
         template["metadata"] = {"labels": {PODSET_LABEL: None}}
     if patch_spec:
         template["spec"] = patch_spec
-    body: Obj = {"suspend": True}
-    if template:
-        body["template"] = template
-    return {"spec": body}
+    return {"spec": {"template": template}} if template else {}
 
 
 def job_needs_restore(job: Mapping[str, Any], original: Mapping[str, Any] | None) -> bool:
-    patch = stop_job_patch(job, original)
-    return "template" in patch["spec"]
+    return bool(restore_job_patch(job, original))
 
 
 def flavors_of(admission: Mapping[str, Any] | None, pod_set: str = "main") -> list[str]:
