@@ -163,10 +163,14 @@ class Cache:
     # -- workloads --------------------------------------------------------------
 
     def add_workload(self, wl: Workload) -> None:
-        """A new or re-read workload: charge its admission or queue it."""
+        """A new or re-read workload: charge its admission or queue it.
+
+        A workload holding quota is charged whether or not it is active: a deactivated
+        workload keeps its quota until its eviction finishes (``evicted``), on every
+        path, including a cache rebuilt after a restart. An inactive workload without
+        quota is only remembered, never queued.
+        """
         self.workloads[wl.key] = wl
-        if not wl.active:
-            return
         if wl.admission is not None:
             cq = wl.admission.cluster_queue
             usage = wl.admission.usage()
@@ -177,7 +181,8 @@ class Cache:
             if cq in self.tree.queues:
                 self.tree.add_usage(cq, usage)
             return
-        self._route(wl)
+        if wl.active:
+            self._route(wl)
 
     def _route(self, wl: Workload) -> None:
         lq = self.local_queue_of(wl)
