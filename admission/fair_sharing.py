@@ -124,8 +124,8 @@ def _tournament_keys(
     for cq_name, e in remaining.items():
         node = tree.queues[cq_name]
         usage: dict[FlavorResource, int] = e.assignment.usage if e.assignment is not None else {}
-        tree.add_usage(cq_name, usage)
-        try:
+        with tree.scratch():
+            tree.add_usage(cq_name, usage)
             child: QuotaNode = node
             while child.parent is not None:
                 share = dominant_resource_share(child)
@@ -146,8 +146,6 @@ def _tournament_keys(
                     wl.tiebreak,
                 )
                 child = child.parent
-        finally:
-            tree.remove_usage(cq_name, usage)
     return keys
 
 
@@ -244,32 +242,25 @@ class FairPreemptor(Preemptor):
         if not cands:
             return []
         tree = self.cache.tree
-        usage_of = self.cache.usage_of
-        tree.add_usage(cq.name, requests)  # shares must include the incoming workload
-        removed: list[_Removed] = []
-        try:
+        # Every change below (the incoming workload, victims taken and put back) is
+        # undone when the block exits, however it exits.
+        with tree.scratch():
+            removed: list[_Removed] = []
+            tree.add_usage(cq.name, requests)  # shares must include the incoming workload
             fits, retry = self._first_strategy(wl, cq, frs, requests, cands, removed)
             if not fits and len(self.strategies) > 1:
                 fits = self._second_strategy(cq, requests, retry, removed)
-        finally:
-            tree.remove_usage(cq.name, requests)
-        if not fits:
-            for c, _, _ in removed:
-                tree.add_usage(c.cq, usage_of[c.key])
-            return []
-        kept = self._fill_back_fair(cq, requests, removed)
-        for c, _, _ in kept:
-            tree.add_usage(c.cq, usage_of[c.key])
-        self.last_allow_borrowing = True
-        return [Target(c.key, c.cq, reason) for c, reason, _ in kept]
+            tree.remove_usage(cq.name, requests)  # the victims stay removed for fill-back
+            if not fits:
+                return []
+            kept = self._fill_back_fair(cq, requests, removed)
+            return [Target(c.key, c.cq, reason) for c, reason, _ in kept]
 
     def _fits_fs(self, cq: QuotaNode, requests: Mapping[FlavorResource, int]) -> bool:
         tree = self.cache.tree
-        tree.remove_usage(cq.name, requests)
-        try:
+        with tree.scratch():
+            tree.remove_usage(cq.name, requests)
             return self._fits(cq, requests, True)
-        finally:
-            tree.add_usage(cq.name, requests)
 
     def _take(
         self, c: _Candidate, reason: str, removed: list[_Removed], strategy: str | None = None
@@ -320,12 +311,9 @@ class FairPreemptor(Preemptor):
 
     def _share_after_removal(self, target: QuotaNode, almost: QuotaNode, c: _Candidate) -> Share:
         tree = self.cache.tree
-        usage = self.cache.usage_of[c.key]
-        tree.remove_usage(target.name, usage)
-        try:
+        with tree.scratch():
+            tree.remove_usage(target.name, self.cache.usage_of[c.key])
             return dominant_resource_share(almost)
-        finally:
-            tree.add_usage(target.name, usage)
 
     def _second_strategy(
         self,
@@ -383,8 +371,8 @@ class FairPreemptor(Preemptor):
         self, cq: QuotaNode, requests: Mapping[FlavorResource, int], victims: list[_Removed]
     ) -> bool:
         tree = self.cache.tree
-        tree.add_usage(cq.name, requests)
-        try:
+        with tree.scratch():
+            tree.add_usage(cq.name, requests)
             for c, reason, strategy in victims:
                 if reason != IN_COHORT_FAIR_SHARING:
                     continue
@@ -392,12 +380,9 @@ class FairPreemptor(Preemptor):
                 mine, theirs = _almost_lcas(cq, target)
                 preemptor_new = dominant_resource_share(mine)
                 if strategy == "LessThanInitialShare":
-                    usage = self.cache.usage_of[c.key]
-                    tree.add_usage(c.cq, usage)
-                    try:
+                    with tree.scratch():
+                        tree.add_usage(c.cq, self.cache.usage_of[c.key])
                         target_old = dominant_resource_share(theirs)
-                    finally:
-                        tree.remove_usage(c.cq, usage)
                     if not _allows("LessThanInitialShare", preemptor_new, target_old, None):
                         return False
                 elif not _allows(
@@ -408,8 +393,6 @@ class FairPreemptor(Preemptor):
                 ):
                     return False
             return True
-        finally:
-            tree.remove_usage(cq.name, requests)
 
 
 def _allows(

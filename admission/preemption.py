@@ -14,8 +14,9 @@ Kueue's classical preemption (kueue-semantics §4.7), in three separate pieces:
   whole gang fits, then fill back every victim whose removal is not needed. If the
   gang does not fit after every eligible removal, nobody is preempted.
 
-The search works on the live cohort tree, removing and re-adding usage (exact
-inverses), so it allocates nothing but the candidate lists. Fair-sharing preemption
+The search works on the live cohort tree inside ``CohortTree.scratch()`` blocks,
+which restore every usage value it changed when they exit, normally or by an
+exception, so it allocates little more than the candidate lists. Fair-sharing preemption
 plugs in as another strategy with the same candidate search and fill-back.
 """
 
@@ -121,8 +122,6 @@ class Preemptor:
         self.tracker = tracker  # admission fair sharing: victims from heavy LocalQueues first
         # Victims of preemptions issued earlier in the current cycle: off limits.
         self.excluded: set[str] = set()
-        # Whether the last successful search allowed the preemptor to borrow.
-        self.last_allow_borrowing = True
 
     # -- candidate search -------------------------------------------------------
 
@@ -359,20 +358,17 @@ class Preemptor:
             attempts = [True, False]
         tree = self.cache.tree
         for allow_borrowing in attempts:
-            removed: list[_Candidate] = []
-            for c in cands:
-                if not self._valid(c, cq, frs, allow_borrowing):
-                    continue
-                tree.remove_usage(c.cq, self.cache.usage_of[c.key])
-                removed.append(c)
-                if self._fits(cq, requests, allow_borrowing):
-                    kept = self._fill_back(cq, requests, removed, allow_borrowing)
-                    for t in kept:
-                        tree.add_usage(t.cq, self.cache.usage_of[t.key])
-                    self.last_allow_borrowing = allow_borrowing
-                    return [Target(t.key, t.cq, VARIANT_REASON[t.variant]) for t in kept]
-            for c in removed:
-                tree.add_usage(c.cq, self.cache.usage_of[c.key])
+            # Removals are tried on the live tree and undone when the block exits.
+            with tree.scratch():
+                removed: list[_Candidate] = []
+                for c in cands:
+                    if not self._valid(c, cq, frs, allow_borrowing):
+                        continue
+                    tree.remove_usage(c.cq, self.cache.usage_of[c.key])
+                    removed.append(c)
+                    if self._fits(cq, requests, allow_borrowing):
+                        kept = self._fill_back(cq, requests, removed, allow_borrowing)
+                        return [Target(t.key, t.cq, VARIANT_REASON[t.variant]) for t in kept]
         return []
 
     def _fill_back(
@@ -382,7 +378,9 @@ class Preemptor:
         removed: list[_Candidate],
         allow: bool,
     ) -> list[_Candidate]:
-        """Re-add, newest removal first (except the last), every victim not needed."""
+        """Re-add, newest removal first (except the last), every victim not needed.
+
+        Runs inside the caller's ``tree.scratch()`` block, which undoes it."""
         tree = self.cache.tree
         targets = list(removed)
         for i in range(len(targets) - 2, -1, -1):
@@ -404,11 +402,10 @@ class Preemptor:
         if not targets:
             return NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val)[0]
         tree = self.cache.tree
-        for t in targets:
-            tree.remove_usage(t.cluster_queue, self.cache.usage_of[t.key])
-        borrow = node.height_of_lowest_subtree_that_fits(fr, val)[0]
-        for t in targets:
-            tree.add_usage(t.cluster_queue, self.cache.usage_of[t.key])
+        with tree.scratch():
+            for t in targets:
+                tree.remove_usage(t.cluster_queue, self.cache.usage_of[t.key])
+            borrow = node.height_of_lowest_subtree_that_fits(fr, val)[0]
         mode = PREEMPT if any(t.cluster_queue == node.name for t in targets) else RECLAIM
         return mode, borrow
 

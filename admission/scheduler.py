@@ -147,14 +147,21 @@ class Scheduler:
         result.heads = len(heads)
         if not heads:
             return result
-        for e in heads:
-            self._nominate(e)
-        self.stats["nominations"] += len(heads)
         self._cycle_targets = set()
         self.preemptor.excluded = self._cycle_targets
         try:
+            for e in heads:
+                self._nominate(e)
+            self.stats["nominations"] += len(heads)
             for e in self.entry_order(heads):
                 self._process(e, result)
+        except BaseException:
+            # Heads taken but not yet processed go back to their queues unchanged.
+            for e in heads:
+                key = e.workload.key
+                if key not in cache.admitted and key not in cache.queues[e.cluster_queue]:
+                    cache.queues[e.cluster_queue].push(e.workload)
+            raise
         finally:
             for readd, cq, usage in reversed(self._undo):
                 if readd:
@@ -292,9 +299,9 @@ class Scheduler:
         released = [
             t.key for t in e.targets if t.key in cache.admitted and t.key not in self._cycle_targets
         ]
-        for k in released:
-            tree.remove_usage(cache.admitted[k], cache.usage_of[k])
-        try:
+        with tree.scratch():
+            for k in released:
+                tree.remove_usage(cache.admitted[k], cache.usage_of[k])
             node = tree.queues[e.cluster_queue]
             for fr, v in sorted(a.usage.items()):
                 left = node.available(fr)
@@ -305,9 +312,6 @@ class Scheduler:
                         f"{format_quantity(r, max(0, left))} left after this cycle's earlier admissions"
                     )
             return ""
-        finally:
-            for k in released:
-                tree.add_usage(cache.admitted[k], cache.usage_of[k])
 
     def _hold(self, cq: str, usage: dict[FlavorResource, int]) -> None:
         usage = {fr: v for fr, v in usage.items() if v > 0}

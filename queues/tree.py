@@ -14,8 +14,12 @@ except the usage dictionaries themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 from queues.model import ClusterQueue, Cohort, FlavorResource, ResourceGroup, ResourceQuota
+
+Journal = list[tuple[dict[FlavorResource, int], FlavorResource, int]]
+"""Usage values as they were before each change: (a node's usage dict, fr, old value)."""
 
 
 class QuotaNode:
@@ -121,18 +125,22 @@ class QuotaNode:
             avail = min(avail, self.subtree_quota.get(fr, 0) + q.borrowing_limit)
         return avail
 
-    def add_usage(self, fr: FlavorResource, val: int) -> None:
+    def add_usage(self, fr: FlavorResource, val: int, journal: Journal | None = None) -> None:
         node: QuotaNode | None = self
         while node is not None and val > 0:
             local_avail = node.local_available(fr)
+            if journal is not None:
+                journal.append((node.usage, fr, node.usage.get(fr, 0)))
             node.usage[fr] = node.usage.get(fr, 0) + val
             val -= local_avail
             node = node.parent
 
-    def remove_usage(self, fr: FlavorResource, val: int) -> None:
+    def remove_usage(self, fr: FlavorResource, val: int, journal: Journal | None = None) -> None:
         node: QuotaNode | None = self
         while node is not None and val > 0:
             stored_in_parent = node.usage.get(fr, 0) - node.local_quota.get(fr, 0)
+            if journal is not None:
+                journal.append((node.usage, fr, node.usage.get(fr, 0)))
             left = node.usage.get(fr, 0) - val
             if left:
                 node.usage[fr] = left
@@ -197,6 +205,7 @@ class CohortTree:
     ) -> None:
         self.queues: dict[str, QuotaNode] = {}
         self.cohorts: dict[str, QuotaNode] = {}
+        self._journal: Journal | None = None
         self.rebuild(cluster_queues, cohorts)
 
     def rebuild(
@@ -273,13 +282,37 @@ class CohortTree:
 
     def add_usage(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
         node = self.queues[cq]
+        journal = self._journal
         for fr, v in usage.items():
-            node.add_usage(fr, v)
+            node.add_usage(fr, v, journal)
 
     def remove_usage(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
         node = self.queues[cq]
+        journal = self._journal
         for fr, v in usage.items():
-            node.remove_usage(fr, v)
+            node.remove_usage(fr, v, journal)
+
+    @contextmanager
+    def scratch(self) -> Iterator[None]:
+        """Usage changes made inside the block are undone when it exits, however it
+        exits (return, exception): searches try removals and additions freely.
+
+        Undo restores the recorded values (newest first), so it does not rely on
+        ``add_usage`` and ``remove_usage`` being exact inverses. Blocks nest: an inner
+        block restores its own changes (the state the outer block then sees again).
+        """
+        outer = self._journal
+        journal: Journal = []
+        self._journal = journal
+        try:
+            yield
+        finally:
+            self._journal = outer
+            for usage, fr, old in reversed(journal):
+                if old:
+                    usage[fr] = old
+                else:
+                    usage.pop(fr, None)
 
 
 def _recompute(node: QuotaNode) -> None:

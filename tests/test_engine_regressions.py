@@ -6,7 +6,11 @@ model so that the bug, not a driver, is what they pin down.
 
 from __future__ import annotations
 
+import pytest
+
 from admission.cache import Cache
+from admission.fair_sharing import FairPreemptor
+from admission.preemption import Preemptor
 from admission.scheduler import Scheduler
 from queues.model import (
     Admission,
@@ -117,3 +121,96 @@ def test_inactive_workload_without_quota_is_neither_charged_nor_queued() -> None
     cache.add_workload(workload("parked", "cq", 6, active=False))
     assert used(cache, "cq") == 0
     assert len(cache.queues["cq"]) == 0
+
+
+# -- bug 4: a search interrupted by an exception leaves the tree as it was -------------
+
+
+def tree_usage(cache: Cache) -> dict[str, dict]:
+    nodes = {**cache.tree.queues, **cache.tree.cohorts}
+    return {name: dict(node.usage) for name, node in nodes.items()}
+
+
+def fail_on_call(n: int):  # noqa: ANN201 - a replacement for Preemptor._fits
+    """A ``_fits`` that answers truthfully n-1 times, then raises."""
+    calls = [0]
+    real = Preemptor._fits
+
+    def fits(cq, requests, allow_borrowing):  # noqa: ANN001, ANN202
+        calls[0] += 1
+        if calls[0] >= n:
+            raise RuntimeError("injected in the middle of the search")
+        return real(cq, requests, allow_borrowing)
+
+    return staticmethod(fits)
+
+
+def borrowed_cohort() -> Cache:
+    """cq-b borrows all of cq-a's idle quota with four 5-cpu workloads."""
+    cache = make_cache(
+        cq(
+            "cq-a",
+            10,
+            cohort="co",
+            within_cluster_queue="LowerPriority",
+            reclaim_within_cohort="Any",
+        ),
+        cq("cq-b", 10, cohort="co"),
+    )
+    for i in range(4):
+        cache.add_workload(workload(f"b{i}", "cq-b", 5, created=i, admitted=True))
+    return cache
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3, 4])
+def test_classical_search_interrupted_by_an_exception_restores_the_tree(
+    monkeypatch: pytest.MonkeyPatch, fail_at: int
+) -> None:
+    cache = borrowed_cohort()
+    cache.add_workload(workload("a", "cq-a", 10, priority=5, created=10))
+    before = tree_usage(cache)
+    monkeypatch.setattr(Preemptor, "_fits", fail_on_call(fail_at))
+    with pytest.raises(RuntimeError, match="injected"):
+        Scheduler(cache).schedule()
+    assert tree_usage(cache) == before
+    assert "ns-cq-a/a" in cache.queues["cq-a"]  # the interrupted head is queued again
+    monkeypatch.undo()
+    # The engine still works from the intact tree: two victims, no phantom quota.
+    result = Scheduler(cache).schedule()
+    assert len(result.preempted) == 2
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_fair_sharing_search_interrupted_by_an_exception_restores_the_tree(
+    monkeypatch: pytest.MonkeyPatch, fail_at: int
+) -> None:
+    cache = borrowed_cohort()
+    pre = FairPreemptor(cache, strategies=["LessThanOrEqualToFinalShare", "LessThanInitialShare"])
+    wl = workload("a", "cq-a", 10, priority=5, created=10)
+    node = cache.tree.queues["cq-a"]
+    fr = ("default", "cpu")
+    before = tree_usage(cache)
+    monkeypatch.setattr(Preemptor, "_fits", fail_on_call(fail_at))
+    with pytest.raises(RuntimeError, match="injected"):
+        pre.minimal_targets(wl, node, {fr}, {fr: 10000})
+    assert tree_usage(cache) == before
+    monkeypatch.undo()
+    assert len(pre.minimal_targets(wl, node, {fr}, {fr: 10000})) == 2
+    assert tree_usage(cache) == before
+
+
+def test_scratch_restores_values_and_nests() -> None:
+    cache = borrowed_cohort()
+    tree = cache.tree
+    before = tree_usage(cache)
+    usage = {("default", "cpu"): 3000}
+    with pytest.raises(ZeroDivisionError):
+        with tree.scratch():
+            tree.add_usage("cq-a", usage)
+            with tree.scratch():
+                tree.remove_usage("cq-b", {("default", "cpu"): 20000})
+                assert tree.queues["cq-b"].usage == {}
+            assert tree.queues["cq-b"].usage == {("default", "cpu"): 20000}
+            assert tree.queues["cq-a"].usage == usage
+            _ = 1 / 0
+    assert tree_usage(cache) == before
