@@ -170,6 +170,12 @@ class Cache:
         path, including a cache rebuilt after a restart. An inactive workload without
         quota is only remembered, never queued.
         """
+        old = self.workloads.get(wl.key)
+        if old is not None and wl.key in self.admitted:
+            # Re-read while admitted (Kueue's cache UpdateWorkload: delete the old
+            # object, add the new one): charge the new object, so a priority change is
+            # what preemption sees, without charging twice. An eviction in progress stays.
+            self._uncharge(wl.key, old)
         self.workloads[wl.key] = wl
         if wl.admission is not None:
             cq = wl.admission.cluster_queue
@@ -260,16 +266,21 @@ class Cache:
             self._route(wl)
 
     def _release(self, key: str) -> None:
+        cq = self.admitted[key]
+        self._uncharge(key, self.workloads.get(key))
+        self.evicting.pop(key, None)
+        if cq in self.tree.queues:
+            self.capacity_event(cq)
+
+    def _uncharge(self, key: str, wl: Workload | None) -> None:
+        """Take an admission's usage off the books (``wl``: the object it was charged for)."""
         cq = self.admitted.pop(key)
         usage = self.usage_of.pop(key)
         self.by_cq.get(cq, {}).pop(key, None)
-        wl = self.workloads.get(key)
         if wl is not None:
             self._count_priority(cq, wl.priority, usage, -1)
-        self.evicting.pop(key, None)
         if cq in self.tree.queues:
             self.tree.remove_usage(cq, usage)
-            self.capacity_event(cq)
 
     def _count_priority(
         self, cq: str, priority: int, usage: dict[FlavorResource, int], sign: int

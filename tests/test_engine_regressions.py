@@ -214,3 +214,31 @@ def test_scratch_restores_values_and_nests() -> None:
             assert tree.queues["cq-a"].usage == usage
             _ = 1 / 0
     assert tree_usage(cache) == before
+
+
+# -- bug 6: an admitted workload re-read with another priority --------------------------
+
+
+def test_priority_change_of_an_admitted_workload_is_visible_to_preemption() -> None:
+    """Kueue's cache replaces an updated workload (delete old, add new), so preemption
+    compares against the new priority. Re-reading must not charge twice either."""
+    cache = make_cache(cq("cq", 10, within_cluster_queue="LowerPriority"))
+    cache.add_workload(workload("running", "cq", 10, priority=10, admitted=True))
+    cache.add_workload(workload("new", "cq", 5, priority=5, created=1))
+    assert not Scheduler(cache).schedule().preempted  # 10 > 5: protected
+    # The running workload's priority is lowered (a WorkloadPriorityClass edit, say).
+    cache.add_workload(workload("running", "cq", 10, priority=0, admitted=True))
+    assert used(cache, "cq") == 10000
+    assert cache.prio_usage["cq"] == {0: {("default", "cpu"): 10000}, 10: {}}
+    cache.requeue_all()
+    result = Scheduler(cache).schedule()
+    assert [p.workload.key for p in result.preempted] == ["ns-cq/running"]
+
+
+def test_re_reading_an_admitted_workload_keeps_its_eviction() -> None:
+    cache = make_cache(cq("cq", 10))
+    cache.add_workload(workload("running", "cq", 4, admitted=True))
+    cache.evicting["ns-cq/running"] = "ns-cq/preemptor"
+    cache.add_workload(workload("running", "cq", 4, admitted=True))
+    assert cache.evicting == {"ns-cq/running": "ns-cq/preemptor"}
+    assert used(cache, "cq") == 4000
