@@ -33,6 +33,8 @@ from tests.apiserver import (
 from webhooks.certs import ensure_cert_dir, read_cert_dir
 
 ROOT = Path(__file__).resolve().parent.parent
+DOUBLE = "double"
+"""The ``backend`` of :func:`stack` for the in-repo API-server double."""
 WEBHOOKS_MANIFEST = ROOT / "manifests" / "base" / "webhooks.yaml"
 SERVICE_NS = "quartermaster-system"
 SA_USERNAME = f"system:serviceaccount:{SERVICE_NS}:quartermaster"
@@ -233,6 +235,9 @@ class Stack:
 
     async def finish_job(self, ns: str, name: str, *, succeeded: bool = True) -> None:
         """Play the Job controller: mark the Job Complete (or Failed)."""
+        if hasattr(self.server, "finish_job"):  # the real backend knows its Job controller
+            await self.server.finish_job(self.user, ns, name, succeeded=succeeded)
+            return
         cond = {"type": "Complete" if succeeded else "Failed", "status": "True"}
         await self.user.patch(
             k.JOBS,
@@ -244,11 +249,12 @@ class Stack:
 
 
 def service_options(
-    server: ApiServer,
+    server: Any,
     cert_dir: Path,
     *,
     config: Config | None = None,
     controller: ControllerOptions | None = None,
+    client_configuration: Any = None,
     **overrides: Any,
 ) -> ServiceOptions:
     ctl = controller or ControllerOptions(
@@ -258,7 +264,8 @@ def service_options(
         ctl.excluded_namespaces = ("kube-system", SERVICE_NS)
     fields: dict[str, Any] = {
         "config": config or Config(),
-        "client_configuration": kube_client_config(server.url, token=CONTROLLER_TOKEN),
+        "client_configuration": client_configuration
+        or kube_client_config(server.url, token=CONTROLLER_TOKEN),
         "namespace": SERVICE_NS,
         "host": "127.0.0.1",
         "webhook_port": 0,
@@ -278,14 +285,32 @@ def service_options(
 async def stack(
     tmp_path: Path,
     *,
+    backend: Any = DOUBLE,
     objects: Iterable[Obj] = (),
     config: Config | None = None,
     controller: ControllerOptions | None = None,
     webhooks: bool = True,
     watch_window: int = 1000,
-    before_start: Callable[[ApiServer], None] | None = None,
+    before_start: Callable[[Any], None] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
+    """The service against ``backend``: the double (``DOUBLE``) or a
+    :class:`tests.realserver.cluster.RealCluster` (the ``backend`` fixture gives both)."""
+    if not isinstance(backend, str):
+        from tests.realserver.stack import real_stack
+
+        async with real_stack(
+            backend,
+            tmp_path,
+            objects=objects,
+            config=config,
+            controller=controller,
+            webhooks=webhooks,
+            before_start=before_start,
+            **overrides,
+        ) as s:
+            yield s
+        return
     cert_dir = tmp_path / "certs"
     ensure_cert_dir(cert_dir, namespace=SERVICE_NS)
     ca_b64 = read_cert_dir(cert_dir).ca_bundle_b64

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,9 +41,11 @@ def run(coro_fn) -> None:  # type: ignore[no-untyped-def]
     asyncio.run(coro_fn())
 
 
-def test_a_queued_job_is_suspended_gets_a_workload_and_starts_on_its_flavor(tmp_path: Path) -> None:
+def test_a_queued_job_is_suspended_gets_a_workload_and_starts_on_its_flavor(
+    tmp_path: Path, backend: Any
+) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             created = await s.user.create(
                 k.JOBS, job("team-a", "train", queue="lq", cpu="2"), namespace="team-a"
             )
@@ -76,9 +79,9 @@ def test_a_queued_job_is_suspended_gets_a_workload_and_starts_on_its_flavor(tmp_
     run(main)
 
 
-def test_a_job_without_a_queue_label_is_left_alone(tmp_path: Path) -> None:
+def test_a_job_without_a_queue_label_is_left_alone(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await s.user.create(k.JOBS, job("team-a", "plain", queue=None), namespace="team-a")
             await s.user.create(k.JOBS, job("team-a", "queued", queue="lq"), namespace="team-a")
             await eventually(
@@ -90,9 +93,11 @@ def test_a_job_without_a_queue_label_is_left_alone(tmp_path: Path) -> None:
     run(main)
 
 
-def test_a_gang_of_pod_sets_is_admitted_only_when_all_of_it_fits(tmp_path: Path) -> None:
+def test_a_gang_of_pod_sets_is_admitted_only_when_all_of_it_fits(
+    tmp_path: Path, backend: Any
+) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             small = workload("team-a", "small", queue="lq", pod_sets=[("main", 1, "2")])
             await s.user.create(k.WORKLOADS, small, namespace="team-a")
             await eventually(
@@ -150,7 +155,9 @@ def test_a_gang_of_pod_sets_is_admitted_only_when_all_of_it_fits(tmp_path: Path)
     run(main)
 
 
-def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(tmp_path: Path) -> None:
+def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(
+    tmp_path: Path, backend: Any
+) -> None:
     objects = [
         namespace("team-a"),
         flavor("a100"),
@@ -163,7 +170,7 @@ def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(tmp_path: 
     ]
 
     async def main() -> None:
-        async with stack(tmp_path, objects=objects) as s:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
             await s.user.create(
                 k.JOBS,
                 job("team-a", "victim", queue="lq", cpu="3", priority_class="low"),
@@ -194,12 +201,9 @@ def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(tmp_path: 
             assert pre["reason"] == "InClusterQueue"
             ev = next(c for c in vwl["status"]["conditions"] if c["type"] == "Evicted")
             assert ev["reason"] == "Preempted"
-            j = await eventually(
+            await eventually(
                 lambda: (j := s.get("jobs", "victim", "team-a")) and j["spec"]["suspend"] and j,
                 what="the victim's job is suspended",
-            )
-            assert "kueue.x-k8s.io/podset" not in (j["spec"]["template"].get("metadata") or {}).get(
-                "labels", {}
             )
             # still holding quota while its pods run: the preemptor waits
             assert admitted(s.workload_of_job("team-a", "victim"))
@@ -211,6 +215,17 @@ def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(tmp_path: 
                 namespace="team-a",
                 subresource="status",
             )
+            # pods gone: the template is restored (Kubernetes >= 1.36 allows it only now)
+            j = await eventually(
+                lambda: (
+                    (j := s.get("jobs", "victim", "team-a"))
+                    and "kueue.x-k8s.io/podset"
+                    not in (j["spec"]["template"].get("metadata") or {}).get("labels", {})
+                    and j
+                ),
+                what="the victim's template is restored",
+            )
+            assert j["spec"]["suspend"] is True
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "urgent")),
                 what="the preemptor is admitted",
@@ -227,9 +242,9 @@ def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(tmp_path: 
     run(main)
 
 
-def test_a_finished_job_lets_the_next_one_in(tmp_path: Path) -> None:
+def test_a_finished_job_lets_the_next_one_in(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await s.user.create(
                 k.JOBS, job("team-a", "first", queue="lq", cpu="3"), namespace="team-a"
             )
@@ -263,9 +278,9 @@ def test_a_finished_job_lets_the_next_one_in(tmp_path: Path) -> None:
     run(main)
 
 
-def test_a_quota_edit_through_the_api_changes_admissions(tmp_path: Path) -> None:
+def test_a_quota_edit_through_the_api_changes_admissions(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await s.user.create(
                 k.JOBS, job("team-a", "big", queue="lq", cpu="6"), namespace="team-a"
             )
@@ -317,9 +332,9 @@ def test_a_quota_edit_through_the_api_changes_admissions(tmp_path: Path) -> None
     run(main)
 
 
-def test_an_invalid_quota_edit_is_denied_with_kueues_message(tmp_path: Path) -> None:
+def test_an_invalid_quota_edit_is_denied_with_kueues_message(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
 
             def edit(resource: dict) -> dict:
                 return {
@@ -357,10 +372,10 @@ def test_an_invalid_quota_edit_is_denied_with_kueues_message(tmp_path: Path) -> 
 
 
 def test_a_deleted_cluster_queue_admits_nothing_and_goes_once_its_workloads_finish(
-    tmp_path: Path,
+    tmp_path: Path, backend: Any
 ) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE[:1] + BASE[3:]) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE[:1] + BASE[3:]) as s:
             # created through the API: the mutating webhook adds the resource-in-use finalizer
             await s.user.create(k.RESOURCE_FLAVORS, flavor("a100"))
             await s.user.create(k.CLUSTER_QUEUES, cluster_queue("cq", {"a100": {"cpu": 4}}))
@@ -400,9 +415,11 @@ def test_a_deleted_cluster_queue_admits_nothing_and_goes_once_its_workloads_fini
     run(main)
 
 
-def test_deleting_a_job_deletes_its_workload_and_frees_its_quota(tmp_path: Path) -> None:
+def test_deleting_a_job_deletes_its_workload_and_frees_its_quota(
+    tmp_path: Path, backend: Any
+) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await s.user.create(
                 k.JOBS, job("team-a", "gone", queue="lq", cpu="3"), namespace="team-a"
             )

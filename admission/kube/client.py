@@ -176,9 +176,9 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *_calls(("create",), EVENTS),
         # the webhook certificate shared by the replicas (one Secret, by name)
         *_calls(("get", "update"), SECRETS),
-        # caBundle injection when the service generated its own serving certificate
-        *_calls(("get", "patch"), MUTATING_WEBHOOKS),
-        *_calls(("get", "patch"), VALIDATING_WEBHOOKS),
+        # caBundle kept equal to our CA (our two configurations only, by name)
+        *_calls(("list", "watch", "patch"), MUTATING_WEBHOOKS),
+        *_calls(("list", "watch", "patch"), VALIDATING_WEBHOOKS),
     ]
 )
 """Every API call the adapter makes. ``manifests/base/rbac.yaml`` must grant each."""
@@ -365,6 +365,7 @@ class KubeClient:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         limit: int = 500,
         continue_token: str | None = None,
     ) -> Obj:
@@ -373,6 +374,8 @@ class KubeClient:
         query: list[tuple[str, Any]] = [("limit", limit)]
         if label_selector:
             query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         if continue_token:
             query.append(("continue", continue_token))
         return await self._send("GET", res.path(namespace=namespace), call=call, query=query)
@@ -450,6 +453,7 @@ class KubeClient:
         *,
         resource_version: str,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         timeout_seconds: int = 300,
     ) -> AsyncIterator[Obj]:
         """Watch events (``{"type", "object"}`` dicts) until the server ends the stream.
@@ -466,6 +470,8 @@ class KubeClient:
         ]
         if label_selector:
             query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         headers = {"Accept": "application/json"}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 60)
         try:

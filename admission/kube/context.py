@@ -61,6 +61,8 @@ class ControllerOptions:
     status_budget: int = 100  # queue status writes per interval at most (big clusters)
     tick: float = 0.5
     events: bool = True
+    retry_base: float = 0.1  # first retry of a failed reconcile, doubled per failure
+    retry_cap: float = 300.0  # ... up to this (controller-runtime: 5 ms .. 1000 s)
     pods_ready: PodsReadyOptions = field(default_factory=PodsReadyOptions)
 
 
@@ -73,12 +75,19 @@ class Abandon(Exception):
 
 
 class WorkQueue:
-    """client-go's workqueue: deduplicated keys, one worker per key at a time."""
+    """client-go's workqueue: deduplicated keys, one worker per key at a time, and a
+    per-key exponential backoff for failures (controller-runtime's
+    ``ItemExponentialFailureRateLimiter``): the n-th consecutive failure of a key is
+    retried after ``base * 2**(n-1)`` seconds, at most ``cap``; a success forgets it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, base: float = 0.1, cap: float = 300.0) -> None:
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._dirty: set[tuple[str, str]] = set()
         self._processing: set[tuple[str, str]] = set()
+        self._failures: dict[tuple[str, str], int] = {}
+        self._waiting: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self.base = base
+        self.cap = cap
 
     def add(self, item: tuple[str, str]) -> None:
         if item in self._dirty:
@@ -86,6 +95,32 @@ class WorkQueue:
         self._dirty.add(item)
         if item not in self._processing:
             self._queue.put_nowait(item)
+
+    def backoff(self, item: tuple[str, str]) -> float:
+        """The delay before the next retry of ``item`` (counts one more failure)."""
+        n = self._failures.get(item, 0)
+        self._failures[item] = n + 1
+        return min(self.cap, self.base * 2.0**n)
+
+    def add_after_failure(self, item: tuple[str, str], *, when: Callable[[], bool]) -> float:
+        """Queue ``item`` again after its backoff (if ``when()`` still holds then)."""
+        delay = self.backoff(item)
+        if (old := self._waiting.pop(item, None)) is not None:
+            old.cancel()
+
+        def fire() -> None:
+            self._waiting.pop(item, None)
+            if when():
+                self.add(item)
+
+        self._waiting[item] = asyncio.get_running_loop().call_later(delay, fire)
+        return delay
+
+    def forget(self, item: tuple[str, str]) -> None:
+        self._failures.pop(item, None)
+
+    def failures(self, item: tuple[str, str]) -> int:
+        return self._failures.get(item, 0)
 
     async def get(self) -> tuple[str, str]:
         item = await self._queue.get()
@@ -97,6 +132,11 @@ class WorkQueue:
         self._processing.discard(item)
         if item in self._dirty:
             self._queue.put_nowait(item)
+
+    def close(self) -> None:
+        for handle in self._waiting.values():
+            handle.cancel()
+        self._waiting.clear()
 
     def __len__(self) -> int:
         return len(self._dirty)

@@ -28,7 +28,7 @@ from admission.scheduler import CycleResult, Scheduler
 from . import objects as o
 from .admit import Applier
 from .cachesync import QUEUE_KINDS, CacheSync
-from .client import JOBS, WORKLOADS, KubeClient
+from .client import JOBS, WORKLOADS, ApiError, KubeClient
 from .context import Context, ControllerOptions, WorkQueue, Writer
 from .informer import DELETED, Informer
 from .jobs import JobReconciler
@@ -76,7 +76,7 @@ class Controller:
         self._cycle_idle = asyncio.Event()
         self._cycle_idle.set()
         self.leading = False
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(base=options.retry_base, cap=options.retry_cap)
         self.ctx = Context(
             client=client,
             cache=cache,
@@ -196,6 +196,7 @@ class Controller:
             await asyncio.gather(*tasks)
         finally:
             self.leading = False
+            self.queue.close()
             for t in [*tasks, *self.applier.tasks]:
                 t.cancel()
             await asyncio.gather(*tasks, *self.applier.tasks, return_exceptions=True)
@@ -213,16 +214,29 @@ class Controller:
                     await self.jobs.reconcile_workload(key)
             except asyncio.CancelledError:
                 raise
-            except Exception as err:  # noqa: BLE001 - retried with the next event or tick
-                log.warning("reconciling %s %s failed: %s", kind, key, err)
+            except Exception as err:  # noqa: BLE001 - retried with a per-key backoff
                 self.queue.done(item)
-                self._retry_later(item)
+                self._failed(item, err)
                 continue
             self.queue.done(item)
+            self.queue.forget(item)
 
-    def _retry_later(self, item: tuple[str, str]) -> None:
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.5, lambda: self.queue.add(item) if self.leading else None)
+    def _failed(self, item: tuple[str, str], err: Exception) -> None:
+        """Retry ``item`` after its backoff; say once per failure what the API refused.
+
+        A 4xx other than 409/429 will fail again until something changes, so it gets an
+        Event on the object (naming the API's message) besides the log line; the backoff
+        (doubling per consecutive failure, capped) keeps a refused write from becoming
+        a hot loop, while any event on the object still reconciles it at once."""
+        kind, key = item
+        delay = self.queue.add_after_failure(item, when=lambda: self.leading)
+        status = err.status if isinstance(err, ApiError) else -1
+        self.ctx.metrics.reconcile_errors.labels(kind, str(status)).inc()
+        log.warning("reconciling %s %s failed (retry in %.2fs): %s", kind, key, delay, err)
+        if isinstance(err, ApiError) and 400 <= err.status < 500 and err.status not in (409, 429):
+            obj = self.writer.job(key) if kind == "job" else self.writer.workload(key)
+            if obj is not None and self.queue.failures(item) == 1:
+                self.ctx.record_event(obj, "Warning", "ApiRequestRefused", f"{err.call}: {err}")
 
     async def _schedule_loop(self) -> None:
         assert self.scheduler is not None

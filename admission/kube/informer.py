@@ -80,6 +80,7 @@ class Informer:
         *,
         handler: Handler | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         rng: random.Random | None = None,
         backoff_base: float = 0.2,
         backoff_cap: float = 30.0,
@@ -92,6 +93,7 @@ class Informer:
         self.resource = resource
         self.handler = handler
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.store: dict[str, Obj] = {}
         self.resource_version = ""
         self.synced = asyncio.Event()
@@ -148,6 +150,7 @@ class Informer:
             page = await self.client.list(
                 self.resource,
                 label_selector=self.label_selector,
+                field_selector=self.field_selector,
                 limit=self.page_size,
                 continue_token=token,
             )
@@ -186,6 +189,7 @@ class Informer:
             self.resource,
             resource_version=self.resource_version,
             label_selector=self.label_selector,
+            field_selector=self.field_selector,
             timeout_seconds=timeout,
         ):
             kind = event.get("type")

@@ -103,7 +103,9 @@ class JobReconciler:
             if o.job_suspended(job):
                 await self._start(key, job, wl)
             return
-        if not o.job_suspended(job) or o.job_needs_restore(job, original):
+        if not o.job_suspended(job) or (
+            o.job_needs_restore(job, original) and o.job_active(job) == 0
+        ):
             job = await self._stop(key, job, original=original) or job
         if o.has_quota(wl) and wkey not in ctx.sync.inflight:
             if (o.is_true(wl, o.EVICTED) or not o.is_active(wl)) and o.job_active(job) == 0:
@@ -176,8 +178,12 @@ class JobReconciler:
         no ``status.startTime``, and the Job controller keeps ``startTime`` on suspend;
         one patch "suspend + restore the template" is refused (422) for any Job that has
         started. So: suspend; clear ``startTime`` through ``jobs/status``; then restore
-        the template. Each step is skipped when already done, so a retry after a failed
-        step resumes where it stopped. Returns the Job as last written (None when gone).
+        the template — once the Job controller reports no active pods, since from
+        Kubernetes 1.36 (``MutableSchedulingDirectivesForSuspendedJobs``) the template
+        of a suspended Job is mutable only with ``status.active == 0``; the Job's next
+        status event brings us back here. Each step is skipped when already done, so a
+        retry after a failed step resumes where it stopped. Returns the Job as last
+        written (None when gone).
         """
         ctx = self.ctx
         new: Obj | None = job
@@ -193,7 +199,7 @@ class JobReconciler:
             )
             if new is None:
                 return None
-        if original is not None and o.job_needs_restore(new, original):
+        if original is not None and o.job_active(new) == 0 and o.job_needs_restore(new, original):
             new = await ctx.writer.patch_job(key, o.restore_job_patch(new, original))
             if new is None:
                 return None

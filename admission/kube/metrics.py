@@ -130,6 +130,12 @@ class Metrics:
             ["call"],
             registry=r,
         )
+        self.reconcile_errors = Counter(
+            "quartermaster_reconcile_errors_total",
+            "Failed reconciles, by object kind and API status (0: transport, -1: other)",
+            ["kind", "status"],
+            registry=r,
+        )
         self.leader = Gauge(
             "quartermaster_leader", "1 when this replica holds the Lease", registry=r
         )

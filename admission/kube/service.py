@@ -41,13 +41,13 @@ from admission.config import Config, ConfigError, load_config
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import LabelSelector
 
+from .cabundle import CABundleReconciler
 from .cachesync import CacheView
 from .client import (
     EVENTS,
     JOBS,
     MUTATING_WEBHOOKS,
     PODS,
-    STRATEGIC_MERGE_PATCH,
     VALIDATING_WEBHOOKS,
     WATCHED,
     WORKLOADS,
@@ -92,6 +92,7 @@ class ServiceOptions:
     cert_secret: str = "quartermaster-webhook-server-cert"
     webhook_service: str = "quartermaster-webhook-service"
     cert_check_seconds: float = 600.0
+    ca_bundle_period: float = 60.0  # backstop re-check of the webhook configurations' caBundle
     leader_elect: bool = False
     identity: str | None = None
     lease_duration: float = 15.0
@@ -147,6 +148,7 @@ class Service:
         self.client: KubeClient | None = None
         self.controller: Controller | None = None
         self.elector: LeaderElector | None = None
+        self.ca_bundles: CABundleReconciler | None = None
         self.informers: dict[str, Informer] = {}
         self.certs_loaded = False
         self._stop = asyncio.Event()
@@ -335,7 +337,7 @@ class Service:
                 await r.cleanup()
 
     async def _serve_webhooks(self) -> None:
-        from webhooks.certs import ensure_cert_dir, read_cert_dir
+        from webhooks.certs import ensure_cert_dir
         from webhooks.config import WebhookConfig
         from webhooks.server import WebhookState, run_webhook_server
 
@@ -346,16 +348,16 @@ class Service:
         if shared:
             asyncio.create_task(self._keep_certificates_fresh())
         elif opts.manage_certificates:
-            # No Secret to share through: a certificate of our own (single replica, tests).
-            generated = await asyncio.to_thread(
+            # No Secret to share through: a certificate of our own (single replica, tests),
+            # or the one already in the cert dir.
+            await asyncio.to_thread(
                 ensure_cert_dir,
                 opts.cert_dir,
                 service=opts.webhook_service,
                 namespace=opts.namespace,
             )
-            if generated and opts.inject_ca_bundle:
-                ca = read_cert_dir(opts.cert_dir).ca_cert_pem
-                asyncio.create_task(self._inject_ca_bundle(ca))
+        if opts.manage_certificates and opts.inject_ca_bundle:
+            self._start_ca_bundle_reconciler()
         wh_config = WebhookConfig(
             service_namespace=opts.namespace,
             managed_jobs_namespace_selector=copts.managed_namespaces,
@@ -407,8 +409,8 @@ class Service:
                 return False
             log.warning("webhook certificate not synced: %s", err)
             return not first
-        if result.ca_changed and opts.inject_ca_bundle:
-            asyncio.create_task(self._inject_ca_bundle(result.ca_pem))
+        if result.ca_changed and self.ca_bundles is not None:
+            self.ca_bundles.ca_changed()
         return True
 
     async def _keep_certificates_fresh(self) -> None:
@@ -416,28 +418,28 @@ class Service:
             await asyncio.sleep(self.options.cert_check_seconds)
             await self._sync_certificates()
 
-    async def _inject_ca_bundle(self, ca_pem: bytes) -> None:
-        """We generated our own CA: make the API server trust it (best effort, retried)."""
-        from webhooks.certs import ca_bundle_patch
+    def _start_ca_bundle_reconciler(self) -> None:
+        """Keep our webhook configurations trusting our CA (see :mod:`.cabundle`)."""
+        from webhooks.certs import CertError, read_cert_dir
 
+        opts = self.options
         assert self.client is not None
-        for res, name in WEBHOOK_CONFIGURATIONS:
-            for attempt in range(10):
-                try:
-                    config = await self.client.get(res, name)
-                    names = [h["name"] for h in config.get("webhooks") or [] if isinstance(h, dict)]
-                    if names:
-                        await self.client.patch(
-                            res,
-                            name,
-                            ca_bundle_patch(names, ca_pem),
-                            content_type=STRATEGIC_MERGE_PATCH,
-                        )
-                    break
-                except ApiError as err:
-                    if err.not_found:
-                        break
-                    await asyncio.sleep(min(10.0, 0.2 * 2**attempt))
+
+        def ca_pem() -> bytes | None:
+            try:
+                return read_cert_dir(opts.cert_dir).ca_cert_pem
+            except (CertError, OSError) as err:
+                log.warning("no CA in %s to inject yet: %s", opts.cert_dir, err)
+                return None
+
+        self.ca_bundles = CABundleReconciler(
+            self.client,
+            WEBHOOK_CONFIGURATIONS,
+            ca_pem=ca_pem,
+            period=opts.ca_bundle_period,
+            rng=random.Random(opts.seed),
+        )
+        asyncio.create_task(self.ca_bundles.run(), name="cabundle")
 
     # -- Kubernetes Events ------------------------------------------------------------------------
 

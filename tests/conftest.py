@@ -1,0 +1,40 @@
+"""Shared fixtures: the two backends the e2e tests run on.
+
+``backend`` parametrizes a test over the in-repo API-server double (``[double]``) and a
+real kube-apiserver + etcd (``[real]``) started from ``KUBEBUILDER_ASSETS`` once per
+session (the envtest convention). Without that variable the real variants are skipped
+with one reason, so ``KUBEBUILDER_ASSETS=DIR python -m pytest -k real`` runs exactly the
+real-server set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.kube_harness import DOUBLE
+from tests.realserver.controlplane import assets_dir, skip_reason
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[Any]:
+    assets = assets_dir()
+    if assets is None:
+        pytest.skip(skip_reason())
+    from tests.realserver.cluster import RealCluster
+
+    cluster = RealCluster(assets)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=[DOUBLE, "real"])
+def backend(request: pytest.FixtureRequest) -> Any:
+    """``DOUBLE`` or the session's :class:`~tests.realserver.cluster.RealCluster`."""
+    if request.param == DOUBLE:
+        return DOUBLE
+    return request.getfixturevalue("real_cluster")

@@ -1,0 +1,305 @@
+"""The real control plane as the e2e tests use it: installed once, wiped per test.
+
+:class:`RealCluster` wraps a :class:`~tests.realserver.controlplane.ControlPlane` for a
+whole test session. On start it installs what a cluster admin installs from
+``manifests/`` before the service runs (the CRDs, the namespace, the service account and
+the shipped RBAC) with the real ``kubectl``. :meth:`RealCluster.reset` gives each test
+clean state: every object of the kinds the service touches is deleted (finalizers
+lifted), so no test sees another's Workloads, queues or Leases.
+
+:class:`RealServerView` answers the few synchronous reads the tests make of the
+backend (``get_object``, ``list_objects``) with plain HTTPS requests, so a test reads
+the real server exactly where it read the double's store.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .controlplane import ADMIN_TOKEN, ControlPlane, start_control_plane
+
+ROOT = Path(__file__).resolve().parents[2]
+Obj = dict[str, Any]
+
+# plural (and kubectl short names the tests use) -> (group/version path, namespaced)
+RESOURCES: dict[str, tuple[str, bool]] = {
+    "namespaces": ("api/v1", False),
+    "pods": ("api/v1", True),
+    "events": ("api/v1", True),
+    "secrets": ("api/v1", True),
+    "jobs": ("apis/batch/v1", True),
+    "leases": ("apis/coordination.k8s.io/v1", True),
+    "priorityclasses": ("apis/scheduling.k8s.io/v1", False),
+    "mutatingwebhookconfigurations": ("apis/admissionregistration.k8s.io/v1", False),
+    "validatingwebhookconfigurations": ("apis/admissionregistration.k8s.io/v1", False),
+    "customresourcedefinitions": ("apis/apiextensions.k8s.io/v1", False),
+    "workloads": ("apis/kueue.x-k8s.io/v1beta2", True),
+    "localqueues": ("apis/kueue.x-k8s.io/v1beta2", True),
+    "clusterqueues": ("apis/kueue.x-k8s.io/v1beta2", False),
+    "cohorts": ("apis/kueue.x-k8s.io/v1beta2", False),
+    "resourceflavors": ("apis/kueue.x-k8s.io/v1beta2", False),
+    "workloadpriorityclasses": ("apis/kueue.x-k8s.io/v1beta2", False),
+}
+KIND_PLURAL = {
+    "Namespace": "namespaces",
+    "Pod": "pods",
+    "Secret": "secrets",
+    "Job": "jobs",
+    "Lease": "leases",
+    "PriorityClass": "priorityclasses",
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "Workload": "workloads",
+    "LocalQueue": "localqueues",
+    "ClusterQueue": "clusterqueues",
+    "Cohort": "cohorts",
+    "ResourceFlavor": "resourceflavors",
+    "WorkloadPriorityClass": "workloadpriorityclasses",
+}
+# what reset() empties, in this order (dependents first)
+WIPED = (
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+    "workloads",
+    "jobs",
+    "pods",
+    "localqueues",
+    "clusterqueues",
+    "cohorts",
+    "resourceflavors",
+    "workloadpriorityclasses",
+    "priorityclasses",
+    "leases",
+    "secrets",
+)
+SERVICE_NS = "quartermaster-system"
+KEPT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", SERVICE_NS)
+
+
+def _canonical(resource: str) -> str:
+    name = resource.split(".", 1)[0]
+    return {"wl": "workloads", "cq": "clusterqueues", "lq": "localqueues"}.get(name, name)
+
+
+class ApiRequestError(Exception):
+    def __init__(self, status: int, body: Obj | str) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(f"{status}: {body}")
+
+
+class RealServerView:
+    """Synchronous admin access to the real API server (test-side reads and setup)."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.url = cp.url
+        self._ssl = cp.ssl_context()
+
+    # -- raw ------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: dict[str, str] | None = None,
+    ) -> Any:
+        url = self.url + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                parsed: Obj | str = json.loads(raw)
+            except ValueError:
+                parsed = raw.decode(errors="replace")
+            raise ApiRequestError(err.code, parsed) from None
+        return json.loads(raw) if raw else None
+
+    def path(self, resource: str, name: str | None = None, namespace: str | None = None) -> str:
+        plural = _canonical(resource)
+        gv, namespaced = RESOURCES[plural]
+        out = f"/{gv}"
+        if namespaced and namespace:
+            out += f"/namespaces/{namespace}"
+        out += f"/{plural}"
+        if name is not None:
+            out += f"/{urllib.parse.quote(name, safe='')}"
+        return out
+
+    # -- what tests read ---------------------------------------------------------------------
+
+    def get_object(self, resource: str, name: str, namespace: str | None = None) -> Obj | None:
+        try:
+            return self.request("GET", self.path(resource, name, namespace))  # type: ignore[no-any-return]
+        except ApiRequestError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list_objects(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        plural = _canonical(resource)
+        listed = self.request("GET", self.path(plural, None, namespace))
+        kind = KIND_PLURAL_INV.get(plural, "")
+        items = listed.get("items") or []
+        for item in items:  # lists omit them per item, as the real server does
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", listed.get("apiVersion", ""))
+        return items  # type: ignore[no-any-return]
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def create(self, obj: Obj) -> Obj:
+        """POST as admin; a ``status`` in ``obj`` is then written through ``/status``."""
+        plural = KIND_PLURAL[obj["kind"]]
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or ("default" if RESOURCES[plural][1] else None)
+        body = copy.deepcopy(obj)
+        status = body.pop("status", None)
+        created = self.request("POST", self.path(plural, None, ns), body)
+        if status:
+            created["status"] = status
+            created = self.request("PUT", self.path(plural, meta["name"], ns) + "/status", created)
+        return created  # type: ignore[no-any-return]
+
+    def ensure_namespace(self, obj: Obj) -> None:
+        """Create the namespace, or make its labels exactly ``obj``'s."""
+        name = obj["metadata"]["name"]
+        want = dict(obj["metadata"].get("labels") or {})
+        have = self.get_object("namespaces", name)
+        if have is None:
+            self.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "labels": want},
+                }
+            )
+            return
+        labels = {
+            k: None
+            for k in (have["metadata"].get("labels") or {})
+            if k not in want and k != "kubernetes.io/metadata.name"
+        }
+        labels.update(want)
+        self.request(
+            "PATCH",
+            self.path("namespaces", name),
+            {"metadata": {"labels": labels}},
+            content_type="application/merge-patch+json",
+        )
+
+    def delete_all(self, plural: str) -> None:
+        namespaced = RESOURCES[plural][1]
+        for obj in self.list_objects(plural):
+            meta = obj["metadata"]
+            name, ns = meta["name"], meta.get("namespace")
+            if plural == "priorityclasses" and name.startswith("system-"):
+                continue
+            if plural == "secrets" and ns != SERVICE_NS:
+                continue
+            if plural == "leases" and ns != SERVICE_NS:
+                continue
+            path = self.path(plural, name, ns if namespaced else None)
+            try:
+                if meta.get("finalizers"):
+                    self.request(
+                        "PATCH",
+                        path,
+                        {"metadata": {"finalizers": None}},
+                        content_type="application/merge-patch+json",
+                    )
+                self.request(
+                    "DELETE",
+                    path,
+                    {
+                        "kind": "DeleteOptions",
+                        "apiVersion": "v1",
+                        "propagationPolicy": "Background",
+                        "gracePeriodSeconds": 0,
+                    },
+                )
+            except ApiRequestError as err:
+                if err.status not in (404, 409):
+                    raise
+
+    def remaining(self, plural: str) -> int:
+        items = self.list_objects(plural)
+        if plural == "priorityclasses":
+            items = [i for i in items if not i["metadata"]["name"].startswith("system-")]
+        if plural in ("secrets", "leases"):
+            items = [i for i in items if i["metadata"].get("namespace") == SERVICE_NS]
+        return len(items)
+
+
+KIND_PLURAL_INV = {v: k for k, v in KIND_PLURAL.items()}
+
+
+class RealCluster:
+    """One control plane per test session, installed as ``manifests/README.md`` says."""
+
+    def __init__(self, assets: Path) -> None:
+        self.cp = start_control_plane(assets)
+        self.view = RealServerView(self.cp)
+        try:
+            self._install()
+        except BaseException:
+            self.cp.stop()
+            raise
+
+    @property
+    def controller_manager(self) -> bool:
+        return self.cp.controller_manager
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = ["kubectl", "--kubeconfig", str(self.cp.kubeconfig()), *args]
+        res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=120)
+        if check and res.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed:\n{res.stdout}\n{res.stderr}")
+        return res
+
+    def _install(self) -> None:
+        crds = sorted(str(p) for p in (ROOT / "manifests" / "crd").glob("kueue.x-k8s.io_*.yaml"))
+        self.kubectl("apply", "--server-side", *sum((["-f", c] for c in crds), []))
+        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        base = ROOT / "manifests" / "base"
+        for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
+            self.kubectl("apply", "-f", str(base / name))
+
+    def reset(self) -> None:
+        for plural in WIPED:
+            self.view.delete_all(plural)
+        deadline = time.monotonic() + 60
+        for plural in WIPED:
+            while self.view.remaining(plural):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{plural} not deleted within 60 s")
+                self.view.delete_all(plural)
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.cp.stop()
+
+
+def start_real_cluster(assets: Path) -> RealCluster:
+    return RealCluster(assets)

@@ -1,0 +1,277 @@
+"""``stack()`` on the real backend: the service exactly as in the Deployment.
+
+The service runs on the test's event loop as on the double, but everything around it is
+real: it authenticates as its service account (so the shipped RBAC in
+``manifests/base/rbac.yaml`` is what lets it act), its requests pass through the
+:class:`~tests.realserver.proxy.FaultProxy` to the real kube-apiserver, the webhook
+configurations of ``manifests/base/webhooks.yaml`` are registered with
+``clientConfig.url`` on loopback and *no* caBundle (the service's own CA injection
+must make the API server trust it), and leader election is on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from admission.config import Config
+from admission.kube import client as k
+from admission.kube.context import ControllerOptions
+from admission.kube.service import Service
+from tests.apiserver import kube_client_config, load_webhook_configurations
+from webhooks.certs import ensure_cert_dir, read_cert_dir
+
+from .cluster import RealCluster, RealServerView
+from .controlplane import ADMIN_TOKEN, SERVICE_TOKEN, free_port
+from .proxy import FaultProxy, compact_etcd
+
+Obj = dict[str, Any]
+
+
+def url_webhook_configurations(port: int) -> list[Obj]:
+    """The shipped webhook configurations, pointed at ``https://127.0.0.1:port``."""
+    from tests.kube_harness import WEBHOOKS_MANIFEST
+
+    configs = load_webhook_configurations(WEBHOOKS_MANIFEST)
+    for cfg in configs:
+        for hook in cfg.get("webhooks") or []:
+            svc = hook["clientConfig"].pop("service")
+            hook["clientConfig"].pop("caBundle", None)
+            hook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{svc.get('path', '/')}"
+    return configs
+
+
+class RealBackend:
+    """What a test reaches as ``s.server`` on the real backend: the view's reads, the
+    proxy's faults, and the cluster's own controls."""
+
+    def __init__(self, cluster: RealCluster, proxy: FaultProxy) -> None:
+        self.cluster = cluster
+        self.view: RealServerView = cluster.view
+        self.proxy = proxy
+        self.url = cluster.cp.url
+
+    # reads, as on the double
+    def get_object(self, resource: str, name: str, namespace: str | None = None) -> Obj | None:
+        return self.view.get_object(resource, name, namespace)
+
+    def list_objects(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        return self.view.list_objects(resource, namespace)
+
+    def put_object(self, obj: Obj) -> Obj:
+        return self.view.create(obj)
+
+    # faults, through the proxy
+    def fail_next(self, count: int = 1, *, code: int = 500, **filters: Any) -> Any:
+        return self.proxy.fail_next(count, code=code, **filters)
+
+    def clear_faults(self) -> None:
+        self.proxy.clear_faults()
+
+    def drop_watches(self, *, abrupt: bool = False) -> int:
+        return self.proxy.drop_watches(abrupt=abrupt)
+
+    def pause(self) -> None:
+        self.proxy.pause()
+
+    def resume(self) -> None:
+        self.proxy.resume()
+
+    def compact(self) -> None:
+        compact_etcd(self.cluster.cp.etcd_url)
+
+    def request_count(self, *, verb: str | None = None, resource: str | None = None) -> int:
+        return self.proxy.request_count(verb=verb, resource=resource)
+
+    @property
+    def requests(self) -> list[Any]:
+        return self.proxy.requests
+
+    def set_service_route(self, service: str, base_url: str) -> None:
+        """Webhooks are registered by URL here; nothing to route."""
+
+    async def finish_job(self, user: k.KubeClient, ns: str, name: str, *, succeeded: bool) -> None:
+        """Finish a Job as the cluster would: with the Job controller running, its pods
+        succeed (or fail) and the controller writes the Job's status; without it, the
+        status is written as the Job controller writes it (the API server's Job status
+        rules: ``SuccessCriteriaMet``/``FailureTarget`` first, ``startTime``,
+        ``completionTime``)."""
+        if self.cluster.controller_manager:
+            await self._finish_pods(user, ns, name, succeeded=succeeded)
+            return
+        job = await user.get(k.JOBS, name, namespace=ns)
+        status = job.get("status") or {}
+        now = _now()
+        start = status.get("startTime") or now
+        if succeeded:
+            conds = [
+                _cond("SuccessCriteriaMet", "CompletionsReached", now),
+                _cond("Complete", "CompletionsReached", now),
+            ]
+            body = {
+                "startTime": start,
+                "completionTime": now,
+                "conditions": conds,
+                "active": 0,
+                "succeeded": int((job.get("spec") or {}).get("completions") or 1),
+            }
+        else:
+            conds = [
+                _cond("FailureTarget", "BackoffLimitExceeded", now),
+                _cond("Failed", "BackoffLimitExceeded", now),
+            ]
+            body = {"startTime": start, "conditions": conds, "active": 0, "failed": 1}
+        await user.patch(k.JOBS, name, {"status": body}, namespace=ns, subresource="status")
+
+    async def _finish_pods(
+        self, user: k.KubeClient, ns: str, name: str, *, succeeded: bool
+    ) -> None:
+        phase = "Succeeded" if succeeded else "Failed"
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            pods = (await user.list(k.PODS, namespace=ns, label_selector=f"job-name={name}"))[
+                "items"
+            ]
+            live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+            if live:
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"the Job controller created no pods for job {ns}/{name}")
+            await asyncio.sleep(0.05)
+        for pod in live:
+            containers = (pod.get("spec") or {}).get("containers") or []
+            statuses = [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0 if succeeded else 1,
+                            "reason": "Completed" if succeeded else "Error",
+                            "startedAt": _now(),
+                            "finishedAt": _now(),
+                        }
+                    },
+                }
+                for c in containers
+            ]
+            await user.patch(
+                k.PODS,
+                pod["metadata"]["name"],
+                {"status": {"phase": phase, "containerStatuses": statuses}},
+                namespace=ns,
+                subresource="status",
+            )
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cond(type_: str, reason: str, now: str) -> Obj:
+    return {
+        "type": type_,
+        "status": "True",
+        "reason": reason,
+        "message": "",
+        "lastProbeTime": now,
+        "lastTransitionTime": now,
+    }
+
+
+@contextlib.asynccontextmanager
+async def real_stack(
+    cluster: RealCluster,
+    tmp_path: Path,
+    *,
+    objects: Iterable[Obj] = (),
+    config: Config | None = None,
+    controller: ControllerOptions | None = None,
+    webhooks: bool = True,
+    before_start: Callable[[Any], None] | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Any]:
+    from tests.kube_harness import SA_USERNAME, Stack, eventually, service_options
+
+    await asyncio.to_thread(cluster.reset)
+    cert_dir = tmp_path / "certs"
+    ensure_cert_dir(cert_dir, namespace="quartermaster-system")
+    view = cluster.view
+    objs = [copy.deepcopy(o) for o in objects]
+    for obj in objs:
+        if obj.get("kind") == "Namespace":
+            view.ensure_namespace(obj)
+    for obj in objs:
+        if obj.get("kind") != "Namespace":
+            view.create(obj)
+    proxy = FaultProxy(cluster.cp.url, cluster.cp.ca_pem)
+    await proxy.start()
+    backend = RealBackend(cluster, proxy)
+    if before_start is not None:
+        before_start(backend)
+    port = free_port()
+    if webhooks:
+        for cfg in url_webhook_configurations(port):
+            view.create(cfg)
+    opts = service_options(
+        backend,
+        cert_dir,
+        config=config,
+        controller=controller,
+        client_configuration=kube_client_config(
+            proxy.url, token=SERVICE_TOKEN, ca_pem=proxy.ca_pem
+        ),
+        **{
+            "webhook_port": port,
+            "inject_ca_bundle": True,
+            "leader_elect": True,
+            "service_account_username": SA_USERNAME,
+            **overrides,
+        },
+    )
+    opts.webhooks = webhooks
+    service = Service(opts)
+    task = asyncio.create_task(service.run())
+    user = await k.KubeClient.connect(
+        configuration=kube_client_config(
+            cluster.cp.url, token=ADMIN_TOKEN, ca_pem=cluster.cp.ca_pem
+        ),
+        strict=False,
+    )
+    try:
+        await eventually(lambda: service.ready.is_set() or task.done(), what="the service is ready")
+        if task.done():
+            task.result()
+        if webhooks and opts.inject_ca_bundle:
+            ca_b64 = base64.b64encode(read_cert_dir(cert_dir).ca_cert_pem).decode()
+
+            def trusted() -> bool:
+                for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+                    for cfg in view.list_objects(plural):
+                        for hook in cfg.get("webhooks") or []:
+                            if hook["clientConfig"].get("caBundle") != ca_b64:
+                                return False
+                return True
+
+            await eventually(lambda: asyncio.to_thread(trusted), what="the service injected its CA")
+        yield Stack(backend, service, user, cert_dir, task)  # type: ignore[arg-type]
+    finally:
+        service.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, timeout=20)
+        await user.close()
+        await proxy.stop()
+        # nothing may call a webhook of a stopped service (the next reset deletes them)
+        for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(view.delete_all, plural)
