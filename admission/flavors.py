@@ -94,8 +94,35 @@ class _Candidate:
     need_preemption: list[FlavorResource]
 
 
-def flavor_matches(flavor: ResourceFlavor, ps: PodSet) -> str | None:
+def topology_mismatch(flavor: ResourceFlavor, ps: PodSet, *, tas_only: bool = False) -> str | None:
+    """Kueue's checkPodSetAndFlavorMatchForTAS, until topology-aware placement exists.
+
+    A podSet that requests topology-aware scheduling (``topologyRequest`` with
+    required, preferred, unconstrained or a slice topology; or any podSet of a
+    ClusterQueue whose flavors all have a topology) can only use a flavor with a
+    ``topologyName``, and the placement onto that topology is not implemented: such a
+    podSet is never admitted, with a reason saying why. A podSet that does not request
+    it cannot use a topology flavor (Kueue: "supports only TopologyAwareScheduling").
+    """
+    requested = (ps.topology is not None and ps.topology.requests_tas) or tas_only
+    if requested:
+        if flavor.topology_name is None:
+            return f'Flavor "{flavor.name}" does not support TopologyAwareScheduling'
+        return (
+            f'Flavor "{flavor.name}" supports TopologyAwareScheduling, but topology-aware '
+            "placement is not implemented yet"
+        )
+    if flavor.topology_name is not None:
+        return f'Flavor "{flavor.name}" supports only TopologyAwareScheduling'
+    return None
+
+
+def flavor_matches(flavor: ResourceFlavor, ps: PodSet, *, tas_only: bool = False) -> str | None:
     """None if the podSet may run on this flavor's nodes, else why not."""
+    if (ps.topology is not None and ps.topology.requests_tas) or tas_only or flavor.topology_name:
+        why = topology_mismatch(flavor, ps, tas_only=tas_only)
+        if why is not None:
+            return why
     labels = flavor.node_labels
     for k, v in ps.node_selector.items():
         if k in labels and labels[k] != v:
@@ -179,6 +206,11 @@ class FlavorAssigner:
         for i, g in enumerate(cq.resource_groups):
             for r in g.covered_resources:
                 self.covered[r] = i
+        # Kueue's IsTASOnly: every flavor of the ClusterQueue has a topology.
+        names = [fq.name for g in cq.resource_groups for fq in g.flavors]
+        self.tas_only = bool(names) and all(
+            (f := flavors.get(n)) is not None and f.topology_name is not None for n in names
+        )
 
     def assign(self, wl: Workload, counts: Mapping[str, int] | None = None) -> Assignment:
         """Assign all podSets of ``wl`` (with optional reduced counts) at once."""
@@ -266,7 +298,7 @@ class FlavorAssigner:
                 messages.append(f"flavor {fq.name} not found")
                 reasons.add(NO_MATCHING_FLAVOR)
                 continue
-            why = flavor_matches(flavor, ps)
+            why = flavor_matches(flavor, ps, tas_only=self.tas_only)
             if why is not None:
                 messages.append(why)
                 reasons.add(NO_MATCHING_FLAVOR)

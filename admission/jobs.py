@@ -26,7 +26,7 @@ from queues.labels import JOB_MIN_PARALLELISM as JOB_MIN_PARALLELISM_ANNOTATION
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import PriorityClass, Workload
-from queues.pods import PodSpecError, podset_from_template
+from queues.pods import PodSpecError, podset_from_template, topology_from_annotations
 from queues.quantity import QuantityError
 
 __all__ = [
@@ -141,6 +141,11 @@ def workload_from_job(
         )
     except (QuantityError, PodSpecError) as err:
         raise JobError(f"job {ref}: spec.template.spec: {err}") from err
+    template_meta = template.get("metadata")
+    if isinstance(template_meta, Mapping):
+        template_annotations = template_meta.get("annotations")
+        if isinstance(template_annotations, Mapping):
+            pod_set.topology = topology_from_annotations(template_annotations)
 
     priority_class, kind, priority = workload_priority(
         labels=labels,

@@ -90,6 +90,7 @@ def resource_flavor(rf: ResourceFlavor) -> m.ResourceFlavor:
             m.Taint(key=t.key, value=t.value, effect=t.effect) for t in rf.spec.node_taints
         ],
         tolerations=[_toleration(t) for t in rf.spec.tolerations],
+        topology_name=rf.spec.topology_name,
     )
 
 
@@ -208,6 +209,16 @@ def workload(wl: Workload) -> m.Workload:
             )
         except (ValueError, ArithmeticError, TypeError) as exc:
             raise ConvertError(f"spec.podSets[{i}].template", str(exc)) from None
+        tr = ps.topology_request
+        if tr is not None:
+            pod_set.topology = m.TopologyRequest(
+                required=tr.required,
+                preferred=tr.preferred,
+                unconstrained=tr.unconstrained,
+                pod_set_group_name=tr.pod_set_group_name,
+                slice_required_topology=tr.pod_set_slice_required_topology,
+                slice_size=tr.pod_set_slice_size,
+            )
         pod_sets.append(pod_set)
     ref = wl.spec.priority_class_ref
     reserved = wl.condition("QuotaReserved")

@@ -28,3 +28,12 @@ IS_GROUP_WORKLOAD = "kueue.x-k8s.io/is-group-workload"
 JOB_UID = "kueue.x-k8s.io/job-uid"
 PODSET = "kueue.x-k8s.io/podset"
 RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
+
+# Topology requests on a job's pod template (Kueue's jobframework turns them into the
+# Workload podSet's topologyRequest).
+PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
+PODSET_GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
+PODSET_SLICE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
+PODSET_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"

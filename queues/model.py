@@ -114,6 +114,7 @@ class ResourceFlavor:
     node_labels: dict[str, str] = field(default_factory=dict)
     node_taints: list[Taint] = field(default_factory=list)
     tolerations: list[Toleration] = field(default_factory=list)
+    topology_name: str | None = None  # spec.topologyName: a TopologyAwareScheduling flavor
 
 
 @dataclass(slots=True)
@@ -198,6 +199,29 @@ class PriorityClass:
     global_default: bool = False
 
 
+@dataclass(slots=True, frozen=True)
+class TopologyRequest:
+    """A podSet's ``topologyRequest`` (or the job annotations that set it)."""
+
+    required: str | None = None
+    preferred: str | None = None
+    unconstrained: bool | None = None
+    pod_set_group_name: str | None = None
+    slice_required_topology: str | None = None
+    slice_size: int | None = None
+
+    @property
+    def requests_tas(self) -> bool:
+        """Kueue's IsExplicitlyRequestingTAS (a podSet group name alone does not)."""
+        return (
+            self.required is not None
+            or self.preferred is not None
+            or self.unconstrained is not None
+            or self.slice_required_topology is not None
+            or self.slice_size is not None
+        )
+
+
 @dataclass(slots=True)
 class PodSet:
     name: str
@@ -207,6 +231,7 @@ class PodSet:
     node_selector: dict[str, str] = field(default_factory=dict)
     required_affinity: list[NodeSelectorTerm] = field(default_factory=list)  # ORed terms
     tolerations: list[Toleration] = field(default_factory=list)
+    topology: TopologyRequest | None = None
 
 
 @dataclass(slots=True)

@@ -46,6 +46,7 @@ def scheduling_hash(wl: Workload) -> int:
                     tuple(sorted(ps.node_selector.items())),
                     tuple(ps.tolerations),
                     tuple(ps.required_affinity),
+                    ps.topology,
                 )
                 for ps in wl.pod_sets
             ),

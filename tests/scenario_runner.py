@@ -84,6 +84,8 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
         }
         if "minCount" in p:
             ps["minCount"] = p["minCount"]
+        if "topologyRequest" in p:
+            ps["topologyRequest"] = p["topologyRequest"]
         pod_sets.append(ps)
     obj: dict[str, Any] = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
