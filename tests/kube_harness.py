@@ -30,6 +30,7 @@ from tests.apiserver import (
     load_webhook_configurations,
     running_apiserver,
 )
+from tests.apiserver.jobcontroller import finish_patches
 from webhooks.certs import ensure_cert_dir, read_cert_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,14 +239,11 @@ class Stack:
         if hasattr(self.server, "finish_job"):  # the real backend knows its Job controller
             await self.server.finish_job(self.user, ns, name, succeeded=succeeded)
             return
-        cond = {"type": "Complete" if succeeded else "Failed", "status": "True"}
-        await self.user.patch(
-            k.JOBS,
-            name,
-            {"status": {"conditions": [cond], "active": 0}},
-            namespace=ns,
-            subresource="status",
-        )
+        job = self.server.get_object("jobs", name, ns)
+        assert job is not None, f"no Job {ns}/{name}"
+        # in the Job controller's order (the double enforces 1.32's Job status rules)
+        for patch in finish_patches(job, succeeded=succeeded):
+            await self.user.patch(k.JOBS, name, patch, namespace=ns, subresource="status")
 
 
 def service_options(

@@ -269,6 +269,7 @@ def test_three_patch_types_with_explicit_content_type() -> None:
     async def scenario() -> None:
         async with cluster() as (server, api):
             batch = client.BatchV1Api(api)
+            core = client.CoreV1Api(api)
             await batch.create_namespaced_job("default", job("p"))
             await batch.patch_namespaced_job(
                 "p",
@@ -276,25 +277,37 @@ def test_three_patch_types_with_explicit_content_type() -> None:
                 {"metadata": {"labels": {"a": "1"}}, "spec": {"parallelism": 2}},
                 _content_type=MERGE,
             )
-            smp = {
+            # list semantics on a Pod: SMP merges containers by name and unions finalizers;
+            # a merge patch replaces the list
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p", "finalizers": ["x/a"]},
                 "spec": {
-                    "template": {"spec": {"containers": [{"name": "side", "image": "envoy:2"}]}}
-                }
+                    "containers": [
+                        {"name": "main", "image": "busybox"},
+                        {"name": "side", "image": "envoy"},
+                    ]
+                },
             }
-            await batch.patch_namespaced_job("p", "default", smp, _content_type=SMP)
-            stored = server.get_object("jobs", "p", "default")
+            await core.create_namespaced_pod("default", pod)
+            smp = {
+                "metadata": {"finalizers": ["x/b"]},
+                "spec": {"containers": [{"name": "side", "image": "envoy:2"}]},
+            }
+            await core.patch_namespaced_pod("p", "default", smp, _content_type=SMP)
+            stored = server.get_object("pods", "p", "default")
             assert stored is not None
-            containers = stored["spec"]["template"]["spec"]["containers"]
+            containers = stored["spec"]["containers"]
             assert [(c["name"], c["image"]) for c in containers] == [
                 ("main", "busybox"),
                 ("side", "envoy:2"),
             ]
-            merge_replaces = {
-                "spec": {"template": {"spec": {"containers": [{"name": "only", "image": "x"}]}}}
-            }
-            await batch.patch_namespaced_job("p", "default", merge_replaces, _content_type=MERGE)
-            stored = server.get_object("jobs", "p", "default")
-            assert stored is not None and len(stored["spec"]["template"]["spec"]["containers"]) == 1
+            assert stored["metadata"]["finalizers"] == ["x/a", "x/b"]
+            merge_replaces = {"metadata": {"finalizers": ["x/c"]}}
+            await core.patch_namespaced_pod("p", "default", merge_replaces, _content_type=MERGE)
+            stored = server.get_object("pods", "p", "default")
+            assert stored is not None and stored["metadata"]["finalizers"] == ["x/c"]
             ops = [
                 {"op": "test", "path": "/spec/parallelism", "value": 2},
                 {"op": "replace", "path": "/spec/suspend", "value": True},

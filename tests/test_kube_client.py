@@ -84,7 +84,8 @@ def test_patches_keep_their_content_type_and_errors_are_typed() -> None:
             )
             try:
                 job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "default"},
-                       "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}  # fmt: skip
+                       "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}],
+                                                      "restartPolicy": "Never"}}}}  # fmt: skip
                 await client.create(k.JOBS, job, namespace="default")
                 await client.patch(k.JOBS, "j", [{"op": "add", "path": "/spec/suspend", "value": True}],
                                    namespace="default", content_type=k.JSON_PATCH)  # fmt: skip

@@ -8,6 +8,7 @@ message formats here copy kube-apiserver's wording.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 REASONS: dict[int, str] = {
@@ -125,3 +126,103 @@ def expired(message: str) -> ApiError:
 
 def internal(message: str) -> ApiError:
     return ApiError(500, f"Internal error occurred: {message}", reason="InternalError")
+
+
+# -- field errors (apimachinery's field.ErrorList) ------------------------------------------
+
+_CAUSE_REASONS = {
+    "Invalid value": "FieldValueInvalid",
+    "Required value": "FieldValueRequired",
+    "Forbidden": "FieldValueForbidden",
+    "Unsupported value": "FieldValueNotSupported",
+    "Duplicate value": "FieldValueDuplicate",
+    "Too many": "FieldValueTooMany",
+    "Too long": "FieldValueTooLong",
+}
+
+
+class FieldError:
+    """One ``field.Error``: ``kind`` is its type string ("Invalid value", "Forbidden", ...)."""
+
+    __slots__ = ("detail", "field", "kind", "value")
+    _NO_VALUE = object()
+
+    def __init__(self, kind: str, field: str, detail: str, value: Any = _NO_VALUE) -> None:
+        self.kind = kind
+        self.field = field
+        self.detail = detail
+        self.value = value
+
+    @classmethod
+    def invalid(cls, field: str, value: Any, detail: str) -> FieldError:
+        return cls("Invalid value", field, detail, value)
+
+    @classmethod
+    def forbidden(cls, field: str, detail: str) -> FieldError:
+        return cls("Forbidden", field, detail)
+
+    @classmethod
+    def required(cls, field: str, detail: str = "") -> FieldError:
+        return cls("Required value", field, detail)
+
+    def body(self) -> str:
+        """``ErrorBody()``: the type, the value for Invalid, and the detail."""
+        text = self.kind
+        if self.value is not self._NO_VALUE:
+            text += f": {_go_value(self.value)}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.body()}"
+
+    def __repr__(self) -> str:
+        return f"FieldError({self})"
+
+
+def _go_value(value: Any) -> str:
+    """How ``field.Error`` prints a bad value: quoted strings, bare scalars, else %#v."""
+    if isinstance(value, GoValue):
+        return value.text
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if value is None:
+        return '"null"'
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+class GoValue:
+    """A bad value already rendered (e.g. ``core.PodTemplateSpec{...}``)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def invalid_errors(*, kind: str, group: str, name: str, errors: list[FieldError]) -> ApiError:
+    """``errors.NewInvalid``: 422 with one cause per field error, message as upstream
+    (one error inline, several in brackets)."""
+    kind_group = f"{kind}.{group}" if group else kind
+    if len(errors) == 1:
+        summary = str(errors[0])
+    else:
+        summary = "[" + ", ".join(str(e) for e in errors) + "]"
+    details: dict[str, Any] = {
+        "name": name,
+        "kind": kind,
+        "causes": [
+            {
+                "reason": _CAUSE_REASONS.get(e.kind, "FieldValueInvalid"),
+                "message": e.body(),
+                "field": e.field,
+            }
+            for e in errors
+        ],
+    }
+    if group:
+        details["group"] = group
+    return ApiError(422, f'{kind_group} "{name}" is invalid: {summary}', details=details)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import builtin
 from .admission import AdmissionAttributes, UserInfo, WebhookDispatcher
 from .errors import ApiError, bad_request, conflict, not_found
 from .patches import APPLY_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
@@ -84,8 +85,10 @@ class Operations:
             raise not_found("namespaces", ctx.namespace or "")
         attrs = ctx.attributes("CREATE", obj["metadata"].get("name", ""))
         mutated, warnings = await self.dispatcher.mutate(attrs, obj, None)
-        obj = _restore_create_fields(ctx.rt, obj, mutated or obj)
+        obj = builtin.apply_defaults(ctx.rt, _restore_create_fields(ctx.rt, obj, mutated or obj))
+        builtin.prepare_create(ctx.rt, obj)
         validate(ctx.rt, obj)
+        builtin.validate_create(ctx.rt, obj)
         warnings += await self.dispatcher.validate(attrs, obj, None)
         if not ctx.dry_run:
             obj = self.store.insert(ctx.rt, obj)
@@ -152,6 +155,7 @@ class Operations:
             mutated, warnings = await self.dispatcher.mutate(attrs, new, old)
             new = prepare_for_update(ctx.rt, old, mutated or new, subresource=ctx.subresource)
             validate(ctx.rt, new)
+            builtin.validate_update(ctx.rt, old, new, subresource=ctx.subresource)
             warnings += await self.dispatcher.validate(attrs, new, old)
             if ctx.dry_run:
                 return WriteResult(new, 200, warnings)

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from . import builtin
 from .admission import UserInfo, WebhookDispatcher
 from .errors import ApiError, bad_request
 from .hooks import FaultInjector, FaultRule, RecordedRequest, RequestRecorder
@@ -199,11 +200,14 @@ class ApiServer:
         body.setdefault("metadata", {}).pop("resourceVersion", None)
         if existing is None:
             new = prepare_for_create(rt, body, namespace=namespace)
+            builtin.prepare_create(rt, new)
             if "status" in obj:
                 new["status"] = copy.deepcopy(obj["status"])
             validate(rt, new)
             return copy.deepcopy(self.store.insert(rt, new))
-        new = {**body, "apiVersion": existing["apiVersion"], "kind": rt.kind}
+        new = builtin.apply_defaults(
+            rt, {**body, "apiVersion": existing["apiVersion"], "kind": rt.kind}
+        )
         for key in ("uid", "creationTimestamp", "generation", "namespace", "name"):
             if key in existing["metadata"]:
                 new["metadata"][key] = existing["metadata"][key]

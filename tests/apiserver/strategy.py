@@ -17,6 +17,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from . import builtin
 from .errors import ApiError, bad_request, internal, invalid
 from .resources import ResourceType
 
@@ -114,7 +115,7 @@ def prepare_for_create(rt: ResourceType, body: Any, *, namespace: str | None) ->
             obj["status"] = {"phase": "Active"}
     if rt.plural == "namespaces":
         meta.setdefault("labels", {})[NAMESPACE_NAME_LABEL] = meta.get("name", "")
-    return obj
+    return builtin.apply_defaults(rt, obj)
 
 
 def prepare_for_update(rt: ResourceType, old: Obj, new: Any, *, subresource: str | None) -> Obj:
@@ -156,6 +157,7 @@ def prepare_for_update(rt: ResourceType, old: Obj, new: Any, *, subresource: str
                 value=None,
                 why=f"Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)!r}",
             )
+    builtin.apply_defaults(rt, result)
     if spec_changed(old, result):
         meta["generation"] = int(old_meta.get("generation") or 1) + 1
     return result
