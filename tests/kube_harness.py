@@ -234,6 +234,14 @@ class Stack:
                     return wl
         return None
 
+    def kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
+        """A kubeconfig for the real ``kubectl`` against this stack's API server."""
+        if hasattr(self.server, "write_kubeconfig"):
+            return self.server.write_kubeconfig(path, namespace=namespace)  # type: ignore[no-any-return]
+        from tests.apiserver import write_kubeconfig
+
+        return write_kubeconfig(path, self.server.url, namespace=namespace)
+
     async def finish_job(self, ns: str, name: str, *, succeeded: bool = True) -> None:
         """Play the Job controller: mark the Job Complete (or Failed)."""
         if hasattr(self.server, "finish_job"):  # the real backend knows its Job controller

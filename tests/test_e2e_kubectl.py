@@ -7,11 +7,11 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.apiserver import write_kubeconfig
 from tests.kube_harness import (
     admitted,
     cluster_queue,
@@ -53,10 +53,12 @@ async def kubectl(
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-def test_kubectl_creates_a_job_gets_workloads_and_edits_a_cluster_queue(tmp_path: Path) -> None:
+def test_kubectl_creates_a_job_gets_workloads_and_edits_a_cluster_queue(
+    tmp_path: Path, backend: Any
+) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=OBJECTS) as s:
-            kc = write_kubeconfig(tmp_path / "kubeconfig", s.server.url, namespace="team-a")
+        async with stack(tmp_path, backend=backend, objects=OBJECTS) as s:
+            kc = s.kubeconfig(tmp_path / "kubeconfig", namespace="team-a")
             manifest = tmp_path / "jobs.yaml"
             manifest.write_text(
                 yaml.safe_dump_all(

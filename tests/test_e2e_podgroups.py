@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from admission.kube import client as k
 from tests.kube_harness import (
@@ -91,10 +92,10 @@ async def settled(s: Stack) -> None:
 
 
 def test_a_gang_waits_for_all_its_pods_then_is_admitted_and_ungated_together(
-    tmp_path: Path,
+    tmp_path: Path, backend: Any
 ) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             first = await create_pod(s, "g-0", group="gang", total=2, cpu="2")
             assert gated(first)  # the webhook gated it
             assert FINALIZER in first["metadata"]["finalizers"]
@@ -120,9 +121,9 @@ def test_a_gang_waits_for_all_its_pods_then_is_admitted_and_ungated_together(
     run(main)
 
 
-def test_a_gang_larger_than_the_quota_stays_gated_and_pending(tmp_path: Path) -> None:
+def test_a_gang_larger_than_the_quota_stays_gated_and_pending(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             for i in range(3):
                 await create_pod(s, f"big-{i}", group="big", total=3, cpu="2")
             wl = await eventually(
@@ -147,10 +148,10 @@ def test_a_gang_larger_than_the_quota_stays_gated_and_pending(tmp_path: Path) ->
 
 
 def test_finishing_all_pods_finishes_the_workload_and_lets_the_next_gang_in(
-    tmp_path: Path,
+    tmp_path: Path, backend: Any
 ) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             for i in range(2):
                 await create_pod(s, f"a-{i}", group="first", total=2, cpu="2")
             await eventually(lambda: ungated(s, "a-0", "a-1"), what="the first gang runs")
@@ -188,7 +189,7 @@ def test_finishing_all_pods_finishes_the_workload_and_lets_the_next_gang_in(
 
 
 def test_a_preempted_gang_loses_its_pods_and_the_quota_goes_to_the_preemptor(
-    tmp_path: Path,
+    tmp_path: Path, backend: Any
 ) -> None:
     objects = [
         namespace("team-a"),
@@ -201,7 +202,7 @@ def test_a_preempted_gang_loses_its_pods_and_the_quota_goes_to_the_preemptor(
     ]
 
     async def main() -> None:
-        async with stack(tmp_path, objects=objects) as s:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
             for i in range(2):
                 await create_pod(s, f"low-{i}", group="low", total=2, cpu="2")
             await eventually(lambda: ungated(s, "low-0", "low-1"), what="the low gang runs")
@@ -222,9 +223,9 @@ def test_a_preempted_gang_loses_its_pods_and_the_quota_goes_to_the_preemptor(
     run(main)
 
 
-def test_a_deleted_pod_of_an_incomplete_gang_goes_away(tmp_path: Path) -> None:
+def test_a_deleted_pod_of_an_incomplete_gang_goes_away(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await create_pod(s, "lone-0", group="lone", total=2)
             await settled(s)
             await s.user.delete(k.PODS, "lone-0", namespace="team-a")

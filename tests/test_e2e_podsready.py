@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from admission.kube import client as k
 from admission.kube.context import ControllerOptions, PodsReadyOptions
@@ -33,7 +34,7 @@ def condition(obj: dict, type_: str) -> dict:
 
 
 def test_a_gang_not_ready_in_time_is_evicted_requeued_with_backoff_then_deactivated(
-    tmp_path: Path,
+    tmp_path: Path, backend: Any
 ) -> None:
     now = [1_800_000_000.0]
     opts = ControllerOptions(
@@ -49,7 +50,9 @@ def test_a_gang_not_ready_in_time_is_evicted_requeued_with_backoff_then_deactiva
         )
 
     async def main() -> None:
-        async with stack(tmp_path, objects=OBJECTS, controller=opts, clock=lambda: now[0]) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=OBJECTS, controller=opts, clock=lambda: now[0]
+        ) as s:
 
             def started(name: str) -> bool:
                 j = s.get("jobs", name, "team-a")

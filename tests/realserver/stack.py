@@ -92,6 +92,14 @@ class RealBackend:
     def requests(self) -> list[Any]:
         return self.proxy.requests
 
+    def write_kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
+        """A kubeconfig for the real ``kubectl`` as the cluster admin."""
+        from tests.apiserver import write_kubeconfig
+
+        return write_kubeconfig(
+            path, self.url, token=ADMIN_TOKEN, ca_pem=self.cluster.cp.ca_pem, namespace=namespace
+        )
+
     def set_service_route(self, service: str, base_url: str) -> None:
         """Webhooks are registered by URL here; nothing to route."""
 
