@@ -165,6 +165,41 @@ class RealServerView:
             item.setdefault("apiVersion", listed.get("apiVersion", ""))
         return items  # type: ignore[no-any-return]
 
+    def watch(self, resource: str, on_event: Any, stop: Any) -> None:
+        """Feed ``on_event(type, new, old, everything)`` from a real watch until
+        ``stop.is_set()`` (run it in a thread): what the double's store hooks give the
+        invariant checker, from the API server's own event stream."""
+        plural = _canonical(resource)
+        store: dict[str, Obj] = {}
+        listed = self.request("GET", self.path(plural))
+        for item in listed.get("items") or []:
+            store[item["metadata"]["uid"]] = item
+        rv = listed["metadata"]["resourceVersion"]
+        while not stop.is_set():
+            query = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "5",
+                     "allowWatchBookmarks": "true"}  # fmt: skip
+            url = self.url + self.path(plural) + "?" + urllib.parse.urlencode(query)
+            req = urllib.request.Request(url)
+            req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+            with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
+                for line in resp:
+                    if stop.is_set():
+                        return
+                    event = json.loads(line)
+                    obj = event["object"]
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    if event["type"] == "ERROR":
+                        raise AssertionError(f"watch of {plural} failed: {obj}")
+                    uid = obj["metadata"]["uid"]
+                    old = store.get(uid)
+                    if event["type"] == "DELETED":
+                        store.pop(uid, None)
+                    else:
+                        store[uid] = obj
+                    on_event(event["type"], obj, old, list(store.values()))
+
     # -- setup ---------------------------------------------------------------------------------
 
     def create(self, obj: Obj) -> Obj:
