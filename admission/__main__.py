@@ -79,6 +79,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from admission.config import ConfigError, load_config
     from admission.loader import LoadError, load_paths, merge
     from admission.plan import plan_json, plan_table, run_plan, what_if_diff
+    from admission.whatif import what_if
 
     if args.cycles is not None and args.cycles < 0:
         raise BadInput(f"--cycles: must be a non-negative integer, got {args.cycles}")
@@ -90,13 +91,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise BadInput(str(e)) from e
     if args.now:
         config.now = _parse_time(args.now, "--now")
-    doc: dict[str, Any] = plan_json(run_plan(inputs, cycles=args.cycles, config=config))
-    if overlay is not None:
-        base_inputs = load_paths(args.paths)  # run_plan mutates workloads; reload both sides
-        before = doc
-        after = plan_json(run_plan(merge(base_inputs, overlay), cycles=args.cycles, config=config))
-        doc = after
-        doc["whatIf"] = {"files": list(args.what_if), "changes": what_if_diff(before, after)}
+    if overlay is None:
+        doc: dict[str, Any] = plan_json(run_plan(inputs, cycles=args.cycles, config=config))
+    else:
+        # The webhook's impact warnings run this same what-if (admission.whatif).
+        w = what_if(inputs, merge(inputs, overlay), config=config, cycles=args.cycles)
+        before, doc = plan_json(w.before), plan_json(w.after)
+        doc["whatIf"] = {"files": list(args.what_if), "changes": what_if_diff(before, doc)}
     if _output_format(args.output) == "json":
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")

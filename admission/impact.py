@@ -3,8 +3,9 @@
 The validating webhook asks this on every allowed ClusterQueue, Cohort,
 ResourceFlavor or LocalQueue edit and returns the lines as AdmissionReview
 ``warnings`` (``kubectl apply`` and ``--dry-run=server`` print them). It is the same
-what-if as ``plan --what-if``: the engine runs to quiescence on the current objects,
-and again with the edit applied, and the differences are described:
+what-if as ``plan --what-if`` (:func:`admission.whatif.what_if`, with the scheduler the
+service's configuration builds): the engine runs to quiescence on the current
+objects, and again with the edit applied, and the differences are described:
 
 1. admitted workloads now over quota (they keep running: nothing is evicted by an edit),
 2. preemptions the edit would trigger,
@@ -12,19 +13,25 @@ and again with the edit applied, and the differences are described:
 4. pending workloads that can now never fit (``ExceedsMaxQuota``),
 5. ClusterQueues that start borrowing, whose workloads become reclaimable.
 
-Most important first, at most ``limit`` lines.
+Workloads are **counted per ClusterQueue, never named**: the webhook port answers any
+caller, and a review (its namespace included) is whatever the caller wrote, so a
+warning must not tell one tenant the names or sizes of another's workloads.
+
+Most important first, at most ``limit`` lines. :func:`impact_of_snapshot` is the part
+that may run off the event loop, on a :func:`admission.whatif.snapshot`.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from admission.cache import Cache
-from admission.plan import pending_report, run_cycles
-from admission.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
-from queues.model import ClusterQueue, Cohort, LocalQueue, Namespace, ResourceFlavor, Workload
+from admission.config import Config
+from admission.loader import Inputs
+from admission.whatif import snapshot, what_if, with_now
+from queues.model import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 from queues.quantity import format_quantity
 from queues.tree import CohortTree
 
@@ -34,18 +41,6 @@ KINDS = {
     "ResourceFlavor": "flavors",
     "LocalQueue": "local_queues",
 }
-
-
-def _cache(
-    objs: Mapping[str, dict[str, Any]],
-    workloads: Mapping[str, Workload],
-    namespaces: Mapping[str, Namespace],
-) -> Cache:
-    cache = Cache(namespaces=namespaces, **objs)  # type: ignore[arg-type]
-    for key in sorted(workloads):
-        wl = copy.copy(workloads[key])  # the scheduler replaces wl.admission, never mutates it
-        cache.add_workload(wl)
-    return cache
 
 
 def _over_quota(tree: CohortTree) -> dict[tuple[str, str, str], tuple[int, int]]:
@@ -78,12 +73,10 @@ def _borrowing(tree: CohortTree) -> dict[tuple[str, str, str], int]:
     return out
 
 
-def _run(cache: Cache) -> tuple[list[AdmittedDecision], list[PreemptedDecision], dict]:
-    scheduler = Scheduler(cache)
-    admitted: list[AdmittedDecision] = []
-    preempted: list[PreemptedDecision] = []
-    run_cycles(scheduler, cycles=None, admitted=admitted, preempted=preempted)
-    return admitted, preempted, pending_report(cache)
+def _per_queue(items: Iterable[str]) -> str:
+    """ "2 in ClusterQueue a, 1 in ClusterQueue b" from one ClusterQueue name per workload."""
+    counts = Counter(items)
+    return ", ".join(f"{n} in ClusterQueue {cq}" for cq, n in sorted(counts.items()))
 
 
 def impact_of_edit(
@@ -97,31 +90,68 @@ def impact_of_edit(
     kind: str,
     obj: Any,
     limit: int = 10,
+    config: Config | None = None,
+    now: float | None = None,
 ) -> list[str]:
     """Lines describing what replacing (or adding) ``obj`` of ``kind`` would do."""
+    if kind not in KINDS:
+        return []
+    snap = snapshot(
+        flavors=flavors,
+        cluster_queues=cluster_queues,
+        cohorts=cohorts,
+        local_queues=local_queues,
+        workloads=workloads,
+        namespace_labels=namespace_labels,
+        extra_namespaces=(obj.namespace,) if kind == "LocalQueue" else (),
+    )
+    return impact_of_snapshot(snap, kind, obj, config=config, now=now, limit=limit)
+
+
+def impact_of_snapshot(
+    snap: Inputs,
+    kind: str,
+    obj: Any,
+    *,
+    config: Config | None = None,
+    now: float | None = None,
+    limit: int = 10,
+    deadline: float | None = None,
+) -> list[str]:
+    """:func:`impact_of_edit` on a snapshot; ``now`` (epoch seconds, default the
+    configuration's ``now``) is the clock of the scheduler (usage decay);
+    ``deadline`` (``time.monotonic()``) bounds the run
+    (:class:`admission.plan.DeadlineExceeded`)."""
     field = KINDS.get(kind)
     if field is None:
         return []
-    before: dict[str, dict[str, Any]] = {
-        "flavors": dict(flavors),
-        "cluster_queues": dict(cluster_queues),
-        "cohorts": dict(cohorts),
-        "local_queues": dict(local_queues),
-    }
-    after = {k: dict(v) for k, v in before.items()}
+    after = Inputs(
+        flavors=dict(snap.flavors),
+        cluster_queues=dict(snap.cluster_queues),
+        cohorts=dict(snap.cohorts),
+        local_queues=dict(snap.local_queues),
+        namespaces=snap.namespaces,
+        workloads=snap.workloads,
+        namespaces_given=snap.namespaces_given,
+    )
     key = obj.key if kind == "LocalQueue" else obj.name
-    after[field][key] = obj
-    used_ns = {wl.namespace for wl in workloads.values()} | {
-        lq.namespace for lq in after["local_queues"].values()
-    }
-    namespaces = {ns: Namespace(name=ns, labels=namespace_labels(ns)) for ns in used_ns}
+    getattr(after, field)[key] = obj
+    over: dict[str, dict] = {}
+    borrow: dict[str, dict] = {}
 
-    cache_b = _cache(before, workloads, namespaces)
-    cache_a = _cache(after, workloads, namespaces)
-    over_b, over_a = _over_quota(cache_b.tree), _over_quota(cache_a.tree)
-    borrow_b, borrow_a = _borrowing(cache_b.tree), _borrowing(cache_a.tree)
-    adm_b, pre_b, pend_b = _run(cache_b)
-    adm_a, pre_a, pend_a = _run(cache_a)
+    def probe(side: str, cache: Cache) -> None:
+        over[side] = _over_quota(cache.tree)
+        borrow[side] = _borrowing(cache.tree)
+
+    cfg = with_now(config, now) if now is not None else config
+    w = what_if(snap, after, config=cfg, before_cycles=probe, deadline=deadline)
+    over_b, over_a = over["before"], over["after"]
+    borrow_b, borrow_a = borrow["before"], borrow["after"]
+    pre_b, pre_a = w.before.preempted, w.after.preempted
+    adm_b, adm_a = w.before.admitted, w.after.admitted
+    pend_b, pend_a = w.before.pending, w.after.pending
+    cache_a = w.after.cache
+    assert cache_a is not None
 
     lines: list[str] = []
     for (node, flavor, res), (used, allowed) in sorted(over_a.items()):
@@ -133,35 +163,44 @@ def impact_of_edit(
             "they keep running (an edit evicts nothing)"
         )
     pre_keys_b = {(p.workload.key, p.by) for p in pre_b}
-    new_pre = [p for p in pre_a if (p.workload.key, p.by) not in pre_keys_b]
+    new_pre = {
+        p.workload.key: (p.cluster_queue, p.reason)
+        for p in pre_a
+        if (p.workload.key, p.by) not in pre_keys_b
+    }
     if new_pre:
-        names = ", ".join(f"{p.workload.key} ({p.reason}, by {p.by})" for p in new_pre[:5])
-        more = f" and {len(new_pre) - 5} more" if len(new_pre) > 5 else ""
-        lines.append(f"{len(new_pre)} admitted workload(s) would be preempted: {names}{more}")
-    adm_keys_b = {d.workload.key for d in adm_b}
-    newly = sorted(
-        {d.workload.key for d in adm_a if d.workload.key in cache_a.admitted} - adm_keys_b
-    )
-    if newly:
-        more = f" and {len(newly) - 5} more" if len(newly) > 5 else ""
-        lines.append(
-            f"{len(newly)} pending workload(s) now fit and will be admitted: {', '.join(newly[:5])}{more}"
+        reasons = Counter(new_pre.values())
+        detail = ", ".join(
+            f"{n} in ClusterQueue {cq} ({reason})" for (cq, reason), n in sorted(reasons.items())
         )
-    never = sorted(
-        k
-        for k, (_cq, st) in pend_a.items()
+        lines.append(f"{len(new_pre)} admitted workload(s) would be preempted: {detail}")
+    adm_keys_b = {d.workload.key for d in adm_b}
+    newly = {
+        d.workload.key: d.cluster_queue
+        for d in adm_a
+        if d.workload.key in cache_a.admitted and d.workload.key not in adm_keys_b
+    }
+    if newly:
+        lines.append(
+            f"{len(newly)} pending workload(s) now fit and will be admitted: "
+            f"{_per_queue(newly.values())}"
+        )
+    never = {
+        k: cq or "-"
+        for k, (cq, st) in pend_a.items()
         if st.reason == "ExceedsMaxQuota"
         and (k not in pend_b or pend_b[k][1].reason != "ExceedsMaxQuota")
-    )
-    for k in never[:3]:
-        lines.append(f"{k} can now never fit (ExceedsMaxQuota): {pend_a[k][1].message}")
-    if len(never) > 3:
-        lines.append(f"{len(never) - 3} more pending workload(s) can now never fit")
-    for (cq, flavor, res), over in sorted(borrow_a.items()):
+    }
+    if never:
+        lines.append(
+            f"{len(never)} pending workload(s) can now never fit (ExceedsMaxQuota): "
+            f"{_per_queue(never.values())}"
+        )
+    for (cq, flavor, res), amount in sorted(borrow_a.items()):
         if (cq, flavor, res) in borrow_b:
             continue
         lines.append(
-            f"ClusterQueue {cq} now borrows {format_quantity(res, over)} {res} on flavor {flavor} "
+            f"ClusterQueue {cq} now borrows {format_quantity(res, amount)} {res} on flavor {flavor} "
             "beyond its nominal quota: those workloads become reclaimable by the cohort"
         )
     return lines[:limit]

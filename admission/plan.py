@@ -9,7 +9,8 @@ some objects replaced or added and lists the workloads whose outcome differs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,10 @@ from queues.model import Workload
 from queues.quantity import format_quantity
 
 MAX_CYCLES = 10_000
+
+
+class DeadlineExceeded(TimeoutError):
+    """The cycles did not reach quiescence before the caller's deadline."""
 
 
 @dataclass(slots=True)
@@ -47,16 +52,34 @@ def build_cache(inputs: Inputs) -> Cache:
 
 
 def run_plan(
-    inputs: Inputs, *, cycles: int | None = None, config: Config | None = None
+    inputs: Inputs,
+    *,
+    cycles: int | None = None,
+    config: Config | None = None,
+    before_cycles: Callable[[Cache], None] | None = None,
+    deadline: float | None = None,
 ) -> PlanResult:
-    """Run scheduling cycles over the inputs until quiescent (or exactly ``cycles``)."""
+    """Run scheduling cycles over the inputs until quiescent (or exactly ``cycles``).
+
+    The scheduler is the one ``config`` builds (:meth:`Config.make_scheduler`: fair
+    sharing, admission fair sharing, cohort credits), on the clock ``config.now``.
+    ``before_cycles`` sees the cache as loaded, before the first cycle (the what-if
+    reads the usage the edit meets); ``deadline`` (a ``time.monotonic()`` value) makes
+    the run raise :class:`DeadlineExceeded` between cycles once passed.
+    """
     config = config or Config()
     cache = build_cache(inputs)
+    if before_cycles is not None:
+        before_cycles(cache)
     now = config.now if config.now is not None else 0.0
     scheduler = config.make_scheduler(cache, clock=lambda: now)
     result = PlanResult(cycles=0, cache=cache, scheduler=scheduler)
     result.cycles = run_cycles(
-        scheduler, cycles=cycles, admitted=result.admitted, preempted=result.preempted
+        scheduler,
+        cycles=cycles,
+        admitted=result.admitted,
+        preempted=result.preempted,
+        deadline=deadline,
     )
     result.pending = pending_report(cache)
     return result
@@ -68,6 +91,7 @@ def run_cycles(
     cycles: int | None,
     admitted: list[AdmittedDecision],
     preempted: list[PreemptedDecision],
+    deadline: float | None = None,
 ) -> int:
     """The plan loop: cycles until one changes nothing (or exactly ``cycles``);
     workloads preempted in a cycle are fully evicted before the next one."""
@@ -76,6 +100,8 @@ def run_cycles(
     limit = cycles if cycles is not None else MAX_CYCLES
     ran = 0
     while ran < limit:
+        if deadline is not None and time.monotonic() > deadline:
+            raise DeadlineExceeded(f"not quiescent after {ran} scheduling cycle(s)")
         for key in to_evict:
             cache.evicted(key)
         released = bool(to_evict)

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -153,10 +154,19 @@ def epoch(value: datetime | None) -> float | None:
 # Scalar types
 # --------------------------------------------------------------------------------------
 
+
+def _parsable_quantity(text: str) -> str:
+    """A quantity the pattern accepts but apimachinery's parser refuses (``1e1001``:
+    above the exponent cap) is a field error here, not an exception in a later rule."""
+    parse_quantity(text)  # QuantityError is a ValueError: pydantic names the field
+    return text
+
+
 Quantity = Annotated[
     str,
     BeforeValidator(to_quantity_text),
     StringConstraints(pattern=QUANTITY_PATTERN),
+    AfterValidator(_parsable_quantity),
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],

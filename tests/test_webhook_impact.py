@@ -83,7 +83,7 @@ def test_quota_increase_warns_which_pending_workloads_will_be_admitted(
     resp = _review(client, old, new)
     assert resp["allowed"] is True
     assert resp["warnings"] == [
-        "1 pending workload(s) now fit and will be admitted: inference-prod/job-mig-batch-eval-ed754"
+        "1 pending workload(s) now fit and will be admitted: 1 in ClusterQueue inference-prod"
     ]
 
 

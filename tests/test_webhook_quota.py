@@ -234,19 +234,18 @@ def test_impact_warnings_are_returned_at_most_ten(
     client: ReviewClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lines = [f"line {i}" for i in range(12)]
-    seen: list[tuple[str, Any, Any]] = []
 
-    def fake(kind: str, old: Any, new: Any, view: Any) -> list[str]:
-        seen.append((kind, old, new))
-        return lines
+    # the what-if may run in a forked child: what it saw comes back in its first line
+    def fake(kind: str, obj: Any, snap: Any, config: Any, now: float, deadline: Any) -> list[str]:
+        return [f"{kind} {obj.name} deadline={deadline is not None}", *lines[1:]]
 
-    monkeypatch.setattr(quota, "impact_warnings", fake)
+    monkeypatch.setattr(quota, "impact_lines", fake)
     response = review(
         client, V + "clusterqueue", "ClusterQueue", cluster_queue(nominal="8"), cluster_queue()
     )
     assert response["allowed"] is True
-    assert response["warnings"] == lines[:10]
-    assert seen == [("ClusterQueue", cluster_queue(), cluster_queue(nominal="8"))]
+    name = cluster_queue()["metadata"]["name"]
+    assert response["warnings"] == [f"ClusterQueue {name} deadline=True", *lines[1:10]]
 
 
 def test_failing_impact_warnings_do_not_block_the_edit(
@@ -255,11 +254,11 @@ def test_failing_impact_warnings_do_not_block_the_edit(
     def broken(*_args: Any) -> list[str]:
         raise RuntimeError("what-if exploded")
 
-    monkeypatch.setattr(quota, "impact_warnings", broken)
+    monkeypatch.setattr(quota, "impact_lines", broken)
     response = review(client, V + "cohort", "Cohort", cohort("e"))
     assert response["allowed"] is True
     assert response["warnings"] == [
-        "impact of this edit could not be computed: RuntimeError: what-if exploded"
+        "impact of this edit was not computed: it failed (RuntimeError: what-if exploded)"
     ]
 
 

@@ -111,11 +111,28 @@ def test_unusable_reviews_get_400_with_a_one_line_reason(
     assert text.count("\n") == 1 and text.endswith("\n")
 
 
-def test_body_over_3_mib_is_refused_with_413(client: ReviewClient) -> None:
+def test_body_over_3_mib_is_refused_with_413_and_the_connection_closed(
+    server: WebhookServerThread, client: ReviewClient
+) -> None:
+    from tests.test_webhook_hardening import raw_exchange
+
+    # announced too large: answered before the body is sent, then closed (not drained)
+    head = (
+        f"POST {MUTATE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n"
+    ).encode()
+    answer, closed = raw_exchange(server, head + b"{")
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert closed
+    # chunked, growing past the limit while read: 413 as well, then closed
     review = make_review("Job", job())
     review["request"]["object"]["metadata"]["annotations"] = {"big": "x" * MAX_BODY_BYTES}
-    status, _text = client.post(MUTATE, review)
-    assert status == 413
+    body = json.dumps(review).encode()
+    chunked = f"POST {MUTATE} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    chunked += f"{len(body):x}\r\n".encode() + body + b"\r\n"
+    answer, closed = raw_exchange(server, chunked)
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert closed
     # and the server keeps serving
     status, resp = client.post(MUTATE, make_review("Job", job()))
     assert status == 200 and resp["response"]["allowed"] is True

@@ -50,6 +50,26 @@ def default_namespace_selector(service_namespace: str) -> LabelSelector:
     )
 
 
+DEFAULT_IMPACT_DEADLINE = 2.0  # seconds; the manifests' webhook timeoutSeconds is 10
+
+
+def impact_deadline_of(config: Any) -> float:
+    """``webhook.impactDeadline`` of a Configuration (a duration), else the default."""
+    section = getattr(getattr(config, "doc", None), "webhook", None) or {}
+    raw = section.get("impactDeadline")
+    if raw is None:
+        return DEFAULT_IMPACT_DEADLINE
+    from admission.config import ConfigError, parse_duration
+
+    try:
+        seconds = parse_duration(raw)
+    except ValueError as e:
+        raise ConfigError(f"webhook.impactDeadline: {e}") from e
+    if seconds <= 0:
+        raise ConfigError("webhook.impactDeadline: must be > 0")
+    return seconds
+
+
 @dataclass(slots=True)
 class WebhookConfig:
     """Settings of the job/pod integration webhooks and of the Workload status guard.
@@ -66,6 +86,14 @@ class WebhookConfig:
     # Workload's status.admission (a user must not admit their own workload).
     service_account_username: str = ""
     managed_owner_kinds: frozenset[tuple[str, str]] = field(default=DEFAULT_MANAGED_OWNER_KINDS)
+    # The service configuration (``admission.config.Config``): the quota webhook's impact
+    # what-if builds its scheduler from it, exactly as ``plan --what-if --config`` does
+    # (fair sharing, admission fair sharing, cohort credits). None: Kueue's defaults.
+    what_if_config: Any = None
+    # How long a quota edit's answer may wait for its impact warnings (seconds); past
+    # it the edit is answered with a warning that the impact was not computed. None:
+    # the Configuration's ``webhook.impactDeadline`` (a duration), else 2 s.
+    impact_deadline: float | None = None
 
     def __post_init__(self) -> None:
         if not self.service_namespace:
@@ -74,6 +102,10 @@ class WebhookConfig:
             self.managed_jobs_namespace_selector = default_namespace_selector(
                 self.service_namespace
             )
+        if self.impact_deadline is None:
+            self.impact_deadline = impact_deadline_of(self.what_if_config)
+        if self.impact_deadline <= 0:
+            raise ValueError("WebhookConfig.impact_deadline must be > 0")
         if not self.service_account_username:
             self.service_account_username = (
                 f"system:serviceaccount:{self.service_namespace}:{DEFAULT_SERVICE_ACCOUNT}"
@@ -95,6 +127,7 @@ class WebhookConfig:
             service_namespace=ns,
             managed_jobs_namespace_selector=selector,
             manage_jobs_without_queue_name=doc.manageJobsWithoutQueueName,
+            what_if_config=config,
         )
 
     def namespace_is_managed(self, labels: dict[str, str]) -> bool:

@@ -12,14 +12,17 @@ this module runs them on every create and update and adds what only a webhook ca
   holds quota;
 * what Kueue leaves to runtime: a Cohort edit whose ``parentName`` chain comes back to
   itself is denied with the cycle spelled out (``a -> b -> a``);
-* **impact warnings** on allowed quota edits (:func:`impact_warnings`, the seam the
-  engine's what-if plugs into), at most :data:`MAX_WARNINGS` lines.
+* **impact warnings** on allowed quota edits: the handler returns an
+  :class:`ImpactJob` (``Verdict.deferred``) that the server runs off its event loop
+  within a deadline (:mod:`webhooks.offloop`); at most :data:`MAX_WARNINGS` lines.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from queues import api
 from queues.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION
@@ -54,40 +57,85 @@ MAX_WARNINGS = 10
 QUOTA_RESERVED = "QuotaReserved"
 
 
-def impact_warnings(kind: str, old: JsonObj | None, new: JsonObj, view: ModelView) -> list[str]:
-    """One line per effect of an allowed quota edit on the live state, most important first.
+def impact_lines(
+    kind: str, obj: Any, snap: Any, config: Any, now: float, deadline: float | None
+) -> list[str]:
+    """The engine's what-if on a snapshot (the code behind ``plan --what-if``): admitted
+    workloads now over quota, preemptions, pending workloads that now fit or can never
+    fit, borrowers that become reclaimable. The seam tests replace."""
+    from admission.impact import impact_of_snapshot
 
-    ``kind`` is the object's kind (ClusterQueue, Cohort, ResourceFlavor, LocalQueue,
-    WorkloadPriorityClass), ``old`` is None on CREATE. Filled in by the engine's what-if
-    (the code behind ``plan --what-if``): admitted workloads now over quota, pending
-    workloads that now fit or can never fit, borrowers that become reclaimable.
-    """
-    from admission.impact import KINDS, impact_of_edit
-
-    if kind not in KINDS:
-        return []
-    obj = api.parse_model(new)
-    return impact_of_edit(
-        flavors=view.flavors,
-        cluster_queues=view.cluster_queues,
-        cohorts=view.cohorts,
-        local_queues=view.local_queues,
-        workloads=view.workloads,
-        namespace_labels=view.namespace_labels,
-        kind=kind,
-        obj=obj,
-        limit=MAX_WARNINGS,
+    return impact_of_snapshot(
+        snap, kind, obj, config=config, now=now, limit=MAX_WARNINGS, deadline=deadline
     )
 
 
-def _warnings_for(kind: str, req: AdmissionRequest, ctx: HandlerContext) -> list[str]:
+class ImpactJob:
+    """The impact warnings of one allowed quota edit, as a :class:`Deferred`.
+
+    ``snapshot()`` copies what the what-if needs from the view (dicts of the quota
+    objects, a shallow copy per workload) and parses the edited object; the returned
+    job runs the what-if (:func:`impact_lines`) with the service configuration.
+    """
+
+    __slots__ = ("kind", "new", "view", "config")
+
+    def __init__(self, kind: str, new: JsonObj, view: ModelView, config: Any) -> None:
+        self.kind, self.new, self.view, self.config = kind, new, view, config
+
+    def warm(self) -> None:
+        import admission.impact  # noqa: F401 - loaded before the server forks a what-if
+        import admission.whatif  # noqa: F401
+
+    def snapshot(self) -> Callable[[float | None], list[str]]:
+        from admission.whatif import snapshot
+
+        kind, config, view = self.kind, self.config, self.view
+        obj = api.parse_model(self.new)
+        snap = snapshot(
+            flavors=view.flavors,
+            cluster_queues=view.cluster_queues,
+            cohorts=view.cohorts,
+            local_queues=view.local_queues,
+            workloads=view.workloads,
+            namespace_labels=view.namespace_labels,
+            extra_namespaces=(obj.namespace,) if kind == "LocalQueue" else (),
+        )
+        now = time.time()
+
+        def job(deadline: float | None) -> list[str]:
+            return impact_lines(kind, obj, snap, config, now, deadline)[:MAX_WARNINGS]
+
+        return job
+
+    def failed(self, why: str) -> list[str]:
+        return [f"impact of this edit was not computed: {why}"]
+
+
+def impact_warnings(
+    kind: str, old: JsonObj | None, new: JsonObj, view: ModelView, config: Any = None
+) -> list[str]:
+    """The impact warnings of an allowed edit, computed here and now (no deadline).
+
+    ``kind`` is the object's kind (ClusterQueue, Cohort, ResourceFlavor, LocalQueue,
+    WorkloadPriorityClass), ``old`` is None on CREATE, ``config`` the service
+    configuration the what-if's scheduler is built from. The server does not call
+    this: it runs the :class:`ImpactJob` off its event loop, within a deadline.
+    """
+    from admission.impact import KINDS
+
+    if kind not in KINDS:
+        return []
+    return ImpactJob(kind, new, view, config).snapshot()(None)
+
+
+def _impact_job(kind: str, req: AdmissionRequest, ctx: HandlerContext) -> ImpactJob | None:
+    from admission.impact import KINDS
+
+    if kind not in KINDS:
+        return None
     assert req.object is not None
-    try:
-        lines = impact_warnings(kind, req.old_object, req.object, ctx.view)
-    except Exception as exc:  # noqa: BLE001 - warnings are advisory, never block an edit
-        log.exception("impact warnings failed for %s %s", kind, req.name)
-        return [f"impact of this edit could not be computed: {type(exc).__name__}: {exc}"]
-    return lines[:MAX_WARNINGS]
+    return ImpactJob(kind, req.object, ctx.view, ctx.config.what_if_config)
 
 
 # ---------------------------------------------------------------- schema (queues.api)
@@ -127,7 +175,7 @@ def _decide(
     errs.errors.extend(schema)
     if errs:
         return errs.verdict()
-    return allow(warnings=_warnings_for(kind, req, ctx) if warn else None)
+    return allow(deferred=_impact_job(kind, req, ctx) if warn else None)
 
 
 # ---------------------------------------------------------------- mutating

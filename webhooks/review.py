@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import jsonpatch
 
@@ -80,10 +80,33 @@ class Verdict:
     code: int = 200
     reason: str = ""
     message: str = ""
+    # More warnings, too slow to compute on the event loop (the quota edits' impact):
+    # the server completes them off the loop within a deadline (see Deferred).
+    deferred: Deferred | None = None
 
 
-def allow(patch: list[JsonObj] | None = None, warnings: list[str] | None = None) -> Verdict:
-    return Verdict(True, patch or [], warnings or [])
+class Deferred(Protocol):
+    """Warnings a handler leaves for the server to compute off the event loop.
+
+    :meth:`snapshot` runs where the state is captured (on the event loop, or in a
+    forked child whose memory is the snapshot) and returns the job; the job runs in a
+    worker with a ``time.monotonic()`` deadline it should honour, returning at most a
+    handful of lines.
+    """
+
+    def snapshot(self) -> Callable[[float | None], list[str]]: ...
+
+    def failed(self, why: str) -> list[str]:
+        """The warning to give when the job could not run or finish (``why``)."""
+        ...
+
+
+def allow(
+    patch: list[JsonObj] | None = None,
+    warnings: list[str] | None = None,
+    deferred: Deferred | None = None,
+) -> Verdict:
+    return Verdict(True, patch or [], warnings or [], deferred=deferred)
 
 
 def deny(

@@ -27,7 +27,7 @@ import signal
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +38,7 @@ from prometheus_client.utils import floatToGoString
 from . import jobs, pods, quota
 from .certs import ReloadingSSLContext, ensure_cert_dir
 from .config import WebhookConfig
+from .offloop import OffLoopRunner, run_inline
 from .review import (
     AdmissionRequest,
     HandlerContext,
@@ -156,6 +157,41 @@ class WebhookMetrics:
         yield denials
 
 
+class RateLimitedLog:
+    """At most ``burst`` lines per ``interval`` seconds; the next line after a quiet
+    spell says how many were suppressed. A hostile client cannot fill the log."""
+
+    def __init__(self, burst: int = 10, interval: float = 60.0) -> None:
+        self.burst, self.interval = burst, interval
+        self._window_start = -float("inf")
+        self._count = 0
+        self.suppressed = 0
+
+    def __call__(self, level: int, msg: str, *args: Any) -> bool:
+        now = monotonic()
+        if now - self._window_start >= self.interval:
+            self._window_start, self._count = now, 0
+        if self._count >= self.burst:
+            self.suppressed += 1
+            return False
+        self._count += 1
+        if self.suppressed:
+            msg += " (%d similar line(s) suppressed)"
+            args = (*args, self.suppressed)
+            self.suppressed = 0
+        log.log(level, msg, *args)
+        return True
+
+
+_bad_request_log = RateLimitedLog()
+_handler_error_log = RateLimitedLog()  # apart, so a flood of bad requests hides no bug
+
+
+def bad_request(path: str, reason: str) -> None:
+    """Log a refused request: one line, rate-limited, no traceback."""
+    _bad_request_log(logging.WARNING, "bad request on %s: %s", path, _one_line(reason, 200))
+
+
 # ---------------------------------------------------------------- envelope
 
 
@@ -271,14 +307,19 @@ def run_handler(spec: WebhookSpec, req: AdmissionRequest, ctx: HandlerContext) -
             f"{spec.kind} {_one_line(req.name, 80)!r}: {exc}", code=400, reason="BadRequest"
         )
     except Exception as exc:  # noqa: BLE001 - a handler bug must not take the server down
-        log.exception(
-            "webhook %s failed on %s %s/%s (uid %s)",
+        # one line, rate-limited (a request can trigger it at will); the traceback at DEBUG
+        _handler_error_log(
+            logging.ERROR,
+            "webhook %s failed on %s %s/%s (uid %s): %s: %s",
             spec.path,
             req.operation,
-            req.namespace,
-            req.name,
-            req.uid,
+            _one_line(req.namespace, 80),
+            _one_line(req.name, 80),
+            _one_line(req.uid, 80),
+            type(exc).__name__,
+            _one_line(str(exc), 200),
         )
+        log.debug("webhook %s handler traceback", spec.path, exc_info=True)
         return deny(
             f"internal error in webhook {spec.path}: {type(exc).__name__}: {_one_line(str(exc))}",
             code=500,
@@ -333,19 +374,45 @@ def encode_response(uid: str, verdict: Verdict) -> bytes:
 def process_review(
     body: bytes, spec: WebhookSpec, ctx: HandlerContext
 ) -> tuple[int, bytes, Verdict | None]:
-    """HTTP status, response body and verdict (None for a 400) for one review body."""
+    """HTTP status, response body and verdict (None for a 400) for one review body.
+
+    Deferred warnings (a quota edit's impact) are computed inline, without a deadline:
+    the server itself uses :func:`begin_review` and computes them off its event loop.
+    """
+    status, out, req, verdict = begin_review(body, spec, ctx)
+    if req is None or verdict is None:
+        return status, out, verdict
+    if verdict.deferred is not None:
+        verdict.warnings = [*verdict.warnings, *run_inline(verdict.deferred)]
+        verdict.deferred = None
+    return finish_review(spec, req, verdict)
+
+
+def begin_review(
+    body: bytes, spec: WebhookSpec, ctx: HandlerContext
+) -> tuple[int, bytes, AdmissionRequest | None, Verdict | None]:
+    """Parse and decide: a 400's status and body, or the request and its verdict (whose
+    ``deferred`` warnings, if any, are still to be computed)."""
     try:
         req = parse_review(body, spec)
     except BadReview as exc:
-        return 400, (str(exc) + "\n").encode("utf-8", "backslashreplace"), None
+        bad_request(spec.path, str(exc))
+        return 400, (str(exc) + "\n").encode("utf-8", "backslashreplace"), None, None
     except Exception as exc:  # noqa: BLE001 - an envelope we failed to foresee is still a 400
-        log.exception("unreadable review on %s", spec.path)
-        return 400, f"unreadable AdmissionReview: {type(exc).__name__}\n".encode(), None
-    verdict = run_handler(spec, req, ctx)
+        why = f"unreadable AdmissionReview: {type(exc).__name__}"
+        bad_request(spec.path, f"{why}: {_one_line(str(exc), 120)}")
+        return 400, f"{why}\n".encode(), None, None
+    return 200, b"", req, run_handler(spec, req, ctx)
+
+
+def finish_review(
+    spec: WebhookSpec, req: AdmissionRequest, verdict: Verdict
+) -> tuple[int, bytes, Verdict]:
+    """The 200 response body for a decided review."""
     try:
         return 200, encode_response(req.uid, verdict), verdict
     except Exception as exc:  # noqa: BLE001 - e.g. a warning that is not a string
-        log.exception("webhook %s produced an unencodable verdict", spec.path)
+        bad_request(spec.path, f"unencodable verdict: {type(exc).__name__}")
         verdict = deny(
             f"internal error in webhook {spec.path}: cannot encode the response: {type(exc).__name__}",
             code=500,
@@ -358,6 +425,7 @@ def process_review(
 
 STATE_KEY = web.AppKey("webhook_state", WebhookState)
 METRICS_KEY = web.AppKey("webhook_metrics", WebhookMetrics)
+RUNNER_KEY = web.AppKey("webhook_offloop", OffLoopRunner)
 
 
 def add_health_routes(
@@ -400,17 +468,35 @@ def build_app(
     state: WebhookState | None = None,
     registry: CollectorRegistry | None = None,
     webhooks: list[WebhookSpec] | None = None,
+    limits: ServerLimits | None = None,
 ) -> web.Application:
     """The aiohttp application with every webhook route and the health endpoints."""
     specs = webhooks if webhooks is not None else all_webhooks()
+    limits = limits or ServerLimits()
     ctx = HandlerContext(view=view, config=config)
     metrics = WebhookMetrics(registry or CollectorRegistry(), [s.path for s in specs])
     state = state if state is not None else WebhookState(model_synced=True)
+    assert config.impact_deadline is not None
+    runner = OffLoopRunner(config.impact_deadline, limits.what_if_mode)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[STATE_KEY] = state
     app[METRICS_KEY] = metrics
+    app[RUNNER_KEY] = runner
 
     too_large = f"request body over {MAX_BODY_BYTES} bytes\n".encode()
+    encoded = (
+        b"request bodies with a Content-Encoding are not accepted "
+        b"(the API server never compresses an AdmissionReview)\n"
+    )
+    slow = b"request body not received in time\n"
+
+    def refuse(path: str, status: int, body: bytes) -> web.Response:
+        """Answer without reading (the rest of) the body and close the connection:
+        with lingering_time 0 the server does not drain what the client still sends."""
+        bad_request(path, f"HTTP {status}: {body.decode().strip()}")
+        resp = web.Response(status=status, body=body, content_type="text/plain")
+        resp.force_close()
+        return resp
 
     def make_route(spec: WebhookSpec) -> Callable[[web.Request], Any]:
         path = spec.path
@@ -418,18 +504,30 @@ def build_app(
 
         async def route(request: web.Request) -> web.Response:
             start = perf_counter()
-            denied = False
+            if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+                observe(path, 415, perf_counter() - start, False)
+                return refuse(path, 415, encoded)
             length = request.content_length
             if length is not None and length > MAX_BODY_BYTES:
-                status, body = 413, too_large
-            else:
-                try:
+                observe(path, 413, perf_counter() - start, False)
+                return refuse(path, 413, too_large)
+            try:
+                async with asyncio.timeout(limits.body_timeout):
                     raw = await request.read()
-                except web.HTTPRequestEntityTooLarge:
-                    status, body = 413, too_large
-                else:
-                    status, body, verdict = process_review(raw, spec, ctx)
-                    denied = verdict is not None and not verdict.allowed
+            except web.HTTPRequestEntityTooLarge:
+                observe(path, 413, perf_counter() - start, False)
+                return refuse(path, 413, too_large)
+            except TimeoutError:
+                observe(path, 408, perf_counter() - start, False)
+                return refuse(path, 408, slow)
+            status, body, req, verdict = begin_review(raw, spec, ctx)
+            if req is not None and verdict is not None:
+                if verdict.deferred is not None:
+                    more = await runner.run(verdict.deferred)
+                    verdict.warnings = [*verdict.warnings, *more]
+                    verdict.deferred = None
+                status, body, verdict = finish_review(spec, req, verdict)
+            denied = verdict is not None and not verdict.allowed
             observe(path, status, perf_counter() - start, denied)
             if status == 200:
                 return web.Response(body=body, content_type="application/json")
@@ -448,6 +546,100 @@ def build_app(
     return app
 
 
+@dataclass(slots=True)
+class ServerLimits:
+    """What one client may cost the server (hardening: a slow or idle connection, a
+    compressed body, a flood of connections must not stall the event loop).
+
+    ``idle_timeout`` closes a connection that has not sent complete request headers
+    that long after connecting or after its last response (aiohttp's keep-alive timer
+    starts at connect); ``handshake_timeout`` bounds the TLS handshake;
+    ``body_timeout`` the read of one request body; beyond ``max_connections``
+    established connections a new one is closed at once.
+    """
+
+    idle_timeout: float = 5.0
+    handshake_timeout: float = 5.0
+    body_timeout: float = 10.0
+    max_connections: int = 1000
+    what_if_mode: str | None = None  # webhooks.offloop: "process" (default) or "thread"
+
+    def handler_kwargs(self) -> dict[str, Any]:
+        return {
+            "keepalive_timeout": self.idle_timeout,
+            "lingering_time": 0,  # never drain a body we refused (or did not finish)
+            "auto_decompress": False,  # never inflate: Content-Encoding is refused (415)
+        }
+
+
+class _Refused(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        bad_request("(connection)", "too many concurrent connections; closed")
+        transport.abort()  # type: ignore[attr-defined]
+
+
+class _GuardedSite(web.BaseSite):
+    """A TLS site with a handshake timeout and a cap on concurrent connections."""
+
+    __slots__ = ("_host", "_port", "_limits")
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        ssl_context: Any,
+        backlog: int,
+        limits: ServerLimits,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        self._host, self._port, self._limits = host, port, limits
+
+    @property
+    def name(self) -> str:
+        return f"https://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        cap = self._limits.max_connections
+
+        def factory() -> asyncio.BaseProtocol:
+            if len(server.connections) >= cap:
+                return _Refused()
+            return server()
+
+        self._server = await loop.create_server(
+            factory,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=True,
+            ssl_handshake_timeout=self._limits.handshake_timeout,
+        )
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise RLIMIT_NOFILE's soft limit to its hard limit (every connection is an fd;
+    the common soft limit of 1024 stops accept() long before memory runs out)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return (-1, -1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise RLIMIT_NOFILE from %d to %d: %s", soft, hard, exc)
+    return soft, hard
+
+
 async def run_webhook_server(
     *,
     view: ModelView,
@@ -459,6 +651,7 @@ async def run_webhook_server(
     state: WebhookState | None = None,
     registry: CollectorRegistry | None = None,
     cert_check_interval: float = 10.0,
+    limits: ServerLimits | None = None,
 ) -> None:
     """Serve the webhooks over TLS until cancelled.
 
@@ -468,14 +661,19 @@ async def run_webhook_server(
     ``model_synced`` once its cache is synced; without it the model counts as synced.
     """
     state = state if state is not None else WebhookState(model_synced=True)
+    limits = limits or ServerLimits()
+    soft, _hard = raise_open_files_limit()
     tls = ReloadingSSLContext(cert_dir)
     state.certs_loaded = True
-    app = build_app(view=view, config=config, state=state, registry=registry)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    app = build_app(view=view, config=config, state=state, registry=registry, limits=limits)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, **limits.handler_kwargs())
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=tls.context, backlog=1024)
+        site = _GuardedSite(
+            runner, host, port, ssl_context=tls.context, backlog=1024, limits=limits
+        )
         await site.start()
+        log.debug("open files limit %d", soft)
         bound = runner.addresses[0][1]
         log.info("webhook server listening on %s:%d", host, bound)
         if ready_callback is not None:

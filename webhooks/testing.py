@@ -25,7 +25,7 @@ from queues.model import LocalQueue, Namespace, PriorityClass
 
 from .certs import CA_CERT_FILE, client_ssl_context, ensure_cert_dir
 from .config import WebhookConfig
-from .server import WebhookState, run_webhook_server
+from .server import ServerLimits, WebhookState, run_webhook_server
 from .view import InMemoryView, ModelView
 
 KINDS: dict[str, tuple[str, str, str]] = {
@@ -158,7 +158,9 @@ class WebhookServerThread:
         cert_dir: str | Path,
         state: WebhookState | None = None,
         cert_check_interval: float = 3600.0,
+        limits: ServerLimits | None = None,
     ) -> None:
+        self.limits = limits
         self.view = view
         self.config = config or WebhookConfig()
         self.cert_dir = Path(cert_dir)
@@ -191,6 +193,7 @@ class WebhookServerThread:
                 ready_callback=ready,
                 state=self.state,
                 cert_check_interval=self.cert_check_interval,
+                limits=self.limits,
             )
         )
         try:
@@ -261,3 +264,61 @@ def _main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     _main(sys.argv[1:])
+
+
+def cluster_queue_doc(name: str, *, cohort: str, nominal: str = "20") -> dict[str, Any]:
+    """A one-flavor (``default``), cpu-only ClusterQueue in ``cohort``."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "cohortName": cohort,
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu"],
+                    "flavors": [
+                        {"name": "default", "resources": [{"name": "cpu", "nominalQuota": nominal}]}
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def pending_view(workloads: int, *, cluster_queues: int = 100, cohorts: int = 10) -> InMemoryView:
+    """A model with ``workloads`` pending single-pod workloads spread over
+    ``cluster_queues`` ClusterQueues (namespace and LocalQueue ``<cq>/lq`` each), every
+    queue already full, so the impact what-if has the whole backlog to go through."""
+    from queues import api
+    from queues.model import ResourceFlavor
+
+    view = sample_view()
+    view.flavors["default"] = ResourceFlavor("default")
+    names = [f"cq-{i}" for i in range(cluster_queues)]
+    for i, name in enumerate(names):
+        cq = api.parse_model(cluster_queue_doc(name, cohort=f"cohort-{i % cohorts}", nominal="0"))
+        view.cluster_queues[name] = cq
+        view.local_queues[f"{name}/lq"] = LocalQueue(name, "lq", name)
+        view.namespaces[name] = Namespace(name, {})
+    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    for i in range(workloads):
+        ns = names[i % len(names)]
+        doc = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": f"wl-{i}",
+                "namespace": ns,
+                "uid": f"uid-{i}",
+                "creationTimestamp": f"2026-01-01T00:{(i // 60) % 60:02d}:{i % 60:02d}Z",
+            },
+            "spec": {
+                "queueName": "lq",
+                "podSets": [{"name": "main", "count": 1, "template": template}],
+            },
+        }
+        wl = api.parse_model(doc)
+        view.workloads[wl.key] = wl
+    return view

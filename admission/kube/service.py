@@ -365,6 +365,7 @@ class Service:
             service_account_username=opts.service_account_username
             or service_account_username()
             or "",
+            what_if_config=opts.config,  # impact warnings: the scheduler plan --config builds
         )
         state = WebhookState(model_synced=self.synced)
         self._webhook_state = state
