@@ -105,29 +105,68 @@ class Cache:
         local_queues: Mapping[str, LocalQueue] | None = None,
         namespaces: Mapping[str, Namespace] | None = None,
     ) -> None:
-        """Replace object sets; a quota or structure change is a capacity event."""
-        if flavors is not None:
+        """Replace object sets; any change is a capacity event (parked workloads wake).
+
+        Only what a change can affect is redone: the cohort tree is rebuilt (and usage
+        re-charged from the admissions) when ClusterQueues or Cohorts change, and only
+        the pending workloads whose route changed (their LocalQueue was added, removed
+        or re-pointed, or their ClusterQueue came or went) are routed again. Namespace
+        labels are read at nomination, so a Namespace edit re-routes nothing, and
+        every queue keeps its order and its waiting preemptor's head position.
+        """
+        changed = False
+        tree_changed = False
+        flavors_changed = flavors is not None and flavors != self.flavors
+        if flavors is not None and flavors_changed:
             self.flavors = dict(flavors)
-        if cohorts is not None:
+            changed = True
+        if cohorts is not None and cohorts != self.cohorts:
             self.cohorts = dict(cohorts)
-        if local_queues is not None:
-            self.local_queues = dict(local_queues)
-        if namespaces is not None:
+            changed = tree_changed = True
+        if namespaces is not None and namespaces != self.namespaces:
             self.namespaces = dict(namespaces)
-        if cluster_queues is not None:
+            changed = True
+        old_routes = {k: lq.cluster_queue for k, lq in self.local_queues.items()}
+        if local_queues is not None and local_queues != self.local_queues:
+            self.local_queues = dict(local_queues)
+            changed = True
+        old_cqs = set(self.cluster_queues)
+        if cluster_queues is not None and cluster_queues != self.cluster_queues:
             self.cluster_queues = dict(cluster_queues)
-        # Usage is re-charged from the admissions, so ClusterQueues may come and go.
-        self.tree = CohortTree(self.cluster_queues, self.cohorts)
-        for key, cq in self.admitted.items():
-            if cq in self.tree.queues:
-                self.tree.add_usage(cq, self.usage_of[key])
-        pending = [wl for q in self.queues.values() for wl in q.workloads()]
-        pending += list(self.unroutable.values())
-        self.queues = {name: PendingQueue() for name in self.cluster_queues}
+            changed = tree_changed = True
+        if not changed:
+            return
+        if tree_changed:
+            # Usage is re-charged from the admissions, so ClusterQueues may come and go.
+            self.tree = CohortTree(self.cluster_queues, self.cohorts)
+            for key, cq in self.admitted.items():
+                if cq in self.tree.queues:
+                    self.tree.add_usage(cq, self.usage_of[key])
+        # Re-route what may route differently now.
+        new_routes = {k: lq.cluster_queue for k, lq in self.local_queues.items()}
+        moved_lqs = {
+            k
+            for k in old_routes.keys() | new_routes.keys()
+            if old_routes.get(k) != new_routes.get(k)
+        }
+        new_cqs = set(self.cluster_queues)
+        pending: list[Workload] = list(self.unroutable.values())
         self.unroutable = {}
+        for name in old_cqs - new_cqs:
+            q = self.queues.pop(name, None)
+            if q is not None:
+                pending += list(q.workloads())
+        for name in new_cqs - old_cqs:
+            self.queues[name] = PendingQueue()
+        if moved_lqs:
+            for q in self.queues.values():
+                for lq_key in moved_lqs:
+                    pending += q.take_local_queue(lq_key)
         for wl in pending:
             self._route(wl)
-        self._refresh_derived()
+        if tree_changed or flavors_changed:
+            self._refresh_derived()
+        self.requeue_all()
 
     def _refresh_derived(self) -> None:
         self._same_tree = {}

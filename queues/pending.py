@@ -61,9 +61,22 @@ class PendingQueue:
     Parking every workload equivalent to a failed one, and waking everything on a
     capacity event, then touch groups, not workloads: a queue of thousands of identical
     pending jobs costs the same as one.
+
+    The head of every active group is kept in one sorted list (and per LocalQueue, for
+    admission fair sharing), so ``head`` is O(log n) however many distinct shapes wait:
+    O(1) to read, O(log n) to maintain on every push, removal and park.
     """
 
-    __slots__ = ("_groups", "_active", "_by_hash", "_keys", "_parked", "sticky")
+    __slots__ = (
+        "_groups",
+        "_active",
+        "_by_hash",
+        "_keys",
+        "_parked",
+        "_heads",
+        "_lq_heads",
+        "sticky",
+    )
 
     def __init__(self) -> None:
         self._groups: dict[tuple[str, int], SortedList] = {}
@@ -72,6 +85,10 @@ class PendingQueue:
         self._keys: dict[str, tuple[tuple[str, int], OrderKey, Workload]] = {}
         # Individually parked workloads (BestEffortFIFO), outside any group.
         self._parked: dict[str, Workload] = {}
+        # (order key, workload key) of each active group's first workload: all of them,
+        # and per LocalQueue.
+        self._heads: SortedList = SortedList()
+        self._lq_heads: dict[str, SortedList] = {}
         # A preemptor waiting for its victims stays the head (Kueue's "sticky" head).
         self.sticky: str | None = None
 
@@ -88,6 +105,26 @@ class PendingQueue:
         entry = self._keys.get(key)
         return key in self._parked or (entry is not None and entry[0] not in self._active)
 
+    # -- the index of group heads (only active, non-empty groups are in it) ----------
+
+    def _index(self, group: tuple[str, int]) -> None:
+        head = self._groups[group][0]
+        self._heads.add(head)
+        lq = self._lq_heads.get(group[0])
+        if lq is None:
+            lq = self._lq_heads[group[0]] = SortedList()
+        lq.add(head)
+
+    def _unindex(self, group: tuple[str, int]) -> None:
+        head = self._groups[group][0]
+        self._heads.remove(head)
+        lq = self._lq_heads[group[0]]
+        lq.remove(head)
+        if not lq:
+            del self._lq_heads[group[0]]
+
+    # -- changes ---------------------------------------------------------------------
+
     def push(self, wl: Workload) -> None:
         """Add (or re-add) a workload; its group becomes active again."""
         self.remove(wl.key)
@@ -97,9 +134,12 @@ class PendingQueue:
         if lst is None:
             lst = self._groups[group] = SortedList()
             self._by_hash.setdefault(group[1], set()).add(group)
+        elif group in self._active:
+            self._unindex(group)
         lst.add((okey, wl.key))
         self._keys[wl.key] = (group, okey, wl)
         self._active.add(group)
+        self._index(group)
 
     def park(self, wl: Workload) -> None:
         """Move one workload out of its group to the parked set (BestEffortFIFO)."""
@@ -115,6 +155,7 @@ class PendingQueue:
             if (
                 group in self._active and group != sticky_group
             ):  # a waiting preemptor keeps its place
+                self._unindex(group)
                 self._active.discard(group)
                 parked += len(self._groups[group])
         return parked
@@ -126,6 +167,9 @@ class PendingQueue:
         if entry is not None:
             group, okey, wl = entry
             lst = self._groups[group]
+            active = group in self._active
+            if active:
+                self._unindex(group)
             lst.remove((okey, key))
             if not lst:
                 del self._groups[group]
@@ -134,14 +178,32 @@ class PendingQueue:
                 groups.discard(group)
                 if not groups:
                     del self._by_hash[group[1]]
+            elif active:
+                self._index(group)
             return wl
         return self._parked.pop(key, None)
+
+    def take_local_queue(self, lq_key: str) -> list[Workload]:
+        """Remove and return every workload of one LocalQueue ("ns/name")."""
+        keys = [k for g, lst in self._groups.items() if g[0] == lq_key for _, k in lst]
+        keys += [k for k, wl in self._parked.items() if f"{wl.namespace}/{wl.queue_name}" == lq_key]
+        out = []
+        for k in keys:
+            wl = self.remove(k)
+            if wl is not None:
+                out.append(wl)
+        return out
 
     def requeue_inadmissible(self) -> int:
         """A capacity event: every parked workload may be nominated again. Returns the
         number of groups and individually parked workloads woken."""
-        woken = len(self._groups) - len(self._active)  # groups, not workloads: O(1)
-        self._active.update(self._groups)
+        woken = 0
+        if len(self._active) != len(self._groups):
+            for group in self._groups:
+                if group not in self._active:
+                    self._active.add(group)
+                    self._index(group)
+                    woken += 1
         if self._parked:
             parked = list(self._parked.values())
             self._parked.clear()
@@ -154,20 +216,24 @@ class PendingQueue:
         """The next workload to nominate, without removing it.
 
         ``lq_usage`` (admission fair sharing) maps a LocalQueue key ("ns/name") to its
-        usage; the LocalQueue with the lowest usage provides the head.
+        usage; the LocalQueue with the lowest usage provides the head (one call per
+        LocalQueue with active workloads).
         """
         if self.sticky is not None:
             entry = self._keys.get(self.sticky)
             if entry is not None and entry[0] in self._active:
                 return entry[2]
+        if not self._heads:
+            return None
+        if lq_usage is None:
+            return self._keys[self._heads[0][1]][2]
         best: tuple | None = None
-        best_key = ""
-        for group in self._active:
-            okey, wkey = self._groups[group][0]
-            cand = (lq_usage(group[0]) if lq_usage is not None else 0.0, okey)
+        for lq, heads in self._lq_heads.items():
+            cand = (lq_usage(lq), heads[0])
             if best is None or cand < best:
-                best, best_key = cand, wkey
-        return self._keys[best_key][2] if best is not None else None
+                best = cand
+        assert best is not None
+        return self._keys[best[1][1]][2]
 
     def pop_head(self, lq_usage: Callable[[str], float] | None = None) -> Workload | None:
         wl = self.head(lq_usage)
