@@ -25,6 +25,7 @@ BENCHMARKS = {
     "sim-large": "bench.sim:run_large",
     "webhook": "bench.webhook_bench:run_webhook",
     "webhook-burst": "bench.webhook_bench:run_webhook_burst",
+    "webhook-impact": "bench.whatif_bench:run",
     "stack-baseline": "bench.stack:run_baseline",
     "stack-large": "bench.stack:run_large",
 }
