@@ -66,7 +66,11 @@ class InvariantChecker:
     checks: int = 0
 
     def install(self, server: Any) -> InvariantChecker:
-        """Wrap the double's store so every Workload event is checked (server's loop)."""
+        """Wrap the double's store so every Workload event is checked (server's loop);
+        on the real backend, a watch of Workloads feeds :meth:`on_event` instead."""
+        if hasattr(server, "watch_invariants"):
+            server.watch_invariants(self)
+            return self
         store = server.store
         rt = server.registry.resolve("workloads")
         emit = store._emit

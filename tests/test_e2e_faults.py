@@ -19,7 +19,6 @@ from typing import Any
 from admission.jobs import workload_from_job
 from admission.kube.objects import workload_for_job
 from queues.model import PriorityClass
-from tests.apiserver import ApiServer
 from tests.kube_harness import (
     admitted,
     cluster_queue,
@@ -55,7 +54,7 @@ def cluster(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def preload(jobs: list[dict[str, Any]], wpcs: dict[str, PriorityClass]):  # type: ignore[no-untyped-def]
-    def install(server: ApiServer) -> None:
+    def install(server: Any) -> None:
         for j in jobs:
             stored = server.put_object(j)
             wl = workload_from_job(stored, workload_priority_classes=wpcs, priority_classes={})
@@ -64,7 +63,7 @@ def preload(jobs: list[dict[str, Any]], wpcs: dict[str, PriorityClass]):  # type
     return install
 
 
-def admitted_jobs(server: ApiServer) -> dict[str, str]:
+def admitted_jobs(server: Any) -> dict[str, str]:
     """job name -> ClusterQueue of its admitted, unfinished Workload."""
     out = {}
     for wl in server.list_objects("workloads"):
@@ -74,16 +73,18 @@ def admitted_jobs(server: ApiServer) -> dict[str, str]:
     return out
 
 
-def started_jobs(server: ApiServer) -> set[str]:
+def started_jobs(server: Any) -> set[str]:
+    """Running Jobs: unsuspended and not finished (a real Job controller also leaves a
+    ``Suspended=False`` condition on a resumed Job)."""
     return {
         j["metadata"]["name"]
         for j in server.list_objects("jobs")
-        if not j["spec"]["suspend"] and not (j.get("status") or {}).get("conditions")
+        if not j["spec"]["suspend"] and not is_true(j, "Complete") and not is_true(j, "Failed")
     }
 
 
 async def inject_faults(
-    server: ApiServer, rng: random.Random, stop: asyncio.Event, log: list[str]
+    server: Any, rng: random.Random, stop: asyncio.Event, log: list[str]
 ) -> None:
     actions = [
         ("500 on workload status", lambda: server.fail_next(rng.randint(1, 3), code=500, verb="patch", resource="workloads/status")),
@@ -102,7 +103,7 @@ async def inject_faults(
         log.append(name)
 
 
-def test_faults_converge_to_the_clean_runs_admissions(tmp_path: Path) -> None:
+def test_faults_converge_to_the_clean_runs_admissions(tmp_path: Path, backend: Any) -> None:
     objects, jobs = cluster(seed=3)
     wpcs = {o["metadata"]["name"]: PriorityClass(o["metadata"]["name"], o["value"])
             for o in objects if o["kind"] == "WorkloadPriorityClass"}  # fmt: skip
@@ -112,7 +113,7 @@ def test_faults_converge_to_the_clean_runs_admissions(tmp_path: Path) -> None:
     ) -> tuple[list[dict[str, str]], InvariantChecker, list[str]]:
         checker = InvariantChecker(quotas_of(QUEUES))
 
-        def before(server: ApiServer) -> None:
+        def before(server: Any) -> None:
             preload(jobs, wpcs)(server)
             checker.install(server)
             if faults:  # the first requests already fail
@@ -123,7 +124,9 @@ def test_faults_converge_to_the_clean_runs_admissions(tmp_path: Path) -> None:
 
         injected: list[str] = []
         phases: list[dict[str, str]] = []
-        async with stack(where, objects=objects, webhooks=False, before_start=before) as s:
+        async with stack(
+            where, backend=backend, objects=objects, webhooks=False, before_start=before
+        ) as s:
             ctl = s.service.controller
             assert ctl is not None
             rng = random.Random(11)

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -212,5 +213,9 @@ def compact_etcd(etcd_url: str) -> int:
             return json.loads(resp.read())  # type: ignore[no-any-return]
 
     rev = int(post("/v3/kv/range", {"key": "Lw=="})["header"]["revision"])  # key "/"
-    post("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+    try:
+        post("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+    except urllib.error.HTTPError as err:
+        if err.code != 400:  # 400: already compacted at this revision (nothing new)
+            raise
     return rev

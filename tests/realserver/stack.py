@@ -15,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class RealBackend:
         self.view: RealServerView = cluster.view
         self.proxy = proxy
         self.url = cluster.cp.url
+        self.closers: list[Callable[[], None]] = []
 
     # reads, as on the double
     def get_object(self, resource: str, name: str, namespace: str | None = None) -> Obj | None:
@@ -91,6 +93,29 @@ class RealBackend:
     @property
     def requests(self) -> list[Any]:
         return self.proxy.requests
+
+    def watch_invariants(self, checker: Any) -> None:
+        """Check every Workload event of the real server with ``checker`` (a thread
+        watching until the stack ends)."""
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def watch() -> None:
+            try:
+                self.view.watch("workloads", checker.on_event, stop)
+            except BaseException as exc:  # noqa: BLE001 - raised at the stack's end
+                failures.append(exc)
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+
+        def close() -> None:
+            stop.set()
+            thread.join(timeout=10)
+            if failures:
+                raise failures[0]
+
+        self.closers.append(close)
 
     def write_kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
         """A kubeconfig for the real ``kubectl`` as the cluster admin."""
@@ -279,6 +304,9 @@ async def real_stack(
             await asyncio.wait_for(task, timeout=20)
         await user.close()
         await proxy.stop()
+        await asyncio.sleep(0.5)  # let the watches see the last writes
+        for close in backend.closers:
+            close()
         # nothing may call a webhook of a stopped service (the next reset deletes them)
         for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
             with contextlib.suppress(Exception):
