@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from queues.model import (
+    STOP_NONE,
     STRICT_FIFO,
     ClusterQueue,
     Cohort,
@@ -187,7 +188,7 @@ class Cache:
                     if fq.name not in self.flavors
                 }
             )
-            if cq.stop_policy != "None":
+            if cq.stop_policy != STOP_NONE:
                 self.inactive[name] = PendingStatus(SUSPENDED, f"ClusterQueue {name} is stopped")
             elif node.disabled_reason:
                 self.inactive[name] = PendingStatus(

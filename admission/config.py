@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from queues.model import LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
+
 if TYPE_CHECKING:
     from admission.cache import Cache
     from admission.scheduler import Scheduler
 
-STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+STRATEGIES = (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -66,8 +68,8 @@ class FairSharingSection(_Strict):
     def _valid(cls, v: list[str]) -> list[str]:
         allowed: tuple[list[str], ...] = (
             [],
-            ["LessThanOrEqualToFinalShare"],
-            ["LessThanInitialShare"],
+            [LESS_THAN_OR_EQUAL_TO_FINAL_SHARE],
+            [LESS_THAN_INITIAL_SHARE],
             list(STRATEGIES),
         )
         if v not in allowed:

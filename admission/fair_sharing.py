@@ -36,7 +36,15 @@ from admission.preemption import (
 )
 from admission.scheduler import Entry, Scheduler, classical_order_key
 from queues.fairshare import Share, borrowing_on, dominant_resource_share
-from queues.model import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, NEVER, FlavorResource, Workload
+from queues.model import (
+    ANY,
+    LESS_THAN_INITIAL_SHARE,
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+    LOWER_OR_NEWER_EQUAL_PRIORITY,
+    NEVER,
+    FlavorResource,
+    Workload,
+)
 from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
@@ -329,7 +337,7 @@ class FairPreemptor(Preemptor):
         for target in _target_queues(self.cache, cq, per_cq, dropped=dropped):
             mine, theirs = _almost_lcas(cq, target)
             if _allows(
-                "LessThanInitialShare",
+                LESS_THAN_INITIAL_SHARE,
                 dominant_resource_share(mine),
                 dominant_resource_share(theirs),
                 None,
@@ -338,7 +346,7 @@ class FairPreemptor(Preemptor):
                     per_cq[target.name].pop(0),
                     IN_COHORT_FAIR_SHARING,
                     removed,
-                    "LessThanInitialShare",
+                    LESS_THAN_INITIAL_SHARE,
                 )
                 if self._fits_fs(cq, requests):
                     return True
@@ -379,14 +387,14 @@ class FairPreemptor(Preemptor):
                 target = tree.queues[c.cq]
                 mine, theirs = _almost_lcas(cq, target)
                 preemptor_new = dominant_resource_share(mine)
-                if strategy == "LessThanInitialShare":
+                if strategy == LESS_THAN_INITIAL_SHARE:
                     with tree.scratch():
                         tree.add_usage(c.cq, self.cache.usage_of[c.key])
                         target_old = dominant_resource_share(theirs)
-                    if not _allows("LessThanInitialShare", preemptor_new, target_old, None):
+                    if not _allows(LESS_THAN_INITIAL_SHARE, preemptor_new, target_old, None):
                         return False
                 elif not _allows(
-                    "LessThanOrEqualToFinalShare",
+                    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
                     preemptor_new,
                     preemptor_new,
                     dominant_resource_share(theirs),
@@ -398,7 +406,7 @@ class FairPreemptor(Preemptor):
 def _allows(
     strategy: str, preemptor_new: Share, target_old: Share, target_new: Share | None
 ) -> bool:
-    if strategy == "LessThanOrEqualToFinalShare":
+    if strategy == LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
         assert target_new is not None
         return preemptor_new.sort_key() <= target_new.sort_key()
     return preemptor_new.sort_key() < target_old.sort_key()

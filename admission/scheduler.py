@@ -14,6 +14,7 @@ The cycle returns decisions and performs no I/O; drivers apply them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,6 +33,8 @@ from admission.preemption import Preemptor, Target
 from queues.model import (
     ANY,
     NEVER,
+    STOP_NONE,
+    STRICT_FIFO,
     Admission,
     FlavorResource,
     PodSetAssignment,
@@ -103,7 +106,7 @@ class Scheduler:
         self,
         cache: Cache,
         *,
-        clock: Callable[[], float] = lambda: 0.0,
+        clock: Callable[[], float] = time.time,
         preemptor: Preemptor | None = None,
     ) -> None:
         self.cache = cache
@@ -177,7 +180,7 @@ class Scheduler:
         wl = e.workload
         cq = cache.cluster_queues[e.cluster_queue]
         lq = cache.local_queue_of(wl)
-        if lq is not None and lq.stop_policy != "None":
+        if lq is not None and lq.stop_policy != STOP_NONE:
             e.status = PendingStatus(SUSPENDED, f"LocalQueue {lq.key} is stopped")
             return
         labels = cache.namespace_labels(wl.namespace)
@@ -387,7 +390,7 @@ class Scheduler:
         cache = self.cache
         cache.status[e.workload.key] = e.status
         result.pending[e.workload.key] = e.status
-        strict = cache.cluster_queues[e.cluster_queue].queueing_strategy == "StrictFIFO"
+        strict = cache.cluster_queues[e.cluster_queue].queueing_strategy == STRICT_FIFO
         if park and (e.park_even_if_strict or not strict):
             result.changed = True  # the next head differs
         cache.requeue(e.workload, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from admission.sim_scenario import US_PER_MS, Scenario
-from queues.model import ClusterQueue
+from queues.model import STOP_NONE, ClusterQueue
 from queues.quantity import format_quantity
 from queues.tree import CohortTree, QuotaNode
 
@@ -93,7 +93,7 @@ def _admissible_cq(scenario: Scenario, tree: CohortTree, namespace: str, queue: 
         return None
     cq = scenario.cluster_queues[lq.cluster_queue]
     node = tree.queues[cq.name]
-    if node.disabled_reason or cq.stop_policy != "None" or lq.stop_policy != "None":
+    if node.disabled_reason or cq.stop_policy != STOP_NONE or lq.stop_policy != STOP_NONE:
         return None
     if any(fq.name not in scenario.flavors for g in cq.resource_groups for fq in g.flavors):
         return None

@@ -28,6 +28,13 @@ TRY_NEXT_FLAVOR = "TryNextFlavor"
 BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
 PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
 USAGE_BASED_AFS = "UsageBasedAdmissionFairSharing"
+# stopPolicy of a ClusterQueue or LocalQueue.
+STOP_NONE = "None"
+HOLD = "Hold"
+HOLD_AND_DRAIN = "HoldAndDrain"
+# Fair-sharing preemption strategies (fairSharing.preemptionStrategies).
+LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
 
 
 @dataclass(slots=True, frozen=True)
@@ -162,7 +169,7 @@ class ClusterQueue:
     preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
     fair_weight: float = 1.0
     admission_mode: str | None = None  # USAGE_BASED_AFS turns on admission fair sharing
-    stop_policy: str = "None"
+    stop_policy: str = STOP_NONE
 
 
 @dataclass(slots=True)
@@ -178,7 +185,7 @@ class LocalQueue:
     namespace: str
     name: str
     cluster_queue: str
-    stop_policy: str = "None"
+    stop_policy: str = STOP_NONE
     fair_weight: float = 1.0
     # Admission fair sharing history (status.fairSharing.admissionFairSharingStatus).
     consumed_resources: dict[str, int] = field(default_factory=dict)

@@ -390,3 +390,15 @@ def test_local_queue_change_re_routes_only_its_workloads() -> None:
     lqs["ns-cq/lq"] = LocalQueue(namespace="ns-cq", name="lq", cluster_queue="cq")
     cache.update_objects(local_queues=lqs)
     assert "ns-cq/a" in cache.queues["cq"] and not cache.unroutable
+
+
+# -- bug 8 (engine part): the default clock is the wall clock ---------------------------
+
+
+def test_default_scheduler_clock_stamps_admissions_with_the_current_time() -> None:
+    cache = make_cache(cq("cq", 10))
+    cache.add_workload(workload("a", "cq", 1))
+    before = time.time()
+    (admitted,) = Scheduler(cache).schedule().admitted
+    assert admitted.workload.admission_time is not None
+    assert admitted.workload.admission_time >= before  # was 0.0: 1970, oldest of all

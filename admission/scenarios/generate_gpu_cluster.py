@@ -169,7 +169,8 @@ def _arrivals(
     rng: random.Random, per_day: float, *, start: float = 0.0, end: float = DAY
 ) -> list[float]:
     """Poisson arrivals in [start, end)."""
-    out, t = [], start
+    out: list[float] = []
+    t = start
     rate = per_day / DAY
     while True:
         t += rng.expovariate(rate)
