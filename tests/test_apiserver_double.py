@@ -28,6 +28,7 @@ from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.watch import Watch
 
 from tests.apiserver import (
+    ADMIN_TOKEN,
     ApiServer,
     ServingCert,
     kube_client_config,
@@ -82,7 +83,7 @@ def workload(
 
 @asynccontextmanager
 async def cluster(
-    *, token: str | None = None, **server_kwargs: Any
+    *, token: str | None = ADMIN_TOKEN, **server_kwargs: Any
 ) -> AsyncIterator[tuple[ApiServer, client.ApiClient]]:
     """The double on this loop plus a real kubernetes.aio ApiClient pointed at it."""
     async with running_apiserver(**server_kwargs) as server:
@@ -124,7 +125,7 @@ def test_job_crud_returns_typed_objects_and_201_on_create() -> None:
     run(scenario)
 
 
-def test_custom_objects_crud_cluster_and_namespaced_and_v1beta1_is_served() -> None:
+def test_custom_objects_crud_cluster_and_namespaced_and_unserved_v1beta1_is_404() -> None:
     async def scenario() -> None:
         async with cluster() as (server, api):
             co = client.CustomObjectsApi(api)
@@ -132,7 +133,7 @@ def test_custom_objects_crud_cluster_and_namespaced_and_v1beta1_is_served() -> N
                 "apiVersion": f"{KUEUE}/{V}",
                 "kind": "ClusterQueue",
                 "metadata": {"name": "cq"},
-                "spec": {"cohort": "all"},
+                "spec": {"cohortName": "all"},
             }
             created = await co.create_cluster_custom_object(KUEUE, V, "clusterqueues", cq)
             assert created["metadata"]["resourceVersion"] and "namespace" not in created["metadata"]
@@ -140,10 +141,12 @@ def test_custom_objects_crud_cluster_and_namespaced_and_v1beta1_is_served() -> N
                 KUEUE, V, "default", "workloads", workload("w1")
             )
             assert wl["metadata"]["namespace"] == "default"
-            old = await co.get_namespaced_custom_object(
-                KUEUE, "v1beta1", "default", "workloads", "w1"
-            )
-            assert old["apiVersion"] == f"{KUEUE}/v1beta1" and old["spec"]["queueName"] == "team-a"
+            # the CRDs declare v1beta1 with served: false
+            with pytest.raises(ApiException) as err:
+                await co.get_namespaced_custom_object(
+                    KUEUE, "v1beta1", "default", "workloads", "w1"
+                )
+            assert err.value.status == 404
             listed = await co.list_cluster_custom_object(KUEUE, V, "workloads")
             assert [i["metadata"]["name"] for i in listed["items"]] == ["w1"]
             assert listed["metadata"]["resourceVersion"] == str(server.resource_version)
@@ -369,10 +372,17 @@ def test_status_subresource_changes_only_status_and_keeps_generation() -> None:
             assert after["status"] == {"admission": {"clusterQueue": "cq"}}, (
                 "main resource ignores status"
             )
-            found = await co.list_namespaced_custom_object(
-                KUEUE, V, "default", "workloads", field_selector="status.admission.clusterQueue=cq"
-            )
-            assert [i["metadata"]["name"] for i in found["items"]] == ["w"]
+            # the CRD declares no selectableFields: only metadata.name/namespace select
+            with pytest.raises(ApiException) as err:
+                await co.list_namespaced_custom_object(
+                    KUEUE,
+                    V,
+                    "default",
+                    "workloads",
+                    field_selector="status.admission.clusterQueue=cq",
+                )
+            assert err.value.status == 400
+            assert "field label not supported" in status_body(err.value)["message"]
             labels_only = await co.patch_namespaced_custom_object(
                 KUEUE,
                 V,
@@ -489,7 +499,8 @@ def test_watch_replays_from_resource_version_then_sends_bookmarks() -> None:
 
 def test_watch_sends_a_bookmark_before_closing_at_timeout() -> None:
     async def scenario() -> None:
-        async with cluster(bookmark_interval=3600) as (_, api):
+        # upstream: 2 s before the timeout; lowered here to keep the test short
+        async with cluster(bookmark_interval=3600, bookmark_before_timeout=0.5) as (_, api):
             batch = client.BatchV1Api(api)
             await batch.create_namespaced_job("default", job("j"))
             types = []
@@ -992,7 +1003,7 @@ def test_kubectl_create_get_and_patch_against_the_double(tmp_path: Path) -> None
         "apiVersion: batch/v1\nkind: Job\nmetadata: {name: sample, labels: {kueue.x-k8s.io/queue-name: q}}\n"
         "spec: {template: {spec: {containers: [{name: c, image: busybox}], restartPolicy: Never}}}\n"
         "---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\n"
-        "spec: {cohort: all}\n"
+        "spec: {cohortName: all}\n"
     )
     with start_apiserver() as api:
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
@@ -1014,13 +1025,18 @@ def test_kubectl_create_get_and_patch_against_the_double(tmp_path: Path) -> None
         assert "sample" in kubectl("get", "jobs")
         listed = json.loads(kubectl("get", "clusterqueues", "-o", "json"))
         assert [i["metadata"]["name"] for i in listed["items"]] == ["cq"]
-        kubectl("patch", "clusterqueue", "cq", "--type=merge", "-p", '{"spec":{"cohort":"other"}}')
+        kubectl(
+            "patch", "clusterqueue", "cq", "--type=merge", "-p", '{"spec":{"cohortName":"other"}}'
+        )
         kubectl("patch", "job", "sample", "-p", '{"spec":{"suspend":true}}')
         cq = api.get_object("clusterqueues", "cq")
         sample = api.get_object("jobs", "sample", "default")
-        assert cq is not None and cq["spec"]["cohort"] == "other"
+        assert cq is not None and cq["spec"]["cohortName"] == "other"
         assert sample is not None and sample["spec"]["suspend"] is True
-        assert kubectl("get", "wl", "-A") == ""
+        # short names come from the CRD (kwl), not an invented "wl"
+        assert kubectl("get", "kwl", "-A") == ""
+        with pytest.raises(AssertionError, match='resource type "wl"'):
+            kubectl("get", "wl", "-A")
 
 
 # -- pieces that the client tests above do not reach ----------------------------------------

@@ -16,14 +16,14 @@ from typing import Any
 
 import aiohttp
 
-from tests.apiserver import ApiServer, running_apiserver
+from tests.apiserver import ADMIN_TOKEN, ApiServer, running_apiserver
 from tests.apiserver.jobcontroller import finish_patches, start_patch
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 PODS = "/api/v1/namespaces/default/pods"
-ADMIN = {"Authorization": "Bearer admin"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 Obj = dict[str, Any]
 
@@ -57,7 +57,7 @@ class Http:
 
 @asynccontextmanager
 async def http() -> AsyncIterator[Http]:
-    async with running_apiserver(tokens={"admin": ("system:admin", ["system:masters"])}) as server:
+    async with running_apiserver() as server:
         async with aiohttp.ClientSession() as session:
             yield Http(server, session)
 

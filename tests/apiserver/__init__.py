@@ -20,12 +20,13 @@ from .fixture import (
     write_kubeconfig,
 )
 from .hooks import FaultRule, RecordedRequest
-from .resources import DEFAULT_RESOURCES, ResourceType
-from .server import DEFAULT_NAMESPACES, ApiServer
+from .resources import BUILTIN_RESOURCES, ResourceType, default_resources
+from .server import ADMIN_TOKEN, DEFAULT_NAMESPACES, ApiServer
 
 __all__ = [
+    "ADMIN_TOKEN",
     "DEFAULT_NAMESPACES",
-    "DEFAULT_RESOURCES",
+    "BUILTIN_RESOURCES",
     "ApiError",
     "ApiServer",
     "ApiServerThread",
@@ -35,6 +36,7 @@ __all__ = [
     "ServingCert",
     "UserInfo",
     "kube_client_config",
+    "default_resources",
     "load_webhook_configurations",
     "make_serving_cert",
     "running_apiserver",

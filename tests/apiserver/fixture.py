@@ -23,7 +23,7 @@ import yaml
 
 from .certs import make_serving_cert
 from .hooks import FaultRule, RecordedRequest
-from .server import ApiServer
+from .server import ADMIN_TOKEN, ApiServer
 
 if TYPE_CHECKING:
     from kubernetes.aio.client import Configuration
@@ -169,10 +169,10 @@ class ApiServerThread:
 
     # -- client configuration -----------------------------------------------------------
 
-    def client_config(self, *, token: str | None = None) -> Configuration:
+    def client_config(self, *, token: str | None = ADMIN_TOKEN) -> Configuration:
         return kube_client_config(self.url, token=token, ca_pem=self.ca_pem)
 
-    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
+    def write_kubeconfig(self, path: Path, *, token: str | None = ADMIN_TOKEN) -> Path:
         return write_kubeconfig(path, self.url, token=token, ca_pem=self.ca_pem)
 
 
@@ -224,9 +224,11 @@ def load_webhook_configurations(
 
 
 def kube_client_config(
-    url: str, *, token: str | None = None, ca_pem: bytes | None = None
+    url: str, *, token: str | None = ADMIN_TOKEN, ca_pem: bytes | None = None
 ) -> Configuration:
-    """A ``kubernetes.aio`` configuration pointing at the double (no retries)."""
+    """A ``kubernetes.aio`` configuration pointing at the double (no retries); it sends
+    the double's admin token unless given another (``None``: anonymous, as on a
+    cluster that is 403 for nearly everything)."""
     from kubernetes.aio.client import Configuration
 
     config = Configuration(host=url)
@@ -242,11 +244,12 @@ def write_kubeconfig(
     path: Path,
     url: str,
     *,
-    token: str | None = None,
+    token: str | None = ADMIN_TOKEN,
     ca_pem: bytes | None = None,
     namespace: str = "default",
 ) -> Path:
-    """Write a one-context kubeconfig for ``kubectl --kubeconfig path``."""
+    """Write a one-context kubeconfig for ``kubectl --kubeconfig path`` (the admin token
+    unless given another; ``None`` for an anonymous kubeconfig)."""
     cluster: dict[str, Any] = {"server": url}
     if ca_pem:
         import base64

@@ -2,7 +2,7 @@
 
 * ``application/merge-patch+json``: RFC 7386 (``null`` deletes, lists are replaced);
 * ``application/json-patch+json``: RFC 6902 via :mod:`jsonpatch`; a failed ``test`` or a
-  missing path is 422, as upstream;
+  missing path is 422 with upstream's generic message;
 * ``application/strategic-merge-patch+json``: a merge patch whose lists are merged by
   key for the few fields we touch (see :data:`MERGE_KEYS`), with the ``$patch``,
   ``$deleteFromPrimitiveList/`` and ``$setElementOrder/`` directives.  Upstream refuses
@@ -88,13 +88,16 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def json_patch(target: dict[str, Any], operations: Any) -> dict[str, Any]:
-    """RFC 6902 JSON patch; failures are 422 like kube-apiserver."""
+    """RFC 6902 JSON patch; an operation that does not apply is 422, as upstream."""
     if not isinstance(operations, list):
         raise bad_request("json patch must be a JSON array of operations")
+    result: Any = copy.deepcopy(target)
     try:
-        result = jsonpatch.JsonPatch(operations).apply(copy.deepcopy(target))
-    except jsonpatch.JsonPatchTestFailed as exc:
-        raise _rejected(f"test operation failed: {exc}") from exc
+        for op in operations:  # one at a time, to name the operation that failed
+            try:
+                result = jsonpatch.JsonPatch([op]).apply(result, in_place=True)
+            except jsonpatch.JsonPatchTestFailed as exc:
+                raise _rejected(f"testing value {op.get('path')} failed: test failed") from exc
     except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as exc:
         raise _rejected(str(exc)) from exc
     except (jsonpatch.InvalidJsonPatch, TypeError, KeyError) as exc:
@@ -105,10 +108,14 @@ def json_patch(target: dict[str, Any], operations: Any) -> dict[str, Any]:
 
 
 def _rejected(detail: str) -> ApiError:
+    """``NewGenericServerResponse(422, ...)``: kube-apiserver's answer to a JSON patch that
+    does not apply (a failed ``test``, a missing path).  The message is generic; the
+    patch library's error is only in ``details.causes``."""
     return ApiError(
         422,
-        f"the server rejected our request due to an error in our request: {detail}",
+        "the server rejected our request due to an error in our request",
         reason="Invalid",
+        details={"causes": [{"message": detail}]},
     )
 
 

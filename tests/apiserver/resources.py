@@ -1,8 +1,9 @@
 """The resource types the API-server test double serves, and their discovery documents.
 
 kube-apiserver learns its resources from compiled-in types and CRDs; the double has a
-fixed table instead (:data:`DEFAULT_RESOURCES`), which is everything the Quartermaster
-controller, the webhooks, ``kubectl`` and the tests touch.  Discovery (``/api``,
+fixed table of the built-in kinds (:data:`BUILTIN_RESOURCES`: everything the
+Quartermaster controller, the webhooks, ``kubectl`` and the tests touch) and takes the
+custom resources from the CRDs in ``manifests/crd/`` (:mod:`.crds`).  Discovery (``/api``,
 ``/apis``, ``/apis/<group>/<version>``) is generated from the same table, so the
 official client and ``kubectl`` resolve kinds, short names and scopes exactly as they
 do against a cluster.
@@ -47,6 +48,11 @@ class ResourceType:
     builtin: bool = True
     categories: tuple[str, ...] = ()
     field_labels: tuple[str, ...] = ()
+    #: version -> openAPIV3Schema, for custom resources (from their CRD)
+    schemas: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def schema(self, version: str | None = None) -> dict[str, Any] | None:
+        return self.schemas.get(version or self.storage_version)
 
     @property
     def key(self) -> str:
@@ -76,19 +82,7 @@ def _core(plural: str, kind: str, **kw: Any) -> ResourceType:
     return ResourceType(group="", versions=("v1",), plural=plural, kind=kind, **kw)
 
 
-def _kueue(plural: str, kind: str, **kw: Any) -> ResourceType:
-    return ResourceType(
-        group=KUEUE_GROUP,
-        versions=("v1beta2", "v1beta1"),
-        plural=plural,
-        kind=kind,
-        builtin=False,
-        categories=("kueue",),
-        **kw,
-    )
-
-
-DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
+BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     _core("namespaces", "Namespace", namespaced=False, short_names=("ns",), status_subresource=True,
           field_labels=("status.phase",)),
     _core("pods", "Pod", namespaced=True, short_names=("po",), status_subresource=True,
@@ -110,16 +104,6 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
                  "MutatingWebhookConfiguration", namespaced=False),
     ResourceType("admissionregistration.k8s.io", ("v1",), "validatingwebhookconfigurations",
                  "ValidatingWebhookConfiguration", namespaced=False),
-    _kueue("resourceflavors", "ResourceFlavor", namespaced=False,
-           short_names=("flavor", "flavors", "rf")),
-    _kueue("clusterqueues", "ClusterQueue", namespaced=False, short_names=("cq",),
-           status_subresource=True),
-    _kueue("cohorts", "Cohort", namespaced=False, status_subresource=True),
-    _kueue("localqueues", "LocalQueue", namespaced=True, short_names=("queue", "queues", "lq"),
-           status_subresource=True),
-    _kueue("workloads", "Workload", namespaced=True, short_names=("wl",), status_subresource=True,
-           field_labels=("status.admission.clusterQueue",)),
-    _kueue("workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False),
 )  # fmt: skip
 
 
@@ -127,7 +111,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
 class Registry:
     """Lookup of :class:`ResourceType` by URL coordinates or by a kubectl-style name."""
 
-    types: tuple[ResourceType, ...] = DEFAULT_RESOURCES
+    types: tuple[ResourceType, ...] = BUILTIN_RESOURCES
     _by_url: dict[tuple[str, str, str], ResourceType] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -226,6 +210,13 @@ class Registry:
         }
 
 
+def default_resources() -> tuple[ResourceType, ...]:
+    """The built-in kinds plus the custom resources of ``manifests/crd/`` (checked)."""
+    from .crds import custom_resources
+
+    return BUILTIN_RESOURCES + custom_resources()
+
+
 def registry_with(extra: Iterable[ResourceType] = ()) -> Registry:
     """The default registry plus ``extra`` types (for tests that need another CRD)."""
-    return Registry(types=DEFAULT_RESOURCES + tuple(extra))
+    return Registry(types=default_resources() + tuple(extra))

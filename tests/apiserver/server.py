@@ -43,6 +43,17 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 DEFAULT_USER = UserInfo("system:admin", ("system:masters", "system:authenticated"))
+ADMIN_TOKEN = "double-admin-token"
+"""Always accepted: :data:`DEFAULT_USER` (``system:masters``).  The client helpers in
+:mod:`.fixture` send it unless given another token."""
+ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
+#: what RBAC's ``system:public-info-viewer`` lets everyone (anonymous too) read
+PUBLIC_PATHS = ("/version", "/healthz", "/livez", "/readyz")
+#: ``anonymous``: "refuse" is the real server (system:anonymous, 403 under RBAC);
+#: "admin" treats requests without credentials as :data:`DEFAULT_USER`, because kubectl
+#: (client-go) sends no bearer token over plain HTTP; "auto" is "refuse" when serving
+#: HTTPS and "admin" over plain HTTP.
+ANONYMOUS_MODES = ("auto", "refuse", "admin")
 VERSION_INFO = {
     "major": "1",
     "minor": "32",
@@ -81,11 +92,18 @@ class ApiServer:
         tokens: Mapping[str, str | tuple[str, Iterable[str]]] | None = None,
         namespaces: Iterable[str] = DEFAULT_NAMESPACES,
         watch_window: int = 1000,
-        bookmark_interval: float = 5.0,
+        bookmark_interval: float = 60.0,
+        bookmark_before_timeout: float = 2.0,
         max_watch_seconds: float = 1800.0,
         ssl_context: ssl.SSLContext | None = None,
         record_requests: bool = True,
+        anonymous: str = "auto",
     ) -> None:
+        if anonymous not in ANONYMOUS_MODES:
+            raise ValueError(f"anonymous must be one of {ANONYMOUS_MODES}, got {anonymous!r}")
+        if anonymous == "auto":
+            anonymous = "refuse" if ssl_context is not None else "admin"
+        self.anonymous = anonymous
         if bookmark_interval <= 0 or max_watch_seconds <= 0:
             raise ValueError("bookmark_interval and max_watch_seconds must be positive")
         self.registry: Registry = registry_with(extra_resources)
@@ -99,8 +117,10 @@ class ApiServer:
         self.faults = FaultInjector()
         self.recorder = RequestRecorder(enabled=record_requests)  # counts are always kept
         self.bookmark_interval = bookmark_interval
+        self.bookmark_before_timeout = bookmark_before_timeout
         self.max_watch_seconds = max_watch_seconds
-        self._users = {token: _user(token, spec) for token, spec in (tokens or {}).items()}
+        self._users = {ADMIN_TOKEN: DEFAULT_USER}
+        self._users.update({token: _user(token, spec) for token, spec in (tokens or {}).items()})
         self._ssl_context = ssl_context
         self._running = asyncio.Event()
         self._running.set()
@@ -261,9 +281,10 @@ class ApiServer:
             user="",
         )
         try:
-            user = self._authenticate(request)
-            record.user = user.username
+            user = ANONYMOUS
             try:
+                user = self._authenticate(request)
+                record.user = user.username
                 target = self._parse_target(request.path)
                 if target is not None:
                     record.verb = _verb(request, target)
@@ -276,6 +297,8 @@ class ApiServer:
                     record.verb = "discovery"
             finally:
                 self.recorder.record(record)
+            if user is ANONYMOUS:
+                _refuse_anonymous(request, target, record.verb)
             await self._running.wait()
             fault = self.faults.check(record)
             if fault is not None:
@@ -295,10 +318,16 @@ class ApiServer:
         return response
 
     def _authenticate(self, request: web.Request) -> UserInfo:
+        """Bearer tokens as ``--token-auth-file``: a known token is its user, an unknown
+        one 401; no credentials at all is ``system:anonymous`` (anonymous auth is on)."""
         header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer "):
-            return self._users.get(header[len("Bearer ") :].strip(), DEFAULT_USER)
-        return DEFAULT_USER
+        if not header:
+            return ANONYMOUS if self.anonymous == "refuse" else DEFAULT_USER
+        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
+        user = self._users.get(token)
+        if user is None:
+            raise ApiError(401, "Unauthorized")
+        return user
 
     def _parse_target(self, path: str) -> Target | None:
         segments = [s for s in path.split("/") if s]
@@ -434,10 +463,10 @@ class ApiServer:
         query = request.query
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector"), supported=target.rt.field_labels)
-        timeout = self.max_watch_seconds
+        timeout = self.max_watch_seconds  # --min-request-timeout when the client sets none
         if query.get("timeoutSeconds"):
             try:
-                timeout = min(float(query["timeoutSeconds"]), timeout)
+                timeout = float(query["timeoutSeconds"])  # honoured as asked, even if longer
             except ValueError:
                 raise bad_request(
                     f"timeoutSeconds: invalid value {query['timeoutSeconds']!r}"
@@ -456,6 +485,7 @@ class ApiServer:
             timeout=timeout,
             bookmarks=query.get("allowWatchBookmarks") in ("true", "1"),
             bookmark_interval=self.bookmark_interval,
+            bookmark_before_timeout=self.bookmark_before_timeout,
         )
         return await stream_watch(
             request, store=self.store, watcher=watcher, rt=target.rt, options=options,
@@ -491,6 +521,36 @@ def _user(token: str, spec: str | tuple[str, Iterable[str]]) -> UserInfo:
     if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str):
         return UserInfo(spec[0], tuple(spec[1]))
     raise ValueError(f"tokens[{token!r}]: expected a username or (username, groups), got {spec!r}")
+
+
+def _refuse_anonymous(request: web.Request, target: Target | None, verb: str) -> None:
+    """RBAC's answer to ``system:anonymous``: no binding grants it anything but the
+    public-info paths (``system:discovery`` is bound to authenticated users only)."""
+    if target is None:
+        path = request.path.rstrip("/") or "/"
+        if any(path == p or path.startswith(p + "/") for p in PUBLIC_PATHS):
+            return
+        raise ApiError(
+            403,
+            f'forbidden: User "system:anonymous" cannot {request.method.lower()} path '
+            f'"{request.path}"',
+            details={},
+        )
+    rt = target.rt
+    resource = rt.plural + (f"/{target.subresource}" if target.subresource else "")
+    subject = rt.qualified() + (f' "{target.name}"' if target.name else "")
+    where = f' in the namespace "{target.namespace}"' if target.namespace else ""
+    details: Obj = {"kind": rt.plural}
+    if target.name:
+        details["name"] = target.name
+    if rt.group:
+        details["group"] = rt.group
+    raise ApiError(
+        403,
+        f'{subject} is forbidden: User "system:anonymous" cannot {verb} resource '
+        f'"{resource}" in API group "{rt.group}"{where}',
+        details=details,
+    )
 
 
 def _verb(request: web.Request, target: Target) -> str:
@@ -586,4 +646,4 @@ def _paginate(request: web.Request, items: list[Obj], metadata: Obj) -> list[Obj
     return items
 
 
-__all__ = ["DEFAULT_NAMESPACES", "DEFAULT_USER", "ApiServer"]
+__all__ = ["ADMIN_TOKEN", "ANONYMOUS", "DEFAULT_NAMESPACES", "DEFAULT_USER", "ApiServer"]

@@ -2,8 +2,8 @@
 
 Mirrors kube-apiserver's watch endpoint: events as ``{"type": ..., "object": ...}``
 lines; ``BOOKMARK`` events carrying only ``metadata.resourceVersion`` when the client
-sent ``allowWatchBookmarks=true`` (periodically, and once more just before a
-``timeoutSeconds`` close); a too-old ``resourceVersion`` answered with HTTP 200 and a
+sent ``allowWatchBookmarks=true`` (as the watch cache does: about once a minute, and
+once 2 s before the watch's timeout -- both adjustable for tests); a too-old ``resourceVersion`` answered with HTTP 200 and a
 single ``ERROR`` event holding a 410 ``Status``.  Test hooks can hold deliveries
 (pause) or end every watch, cleanly or by killing the connection.
 """
@@ -28,7 +28,17 @@ class WatchOptions:
     version: str
     timeout: float
     bookmarks: bool
-    bookmark_interval: float
+    bookmark_interval: float  # the cacher's bookmarkFrequency (a minute upstream)
+    bookmark_before_timeout: float = 2.0  # the "pretimeout" bookmark, 2 s upstream
+
+
+def next_bookmark(now: float, deadline: float, options: WatchOptions) -> float | None:
+    """``cacheWatcher.nextBookmarkTime``: a bookmark a ``bookmark_interval`` from now, or
+    ``bookmark_before_timeout`` before the deadline if that is sooner; None once even
+    that has passed (no more bookmarks on this watch)."""
+    heartbeat = now + options.bookmark_interval
+    heartbeat = min(heartbeat, deadline - options.bookmark_before_timeout)
+    return heartbeat if heartbeat >= now else None
 
 
 async def _start(request: web.Request) -> web.StreamResponse:
@@ -59,7 +69,7 @@ async def stream_watch(
     loop = asyncio.get_running_loop()
     response = await _start(request)
     deadline = loop.time() + options.timeout
-    next_bookmark = loop.time() + options.bookmark_interval
+    bookmark_at = next_bookmark(loop.time(), deadline, options) if options.bookmarks else None
 
     async def send(kind: str, obj: dict) -> None:
         await response.write((dumps({"type": kind, "object": obj}) + "\n").encode())
@@ -78,16 +88,18 @@ async def stream_watch(
             if now >= deadline:
                 break
             wait = deadline - now
-            if options.bookmarks:
-                wait = max(0.0, min(wait, next_bookmark - now))
+            if bookmark_at is not None:
+                wait = max(0.0, min(wait, bookmark_at - now))
             try:
                 item = await asyncio.wait_for(watcher.queue.get(), wait)
             except TimeoutError:
-                if options.bookmarks and loop.time() >= next_bookmark:
+                if bookmark_at is not None and loop.time() >= bookmark_at:
                     await gate()
                     if watcher.queue.empty():
                         await bookmark()
-                    next_bookmark = loop.time() + options.bookmark_interval
+                    bookmark_at = next_bookmark(loop.time(), deadline, options)
+                    if bookmark_at is not None and bookmark_at <= loop.time():
+                        bookmark_at = None  # the pre-timeout bookmark was the last one
                 continue
             if isinstance(item, Drop):
                 if item.abrupt and request.transport is not None:
@@ -97,8 +109,6 @@ async def stream_watch(
             await gate()
             kind, obj = item
             await send(kind, relabel(obj, rt, options.version))
-        if options.bookmarks and watcher.queue.empty() and loop.time() >= deadline:
-            await bookmark()
         await response.write_eof()
     except (ConnectionResetError, ConnectionError):
         pass

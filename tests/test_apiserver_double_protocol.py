@@ -1,0 +1,200 @@
+"""Protocol details where the double now answers as kube-apiserver 1.32 (issue 11).
+
+D19: a JSON patch that does not apply is 422 with upstream's generic message;
+D20: requests without credentials are ``system:anonymous`` (403 under RBAC), unknown
+tokens 401; D23: watch bookmarks once a minute and 2 s before the timeout, and
+``timeoutSeconds`` honoured as asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.apiserver import ADMIN_TOKEN, ApiServer, running_apiserver
+from tests.apiserver.watch import WatchOptions, next_bookmark
+
+JOBS = "/apis/batch/v1/namespaces/default/jobs"
+CQS = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
+Obj = dict[str, Any]
+
+
+@asynccontextmanager
+async def session(**kwargs: Any) -> AsyncIterator[tuple[ApiServer, aiohttp.ClientSession]]:
+    async with running_apiserver(**kwargs) as server:
+        connector = aiohttp.TCPConnector(ssl=False)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            yield server, http
+
+
+async def call(
+    server: ApiServer,
+    http: aiohttp.ClientSession,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    token: str | None = ADMIN_TOKEN,
+    content_type: str = "application/json",
+) -> tuple[int, Any]:
+    headers = {"Content-Type": content_type}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else json.dumps(body)
+    async with http.request(method, server.url + path, data=data, headers=headers) as resp:
+        text = await resp.text()
+        return resp.status, json.loads(text) if text.startswith("{") else text
+
+
+def job(name: str) -> Obj:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}
+            },
+        },
+    }
+
+
+# -- D19 ----------------------------------------------------------------------------------
+
+
+def test_failed_json_patch_test_is_a_generic_422() -> None:
+    async def scenario() -> None:
+        async with session() as (server, http):
+            await call(server, http, "POST", JOBS, job("j"))
+            ops = [
+                {"op": "replace", "path": "/spec/parallelism", "value": 2},
+                {"op": "test", "path": "/spec/parallelism", "value": 99},
+            ]
+            status, out = await call(
+                server, http, "PATCH", f"{JOBS}/j", ops, content_type="application/json-patch+json"
+            )
+            assert status == 422
+            assert out["reason"] == "Invalid"
+            assert (
+                out["message"] == "the server rejected our request due to an error in our request"
+            )
+            assert out["details"] == {
+                "causes": [{"message": "testing value /spec/parallelism failed: test failed"}]
+            }
+            stored = server.get_object("jobs", "j", "default")
+            assert stored is not None and stored["spec"]["parallelism"] == 1  # nothing applied
+
+    asyncio.run(scenario())
+
+
+# -- D20 ----------------------------------------------------------------------------------
+
+
+def test_anonymous_requests_are_forbidden_and_unknown_tokens_unauthorized() -> None:
+    async def scenario() -> None:
+        async with session(tls=True) as (server, http):
+            assert server.url.startswith("https://")
+            status, out = await call(server, http, "GET", f"{JOBS}/j", token=None)
+            assert status == 403 and out["reason"] == "Forbidden"
+            assert out["message"] == (
+                'jobs.batch "j" is forbidden: User "system:anonymous" cannot get resource '
+                '"jobs" in API group "batch" in the namespace "default"'
+            )
+            assert out["details"] == {"name": "j", "group": "batch", "kind": "jobs"}
+            status, out = await call(server, http, "POST", CQS, {}, token=None)
+            assert status == 403 and out["message"] == (
+                'clusterqueues.kueue.x-k8s.io is forbidden: User "system:anonymous" cannot '
+                'create resource "clusterqueues" in API group "kueue.x-k8s.io"'
+            )
+            status, out = await call(server, http, "GET", "/api/v1/namespaces", token=None)
+            assert status == 403 and 'in API group ""' in out["message"]
+            status, out = await call(server, http, "GET", "/apis", token=None)
+            assert status == 403 and out["message"] == (
+                'forbidden: User "system:anonymous" cannot get path "/apis"'
+            )
+            status, _ = await call(server, http, "GET", "/version", token=None)
+            assert status == 200  # system:public-info-viewer
+            status, _ = await call(server, http, "GET", "/readyz", token=None)
+            assert status == 200
+            status, out = await call(server, http, "GET", f"{JOBS}", token="nobody-knows-me")
+            assert status == 401 and out["reason"] == "Unauthorized"
+            assert out["message"] == "Unauthorized"
+            status, _ = await call(server, http, "GET", f"{JOBS}")
+            assert status == 200  # the admin token
+            anonymous = [r for r in server.requests if r.path == f"{JOBS}/j"]
+            assert anonymous and anonymous[0].user == "system:anonymous"
+            assert anonymous[0].status == 403
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("refuse", 403), ("admin", 200), ("auto", 200)])
+def test_anonymous_mode_over_plain_http(mode: str, expected: int) -> None:
+    """kubectl sends no bearer token over plain HTTP, so over HTTP "auto" treats a
+    request without credentials as the admin; "refuse" is the real server's answer."""
+
+    async def scenario() -> None:
+        async with session(anonymous=mode) as (server, http):
+            assert server.url.startswith("http://")
+            status, _ = await call(server, http, "GET", JOBS, token=None)
+            assert status == expected
+
+    asyncio.run(scenario())
+
+
+def test_anonymous_mode_is_checked() -> None:
+    with pytest.raises(ValueError, match="anonymous"):
+        ApiServer(anonymous="everyone")
+
+
+# -- D23 ----------------------------------------------------------------------------------
+
+
+def test_bookmark_schedule_follows_the_watch_cache() -> None:
+    upstream = WatchOptions(version="v1", timeout=1800, bookmarks=True, bookmark_interval=60)
+    assert ApiServer().bookmark_interval == 60.0
+    assert ApiServer().bookmark_before_timeout == 2.0
+    assert next_bookmark(0.0, 1800.0, upstream) == 60.0  # once a minute
+    assert next_bookmark(1750.0, 1800.0, upstream) == 1798.0  # 2 s before the timeout
+    assert next_bookmark(0.0, 1.0, upstream) is None  # a 1 s watch gets none
+
+
+def watch_events(server: ApiServer, timeout: float) -> Any:
+    async def run() -> tuple[list[str], float]:
+        connector = aiohttp.TCPConnector()
+        async with aiohttp.ClientSession(connector=connector) as http:
+            query = f"?watch=true&allowWatchBookmarks=true&timeoutSeconds={timeout:g}"
+            start = time.monotonic()
+            headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            async with http.get(server.url + JOBS + query, headers=headers) as resp:
+                types = [json.loads(line)["type"] async for line in resp.content if line.strip()]
+            return types, time.monotonic() - start
+
+    return run()
+
+
+def test_a_short_watch_gets_no_bookmark_and_timeout_seconds_is_honoured() -> None:
+    async def scenario() -> None:
+        fast = {"bookmark_interval": 0.3, "bookmark_before_timeout": 0.1}
+        async with running_apiserver(max_watch_seconds=0.2, **fast) as server:
+            server.put_object(job("j"))
+            # 1 s asked, longer than the server's default of 0.2 s: honoured; bookmarks
+            # at 0.3 s and 0.6 s, then the pre-timeout one at 0.9 s, then none
+            types, took = await watch_events(server, 1)
+            assert took >= 0.9
+            assert types == ["ADDED", "BOOKMARK", "BOOKMARK", "BOOKMARK"]
+        async with running_apiserver(bookmark_interval=0.3) as server:
+            server.put_object(job("j"))
+            types, _ = await watch_events(server, 1)
+            # upstream: a watch shorter than the 2 s pre-timeout margin gets no bookmark
+            assert types == ["ADDED"]
+
+    asyncio.run(scenario())
