@@ -16,6 +16,7 @@ from admission.kube.context import ControllerOptions
 from tests.kube_harness import (
     SA_USERNAME,
     SERVICE_NS,
+    admitted,
     cluster_queue,
     eventually,
     flavor,
@@ -192,5 +193,144 @@ def test_every_write_is_recorded_under_the_quartermaster_field_manager(
                 }
                 assert "quartermaster" in managers
                 assert "OpenAPI-Generator" not in managers
+
+    run(main)
+
+
+def test_preempting_a_started_job_takes_three_writes_and_no_retries(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Suspend, clear status.startTime, restore the template: the victim's Job is
+    stopped in exactly the writes the API server allows, none refused or repeated."""
+    from tests.apiserver.jobcontroller import start_patch
+    from tests.kube_harness import priority_class
+
+    objects = [
+        namespace("team-a"),
+        flavor("f", pool="a"),
+        cluster_queue("cq", {"f": {"cpu": 4}}, preemption={"withinClusterQueue": "LowerPriority"}),
+        local_queue("team-a", "lq", "cq"),
+        priority_class("low", 10),
+        priority_class("high", 1000),
+    ]
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
+            controller_manager = getattr(
+                getattr(s.server, "cluster", None), "controller_manager", False
+            )
+            await s.user.create(
+                k.JOBS, job("team-a", "victim", queue="lq", cpu="3", priority_class="low"),
+                namespace="team-a",
+            )  # fmt: skip
+            j = await eventually(
+                lambda: (j := s.get("jobs", "victim", "team-a")) and not j["spec"]["suspend"] and j,
+                what="the victim starts",
+            )
+            if not controller_manager:  # play the Job controller: the Job has started
+                patch = start_patch(j)
+                assert patch is not None
+                await s.user.patch(
+                    k.JOBS, "victim", patch, namespace="team-a", subresource="status"
+                )
+            await eventually(
+                lambda: (
+                    (j := s.get("jobs", "victim", "team-a"))
+                    and (j.get("status") or {}).get("startTime")
+                    and (j.get("status") or {}).get("active")
+                ),
+                what="the victim's Job has started pods",
+            )
+            calls: list[str] = []
+            client = s.service.client
+            counted = client.on_request
+
+            def on_request(call: str) -> None:
+                calls.append(call)
+                if counted is not None:
+                    counted(call)
+
+            client.on_request = on_request
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            await s.user.create(
+                k.JOBS, job("team-a", "urgent", queue="lq", cpu="3", priority_class="high"),
+                namespace="team-a",
+            )  # fmt: skip
+            await eventually(
+                lambda: (j := s.get("jobs", "victim", "team-a")) and j["spec"]["suspend"],
+                what="the victim is suspended",
+            )
+            if not controller_manager:  # its pods go away
+                await s.user.patch(
+                    k.JOBS, "victim", {"status": {"active": 0}}, namespace="team-a",
+                    subresource="status",
+                )  # fmt: skip
+            await eventually(
+                lambda: (j := s.get("jobs", "urgent", "team-a")) and not j["spec"]["suspend"],
+                what="the preemptor starts",
+                timeout=30,
+            )
+            took = loop.time() - t0
+            victim = s.get("jobs", "victim", "team-a")
+            assert victim["spec"]["suspend"] is True
+            assert not victim["status"].get("startTime")
+            assert "kueue.x-k8s.io/podset" not in victim["spec"]["template"]["metadata"].get(
+                "labels", {}
+            )
+            # victim: suspend, startTime cleared, template restored; preemptor: started
+            assert calls.count("patch batch/jobs") == 3, calls
+            assert calls.count("patch batch/jobs/status") == 1, calls
+            assert s.service.metrics.reconcile_errors._metrics == {}  # nothing was refused
+            print(f"preempting a started Job took {took:.2f} s on {backend!s:.40}")
+
+    run(main)
+
+
+def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Three 500s on the higher-priority workload's admission write: it is admitted at
+    the next try; the lower-priority one, which would fit in its place, waits."""
+    from admission.jobs import workload_from_job
+    from admission.kube.objects import workload_for_job
+    from queues.model import PriorityClass
+    from tests.kube_harness import priority_class
+
+    objects = [
+        namespace("team-a"),
+        flavor("f"),
+        cluster_queue("cq", {"f": {"cpu": 4}}),
+        local_queue("team-a", "lq", "cq"),
+        priority_class("low", 10),
+        priority_class("high", 1000),
+    ]
+    wpcs = {"low": PriorityClass("low", 10), "high": PriorityClass("high", 1000)}
+    jobs = [
+        job("team-a", "high", queue="lq", cpu="3", priority_class="high", suspend=True),
+        job("team-a", "low", queue="lq", cpu="3", priority_class="low", suspend=True),
+    ]
+
+    def before(server: Any) -> None:
+        for j in jobs:
+            stored = server.put_object(j)
+            wl = workload_from_job(stored, workload_priority_classes=wpcs, priority_classes={})
+            body = workload_for_job(stored, wl)
+            server.put_object(body)
+            if j["metadata"]["name"] == "high":
+                server.fail_next(
+                    3, code=500, verb="patch", resource="workloads/status",
+                    name=body["metadata"]["name"],
+                )  # fmt: skip
+
+    async def main() -> None:
+        async with stack(
+            tmp_path, backend=backend, objects=objects, webhooks=False, before_start=before
+        ) as s:
+            await eventually(
+                lambda: admitted(s.workload_of_job("team-a", "high")), what="high admitted"
+            )
+            await asyncio.sleep(0.5)
+            assert not admitted(s.workload_of_job("team-a", "low"))
 
     run(main)

@@ -41,7 +41,8 @@ class Applier:
         self.ctx = ctx
         self.pending: dict[str, tuple[PendingStatus, float]] = {}  # key -> (status, due)
         self._pending_ready = asyncio.Event()
-        self.failures: dict[str, int] = {}
+        self.failures: dict[str, int] = {}  # key -> refused admission writes in a row
+        self._refused: dict[str, bool] = {}  # key -> the last admission write was refused (4xx)
         self.pending_written: dict[str, float] = {}  # key -> when its reason was last written
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -69,7 +70,8 @@ class Applier:
             ctx.sync.inflight.discard(key)
         if not ok:
             ctx.metrics.api_writes.labels("admit", "rolled-back").inc()
-            ctx.sync.apply(lambda: self._roll_back(key))
+            refused = self._refused.pop(key, False)
+            ctx.sync.apply(lambda: self._roll_back(key, refused=refused))
             ctx.wake()
             return
         self.failures.pop(key, None)
@@ -95,13 +97,19 @@ class Applier:
             elif is_group_workload(written):
                 ctx.enqueue("podgroup", key)  # ungate the group's pods
 
-    def _roll_back(self, key: str) -> None:
+    def _roll_back(self, key: str, *, refused: bool) -> None:
+        """Undo the assumption. Only a refusal (a 4xx other than 409/429: a webhook's
+        denial, a validation error) counts toward parking the workload: a transient
+        error (5xx, 429, a conflict, a lost connection) must not cost it its place
+        in the queue, or a lower-priority workload would take its quota."""
         ctx = self.ctx
         if key in ctx.cache.admitted and key not in ctx.cache.evicting:
             ctx.cache.forget(key)
         latest = ctx.writer.workload(key)
         ctx.sync.wl_sigs.pop(key, None)
         ctx.sync.workload(key, latest)
+        if not refused:
+            return
         n = self.failures[key] = self.failures.get(key, 0) + 1
         if n > 2 and latest is not None and key in ctx.cache.workloads:
             # repeatedly refused (e.g. denied by a webhook): back off, don't hammer
@@ -131,6 +139,8 @@ class Applier:
         except ApiError as err:
             if err.conflict or not err.retryable:
                 log.info("admission of %s not written: %s", key, err)
+                if not err.conflict and err.status != 0:
+                    self._refused[key] = True
                 return False
             return await self._verify(key, d, err)
         return new is not None and o.has_quota(new)
