@@ -24,9 +24,16 @@ expect:
     ns/name: {by: ns/other, reason: InClusterQueue}
   usage: {cq: {flavor: {resource: {total: "3", borrowed: "0"}}}}   # partial check
   whatIf: {ns/name: {before: admitted, after: pending}}            # outcome kinds
+  left: {cq: [ns/name, ...]}              # Kueue's wantLeft: still in the heap at the end
+  inadmissibleLeft: {cq: [ns/name, ...]}  # Kueue's wantInadmissibleLeft: parked at the end
 ```
 
 Every key given under ``expect`` is checked strictly; keys left out are not checked.
+``left`` and ``inadmissibleLeft`` list every ClusterQueue with such workloads (empty
+ones may be left out); they are read from the engine's pending queues after the same
+run, in-process, since the CLI's JSON does not say which pending workloads are parked.
+A key the runner does not know, anywhere in the file, fails the scenario (a typo must
+not silently drop a check).
 """
 
 from __future__ import annotations
@@ -149,8 +156,78 @@ def scenario_objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return objects
 
 
+TOP_KEYS = {"description", "args", "config", "bases", "objects", "workloads", "whatIf", "expect"}
+WORKLOAD_KEYS = {
+    "name",
+    "ns",
+    "queue",
+    "priority",
+    "created",
+    "uid",
+    "podSets",
+    "requests",
+    "count",
+    "active",
+    "admitted",
+    "reclaimablePods",
+}
+POD_SET_KEYS = {
+    "name",
+    "count",
+    "requests",
+    "limits",
+    "minCount",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "topologyRequest",
+}
+ADMITTED_SHORTHAND_KEYS = {"clusterQueue", "flavors", "at"}
+EXPECT_KEYS = {
+    "exit",
+    "stderr",
+    "admitted",
+    "pending",
+    "preempted",
+    "usage",
+    "cycles",
+    "whatIf",
+    "left",
+    "inadmissibleLeft",
+}
+EXPECT_ENTRY_KEYS = {
+    "admitted": {"clusterQueue", "cycle", "flavors", "podSetFlavors", "counts"},
+    "pending": {"reason", "clusterQueue", "message"},
+    "preempted": {"by", "reason", "clusterQueue", "cycle", "message"},
+    "whatIf": {"before", "after"},
+}
+
+
+def _check_keys(where: str, got: Any, allowed: set[str]) -> None:
+    if not isinstance(got, dict):
+        return
+    unknown = sorted(set(got) - allowed)
+    assert not unknown, f"{where}: unknown key(s) {unknown}; known: {sorted(allowed)}"
+
+
+def validate_spec(spec: dict[str, Any]) -> None:
+    """Reject keys the runner would silently ignore."""
+    _check_keys("scenario", spec, TOP_KEYS)
+    for i, w in enumerate(spec.get("workloads") or []):
+        _check_keys(f"workloads[{i}]", w, WORKLOAD_KEYS)
+        for j, p in enumerate(w.get("podSets") or []):
+            _check_keys(f"workloads[{i}].podSets[{j}]", p, POD_SET_KEYS)
+        _check_keys(f"workloads[{i}].admitted", w.get("admitted"), ADMITTED_SHORTHAND_KEYS)
+    expect = spec.get("expect") or {}
+    _check_keys("expect", expect, EXPECT_KEYS)
+    for section, allowed in EXPECT_ENTRY_KEYS.items():
+        for key, entry in (expect.get(section) or {}).items():
+            _check_keys(f"expect.{section}[{key}]", entry, allowed)
+
+
 def run_scenario(path: Path, tmp: Path) -> None:
     spec = yaml.safe_load(path.read_text())
+    validate_spec(spec)
     objs = tmp / "objects.yaml"
     objs.write_text(yaml.safe_dump_all(scenario_objects(spec), sort_keys=False))
     args = ["-f", str(objs), *spec.get("args", [])]
@@ -172,6 +249,32 @@ def run_scenario(path: Path, tmp: Path) -> None:
         return
     assert doc is not None
     check_decisions(doc, expect)
+    if "left" in expect or "inadmissibleLeft" in expect:
+        check_left(spec, objs, tmp, expect)
+
+
+def check_left(spec: dict[str, Any], objs: Path, tmp: Path, expect: dict[str, Any]) -> None:
+    """Kueue's wantLeft / wantInadmissibleLeft: which pending workloads are still in
+    each ClusterQueue's heap, and which are parked, after the same plan run."""
+    from admission.config import load_config
+    from admission.loader import load_paths
+    from admission.plan import run_plan
+
+    args = list(spec.get("args", []))
+    cycles = int(args[args.index("--cycles") + 1]) if "--cycles" in args else None
+    config = load_config(str(tmp / "config.yaml") if "config" in spec else None)
+    result = run_plan(load_paths([str(objs)]), cycles=cycles, config=config)
+    assert result.cache is not None
+    left: dict[str, list[str]] = {}
+    parked: dict[str, list[str]] = {}
+    for name, q in result.cache.queues.items():
+        for wl in q.workloads():
+            (parked if q.is_parked(wl.key) else left).setdefault(name, []).append(wl.key)
+    for field, got in (("left", left), ("inadmissibleLeft", parked)):
+        if field in expect:
+            want = {cq: sorted(keys) for cq, keys in (expect[field] or {}).items() if keys}
+            have = {cq: sorted(keys) for cq, keys in got.items()}
+            assert have == want, f"{field}: {have}, want {want}"
 
 
 def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
