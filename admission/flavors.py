@@ -377,12 +377,10 @@ class FlavorAssigner:
                 f"(requested {asked()}, available {format_quantity(r, max(0, available))}; "
                 f"{explain_available(node, fr)})"
             )
-        if (
-            val <= node.nominal(fr)
-            or may_reclaim
-            or self.can_preempt_while_borrowing
-            or self.can_preempt_within_cq
-        ):
+        # Kueue: only a request within nominal quota (or one that may reclaim lower in
+        # the hierarchy, or a queue that may preempt while borrowing) may preempt. A
+        # request that needs borrowing may not even preempt in its own ClusterQueue.
+        if val <= node.nominal(fr) or may_reclaim or self.can_preempt_while_borrowing:
             assert self._wl is not None  # set by assign()
             mode, borrow_after = self.oracle(self._wl, node, fr, val)
             return mode, borrow_after, msg, WAITING_FOR_QUOTA

@@ -209,9 +209,9 @@ class Scheduler:
             e.targets = self.preemptor.targets(wl, e.cluster_queue, a.usage, a.frs_need_preemption)
         if a.mode != FIT and not e.targets and any(ps.min_count is not None for ps in wl.pod_sets):
             # Partial admission: neither fits nor can preempt at full size.
-            reduced = self._partial(assigner, wl)
+            reduced = self._partial(assigner, wl, e.cluster_queue)
             if reduced is not None:
-                a = reduced
+                a, e.targets = reduced
         e.assignment = a
 
     def _assigner(self, cq_name: str) -> FlavorAssigner:
@@ -233,18 +233,24 @@ class Scheduler:
     def _fair_sharing(self) -> bool:
         return self.preemptor.fair_sharing
 
-    def _partial(self, assigner: FlavorAssigner, wl: Workload) -> Assignment | None:
-        """Partial admission: the largest count of the minCount podSet that fits."""
+    def _partial(
+        self, assigner: FlavorAssigner, wl: Workload, cq: str
+    ) -> tuple[Assignment, list[Target]] | None:
+        """Partial admission (Kueue's PodSetReducer): the largest count of the minCount
+        podSet that fits, or that preemption can make fit (then with its victims)."""
         ps = next(p for p in wl.pod_sets if p.min_count is not None)
         lo, hi = ps.min_count or 1, ps.count - 1
         counts = {p.name: p.count for p in wl.pod_sets}
-        best: Assignment | None = None
+        best: tuple[Assignment, list[Target]] | None = None
         while lo <= hi:
             mid = (lo + hi + 1) // 2
             counts[ps.name] = mid
             a = assigner.assign(wl, counts)
-            if a.mode == FIT:
-                best = a
+            targets: list[Target] = []
+            if a.mode in (PREEMPT, RECLAIM):
+                targets = self.preemptor.targets(wl, cq, a.usage, a.frs_need_preemption)
+            if a.mode == FIT or targets:
+                best = (a, targets)
                 lo = mid + 1
             else:
                 hi = mid - 1
