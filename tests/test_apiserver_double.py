@@ -77,7 +77,16 @@ def workload(
         "apiVersion": f"{KUEUE}/{V}",
         "kind": "Workload",
         "metadata": {"name": name, "labels": labels or {}},
-        "spec": {"queueName": queue, "podSets": [{"name": "main", "count": 1}]},
+        "spec": {
+            "queueName": queue,
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}},
+                }
+            ],
+        },
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from typing import Any
 
 import aiohttp
@@ -194,3 +195,272 @@ def test_served_types_come_from_the_crds() -> None:
     assert listed["workloads"]["shortNames"] == ["kwl", "kueueworkload", "kueueworkloads"]
     assert "categories" not in listed["workloads"]
     assert "resourceflavors/status" not in listed and "clusterqueues/status" in listed
+
+
+# -- requests against the served CRDs: pruning (D2), defaulting (D5), validation (D3, D4) --
+
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+CQS = f"{KUEUE}/clusterqueues"
+LQS = f"{KUEUE}/namespaces/default/localqueues"
+WLS = f"{KUEUE}/namespaces/default/workloads"
+JOBS = "/apis/batch/v1/namespaces/default/jobs"
+
+
+def cluster_queue(name: str = "cq", **spec: Any) -> Obj:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {"namespaceSelector": {}, **spec},
+    }
+
+
+def resource_group(**limits: str) -> list[Obj]:
+    return [
+        {
+            "coveredResources": ["cpu"],
+            "flavors": [
+                {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "4", **limits}]}
+            ],
+        }
+    ]
+
+
+class Session:
+    def __init__(self, server: Any, http: aiohttp.ClientSession) -> None:
+        self.server = server
+        self.http = http
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        **query: str,
+    ) -> tuple[int, Any, list[str]]:
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": content_type}
+        data = None if body is None else json.dumps(body)
+        url = self.server.url + path
+        async with self.http.request(method, url, data=data, headers=headers, params=query) as r:
+            return r.status, await r.json(), r.headers.getall("Warning", [])
+
+
+def with_session(test: Any) -> None:
+    async def main() -> None:
+        async with running_apiserver() as server, aiohttp.ClientSession() as http:
+            await test(Session(server, http))
+
+    asyncio.run(main())
+
+
+def test_unknown_fields_are_pruned_with_a_warning_by_default() -> None:
+    async def scenario(api: Session) -> None:
+        body = cluster_queue(foo="bar")
+        body["metadata"]["bogus"] = 1
+        status, out, warnings = await api.send("POST", CQS, body)
+        assert status == 201
+        assert warnings == [
+            '299 - "unknown field \\"metadata.bogus\\""',
+            '299 - "unknown field \\"spec.foo\\""',
+        ]
+        assert "foo" not in out["spec"] and "bogus" not in out["metadata"]
+        stored = api.server.get_object("clusterqueues", "cq")
+        assert stored is not None and "foo" not in stored["spec"]
+        # Ignore: pruned silently
+        status, _, warnings = await api.send(
+            "POST", CQS, cluster_queue("quiet", foo="bar"), fieldValidation="Ignore"
+        )
+        assert status == 201 and warnings == []
+
+    with_session(scenario)
+
+
+def test_strict_field_validation_refuses_unknown_fields() -> None:
+    async def scenario(api: Session) -> None:
+        status, out, _ = await api.send(
+            "POST", CQS, cluster_queue(foo="bar"), fieldValidation="Strict"
+        )
+        assert status == 400 and out["reason"] == "BadRequest"
+        assert out["message"] == (
+            'ClusterQueue in version "v1beta2" cannot be handled as a ClusterQueue: '
+            'strict decoding error: unknown field "spec.foo"'
+        )
+        assert api.server.get_object("clusterqueues", "cq") is None
+        await api.send("POST", CQS, cluster_queue())
+        patch = {"spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [], "x": 1}]}}
+        status, out, _ = await api.send(
+            "PATCH", f"{CQS}/cq", patch, content_type="application/merge-patch+json",
+            fieldValidation="Strict",
+        )  # fmt: skip
+        assert status == 400
+        assert out["message"] == 'strict decoding error: unknown field "spec.resourceGroups[0].x"'
+        status, out, _ = await api.send("POST", CQS, cluster_queue("x"), fieldValidation="Loud")
+        assert status == 400 and "fieldValidation" in out["message"]
+
+    with_session(scenario)
+
+
+def test_built_in_kinds_prune_the_fields_the_service_writes() -> None:
+    async def scenario(api: Session) -> None:
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "j"},
+            "spec": {
+                "suspend": True,
+                "paralelism": 2,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "x", "cpu": "1"}],
+                        "nodeSelectors": {"a": "b"},
+                    }
+                },
+            },
+        }
+        status, out, warnings = await api.send("POST", JOBS, body)
+        assert status == 201
+        assert sorted(warnings) == [
+            '299 - "unknown field \\"spec.paralelism\\""',
+            '299 - "unknown field \\"spec.template.spec.containers[0].cpu\\""',
+            '299 - "unknown field \\"spec.template.spec.nodeSelectors\\""',
+        ]
+        assert "paralelism" not in out["spec"] and out["spec"]["parallelism"] == 1
+        # fields the double does not model below the known ones are kept
+        affinity = {"spec": {"template": {"spec": {"affinity": {"nodeAffinity": {"any": 1}}}}}}
+        status, out, warnings = await api.send(
+            "PATCH", f"{JOBS}/j", affinity, content_type="application/merge-patch+json"
+        )
+        assert status == 200 and warnings == []
+
+    with_session(scenario)
+
+
+def test_put_object_refuses_unknown_fields_and_invalid_objects() -> None:
+    async def scenario(api: Session) -> None:
+        with pytest.raises(ApiError) as err:
+            api.server.put_object(cluster_queue(cohort="old-field-name"))
+        assert err.value.code == 400 and 'unknown field "spec.cohort"' in err.value.message
+        with pytest.raises(ApiError) as err:
+            api.server.put_object(cluster_queue(stopPolicy="Sometimes"))
+        assert err.value.code == 422
+
+    with_session(scenario)
+
+
+def test_schema_defaults_are_applied_on_create_and_update() -> None:
+    async def scenario(api: Session) -> None:
+        status, out, _ = await api.send("POST", CQS, cluster_queue())
+        assert status == 201
+        spec = out["spec"]
+        assert spec["stopPolicy"] == "None" and spec["queueingStrategy"] == "BestEffortFIFO"
+        assert spec["flavorFungibility"] == {
+            "whenCanBorrow": "MayStopSearch",
+            "whenCanPreempt": "TryNextFlavor",
+        }
+        assert spec["preemption"] == {
+            "borrowWithinCohort": {"policy": "Never"},
+            "reclaimWithinCohort": "Never",
+            "withinClusterQueue": "Never",
+        }
+        # an update that drops a defaulted field gets it back
+        status, out, _ = await api.send(
+            "PATCH", f"{CQS}/cq", {"spec": {"stopPolicy": None}},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        assert status == 200 and out["spec"]["stopPolicy"] == "None"
+        lq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+              "metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}  # fmt: skip
+        status, out, _ = await api.send("POST", LQS, lq)
+        assert status == 201 and out["spec"]["stopPolicy"] == "None"
+        wl = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "w"},
+            "spec": {"queueName": "lq", "podSets": [{"template": {"spec": {"containers": []}}}]},
+        }
+        status, out, _ = await api.send("POST", WLS, wl)
+        assert status == 201, out
+        assert out["spec"]["active"] is True
+        assert (out["spec"]["podSets"][0]["name"], out["spec"]["podSets"][0]["count"]) == (
+            "main",
+            1,
+        )
+        # objects seeded through the test hook are defaulted as the server would serve them
+        seeded = api.server.put_object(cluster_queue("seeded"))
+        assert seeded["spec"]["stopPolicy"] == "None"
+
+    with_session(scenario)
+
+
+def test_openapi_schema_is_enforced_with_upstreams_messages() -> None:
+    async def scenario(api: Session) -> None:
+        status, out, _ = await api.send("POST", CQS, cluster_queue(stopPolicy="Sometimes"))
+        assert status == 422 and out["reason"] == "Invalid"
+        assert out["message"] == (
+            'ClusterQueue.kueue.x-k8s.io "cq" is invalid: spec.stopPolicy: Unsupported value: '
+            '"Sometimes": supported values: "None", "Hold", "HoldAndDrain"'
+        )
+        groups = resource_group()
+        groups[0]["flavors"][0]["resources"][0]["nominalQuota"] = "lots"
+        status, out, _ = await api.send("POST", CQS, cluster_queue(resourceGroups=groups))
+        assert status == 422
+        (cause,) = out["details"]["causes"]
+        assert cause["field"] == "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
+        assert "should match" in cause["message"]
+        status, out, _ = await api.send("POST", CQS, cluster_queue(queueingStrategy=7))
+        assert status == 422 and "must be of type string" in out["message"]
+
+    with_session(scenario)
+
+
+def test_cel_rules_answer_before_webhooks_with_transition_rules_on_update() -> None:
+    async def scenario(api: Session) -> None:
+        body = cluster_queue(resourceGroups=resource_group(borrowingLimit="1"))
+        status, out, _ = await api.send("POST", CQS, body)
+        assert status == 422
+        assert out["message"] == (
+            'ClusterQueue.kueue.x-k8s.io "cq" is invalid: spec: Invalid value: "object": '
+            "borrowingLimit must be nil when cohort is empty"
+        )
+        body["spec"]["cohortName"] = "all"
+        status, _, _ = await api.send("POST", CQS, body)
+        assert status == 201
+        lq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+              "metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}  # fmt: skip
+        status, _, _ = await api.send("POST", LQS, lq)
+        assert status == 201  # the transition rule does not run on create
+        status, out, _ = await api.send(
+            "PATCH", f"{LQS}/lq", {"spec": {"clusterQueue": "other"}},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        assert status == 422 and out["message"] == (
+            'LocalQueue.kueue.x-k8s.io "lq" is invalid: spec.clusterQueue: Invalid value: '
+            '"string": field is immutable'
+        )
+
+    with_session(scenario)
+
+
+def test_ratcheting_lets_an_update_keep_an_already_invalid_value() -> None:
+    async def scenario(api: Session) -> None:
+        # seeded past validation (as if stored under an older, laxer CRD)
+        bad = cluster_queue(stopPolicy="Sometimes")
+        api.server.store.insert(
+            api.server.registry.resolve("clusterqueues"),
+            {**bad, "metadata": {**bad["metadata"], "uid": "u", "generation": 1}},
+        )
+        status, out, _ = await api.send(
+            "PATCH", f"{CQS}/cq", {"metadata": {"labels": {"a": "b"}}},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        assert status == 200, out
+        status, out, _ = await api.send(
+            "PATCH", f"{CQS}/cq", {"spec": {"stopPolicy": "Never"}},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        assert status == 422 and "spec.stopPolicy: Unsupported value" in out["message"]
+
+    with_session(scenario)

@@ -95,13 +95,16 @@ def test_kubectl_creates_a_job_gets_workloads_and_edits_a_cluster_queue(
             )
             assert (code, out) == (0, "a"), err
 
-            # an invalid edit is refused with the webhook's message
+            # an invalid edit is refused by the CRD's CEL rule, before any webhook runs
             bad = '{"spec":{"resourceGroups":[{"coveredResources":["cpu"],"flavors":[{"name":"f","resources":[{"name":"cpu","nominalQuota":"8","borrowingLimit":"1"}]}]}]}}'
             code, out, err = await kubectl(
                 kc, tmp_path, "patch", "clusterqueue", "cq", "--type=merge", "-p", bad
             )
             assert code != 0
-            assert 'admission webhook "vclusterqueue.kb.io" denied the request' in err
+            assert (
+                'The ClusterQueue "cq" is invalid: spec: Invalid value: "object": '
+                "borrowingLimit must be nil when cohort is empty"
+            ) in err
 
             editor = tmp_path / "editor.py"
             editor.write_text(EDITOR)

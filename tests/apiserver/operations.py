@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import builtin
+from . import builtin, schema
 from .admission import AdmissionAttributes, UserInfo, WebhookDispatcher
 from .errors import ApiError, bad_request, conflict, not_found
 from .patches import APPLY_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
@@ -46,6 +46,7 @@ class WriteContext:
     subresource: str | None
     user: UserInfo
     dry_run: bool = False
+    field_validation: str = "Warn"
 
     def attributes(self, operation: str, name: str) -> AdmissionAttributes:
         return AdmissionAttributes(
@@ -77,18 +78,25 @@ class Operations:
 
     # -- create -------------------------------------------------------------------------
 
-    async def create(self, ctx: WriteContext, body: Any) -> WriteResult:
+    async def create(self, ctx: WriteContext, body: Any, *, patched: bool = False) -> WriteResult:
         if ctx.subresource:
             raise ApiError(405, f"create is not supported on {ctx.rt.plural}/{ctx.subresource}")
         obj = prepare_for_create(ctx.rt, body, namespace=ctx.namespace)
+        decoded = schema.decode(
+            ctx.rt, obj, directive=ctx.field_validation, version=ctx.version, patch=patched
+        )
+        schema.settle(ctx.rt, obj)
         if ctx.rt.namespaced and self.store.get(self._namespaces, "", ctx.namespace or "") is None:
             raise not_found("namespaces", ctx.namespace or "")
         attrs = ctx.attributes("CREATE", obj["metadata"].get("name", ""))
         mutated, warnings = await self.dispatcher.mutate(attrs, obj, None)
-        obj = builtin.apply_defaults(ctx.rt, _restore_create_fields(ctx.rt, obj, mutated or obj))
+        obj = _restore_create_fields(ctx.rt, obj, mutated or obj)
+        builtin.apply_defaults(ctx.rt, schema.settle(ctx.rt, obj))
         builtin.prepare_create(ctx.rt, obj)
         validate(ctx.rt, obj)
         builtin.validate_create(ctx.rt, obj)
+        schema.validate(ctx.rt, obj, None)
+        warnings = decoded + warnings
         warnings += await self.dispatcher.validate(attrs, obj, None)
         if not ctx.dry_run:
             obj = self.store.insert(ctx.rt, obj)
@@ -103,7 +111,7 @@ class Operations:
         def compute(old: Obj) -> Obj:
             return copy.deepcopy(body)
 
-        return await self._guaranteed_update(ctx, compute)
+        return await self._guaranteed_update(ctx, compute, patch=False)
 
     async def patch(
         self, ctx: WriteContext, content_type: str, patch: Any, *, field_manager: str | None
@@ -128,15 +136,15 @@ class Operations:
             if existing is None and not ctx.subresource:
                 body = copy.deepcopy(patch)
                 body.setdefault("metadata", {})["name"] = ctx.name
-                return await self.create(ctx, body)
+                return await self.create(ctx, body, patched=True)
 
         def compute(old: Obj) -> Obj:
             return apply_patch(content_type, old, patch)
 
-        return await self._guaranteed_update(ctx, compute)
+        return await self._guaranteed_update(ctx, compute, patch=True)
 
     async def _guaranteed_update(
-        self, ctx: WriteContext, compute: Callable[[Obj], Obj]
+        self, ctx: WriteContext, compute: Callable[[Obj], Obj], *, patch: bool
     ) -> WriteResult:
         assert ctx.name is not None
         for _ in range(MAX_ATTEMPTS):
@@ -150,12 +158,21 @@ class Operations:
             wanted_rv = (candidate.get("metadata") or {}).get("resourceVersion")
             if wanted_rv and wanted_rv != old_rv:
                 raise conflict(ctx.rt.qualified(), ctx.name)
+            decoded = schema.decode(
+                ctx.rt, candidate, directive=ctx.field_validation, version=ctx.version,
+                patch=patch,
+            )  # fmt: skip
             new = prepare_for_update(ctx.rt, old, candidate, subresource=ctx.subresource)
+            schema.settle(ctx.rt, new)
             attrs = ctx.attributes("UPDATE", ctx.name)
             mutated, warnings = await self.dispatcher.mutate(attrs, new, old)
-            new = prepare_for_update(ctx.rt, old, mutated or new, subresource=ctx.subresource)
+            new = prepare_for_update(
+                ctx.rt, old, schema.settle(ctx.rt, mutated or new), subresource=ctx.subresource
+            )
             validate(ctx.rt, new)
             builtin.validate_update(ctx.rt, old, new, subresource=ctx.subresource)
+            schema.validate(ctx.rt, new, old)
+            warnings = decoded + warnings
             warnings += await self.dispatcher.validate(attrs, new, old)
             if ctx.dry_run:
                 return WriteResult(new, 200, warnings)

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import builtin
+from . import builtin, schema
 from .admission import UserInfo, WebhookDispatcher
 from .errors import ApiError, bad_request
 from .hooks import FaultInjector, FaultRule, RecordedRequest, RequestRecorder
@@ -211,7 +211,11 @@ class ApiServer:
         return self.dispatcher.calls
 
     def put_object(self, obj: Obj) -> Obj:
-        """Create or overwrite an object directly (no admission; ``status`` is kept)."""
+        """Create or overwrite an object directly (no admission; ``status`` is kept).
+
+        The object is still decoded and validated as a request would be: an unknown
+        field or a value the CRD's schema or CEL rules refuse raises ApiError, as
+        ``kubectl apply`` would fail on a cluster."""
         rt = self._type_of(obj)
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or ("default" if rt.namespaced else None)
@@ -223,7 +227,10 @@ class ApiServer:
             builtin.prepare_create(rt, new)
             if "status" in obj:
                 new["status"] = copy.deepcopy(obj["status"])
+            schema.decode(rt, new, directive="Strict", version=rt.storage_version)
+            schema.settle(rt, new)
             validate(rt, new)
+            schema.validate(rt, new, None)
             return copy.deepcopy(self.store.insert(rt, new))
         new = builtin.apply_defaults(
             rt, {**body, "apiVersion": existing["apiVersion"], "kind": rt.kind}
@@ -231,7 +238,10 @@ class ApiServer:
         for key in ("uid", "creationTimestamp", "generation", "namespace", "name"):
             if key in existing["metadata"]:
                 new["metadata"][key] = existing["metadata"][key]
+        schema.decode(rt, new, directive="Strict", version=rt.storage_version)
+        schema.settle(rt, new)
         validate(rt, new)
+        schema.validate(rt, new, existing)
         replaced = self.store.replace(rt, new, expected_rv=existing["metadata"]["resourceVersion"])
         return copy.deepcopy(replaced)
 
@@ -392,6 +402,7 @@ class ApiServer:
             subresource=target.subresource,
             user=user,
             dry_run="All" in query.getall("dryRun", []),
+            field_validation=schema.field_validation(query.get("fieldValidation")),
         )
         rt, version = target.rt, target.version
         if verb == "watch":
