@@ -9,6 +9,7 @@ the status subresource, playing the kubelet.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,13 @@ def test_a_gang_waits_for_all_its_pods_then_is_admitted_and_ungated_together(
                 p = s.get("pods", name, "team-a")
                 assert p["spec"]["nodeSelector"] == {"gpu.example.com/model": "a100"}
                 assert FINALIZER in p["metadata"]["finalizers"]  # kept until the group ends
+            await settled(s)
+            # one write per intent: each pod is ungated by exactly one patch (a second,
+            # concurrent one would fail its `test` op with a 422 on a real server)
+            patches = Counter(
+                r.name for r in s.server.requests if r.verb == "patch" and r.resource == "pods"
+            )
+            assert patches == {"g-0": 1, "g-1": 1}, patches
 
     run(main)
 
@@ -184,6 +192,13 @@ def test_finishing_all_pods_finishes_the_workload_and_lets_the_next_gang_in(
                 ),
                 what="the finished pods' finalizers are removed",
             )
+            await settled(s)
+            patches = Counter(
+                r.name for r in s.server.requests if r.verb == "patch" and r.resource == "pods"
+            )
+            # status writes are the test's own (set_phase); ours: ungate, then unfinalize
+            ours = {n: patches[n] for n in ("a-0", "a-1", "b-0", "b-1")}
+            assert ours == {"a-0": 2, "a-1": 2, "b-0": 1, "b-1": 1}, patches
 
     run(main)
 

@@ -108,7 +108,15 @@ class Controller:
 
     def enqueue(self, kind: str, key: str) -> None:
         if self.leading and key:
-            self.queue.add((kind, key))
+            self.queue.add(self._item(kind, key))
+
+    def _item(self, kind: str, key: str) -> tuple[str, str]:
+        """One work item per object: a pod group's Workload is the group itself, so
+        its events and its pods' events never reconcile it twice at once (which sent
+        every ungate and finalizer patch twice)."""
+        if kind == "wl" and self.podgroups.owns(key):
+            return ("podgroup", key)
+        return (kind, key)
 
     def _handler(self, plural: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
         if plural == "workloads":
@@ -179,7 +187,7 @@ class Controller:
         for key in list(self.informers["jobs"].store):
             self.queue.add(("job", key))
         for key in list(self.informers["workloads"].store):
-            self.queue.add(("wl", key))
+            self.queue.add(self._item("wl", key))
         for key in self.podgroups.group_keys():
             self.queue.add(("podgroup", key))
         tasks = [
