@@ -74,7 +74,7 @@ def test_the_checked_in_crds_are_accepted() -> None:
         assert crd_errors(c) == [], c["metadata"]["name"]
 
 
-def test_root_metadata_with_a_description_is_refused_like_the_real_server() -> None:
+def test_root_metadata_with_a_description_is_refused_as_by_kube_apiserver() -> None:
     bad = crd()
     root = bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     root["properties"]["metadata"] = {"type": "object", "description": "Standard object metadata"}

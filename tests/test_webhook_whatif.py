@@ -352,7 +352,7 @@ def test_a_slow_what_if_answers_by_the_deadline_and_job_reviews_do_not_wait(
     assert latencies[-1] < 0.3, latencies[-5:]
 
 
-def test_the_real_what_if_on_a_backlog_gives_up_at_the_deadline(tmp_path: Path) -> None:
+def test_the_engine_what_if_on_a_backlog_gives_up_at_the_deadline(tmp_path: Path) -> None:
     from webhooks.testing import cluster_queue_doc, pending_view
 
     view = pending_view(3000)
