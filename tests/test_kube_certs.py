@@ -122,7 +122,7 @@ def test_a_certificate_close_to_expiry_is_rotated_with_the_same_ca(tmp_path: Pat
 
 
 def test_the_service_issues_the_shared_certificate_and_makes_the_api_server_trust_it(
-    tmp_path: Path,
+    tmp_path: Path, backend: Any
 ) -> None:
     def put_secret(server: Any) -> None:
         server.put_object(empty_secret())
@@ -130,6 +130,7 @@ def test_the_service_issues_the_shared_certificate_and_makes_the_api_server_trus
     async def main() -> None:
         async with stack(
             tmp_path,
+            backend=backend,
             objects=[
                 namespace("team"),
                 flavor("default"),
