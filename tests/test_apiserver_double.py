@@ -104,6 +104,15 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(test())
 
 
+async def until_gone(server: ApiServer, resource: str, name: str, ns: str | None) -> None:
+    """The asynchronous controllers (garbage collector, ...) finish a deletion."""
+    for _ in range(200):
+        if server.get_object(resource, name, ns) is None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{resource} {name} was never deleted")
+
+
 def status_body(exc: ApiException) -> dict[str, Any]:
     return json.loads(exc.body)
 
@@ -113,7 +122,7 @@ def status_body(exc: ApiException) -> dict[str, Any]:
 
 def test_job_crud_returns_typed_objects_and_201_on_create() -> None:
     async def scenario() -> None:
-        async with cluster() as (_, api):
+        async with cluster() as (server, api):
             batch = client.BatchV1Api(api)
             created = await batch.create_namespaced_job("default", job("j1", labels={"app": "x"}))
             assert created is not None, "v37 returns None unless the server answers 201"
@@ -125,7 +134,10 @@ def test_job_crud_returns_typed_objects_and_201_on_create() -> None:
             replaced = await batch.replace_namespaced_job("j1", "default", fetched)
             assert int(replaced.metadata.resource_version) > int(created.metadata.resource_version)
             assert replaced.metadata.generation == 2
-            await batch.delete_namespaced_job("j1", "default")
+            deleting = await batch.delete_namespaced_job("j1", "default")
+            # batch/v1 Jobs default to Orphan: the garbage collector finishes the deletion
+            assert deleting["metadata"]["finalizers"] == ["orphan"]
+            await until_gone(server, "jobs", "j1", "default")
             with pytest.raises(ApiException) as err:
                 await batch.read_namespaced_job("j1", "default")
             assert err.value.status == 404
@@ -668,7 +680,8 @@ def test_background_deletion_collects_owned_dependents() -> None:
             co = client.CustomObjectsApi(api)
             await co.create_namespaced_custom_object(KUEUE, V, "default", "workloads", body)
             await batch.delete_namespaced_job("j", "default", propagation_policy="Background")
-            assert server.get_object("workloads", "job-j", "default") is None
+            assert server.get_object("jobs", "j", "default") is None  # the owner goes at once
+            await until_gone(server, "workloads", "job-j", "default")  # dependents after
 
     run(scenario)
 

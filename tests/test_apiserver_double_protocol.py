@@ -198,3 +198,134 @@ def test_a_short_watch_gets_no_bookmark_and_timeout_seconds_is_honoured() -> Non
             assert types == ["ADDED"]
 
     asyncio.run(scenario())
+
+
+# -- D12, D13, D14: deletions finished by the controllers ------------------------------------
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def owned_pod(name: str, owner: Obj | None = None, **spec: Any) -> Obj:
+    meta: Obj = {"name": name}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": owner["metadata"]["name"],
+             "uid": owner["metadata"]["uid"], "controller": True}
+        ]  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [{"name": "c", "image": "x"}], **spec},
+    }
+
+
+async def eventually(check: Any, what: str) -> None:
+    for _ in range(300):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_job_delete_defaults_to_orphan_with_a_warning_and_the_gc_finishes_it() -> None:
+    async def scenario() -> None:
+        async with session() as (server, http):
+            _, owner = await call(server, http, "POST", JOBS, job("j"))
+            await call(server, http, "POST", PODS, owned_pod("p", owner))
+            headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            async with http.delete(f"{server.url}{JOBS}/j", headers=headers) as resp:
+                assert resp.status == 200
+                warnings = resp.headers.getall("Warning", [])
+                body = await resp.json()
+            assert warnings == [
+                '299 - "child pods are preserved by default when jobs are deleted; set '
+                "propagationPolicy=Background to remove them or set propagationPolicy=Orphan "
+                'to suppress this warning"'
+            ]
+            assert body["metadata"]["finalizers"] == ["orphan"]
+            assert body["metadata"]["deletionTimestamp"]
+            await eventually(lambda: server.get_object("jobs", "j", "default") is None, "Job gone")
+            pod = server.get_object("pods", "p", "default")
+            assert pod is not None and "ownerReferences" not in pod["metadata"]  # orphaned
+
+    asyncio.run(scenario())
+
+
+def test_foreground_deletion_waits_for_the_dependents() -> None:
+    async def scenario() -> None:
+        async with session() as (server, http):
+            _, owner = await call(server, http, "POST", JOBS, job("j"))
+            blocker = owned_pod("p", owner)
+            blocker["metadata"]["finalizers"] = ["example.com/hold"]
+            await call(server, http, "POST", PODS, blocker)
+            status, body = await call(
+                server, http, "DELETE", f"{JOBS}/j", {"propagationPolicy": "Foreground"}
+            )
+            assert status == 200 and body["metadata"]["finalizers"] == ["foregroundDeletion"]
+            await eventually(
+                lambda: (
+                    (server.get_object("pods", "p", "default") or {})
+                    .get("metadata", {})
+                    .get("deletionTimestamp")
+                ),
+                "the dependent is being deleted",
+            )
+            await asyncio.sleep(0.1)
+            assert server.get_object("jobs", "j", "default") is not None  # waits for the pod
+            release = {"metadata": {"finalizers": None}}
+            await call(server, http, "PATCH", f"{PODS}/p", release,
+                       content_type="application/merge-patch+json")  # fmt: skip
+            await eventually(
+                lambda: server.get_object("jobs", "j", "default") is None, "owner gone"
+            )
+
+    asyncio.run(scenario())
+
+
+def test_namespace_is_terminating_until_emptied() -> None:
+    async def scenario() -> None:
+        async with session() as (server, http):
+            ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
+            await call(server, http, "POST", "/api/v1/namespaces", ns)
+            held = owned_pod("p")
+            held["metadata"]["finalizers"] = ["example.com/hold"]
+            await call(server, http, "POST", "/api/v1/namespaces/team/pods", held)
+            status, body = await call(server, http, "DELETE", "/api/v1/namespaces/team")
+            assert status == 200
+            assert body["status"]["phase"] == "Terminating"
+            assert body["spec"]["finalizers"] == ["kubernetes"]
+            status, out = await call(
+                server, http, "POST", "/apis/batch/v1/namespaces/team/jobs", job("late")
+            )
+            assert status == 403 and out["message"] == (
+                'jobs.batch "late" is forbidden: unable to create new content in namespace '
+                "team because it is being terminated"
+            )
+            await asyncio.sleep(0.1)
+            assert server.get_object("namespaces", "team") is not None  # the pod holds it
+            await call(server, http, "PATCH", "/api/v1/namespaces/team/pods/p",
+                       {"metadata": {"finalizers": None}},
+                       content_type="application/merge-patch+json")  # fmt: skip
+            await eventually(lambda: server.get_object("namespaces", "team") is None, "ns gone")
+
+    asyncio.run(scenario())
+
+
+def test_bound_pod_is_deleted_gracefully_and_removed_once_the_kubelet_confirms() -> None:
+    async def scenario() -> None:
+        async with session() as (server, http):
+            await call(server, http, "POST", PODS, owned_pod("bound", nodeName="node-1"))
+            await call(server, http, "POST", PODS, owned_pod("unbound"))
+            status, body = await call(server, http, "DELETE", f"{PODS}/bound")
+            assert status == 200
+            assert body["metadata"]["deletionTimestamp"]
+            assert body["metadata"]["deletionGracePeriodSeconds"] == 30
+            assert server.get_object("pods", "bound", "default") is not None
+            await eventually(
+                lambda: server.get_object("pods", "bound", "default") is None, "kubelet confirmed"
+            )
+            await call(server, http, "DELETE", f"{PODS}/unbound")
+            assert server.get_object("pods", "unbound", "default") is None  # at once
+
+    asyncio.run(scenario())

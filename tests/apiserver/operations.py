@@ -5,8 +5,9 @@ apply the type strategy, run mutating webhooks, re-apply the strategy, validate,
 validating webhooks, then compare-and-swap into the store.  An unconditional write
 that loses a race during admission is recomputed (like ``GuaranteedUpdate``); a write
 that pinned ``metadata.resourceVersion`` gets 409 instead.  Deletion honours
-finalizers (``deletionTimestamp`` first, removal once they are gone) and collects
-dependents by ``ownerReferences`` according to ``propagationPolicy``.
+finalizers (``deletionTimestamp`` first, removal once they are gone); propagation
+policies, Terminating namespaces and graceful pod deletion are finished
+asynchronously by :mod:`.controllers`, as on a cluster.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from . import builtin, schema
 from .admission import AdmissionAttributes, UserInfo, WebhookDispatcher
+from .controllers import FOREGROUND, ORPHAN, Controllers, deletable, mark_namespace_terminating
 from .errors import ApiError, bad_request, conflict, not_found
 from .patches import APPLY_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
 from .resources import Registry, ResourceType
@@ -75,6 +77,7 @@ class Operations:
         self.registry = registry
         self.dispatcher = dispatcher
         self._namespaces = registry.resolve("namespaces")
+        self.controllers = Controllers(self)
 
     # -- create -------------------------------------------------------------------------
 
@@ -86,8 +89,12 @@ class Operations:
             ctx.rt, obj, directive=ctx.field_validation, version=ctx.version, patch=patched
         )
         schema.settle(ctx.rt, obj)
-        if ctx.rt.namespaced and self.store.get(self._namespaces, "", ctx.namespace or "") is None:
-            raise not_found("namespaces", ctx.namespace or "")
+        if ctx.rt.namespaced:
+            namespace = self.store.get(self._namespaces, "", ctx.namespace or "")
+            if namespace is None:
+                raise not_found("namespaces", ctx.namespace or "")
+            if namespace["metadata"].get("deletionTimestamp"):
+                raise _terminating(ctx, obj["metadata"].get("name", ""))
         attrs = ctx.attributes("CREATE", obj["metadata"].get("name", ""))
         mutated, warnings = await self.dispatcher.mutate(attrs, obj, None)
         obj = _restore_create_fields(ctx.rt, obj, mutated or obj)
@@ -184,11 +191,8 @@ class Operations:
             if same_content(old, new):
                 return WriteResult(old, 200, warnings)
             try:
-                if new["metadata"].get("deletionTimestamp") and not new["metadata"].get(
-                    "finalizers"
-                ):
+                if deletable(ctx.rt, new):
                     final = self.store.remove(ctx.rt, new, expected_rv=old_rv)
-                    self.collect_garbage(final, policy="Background")
                     return WriteResult(final, 200, warnings)
                 return WriteResult(
                     self.store.replace(ctx.rt, new, expected_rv=old_rv), 200, warnings
@@ -214,50 +218,85 @@ class Operations:
         # the object may have changed while the webhooks ran: delete what is there now
         current = self.store.require(ctx.rt, ctx.namespace or "", ctx.name)
         check_preconditions(ctx.rt, current, options.get("preconditions"))
-        result = self.remove_or_mark(ctx.rt, current, policy=policy)
+        grace = options.get("gracePeriodSeconds")
+        result = self.remove_or_mark(
+            ctx.rt, current, policy=policy, grace=int(grace) if grace is not None else None
+        )
+        if policy_defaulted(ctx.rt, options):
+            warnings.append(JOB_DELETE_WARNING)
         result.warnings = warnings
         return result
 
-    def remove_or_mark(self, rt: ResourceType, old: Obj, *, policy: str) -> WriteResult:
-        """Delete now, or set deletionTimestamp when finalizers remain (no admission)."""
+    def remove_or_mark(
+        self, rt: ResourceType, old: Obj, *, policy: str, grace: int | None = None
+    ) -> WriteResult:
+        """Start a deletion as kube-apiserver does (no admission): remove the object, or
+        mark it deleting -- for its finalizers, for the garbage collector (``orphan`` /
+        ``foregroundDeletion``), the namespace controller or the kubelet -- and leave
+        the rest to :class:`~.controllers.Controllers`."""
         meta = old["metadata"]
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return WriteResult(old, 200)
-            marked = self.store.replace(rt, mark_deleting(old), expected_rv=meta["resourceVersion"])
-            return WriteResult(marked, 200)
-        if rt.plural == "namespaces":
-            self._empty_namespace(meta["name"])
-        final = self.store.remove(rt, copy.deepcopy(old), expected_rv=meta["resourceVersion"])
-        self.collect_garbage(final, policy=policy)
-        return WriteResult(final, 200, removed=True)
+        if meta.get("deletionTimestamp"):
+            if grace == 0 and rt.plural == "pods" and not rt.group:  # a force delete
+                forced = copy.deepcopy(old)
+                forced["metadata"]["deletionGracePeriodSeconds"] = 0
+                return self._store_marked(rt, old, forced)
+            return WriteResult(old, 200)
+        if rt.plural == "namespaces" and not rt.group:
+            return self._store_marked(rt, old, mark_namespace_terminating(old))
+        marked = mark_deleting(old)
+        finalizers = list(meta.get("finalizers") or [])
+        if policy == "Orphan" and ORPHAN not in finalizers:
+            finalizers.append(ORPHAN)
+        elif policy == "Foreground" and FOREGROUND not in finalizers:
+            finalizers.append(FOREGROUND)
+        if finalizers:
+            marked["metadata"]["finalizers"] = finalizers
+        if rt.plural == "pods" and not rt.group and (old.get("spec") or {}).get("nodeName"):
+            if grace is None:
+                grace = int((old.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+            marked["metadata"]["deletionGracePeriodSeconds"] = max(0, grace)
+        if deletable(rt, marked):
+            final = self.store.remove(rt, copy.deepcopy(old), expected_rv=meta["resourceVersion"])
+            return WriteResult(final, 200, removed=True)
+        return self._store_marked(rt, old, marked)
 
-    def _empty_namespace(self, namespace: str) -> None:
-        """Namespace deletion removes its contents (immediately; no Terminating phase)."""
-        for rt in self.registry:
-            if rt.namespaced:
-                for obj in self.store.list(rt, namespace):
-                    self.remove_or_mark(rt, obj, policy="Background")
+    def _store_marked(self, rt: ResourceType, old: Obj, marked: Obj) -> WriteResult:
+        expected = old["metadata"]["resourceVersion"]
+        if deletable(rt, marked):
+            final = self.store.remove(rt, marked, expected_rv=expected)
+            return WriteResult(final, 200, removed=True)
+        stored = self.store.replace(rt, marked, expected_rv=expected)
+        self.controllers.track(rt, stored)
+        return WriteResult(stored, 200)
 
-    def collect_garbage(self, owner: Obj, *, policy: str) -> None:
-        """Orphan or delete the dependents of a removed owner (synchronously)."""
-        uid = owner["metadata"].get("uid")
-        if not uid:
-            return
-        for rt, dependent in list(self.store.dependents(uid)):
-            refs = dependent["metadata"].get("ownerReferences") or []
-            remaining = [r for r in refs if r.get("uid") != uid]
-            if policy == "Orphan" or remaining:
-                updated = copy.deepcopy(dependent)
-                if remaining:
-                    updated["metadata"]["ownerReferences"] = remaining
-                else:
-                    updated["metadata"].pop("ownerReferences", None)
-                self.store.replace(
-                    rt, updated, expected_rv=dependent["metadata"]["resourceVersion"]
-                )
-            else:
-                self.remove_or_mark(rt, dependent, policy="Background")
+
+def _terminating(ctx: WriteContext, name: str) -> ApiError:
+    """The NamespaceLifecycle admission plugin's answer."""
+    why = (
+        f"unable to create new content in namespace {ctx.namespace} because it is being terminated"
+    )
+    details: Obj = {"name": name, "kind": ctx.rt.plural, "causes": [
+        {"reason": "NamespaceTerminating", "message": why, "field": "metadata.namespace"}
+    ]}  # fmt: skip
+    if ctx.rt.group:
+        details["group"] = ctx.rt.group
+    return ApiError(403, f'{ctx.rt.qualified()} "{name}" is forbidden: {why}', details=details)
+
+
+JOB_DELETE_WARNING = (
+    "child pods are preserved by default when jobs are deleted; set "
+    "propagationPolicy=Background to remove them or set propagationPolicy=Orphan to "
+    "suppress this warning"
+)
+
+
+def policy_defaulted(rt: ResourceType, options: Obj) -> bool:
+    """batch/v1 Job DELETE without a policy: the API server warns that pods stay."""
+    return (
+        rt.key == "jobs.batch"
+        and options.get("propagationPolicy") is None
+        and options.get("orphanDependents") is None
+    )
 
 
 def _propagation_policy(rt: ResourceType, options: Obj) -> str:

@@ -256,12 +256,15 @@ class ApiServer:
         return copy.deepcopy(self.store.list(self.registry.resolve(resource), namespace))
 
     def delete_object(self, resource: str, name: str, namespace: str | None = None) -> bool:
-        """Delete as the garbage collector would (finalizers honoured, no admission)."""
+        """Delete as the garbage collector would (finalizers honoured, no admission);
+        the controllers' follow-up (dependents, a namespace's contents, the kubelet's
+        confirmation) happens before this returns."""
         rt = self.registry.resolve(resource)
         obj = self.store.get(rt, namespace or "", name)
         if obj is None:
             return False
         self.operations.remove_or_mark(rt, obj, policy="Background")
+        self.operations.controllers.run_now()
         return True
 
     def _type_of(self, obj: Obj) -> ResourceType:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,8 @@ class Store:
         self._logs: dict[str, _EventLog] = {rt.key: _EventLog(window) for rt in registry}
         self._types = {rt.key: rt for rt in registry}
         self._dependents: dict[str, set[tuple[str, ObjectKey]]] = {}
+        #: called with (type, event) after every write (the controllers' trigger)
+        self.listeners: list[Callable[[ResourceType, WatchEvent], None]] = []
 
     # -- reads ------------------------------------------------------------------------
 
@@ -208,6 +210,8 @@ class Store:
         log.append(event)
         for watcher in list(log.watchers):
             watcher.offer(event)
+        for listener in self.listeners:
+            listener(rt, event)
 
     # -- watches ----------------------------------------------------------------------
 
