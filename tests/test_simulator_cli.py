@@ -53,7 +53,10 @@ def test_the_bundled_gpu_cluster_scenario_runs_by_default(
     # It exercises preemption, borrowing and gangs that wait for their full size.
     assert doc["engine"]["preemptions"] > 0
     assert sum(c["totalEvictions"] for c in classes.values()) > 0
-    assert max(q["usagePercent"] for q in doc["clusterQueueClasses"].values()) > 100
+    # research-llm runs near its nominal quota all day (and borrows at peaks). Since a
+    # workload that must borrow may no longer preempt in its own ClusterQueue (Kueue's
+    # fitsResourceQuota), its day-long average is ~86%, no longer above 100%.
+    assert max(q["usagePercent"] for q in doc["clusterQueueClasses"].values()) > 80
     assert classes["research"]["p95TimeToAdmissionMs"] > 0
     assert set(doc["clusterQueueClasses"]["research-vision"]["usagePercentByResource"]) >= {
         "nvidia.com/gpu",
