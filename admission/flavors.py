@@ -218,10 +218,38 @@ class FlavorAssigner:
         assumed: dict[FlavorResource, int] = {}
         results: list[PodSetAssignmentResult] = []
         out = Assignment(pod_sets=results)
+        reclaimable = wl.reclaimable_pods
+        # Units of assignment: one podSet, or every podSet of a podSet group
+        # (topologyRequest.podSetGroupName), which gets one flavor for its summed requests.
+        units: list[list[tuple[PodSet, int]]] = []
+        grouped: dict[str, list[tuple[PodSet, int]]] = {}
         for ps in wl.pod_sets:
             count = counts[ps.name] if counts is not None else ps.count
-            res = self._assign_pod_set(ps, count, assumed, out)
-            results.append(res)
+            if reclaimable:  # status.reclaimablePods: pods that no longer need quota
+                count = max(0, count - reclaimable.get(ps.name, 0))
+            group = ps.topology.pod_set_group_name if ps.topology is not None else None
+            if group is None:
+                units.append([(ps, count)])
+            elif group in grouped:
+                grouped[group].append((ps, count))
+            else:
+                grouped[group] = [(ps, count)]
+                units.append(grouped[group])
+        if not grouped:
+            for unit in units:
+                results.append(self._assign_pod_set(unit[0][0], unit[0][1], assumed, out))
+        else:
+            by_name: dict[str, PodSetAssignmentResult] = {}
+            for unit in units:
+                if len(unit) == 1:
+                    by_name[unit[0][0].name] = self._assign_pod_set(
+                        unit[0][0], unit[0][1], assumed, out
+                    )
+                else:
+                    for res in self._assign_group(unit, assumed, out):
+                        by_name[res.name] = res
+            results.extend(by_name[ps.name] for ps in wl.pod_sets)
+        for res in results:
             if res.mode < out.mode:
                 out.mode = res.mode
             if res.borrow > out.borrow:
@@ -238,6 +266,43 @@ class FlavorAssigner:
             )
         return out
 
+    def _assign_group(
+        self,
+        members: list[tuple[PodSet, int]],
+        assumed: dict[FlavorResource, int],
+        out: Assignment,
+    ) -> list[PodSetAssignmentResult]:
+        """A podSet group: the summed requests get one flavor per resource group, and
+        each member takes that flavor for the resources it requests."""
+        requests: dict[str, int] = {}
+        total = 0
+        for ps, count in members:
+            total += count
+            for r, v in ps.requests.items():
+                if v or r in self.covered:
+                    requests[r] = requests.get(r, 0) + v * count
+        joint = self._assign_requests(
+            [ps for ps, _ in members], members[0][0].name, total, requests, assumed, out
+        )
+        results = []
+        for ps, count in members:
+            own = {r: v * count for r, v in ps.requests.items() if v or r in self.covered}
+            if "pods" in self.covered:
+                own["pods"] = count
+            results.append(
+                PodSetAssignmentResult(
+                    name=ps.name,
+                    count=count,
+                    flavors={r: f for r, f in joint.flavors.items() if r in own},
+                    usage={r: v for r, v in own.items() if r in joint.flavors},
+                    mode=joint.mode,
+                    borrow=joint.borrow,
+                    reason=joint.reason,
+                    messages=list(joint.messages),
+                )
+            )
+        return results
+
     def _assign_pod_set(
         self,
         ps: PodSet,
@@ -245,8 +310,22 @@ class FlavorAssigner:
         assumed: dict[FlavorResource, int],
         out: Assignment,
     ) -> PodSetAssignmentResult:
-        res = PodSetAssignmentResult(name=ps.name, count=count)
-        requests = {r: v * count for r, v in ps.requests.items() if v}
+        # A zero request still gets its resource's flavor when the ClusterQueue covers
+        # it (Kueue); one it does not cover is ignored.
+        covered = self.covered
+        requests = {r: v * count for r, v in ps.requests.items() if v or r in covered}
+        return self._assign_requests([ps], ps.name, count, requests, assumed, out)
+
+    def _assign_requests(
+        self,
+        pod_sets: list[PodSet],
+        name: str,
+        count: int,
+        requests: dict[str, int],
+        assumed: dict[FlavorResource, int],
+        out: Assignment,
+    ) -> PodSetAssignmentResult:
+        res = PodSetAssignmentResult(name=name, count=count)
         if "pods" in self.covered:
             requests["pods"] = count
         groups: dict[int, list[str]] = {}
@@ -262,7 +341,7 @@ class FlavorAssigner:
             return res
         for gi in sorted(groups):
             resources = groups[gi]
-            best = self._choose_flavor(ps, resources, requests, assumed)
+            best = self._choose_flavor(pod_sets, resources, requests, assumed)
             if best.mode == NO_FIT:
                 res.mode = NO_FIT
                 res.reason = _worse_reason(res.reason, best.reason)
@@ -283,7 +362,7 @@ class FlavorAssigner:
 
     def _choose_flavor(
         self,
-        ps: PodSet,
+        pod_sets: list[PodSet],
         resources: list[str],
         requests: Mapping[str, int],
         assumed: Mapping[FlavorResource, int],
@@ -298,13 +377,19 @@ class FlavorAssigner:
                 messages.append(f"flavor {fq.name} not found")
                 reasons.add(NO_MATCHING_FLAVOR)
                 continue
-            why = flavor_matches(flavor, ps, tas_only=self.tas_only)
+            why = None
+            for ps in pod_sets:
+                why = flavor_matches(flavor, ps, tas_only=self.tas_only)
+                if why is not None:
+                    break
             if why is not None:
                 messages.append(why)
                 reasons.add(NO_MATCHING_FLAVOR)
                 continue
             cand = _Candidate(fq.name, FIT, 0, "", [], [])
             for r in resources:
+                if not requests[r]:
+                    continue  # a zero request fits any flavor (it only names one)
                 fr = (fq.name, r)
                 earlier = assumed.get(fr, 0)
                 val = earlier + requests[r]

@@ -14,6 +14,7 @@ The cycle returns decisions and performs no I/O; drivers apply them.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -88,6 +89,18 @@ class CycleResult:
     pending: dict[str, PendingStatus] = field(default_factory=dict)
     changed: bool = False
     heads: int = 0
+
+
+def resource_validation_errors(wl: Workload) -> str:
+    """Kueue's validateResources: container requests may not exceed their limits.
+    Returns "" when valid, else the Misconfigured message (Kueue's wording)."""
+    errors = [
+        f"spec.podSets[{i}].template.spec.{field}[{j}]: Invalid value: "
+        f"{json.dumps(list(resources))}: requests must not exceed its limits"
+        for i, ps in enumerate(wl.pod_sets)
+        for field, j, resources in ps.limit_violations
+    ]
+    return f"resources validation failed: {'; '.join(errors)}" if errors else ""
 
 
 def classical_order_key(e: Entry) -> tuple:
@@ -202,6 +215,10 @@ class Scheduler:
                 f"Workload namespace {wl.namespace} doesn't match ClusterQueue {cq.name} namespaceSelector",
             )
             e.park_even_if_strict = True
+            return
+        invalid = resource_validation_errors(wl)
+        if invalid:
+            e.status = PendingStatus(MISCONFIGURED, invalid)
             return
         assigner = self._assigner(e.cluster_queue)
         a = assigner.assign(wl)

@@ -9,7 +9,7 @@ timestamps float epoch seconds, fair-sharing weights floats, and pod templates P
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from queues import model as m
 from queues.api_types import (
@@ -276,4 +276,20 @@ def workload(wl: Workload) -> m.Workload:
         labels=dict(wl.metadata.labels),
         annotations=dict(wl.metadata.annotations),
         finished=finished is not None and finished.status == "True",
+        reclaimable_pods=_reclaimable_pods(status),
     )
+
+
+def _reclaimable_pods(status: Any) -> dict[str, int]:
+    """status.reclaimablePods ([{name, count}]): status content is not part of the
+    checked schema (StatusModel keeps unknown fields), so it is read leniently here."""
+    extra = getattr(status, "model_extra", None) or {}
+    out: dict[str, int] = {}
+    for item in extra.get("reclaimablePods") or []:
+        if not isinstance(item, dict):
+            continue
+        name, count = item.get("name"), item.get("count")
+        if isinstance(name, str) and isinstance(count, int) and not isinstance(count, bool):
+            if count > 0:
+                out[name] = count
+    return out

@@ -239,6 +239,9 @@ class PodSet:
     required_affinity: list[NodeSelectorTerm] = field(default_factory=list)  # ORed terms
     tolerations: list[Toleration] = field(default_factory=list)
     topology: TopologyRequest | None = None
+    # Containers whose requests exceed their limits: (field, index, resources), e.g.
+    # ("containers", 0, ("cpu",)). Such a workload is never admitted (Misconfigured).
+    limit_violations: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
 
 
 @dataclass(slots=True)
@@ -286,6 +289,8 @@ class Workload:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     finished: bool = False  # Finished=True condition: holds no quota, never admitted again
+    # status.reclaimablePods: podSet name -> pods that finished and need no quota.
+    reclaimable_pods: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

@@ -47,9 +47,11 @@ def scheduling_hash(wl: Workload) -> int:
                     tuple(ps.tolerations),
                     tuple(ps.required_affinity),
                     ps.topology,
+                    ps.limit_violations,
                 )
                 for ps in wl.pod_sets
             ),
+            tuple(sorted(wl.reclaimable_pods.items())) if wl.reclaimable_pods else (),
         )
     )
 

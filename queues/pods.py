@@ -308,6 +308,33 @@ def topology_from_annotations(annotations: Mapping[str, Any]) -> TopologyRequest
     return tr if tr != TopologyRequest() else None
 
 
+def limit_violations(pod_spec: Mapping[str, Any]) -> tuple[tuple[str, int, tuple[str, ...]], ...]:
+    """Containers whose explicit requests exceed their limits (Kueue's validateResources):
+    (``containers`` or ``initContainers``, index, sorted resource names)."""
+    spec = _mapping(pod_spec, "spec")
+    out = []
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(_containers(spec, field)):
+            over = tuple(
+                sorted(r for r, q in c.requests.items() if r in c.limits and q > c.limits[r])
+            )
+            if over:
+                out.append((field, i, over))
+    return tuple(out)
+
+
+def zero_requests(pod_spec: Mapping[str, Any]) -> set[str]:
+    """Resources some container requests explicitly as zero."""
+    spec = _mapping(pod_spec, "spec")
+    return {
+        r
+        for field in ("initContainers", "containers")
+        for c in _containers(spec, field)
+        for r, q in c.requests.items()
+        if q == 0
+    }
+
+
 def podset_from_template(
     *, name: str, count: int, template: Mapping[str, Any], min_count: int | None = None
 ) -> PodSet:
@@ -317,12 +344,16 @@ def podset_from_template(
     if min_count is not None and (isinstance(min_count, bool) or not isinstance(min_count, int)):
         raise PodSpecError(f"podSet {name!r} minCount: must be an integer, got {min_count!r}")
     spec = _mapping(_mapping(template, "template").get("spec"), "template.spec")
+    requests = pod_requests(spec)
+    for r in zero_requests(spec):
+        requests.setdefault(r, 0)  # an explicit zero still names its resource's flavor
     return PodSet(
         name=name,
         count=count,
-        requests=pod_requests(spec),
+        requests=requests,
         min_count=min_count,
         node_selector=pod_node_selector(spec),
         required_affinity=pod_required_affinity(spec),
         tolerations=pod_tolerations(spec),
+        limit_violations=limit_violations(spec),
     )

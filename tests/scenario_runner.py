@@ -76,7 +76,12 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
                     "name": "c",
                     "image": "busybox",
                     "resources": {
-                        "requests": {k: str(v) for k, v in p.get("requests", {}).items()}
+                        "requests": {k: str(v) for k, v in p.get("requests", {}).items()},
+                        **(
+                            {"limits": {k: str(v) for k, v in p["limits"].items()}}
+                            if "limits" in p
+                            else {}
+                        ),
                     },
                 }
             ]
@@ -109,6 +114,8 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
         obj["spec"]["priority"] = w["priority"]
     if "active" in w:
         obj["spec"]["active"] = w["active"]
+    if "reclaimablePods" in w:
+        obj["status"] = {"reclaimablePods": w["reclaimablePods"]}
     adm = w.get("admitted")
     if adm:
         psas = []
