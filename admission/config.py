@@ -13,10 +13,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from queues.model import LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
 
@@ -125,6 +132,43 @@ class WaitForPodsReady(_Strict):
     requeuingStrategy: RequeuingStrategy = Field(default_factory=RequeuingStrategy)
 
 
+class LeaderElection(_Strict):
+    """Kueue's ``leaderElection`` (component-base's LeaderElectionConfiguration)."""
+
+    leaderElect: bool | None = None
+    leaseDuration: str | float = "15s"
+    renewDeadline: str | float = "10s"
+    retryPeriod: str | float = "2s"
+    resourceLock: Literal["leases"] = "leases"
+    resourceName: str = "quartermaster-leader-election"
+    resourceNamespace: str | None = None
+
+    @field_validator("leaseDuration", "renewDeadline", "retryPeriod")
+    @classmethod
+    def _duration(cls, v: str | float) -> str | float:
+        if parse_duration(v) <= 0:
+            raise ValueError("must be a positive duration")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElection:
+        lease, renew, retry = self.seconds()
+        if not retry < renew < lease:
+            raise ValueError(
+                "renewDeadline must be shorter than leaseDuration, and retryPeriod shorter "
+                f"than renewDeadline (got {lease:g}s / {renew:g}s / {retry:g}s)"
+            )
+        return self
+
+    def seconds(self) -> tuple[float, float, float]:
+        """(leaseDuration, renewDeadline, retryPeriod) in seconds."""
+        return (
+            parse_duration(self.leaseDuration),
+            parse_duration(self.renewDeadline),
+            parse_duration(self.retryPeriod),
+        )
+
+
 class ConfigurationDoc(_Strict):
     apiVersion: str | None = None
     kind: str | None = None
@@ -139,7 +183,7 @@ class ConfigurationDoc(_Strict):
     webhook: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
     health: dict[str, Any] | None = None
-    leaderElection: dict[str, Any] | None = None
+    leaderElection: LeaderElection | None = None
     integrations: dict[str, Any] | None = None
     clientConnection: dict[str, Any] | None = None
 

@@ -167,3 +167,92 @@ def test_health_and_metrics_endpoints(tmp_path: Path) -> None:
 async def _has(text_coro, needle: str) -> str | None:  # type: ignore[no-untyped-def]
     text = await text_coro
     return text if needle in text else None
+
+
+def test_a_leader_whose_lease_requests_hang_stops_writing_before_a_successor_leads(
+    tmp_path: Path,
+) -> None:
+    """The split brain found in hardening: A's Lease requests hang while the rest of the
+    API works. A must stop admitting at its renew deadline, before B (which waits out
+    the lease) takes over, so the two never write decisions at the same time."""
+
+    async def main() -> None:
+        async with running_apiserver(
+            objects=OBJECTS, tokens={CONTROLLER_TOKEN: SA_USERNAME}
+        ) as server:
+            loop = asyncio.get_running_loop()
+            writes: dict[str, list[float]] = {"a": [], "b": []}
+
+            def replica(name: str) -> Service:
+                opts = service_options(
+                    server, tmp_path / name, leader_elect=True, identity=name,
+                    lease_duration=3.0, renew_deadline=2.0, retry_period=0.2,
+                )  # fmt: skip
+                opts.webhooks = False
+                return Service(opts)
+
+            a, b = replica("a"), replica("b")
+            ta = asyncio.create_task(a.run())
+            await eventually(
+                lambda: a.elector is not None and a.elector.is_leader.is_set(), what="a leads"
+            )
+            tb = asyncio.create_task(b.run())
+            await eventually(lambda: b.ready.is_set(), what="b is ready")
+            for name, svc in (("a", a), ("b", b)):
+                counted = svc.client.on_request
+
+                def on_request(call: str, name: str = name, counted=counted) -> None:  # type: ignore[no-untyped-def]
+                    if call == "patch kueue.x-k8s.io/workloads/status":
+                        writes[name].append(loop.time())
+                    if counted is not None:
+                        counted(call)
+
+                svc.client.on_request = on_request
+            # A's Lease requests hang from now on; everything else still answers
+            real_get, real_replace = a.client.get, a.client.replace
+            hung = loop.time()
+
+            async def hang_leases(res, *args, _real, **kw):  # type: ignore[no-untyped-def]
+                if res is k.LEASES:
+                    await asyncio.sleep(3600)
+                return await _real(res, *args, **kw)
+
+            a.client.get = lambda res, *x, **kw: hang_leases(res, *x, _real=real_get, **kw)  # type: ignore[method-assign]
+            a.client.replace = lambda res, *x, **kw: hang_leases(res, *x, _real=real_replace, **kw)  # type: ignore[method-assign]
+            user = await k.KubeClient.connect(
+                configuration=kube_client_config(server.url), strict=False
+            )
+            try:
+                # a steady stream of jobs to admit while leadership changes hands
+                async def arrivals() -> None:
+                    for i in range(40):
+                        await user.create(
+                            k.JOBS, job("team-a", f"j{i}", queue="lq", cpu="100m", suspend=True),
+                            namespace="team-a",
+                        )  # fmt: skip
+                        await asyncio.sleep(0.15)
+
+                feeder = asyncio.create_task(arrivals())
+                await eventually(
+                    lambda: b.elector.is_leader.is_set(), what="b takes over", timeout=20
+                )
+                took_over = loop.time()
+                await feeder
+                await eventually(
+                    lambda: sum(admitted(w) for w in server.list_objects("workloads")) == 40,
+                    what="every job is admitted (by one leader at a time)",
+                    timeout=30,
+                )
+                assert not a.elector.holds()
+                assert ta.done() or not a.controller.leading
+                # A's fence closed at its renew deadline, before B led
+                assert writes["a"] and writes["b"]
+                assert max(writes["a"]) < took_over, (max(writes["a"]) - hung, took_over - hung)
+                assert max(writes["a"]) - hung <= 2.0 + 0.5
+            finally:
+                await user.close()
+                b.stop()
+                a.stop()
+                await asyncio.gather(ta, tb, return_exceptions=True)
+
+    asyncio.run(main())

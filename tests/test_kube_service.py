@@ -45,3 +45,46 @@ def test_controller_options_follow_the_kueue_configuration() -> None:
         parse_config({"waitForPodsReady": {"enable": False}}), "x"
     ).pods_ready.enabled
     assert selector_from_dict(None) is None
+
+
+def test_leader_election_follows_the_configuration() -> None:
+    from admission.kube.service import options_from_args
+
+    config = parse_config(
+        {
+            "leaderElection": {
+                "leaderElect": True,
+                "leaseDuration": "30s",
+                "renewDeadline": "20s",
+                "retryPeriod": "5s",
+                "resourceName": "qm-lock",
+                "resourceNamespace": "ops",
+            }
+        }
+    )
+    opts = options_from_args(argparse.Namespace(), config)
+    assert opts.leader_elect is True  # from the file, without --leader-elect
+    assert (opts.lease_duration, opts.renew_deadline, opts.retry_period) == (30.0, 20.0, 5.0)
+    assert (opts.lease_name, opts.lease_namespace) == ("qm-lock", "ops")
+    off = options_from_args(argparse.Namespace(leader_elect=False), parse_config({}))
+    assert off.leader_elect is False and off.lease_duration == 15.0
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"leaseDuration": "5s"}, "renewDeadline must be shorter than leaseDuration"),
+        ({"retryPeriod": "soon"}, "leaderElection.retryPeriod: 'soon' is not a duration"),
+        ({"resourceLock": "configmaps"}, "leaderElection.resourceLock"),
+        ({"leaseDurationSecs": 15}, "leaderElection.leaseDurationSecs: unknown field"),
+    ],
+)
+def test_a_bad_leader_election_section_is_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: dict, message: str
+) -> None:
+    import yaml
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"leaderElection": section}))
+    assert run_service(argparse.Namespace(config=str(path))) == 2
+    assert message in capsys.readouterr().err

@@ -119,6 +119,9 @@ class Applier:
 
     async def _write_admission(self, key: str, d: AdmittedDecision) -> bool:
         ctx = self.ctx
+        if not ctx.fence():
+            log.warning("admission of %s not written: this replica no longer leads", key)
+            return False
         obj = ctx.writer.workload(key)
         if obj is None:
             return False
@@ -172,6 +175,12 @@ class Applier:
 
     async def preempt(self, d: PreemptedDecision) -> None:
         ctx = self.ctx
+        if not ctx.fence():
+            log.warning(
+                "preemption of %s not written: this replica no longer leads", d.workload.key
+            )
+            ctx.sync.apply(lambda: ctx.cache.evicting.pop(d.workload.key, None))
+            return
         ok = await evict(
             ctx,
             d.workload.key,

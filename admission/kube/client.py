@@ -350,9 +350,17 @@ class KubeClient:
 
     # -- verbs ----------------------------------------------------------------------------
 
-    async def get(self, res: Resource, name: str, *, namespace: str | None = None) -> Obj:
+    async def get(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        timeout: float | None = None,
+    ) -> Obj:
         call = self._check("get", res, None)
-        return await self._send("GET", res.path(namespace=namespace, name=name), call=call)
+        path = res.path(namespace=namespace, name=name)
+        return await self._send("GET", path, call=call, timeout=timeout)
 
     async def get_status(self, res: Resource, name: str, *, namespace: str | None = None) -> Obj:
         call = self._check("get", res, "status")
@@ -380,7 +388,14 @@ class KubeClient:
             query.append(("continue", continue_token))
         return await self._send("GET", res.path(namespace=namespace), call=call, query=query)
 
-    async def create(self, res: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
+    async def create(
+        self,
+        res: Resource,
+        body: Obj,
+        *,
+        namespace: str | None = None,
+        timeout: float | None = None,
+    ) -> Obj:
         call = self._check("create", res, None)
         return await self._send(
             "POST",
@@ -389,10 +404,17 @@ class KubeClient:
             query=list(WRITE_QUERY),
             body=body,
             content_type="application/json",
+            timeout=timeout,
         )
 
     async def replace(
-        self, res: Resource, name: str, body: Obj, *, namespace: str | None = None
+        self,
+        res: Resource,
+        name: str,
+        body: Obj,
+        *,
+        namespace: str | None = None,
+        timeout: float | None = None,
     ) -> Obj:
         """PUT: an update pinned to ``body.metadata.resourceVersion`` (409 when stale)."""
         call = self._check("update", res, None)
@@ -403,6 +425,7 @@ class KubeClient:
             query=list(WRITE_QUERY),
             body=body,
             content_type="application/json",
+            timeout=timeout,
         )
 
     async def patch(

@@ -271,6 +271,10 @@ class Context:
     wake: Callable[[], None]
     enqueue: Callable[[str, str], None]
     record_event: Callable[..., None] = lambda *a, **k: None
+    # True while this replica may write decisions (the Lease is held and fresh): checked
+    # before every admission and preemption write, so a leader whose renewals hang stops
+    # at its renew deadline, before a successor can take over
+    fence: Callable[[], bool] = lambda: True
     cache_ready: Callable[[], Awaitable[None]] = field(default=lambda: _ready())
     job_index: dict[str, set[str]] = field(default_factory=dict)  # job key -> workload keys
 

@@ -259,7 +259,7 @@ class Controller:
                 await asyncio.sleep(self.options.schedule_batch)
             self._wake.clear()
             self.sync.flush_objects()
-            while True:
+            while self.ctx.fence():
                 start = time.perf_counter()
                 result = await self._cycle(sched)
                 elapsed = time.perf_counter() - start

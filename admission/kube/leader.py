@@ -5,7 +5,12 @@ reads the Lease; it may take it when nobody holds it, when it holds it already, 
 when the record has not changed for ``lease_duration`` seconds *as observed locally*
 (clocks of different machines are never compared). Every write is an update pinned to
 the resourceVersion read, so two candidates can never both win. The holder renews
-every ``retry_period``; if it cannot renew for ``renew_deadline`` it steps down.
+every ``retry_period``; if it cannot renew for ``renew_deadline`` it steps down — at
+that instant, even while a renewal request hangs: as in client-go, every attempt is
+bounded by what is left of the renew deadline, and each Lease request by a timeout
+well below ``lease_duration - renew_deadline``, so the old leader has stopped before
+any other replica can take the Lease over. :meth:`LeaderElector.holds` is the fence
+the controller checks before each cycle's writes.
 On shutdown the holder releases the Lease (empty holderIdentity, duration 1 s), so
 another replica takes over at its next retry instead of waiting out the lease —
 something the official ``leaderelection`` package does not do.
@@ -58,6 +63,17 @@ class LeaderElector:
         self._observed_at = 0.0
         self._lease: dict[str, Any] | None = None
         self.transitions = 0
+        self._renewed_at = -float("inf")  # monotonic time of the last successful renewal
+        # no Lease request may outlive the margin a successor waits beyond our deadline
+        self.request_timeout = max(0.1, min(retry_period, (lease_duration - renew_deadline) / 2))
+
+    def holds(self) -> bool:
+        """True while this replica may act as the leader: it holds the Lease and its
+        last renewal is younger than ``renew_deadline`` (checked against the clock, not
+        only when the renewal loop notices)."""
+        return self.is_leader.is_set() and (
+            self.monotonic() - self._renewed_at < self.renew_deadline
+        )
 
     def _spec(self, acquire_time: str | None, transitions: int) -> dict[str, Any]:
         now = o.micro_time(self.wall())
@@ -71,8 +87,11 @@ class LeaderElector:
 
     async def try_acquire_or_renew(self) -> bool:
         """One attempt; True when this replica holds the Lease afterwards."""
+        timeout = self.request_timeout
         try:
-            lease = await self.client.get(LEASES, self.name, namespace=self.namespace)
+            lease = await self.client.get(
+                LEASES, self.name, namespace=self.namespace, timeout=timeout
+            )
         except ApiError as err:
             if not err.not_found:
                 log.warning("reading Lease %s/%s: %s", self.namespace, self.name, err)
@@ -84,7 +103,9 @@ class LeaderElector:
                 "spec": self._spec(None, 0),
             }
             try:
-                self._lease = await self.client.create(LEASES, body, namespace=self.namespace)
+                self._lease = await self.client.create(
+                    LEASES, body, namespace=self.namespace, timeout=timeout
+                )
             except ApiError as err2:
                 log.info("creating Lease: %s", err2)
                 return False
@@ -106,7 +127,7 @@ class LeaderElector:
         )
         try:
             self._lease = await self.client.replace(
-                LEASES, self.name, new, namespace=self.namespace
+                LEASES, self.name, new, namespace=self.namespace, timeout=timeout
             )
         except ApiError as err:
             if not err.conflict:
@@ -123,18 +144,32 @@ class LeaderElector:
             self._observed = record
             self._observed_at = self.monotonic()
 
+    async def _attempt(self, budget: float) -> bool:
+        """One acquire/renew attempt that gives up after ``budget`` seconds."""
+        try:
+            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(0.0, budget))
+        except TimeoutError:
+            log.warning("Lease %s/%s: no answer within %.1fs", self.namespace, self.name, budget)
+            return False
+
     async def run(self) -> None:
         """Acquire, then renew until the Lease is lost (``lost`` is set) or cancelled."""
-        while not await self.try_acquire_or_renew():
+        while True:
+            started = self.monotonic()
+            if await self._attempt(self.renew_deadline):
+                self._renewed_at = started
+                break
             await asyncio.sleep(self.retry_period)
         log.info("%s became the leader (Lease %s/%s)", self.identity, self.namespace, self.name)
         self.is_leader.set()
-        last_renew = self.monotonic()
         while True:
             await asyncio.sleep(self.retry_period)
-            if await self.try_acquire_or_renew():
-                last_renew = self.monotonic()
-            elif self.monotonic() - last_renew > self.renew_deadline:
+            started = self.monotonic()
+            left = self._renewed_at + self.renew_deadline - started
+            if left > 0 and await self._attempt(left):
+                self._renewed_at = started  # the renewal was sent no earlier than this
+                continue
+            if self.monotonic() - self._renewed_at >= self.renew_deadline:
                 log.error(
                     "%s lost the Lease (no renewal for %.1fs)", self.identity, self.renew_deadline
                 )

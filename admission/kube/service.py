@@ -57,7 +57,7 @@ from .client import (
 from .context import ControllerOptions
 from .controller import Controller
 from .informer import Informer, WorkloadSlimmer, strip_managed_fields
-from .leader import LeaderElector
+from .leader import DEFAULT_LEASE_NAME, LeaderElector
 from .metrics import Metrics
 from .podgroups import POD_SELECTOR
 from .podsready import pods_ready_options
@@ -96,6 +96,8 @@ class ServiceOptions:
     leader_elect: bool = False
     identity: str | None = None
     lease_duration: float = 15.0
+    lease_name: str = DEFAULT_LEASE_NAME
+    lease_namespace: str | None = None  # None: the service's namespace
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     service_account_username: str | None = None
@@ -265,12 +267,14 @@ class Service:
         identity = opts.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
         self.elector = LeaderElector(
             self.client,
-            namespace=opts.namespace,
+            namespace=opts.lease_namespace or opts.namespace,
+            name=opts.lease_name,
             identity=identity,
             lease_duration=opts.lease_duration,
             renew_deadline=opts.renew_deadline,
             retry_period=opts.retry_period,
         )
+        self.controller.ctx.fence = self.elector.holds
         election = asyncio.create_task(self.elector.run(), name="election")
         try:
             await self.elector.is_leader.wait()
@@ -515,10 +519,26 @@ def options_from_args(args: Any, config: Config) -> ServiceOptions:
         metrics_port=getattr(args, "metrics_port", 8080),
         health_port=getattr(args, "health_port", 8081),
         cert_dir=getattr(args, "cert_dir", None) or "/tmp/k8s-webhook-server/serving-certs",
-        leader_elect=bool(getattr(args, "leader_elect", False)),
         identity=os.environ.get("POD_NAME") or None,
+        **leader_options(config, flag=bool(getattr(args, "leader_elect", False))),
         **cert_options(config),
     )
+
+
+def leader_options(config: Config, *, flag: bool = False) -> dict[str, Any]:
+    """Kueue's ``leaderElection`` section (``--leader-elect`` turns it on as well)."""
+    le = config.doc.leaderElection
+    if le is None:
+        return {"leader_elect": flag}
+    lease, renew, retry = le.seconds()
+    return {
+        "leader_elect": flag or bool(le.leaderElect),
+        "lease_duration": lease,
+        "renew_deadline": renew,
+        "retry_period": retry,
+        "lease_name": le.resourceName,
+        "lease_namespace": le.resourceNamespace,
+    }
 
 
 def cert_options(config: Config) -> dict[str, Any]:
