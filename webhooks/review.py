@@ -351,6 +351,19 @@ def owner_is_managed(obj: JsonObj, config: WebhookConfig) -> bool:
 # ---------------------------------------------------------------- mutation
 
 
+def _op_order(op: JsonObj) -> tuple[str, ...]:
+    # list indices compare equal, so ops inside one list keep jsonpatch's order (their
+    # indices depend on it); ops on different object keys are independent
+    return tuple("" if t.isdigit() or t == "-" else t for t in str(op.get("path", "")).split("/"))
+
+
+def _in_path_order(ops: list[JsonObj]) -> list[JsonObj]:
+    """jsonpatch walks object keys in set order, which changes with the hash seed from
+    one process to the next; sort the operations by path (stably) so the same review
+    gets the same patch in every replica and every run."""
+    return sorted(ops, key=_op_order)
+
+
 def _project(doc: Any, paths: list[tuple[str, ...]]) -> JsonObj:
     """The sub-document of ``doc`` made of ``paths`` (absent stays absent)."""
     out: JsonObj = {}
@@ -451,7 +464,7 @@ class Mutation:
         cached = _PATCH_CACHE.get(key)
         if cached is None:
             src, dst = _project(self.original, paths), _project(self.obj, paths)
-            cached = Patch(jsonpatch.make_patch(src, dst).patch)
+            cached = Patch(_in_path_order(jsonpatch.make_patch(src, dst).patch))
             if len(repr(key)) <= _PATCH_CACHE_MAX_KEY:
                 if len(_PATCH_CACHE) >= _PATCH_CACHE_SIZE:
                     _PATCH_CACHE.clear()
