@@ -334,3 +334,34 @@ def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
             assert not admitted(s.workload_of_job("team-a", "low"))
 
     run(main)
+
+
+def test_with_the_service_down_only_queued_pods_are_refused(tmp_path: Path, backend: Any) -> None:
+    """The Pod webhooks select pods that name a LocalQueue: when no replica answers,
+    pods elsewhere (ingress, monitoring, CronJobs) are still created."""
+    from admission.kube.client import ApiError
+
+    def pod(name: str, **labels: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
+            s.service.stop()
+            await asyncio.wait_for(s.task, timeout=20)
+            created = await s.user.create(k.PODS, pod("plain", app="web"), namespace="team-a")
+            assert created["metadata"]["name"] == "plain"
+            try:
+                await s.user.create(
+                    k.PODS, pod("queued", **{"kueue.x-k8s.io/queue-name": "lq"}), namespace="team-a"
+                )
+            except ApiError as err:
+                assert err.status == 500 and "mpod.kb.io" in err.message, err
+            else:
+                raise AssertionError("a queued pod was created without its webhook")
+
+    run(main)

@@ -277,7 +277,14 @@ def test_webhooks_use_kueue_paths_and_never_lock_out_system_namespaces() -> None
             assert hook["timeoutSeconds"] == 10, name
             assert hook["failurePolicy"] == "Fail", name
             assert hook["matchPolicy"] == "Equivalent", name
-            assert "objectSelector" not in hook, name
+            if resources == ["pods"]:  # never every pod in the cluster
+                assert hook["objectSelector"] == {
+                    "matchExpressions": [
+                        {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}
+                    ]
+                }, name
+            else:
+                assert "objectSelector" not in hook, name
             assert hook["clientConfig"]["service"] == {
                 "name": "quartermaster-webhook-service",
                 "namespace": NAMESPACE,
@@ -293,6 +300,11 @@ def test_webhooks_use_kueue_paths_and_never_lock_out_system_namespaces() -> None
                     labels = {"kubernetes.io/metadata.name": ns}
                     assert not _selector_matches(selector, labels), (name, ns)
                 assert _selector_matches(selector, {"kubernetes.io/metadata.name": "team-a"})
+
+
+def test_the_deployment_is_cluster_critical() -> None:
+    dep = _one(_base_objects(), "Deployment")
+    assert dep["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
 
 
 def test_webhook_service_reaches_the_webhook_port_of_the_deployment() -> None:
