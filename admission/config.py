@@ -169,6 +169,13 @@ class LeaderElection(_Strict):
         )
 
 
+class ClientConnection(_Strict):
+    """Kueue's ``clientConnection``: the client-side rate limit to the API server."""
+
+    qps: float = Field(default=50.0, gt=0)
+    burst: int = Field(default=100, ge=1)
+
+
 class ConfigurationDoc(_Strict):
     apiVersion: str | None = None
     kind: str | None = None
@@ -185,7 +192,7 @@ class ConfigurationDoc(_Strict):
     health: dict[str, Any] | None = None
     leaderElection: LeaderElection | None = None
     integrations: dict[str, Any] | None = None
-    clientConnection: dict[str, Any] | None = None
+    clientConnection: ClientConnection = Field(default_factory=ClientConnection)
 
 
 @dataclass(slots=True)

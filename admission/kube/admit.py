@@ -29,6 +29,7 @@ from .client import WORKLOADS, ApiError
 from .context import Abandon, Context, Obj
 from .jobs import evict
 from .podgroups import is_group_workload
+from .ratelimit import low_priority
 
 log = logging.getLogger("quartermaster.kube.admit")
 
@@ -203,6 +204,10 @@ class Applier:
         self._pending_ready.set()
 
     async def pending_worker(self) -> None:
+        with low_priority():  # pending reasons wait behind admissions and evictions
+            await self._pending_loop()
+
+    async def _pending_loop(self) -> None:
         ctx = self.ctx
         while True:
             if not self.pending:

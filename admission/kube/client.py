@@ -29,6 +29,8 @@ import aiohttp
 from kubernetes.aio import config as kube_config
 from kubernetes.aio.client import ApiClient, Configuration
 
+from .ratelimit import TokenBucket
+
 try:  # orjson parses watch lines several times faster; the stdlib is the fallback
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - orjson is installed with aiohttp extras here
@@ -257,6 +259,7 @@ class KubeClient:
         self.counts: Counter[str] = Counter()  # "verb group/resource[/sub]" -> requests
         self.errors: Counter[int] = Counter()
         self.on_request: Callable[[str], None] | None = None  # e.g. a metrics counter
+        self.limiter: TokenBucket | None = None  # clientConnection.qps/burst (see .ratelimit)
 
     # -- construction -------------------------------------------------------------------
 
@@ -307,11 +310,15 @@ class KubeClient:
         call = ApiCall(verb, res.group, res.plural, sub or "")
         if call not in API_CALLS and self.strict:
             raise UndeclaredCall(f"{call} is not declared in admission.kube.client.API_CALLS")
-        text = str(call)
-        self.counts[text] += 1
+        return str(call)
+
+    async def _admit(self, call: str) -> None:
+        """Wait for the rate limit, then count the request as sent."""
+        if self.limiter is not None:
+            await self.limiter.acquire()
+        self.counts[call] += 1
         if self.on_request is not None:
-            self.on_request(text)
-        return text
+            self.on_request(call)
 
     async def _send(
         self,
@@ -327,6 +334,7 @@ class KubeClient:
         headers = {"Accept": "application/json"}
         if content_type is not None:
             headers["Content-Type"] = content_type
+        await self._admit(call)
         try:
             # the body is plain JSON already: skip the client's model sanitizing walk
             m, url, hdrs, _, post = await self.api.param_serialize(
@@ -497,6 +505,7 @@ class KubeClient:
             query.append(("fieldSelector", field_selector))
         headers = {"Accept": "application/json"}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 60)
+        await self._admit(call)
         try:
             m, url, hdrs, data, post = await self.api.param_serialize(
                 "GET",

@@ -130,6 +130,13 @@ class Metrics:
             ["call"],
             registry=r,
         )
+        self.rate_limit_wait = Histogram(
+            "quartermaster_client_rate_limit_wait_seconds",
+            "Time requests waited for the client-side rate limit (clientConnection.qps/burst)",
+            ["priority"],
+            buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
         self.reconcile_errors = Counter(
             "quartermaster_reconcile_errors_total",
             "Failed reconciles, by object kind and API status (0: transport, -1: other)",

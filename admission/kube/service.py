@@ -61,6 +61,7 @@ from .leader import DEFAULT_LEASE_NAME, LeaderElector
 from .metrics import Metrics
 from .podgroups import POD_SELECTOR
 from .podsready import pods_ready_options
+from .ratelimit import TokenBucket, low_priority
 
 log = logging.getLogger("quartermaster.kube.service")
 
@@ -174,6 +175,13 @@ class Service:
         opts = self.options
         self.client = await KubeClient.connect(
             kubeconfig=opts.kubeconfig, configuration=opts.client_configuration
+        )
+        conn = opts.config.doc.clientConnection
+        waited = self.metrics.rate_limit_wait
+        self.client.limiter = TokenBucket(
+            conn.qps,
+            conn.burst,
+            on_wait=lambda s, p: waited.labels("low" if p else "high").observe(s),
         )
         tasks: list[asyncio.Task[Any]] = []
         leader_task: asyncio.Task[Any] | None = None
@@ -485,7 +493,8 @@ class Service:
             "count": 1,
             "reportingComponent": "quartermaster",
         }
-        task = asyncio.ensure_future(self.client.create(EVENTS, body, namespace=ns))
+        with low_priority():  # the task copies the context: Events wait behind decisions
+            task = asyncio.ensure_future(self.client.create(EVENTS, body, namespace=ns))
         self._events.add(task)
         task.add_done_callback(_event_done(self._events))
 

@@ -19,6 +19,7 @@ from queues.quantity import format_quantity
 from . import objects as o
 from .client import CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS, ApiError
 from .context import Context
+from .ratelimit import low_priority
 
 log = logging.getLogger("quartermaster.kube.status")
 
@@ -207,6 +208,10 @@ class StatusWriter:
     async def _write(self, kind: str, key: str, status: Obj) -> None:
         if self.written.get((kind, key)) == status:
             return
+        with low_priority():  # queue status waits behind admissions and evictions
+            await self._write_now(kind, key, status)
+
+    async def _write_now(self, kind: str, key: str, status: Obj) -> None:
         res = CLUSTER_QUEUES if kind == "cq" else LOCAL_QUEUES
         stored = self.ctx.informers[res.plural].get(key) or {}
         current = stored.get("status") or {}
