@@ -1,1 +1,1 @@
-"""Benchmarks: ``python -m bench [NAME ...] [--record]`` (see shared/spec/BENCHMARKS.md)."""
+"""Benchmarks: ``python -m bench [NAME ...] [--record]`` (protocol: docs/benchmarks.md)."""

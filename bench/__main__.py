@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-# name -> "module:function"; each function returns a dict of the keys BENCHMARKS.md lists.
+# name -> "module:function"; each function returns a dict of the keys docs/benchmarks.md lists.
 BENCHMARKS = {
     "plan-50k": "bench.plan50k:run",
     "sim-baseline": "bench.sim:run_baseline",

@@ -1,5 +1,5 @@
 """``plan-50k``: ``plan`` over 1,000 ClusterQueues in 10 cohorts with 50,000 pending
-single-pod workloads, until quiescent (BENCHMARKS.md).
+single-pod workloads, until quiescent (docs/benchmarks.md).
 
 The objects are written as one multi-document YAML file and run through the real
 ``quartermaster plan`` pipeline (load, parse, schedule, report), so parsing is counted.

@@ -1,8 +1,8 @@
 """``sim-baseline`` and ``sim-large``: Kueue's scheduler-performance scenarios on the
-simulated clock (BENCHMARKS.md).
+simulated clock (docs/benchmarks.md).
 
-The generator configs are read from ``../shared/scenarios/kueue-perf/`` beside the
-repository (or ``$QM_KUEUE_PERF_DIR``). ``cpuSeconds`` covers parsing, the lower
+The generator configs are Kueue's, shipped in ``admission/scenarios/kueue-perf/`` (or
+read from ``$QM_KUEUE_PERF_DIR``). ``cpuSeconds`` covers parsing, the lower
 bound and the simulation; Kueue's published numbers ride along under ``kueue`` so a
 run can be compared at a glance (their wall time is real time against envtest, ours
 is simulated time).
@@ -33,7 +33,7 @@ def scenario_dir() -> Path:
     env = os.environ.get("QM_KUEUE_PERF_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "scenarios" / "kueue-perf"
+    return Path(__file__).resolve().parent.parent / "admission" / "scenarios" / "kueue-perf"
 
 
 def run_scenario(name: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """``stack-baseline`` / ``stack-large``: Kueue's scheduler-performance scenarios in real
-time through the whole service (BENCHMARKS.md).
+time through the whole service (docs/benchmarks.md).
 
 Three processes on the machine, like Kueue's minimalkueue-against-envtest setup:
 
@@ -36,10 +36,10 @@ from typing import Any
 import yaml
 
 from admission.sim_scenario import Scenario, parse_generator
+from bench.sim import scenario_dir
 from queues.quantity import format_quantity
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = Path("/work/shared/scenarios/kueue-perf")
 TOKEN = "bench-controller"
 USERNAME = "system:serviceaccount:quartermaster-system:quartermaster"
 KUEUE = {
@@ -138,7 +138,7 @@ def _metric_sum(text: str, name: str) -> float:
 def run_scenario(name: str, *, budget_seconds: float) -> dict[str, Any]:
     from tests.apiserver import start_apiserver
 
-    path = SCENARIOS / f"{name}.yaml"
+    path = scenario_dir() / f"{name}.yaml"
     sc = parse_generator(yaml.safe_load(path.read_text()), source=str(path))
     objects = queue_objects(sc)
     keep = os.environ.get("QM_STACK_KEEP")  # keep the work directory (serve.log) for a look

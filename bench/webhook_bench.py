@@ -1,4 +1,4 @@
-"""``webhook`` and ``webhook-burst`` benchmarks (BENCHMARKS.md).
+"""``webhook`` and ``webhook-burst`` benchmarks (docs/benchmarks.md).
 
 Three kinds of process, all started from this file so the numbers do not depend on
 the test harness:

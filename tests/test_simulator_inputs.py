@@ -12,7 +12,7 @@ from admission.simulate_cli import load_scenario
 from queues.model import ANY, LOWER_PRIORITY
 from tests.sim_helpers import GENERATOR_SMALL, TRACE_OBJECTS
 
-KUEUE_PERF = Path(__file__).resolve().parents[2] / "shared" / "scenarios" / "kueue-perf"
+KUEUE_PERF = Path(__file__).resolve().parents[1] / "admission" / "scenarios" / "kueue-perf"
 
 
 def gen(text: str) -> object:
@@ -50,7 +50,6 @@ def test_generator_format_follows_the_kueue_runner_naming_and_timing() -> None:
     assert large.workload.queue_name == "cq-0-0-cohort-0"
 
 
-@pytest.mark.skipif(not KUEUE_PERF.is_dir(), reason="shared Kueue scenarios not present")
 def test_kueues_baseline_config_parses_to_30_queues_and_15000_workloads() -> None:
     sc = load_scenario(str(KUEUE_PERF / "baseline.yaml"))
     assert len(sc.cluster_queues) == 30
