@@ -173,9 +173,14 @@ def _aggregate(
     return total
 
 
-def _exact_pod_requests(spec: Mapping[str, Any]) -> ResourceList:
-    containers = _containers(spec, "containers")
-    init = _containers(spec, "initContainers")
+def _exact_pod_requests(
+    spec: Mapping[str, Any],
+    parsed: tuple[list[_Container], list[_Container]] | None = None,
+) -> ResourceList:
+    containers, init = parsed or (
+        _containers(spec, "containers"),
+        _containers(spec, "initContainers"),
+    )
     aggregate = _aggregate(containers, init, limits=False)
 
     pod_resources = _mapping(spec.get("resources"), "spec.resources")
@@ -217,9 +222,12 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     Raises ``QuantityError`` naming the container and resource for a bad quantity and
     ``PodSpecError`` for a malformed spec.
     """
-    spec = _mapping(pod_spec, "spec")
+    return _units(_exact_pod_requests(_mapping(pod_spec, "spec")))
+
+
+def _units(exact: ResourceList) -> dict[str, int]:
     out: dict[str, int] = {}
-    for name, qty in _exact_pod_requests(spec).items():
+    for name, qty in exact.items():
         units = to_units(name, qty)
         if units != 0:
             out[name] = units
@@ -308,13 +316,16 @@ def topology_from_annotations(annotations: Mapping[str, Any]) -> TopologyRequest
     return tr if tr != TopologyRequest() else None
 
 
-def limit_violations(pod_spec: Mapping[str, Any]) -> tuple[tuple[str, int, tuple[str, ...]], ...]:
+def _limit_violations(
+    init: list[_Container], containers: list[_Container]
+) -> tuple[tuple[str, int, tuple[str, ...]], ...]:
     """Containers whose explicit requests exceed their limits (Kueue's validateResources):
     (``containers`` or ``initContainers``, index, sorted resource names)."""
-    spec = _mapping(pod_spec, "spec")
     out = []
-    for field in ("initContainers", "containers"):
-        for i, c in enumerate(_containers(spec, field)):
+    for field, lst in (("initContainers", init), ("containers", containers)):
+        for i, c in enumerate(lst):
+            if not c.limits:
+                continue
             over = tuple(
                 sorted(r for r, q in c.requests.items() if r in c.limits and q > c.limits[r])
             )
@@ -323,16 +334,9 @@ def limit_violations(pod_spec: Mapping[str, Any]) -> tuple[tuple[str, int, tuple
     return tuple(out)
 
 
-def zero_requests(pod_spec: Mapping[str, Any]) -> set[str]:
-    """Resources some container requests explicitly as zero."""
+def limit_violations(pod_spec: Mapping[str, Any]) -> tuple[tuple[str, int, tuple[str, ...]], ...]:
     spec = _mapping(pod_spec, "spec")
-    return {
-        r
-        for field in ("initContainers", "containers")
-        for c in _containers(spec, field)
-        for r, q in c.requests.items()
-        if q == 0
-    }
+    return _limit_violations(_containers(spec, "initContainers"), _containers(spec, "containers"))
 
 
 def podset_from_template(
@@ -344,9 +348,12 @@ def podset_from_template(
     if min_count is not None and (isinstance(min_count, bool) or not isinstance(min_count, int)):
         raise PodSpecError(f"podSet {name!r} minCount: must be an integer, got {min_count!r}")
     spec = _mapping(_mapping(template, "template").get("spec"), "template.spec")
-    requests = pod_requests(spec)
-    for r in zero_requests(spec):
-        requests.setdefault(r, 0)  # an explicit zero still names its resource's flavor
+    containers, init = _containers(spec, "containers"), _containers(spec, "initContainers")
+    requests = _units(_exact_pod_requests(spec, (containers, init)))
+    for c in (*init, *containers):
+        for r, q in c.requests.items():
+            if q == 0:
+                requests.setdefault(r, 0)  # an explicit zero still names its flavor
     return PodSet(
         name=name,
         count=count,
@@ -355,5 +362,5 @@ def podset_from_template(
         node_selector=pod_node_selector(spec),
         required_affinity=pod_required_affinity(spec),
         tolerations=pod_tolerations(spec),
-        limit_violations=limit_violations(spec),
+        limit_violations=_limit_violations(init, containers),
     )
