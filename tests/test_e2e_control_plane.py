@@ -365,3 +365,34 @@ def test_with_the_service_down_only_queued_pods_are_refused(tmp_path: Path, back
                 raise AssertionError("a queued pod was created without its webhook")
 
     run(main)
+
+
+def test_a_cluster_queue_the_model_cannot_hold_is_reported_inactive(
+    tmp_path: Path, backend: Any
+) -> None:
+    """1e1001 is a valid Kubernetes quantity (the API server stores it) but beyond any
+    exact arithmetic: the ClusterQueue says so in its status instead of vanishing."""
+    huge = cluster_queue("huge", {"f": {"cpu": "1e1001"}})
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=[*BASE, huge]) as s:
+            cq = await eventually(
+                lambda: (c := s.get("clusterqueues", "huge"))
+                and any(
+                    x["type"] == "Active" and x["status"] == "False"
+                    for x in (c.get("status") or {}).get("conditions") or []
+                )
+                and c,
+                what="the ClusterQueue is reported inactive",
+            )
+            (active,) = cq["status"]["conditions"]
+            assert active["reason"] == "InvalidSpec"
+            assert "nominalQuota" in active["message"], active
+            ok = await eventually(lambda: s.get("clusterqueues", "cq"), what="cq")
+            assert ok is not None  # the others keep working
+            await s.user.create(k.JOBS, job("team-a", "fine", queue="lq"), namespace="team-a")
+            await eventually(
+                lambda: admitted(s.workload_of_job("team-a", "fine")), what="cq still admits"
+            )
+
+    run(main)

@@ -74,6 +74,24 @@ def cluster_queue_status(cache: Cache, name: str, *, fair_sharing: bool) -> Obj:
     return status
 
 
+def invalid_cluster_queue_status(error: str) -> Obj:
+    """The status of a ClusterQueue whose spec the service cannot use (e.g. a quantity
+    the API server accepts but no exact arithmetic can hold): inactive, saying why."""
+    return {
+        "pendingWorkloads": 0,
+        "reservingWorkloads": 0,
+        "admittedWorkloads": 0,
+        "conditions": [
+            {
+                "type": "Active",
+                "status": "False",
+                "reason": "InvalidSpec",
+                "message": f"Can't admit new workloads: {error}",
+            }
+        ],
+    }
+
+
 def _cq_reason(inactive: Any) -> str:
     if inactive is None:
         return "Ready"
@@ -164,6 +182,16 @@ def usage_extras(
     return cqs, lqs
 
 
+def cache_invalid_cluster_queues(ctx: Context) -> list[str]:
+    """ClusterQueues present in the API whose spec was refused by the model."""
+    out = []
+    for label in ctx.sync.invalid:
+        kind, _, name = label.partition(" ")
+        if kind == "ClusterQueue" and ctx.informers["clusterqueues"].get(name) is not None:
+            out.append(name)
+    return out
+
+
 class StatusWriter:
     def __init__(self, ctx: Context, *, fair_sharing: bool) -> None:
         self.ctx = ctx
@@ -188,6 +216,10 @@ class StatusWriter:
                 if name in cq_extra:
                     status["fairSharing"] = {**status.get("fairSharing", {}), **cq_extra[name]}
                 todo.append(("cq", name, status))
+        for name in sorted(cache_invalid_cluster_queues(ctx)):
+            todo.append(
+                ("cq", name, invalid_cluster_queue_status(ctx.sync.invalid[f"ClusterQueue {name}"]))
+            )
         for key, status in sorted(local_queue_statuses(cache).items()):
             if ctx.informers["localqueues"].get(key) is not None:
                 if key in lq_extra:
