@@ -464,3 +464,44 @@ def test_ratcheting_lets_an_update_keep_an_already_invalid_value() -> None:
         assert status == 422 and "spec.stopPolicy: Unsupported value" in out["message"]
 
     with_session(scenario)
+
+
+def test_tables_show_the_crds_printer_columns() -> None:
+    """D10: ``kubectl get`` asks for a Table; a CRD's additionalPrinterColumns fill it."""
+
+    async def scenario(api: Session) -> None:
+        wl = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "w"},
+            "spec": {"queueName": "lq", "podSets": [{"template": {"spec": {"containers": []}}}]},
+        }
+        await api.send("POST", WLS, wl)
+        status = {"status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+            {"name": "main", "count": 1}]}, "conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "R", "message": "m",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Admitted", "status": "True", "reason": "R", "message": "m",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}  # fmt: skip
+        code, out, _ = await api.send(
+            "PATCH", f"{WLS}/w/status", status, content_type="application/merge-patch+json"
+        )
+        assert code == 200, out
+        headers = {
+            "Authorization": f"Bearer {ADMIN_TOKEN}",
+            "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        }
+        async with api.http.get(api.server.url + WLS, headers=headers) as resp:
+            tbl = await resp.json()
+        assert tbl["kind"] == "Table"
+        assert [c["name"] for c in tbl["columnDefinitions"]] == [
+            "Name", "Queue", "Reserved in", "Admitted", "Finished", "Age",
+        ]  # fmt: skip
+        (row,) = tbl["rows"]
+        assert row["cells"][:5] == ["w", "lq", "cq", "True", None]
+        assert row["cells"][5].endswith("s")  # a date column is shown as an age ("0s")
+        async with api.http.get(api.server.url + "/api/v1/namespaces", headers=headers) as resp:
+            builtin = await resp.json()
+        assert [c["name"] for c in builtin["columnDefinitions"]] == ["Name", "Age"]
+
+    with_session(scenario)

@@ -126,6 +126,11 @@ def resource_type(crd: Obj) -> ResourceType:
             f.get("jsonPath", "").lstrip(".") for f in storage.get("selectableFields") or []
         ),
         schemas=schemas,
+        printer_columns={
+            v["name"]: tuple(v.get("additionalPrinterColumns") or ())
+            for v in versions
+            if v.get("served")
+        },
     )
 
 

@@ -50,6 +50,8 @@ class ResourceType:
     field_labels: tuple[str, ...] = ()
     #: version -> openAPIV3Schema, for custom resources (from their CRD)
     schemas: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: version -> additionalPrinterColumns, for custom resources (from their CRD)
+    printer_columns: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def schema(self, version: str | None = None) -> dict[str, Any] | None:
         return self.schemas.get(version or self.storage_version)

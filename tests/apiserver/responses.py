@@ -1,13 +1,15 @@
 """Response bodies of the API-server double: JSON, Status errors, warnings and Tables.
 
 ``kubectl get`` asks for server-side printing (``Accept: ...;as=Table;g=meta.k8s.io``)
-and prints whatever ``Table`` comes back, so the double answers with a two-column
-(Name, Age) table when asked, and with plain objects otherwise.
+and prints whatever ``Table`` comes back, so the double answers with a table when
+asked -- Name and Age, or a CRD's additionalPrinterColumns -- and with plain objects
+otherwise.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -58,15 +60,40 @@ def _age(timestamp: str | None, now: datetime) -> str:
     return f"{seconds}s"
 
 
-def table(objects: Iterable[Obj], *, resource_version: str) -> Obj:
-    """A ``meta.k8s.io/v1`` Table with Name and Age columns and metadata-only row objects."""
+def table(objects: Iterable[Obj], *, resource_version: str, columns: Iterable[Obj] = ()) -> Obj:
+    """A ``meta.k8s.io/v1`` Table with metadata-only row objects: Name and Age, or, for a
+    CRD with ``additionalPrinterColumns``, Name and those columns (as apiextensions'
+    table convertor does)."""
     now = datetime.now(UTC)
+    extra = list(columns)
+    definitions: list[Obj] = [
+        {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0}
+    ]
+    if extra:
+        for col in extra:
+            definitions.append(
+                {
+                    "name": col["name"],
+                    "type": col.get("type", "string"),
+                    "format": col.get("format", ""),
+                    "description": col.get("description", ""),
+                    "priority": col.get("priority", 0),
+                }
+            )
+    else:
+        definitions.append(
+            {"name": "Age", "type": "string", "format": "", "description": "Age", "priority": 0}
+        )
     rows = []
     for obj in objects:
         meta = obj.get("metadata") or {}
+        if extra:
+            cells = [meta.get("name", "")] + [_cell(obj, col) for col in extra]
+        else:
+            cells = [meta.get("name", ""), _age(meta.get("creationTimestamp"), now)]
         rows.append(
             {
-                "cells": [meta.get("name", ""), _age(meta.get("creationTimestamp"), now)],
+                "cells": cells,
                 "object": {
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
@@ -78,15 +105,42 @@ def table(objects: Iterable[Obj], *, resource_version: str) -> Obj:
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": [
-            {
-                "name": "Name",
-                "type": "string",
-                "format": "name",
-                "description": "Name",
-                "priority": 0,
-            },
-            {"name": "Age", "type": "string", "format": "", "description": "Age", "priority": 0},
-        ],
+        "columnDefinitions": definitions,
         "rows": rows,
     }
+
+
+_STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[\?\(@\.([A-Za-z0-9_-]+)==['\"]([^'\"]*)['\"]\)\]")
+
+
+def json_path(obj: Any, path: str) -> Any:
+    """The printer-column subset of JSONPath: ``.a.b`` and ``[?(@.k=='v')]`` filters;
+    None when nothing matches."""
+    values = [obj]
+    pos = 0
+    while pos < len(path):
+        match = _STEP.match(path, pos)
+        if match is None:
+            return None
+        pos = match.end()
+        key, fkey, fvalue = match.groups()
+        nxt: list[Any] = []
+        for value in values:
+            if key is not None and isinstance(value, dict) and key in value:
+                nxt.append(value[key])
+            elif fkey is not None and isinstance(value, list):
+                nxt += [v for v in value if isinstance(v, dict) and str(v.get(fkey)) == fvalue]
+        values = nxt
+    return values[0] if values else None
+
+
+def _cell(obj: Obj, column: Obj) -> Any:
+    value = json_path(obj, column.get("jsonPath", ""))
+    if column.get("type") == "date" and isinstance(value, str):
+        try:
+            return _age(value, datetime.now(UTC))  # the convertor prints dates as ages
+        except ValueError:
+            return value
+    if isinstance(value, dict | list):
+        return dumps(value)
+    return value

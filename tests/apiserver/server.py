@@ -417,7 +417,12 @@ class ApiServer:
                 self.store.require(rt, target.namespace or "", target.name or ""), rt, version
             )
             if wants_table(request.headers.get("Accept", "")):
-                return json_response(table([obj], resource_version=str(self.store.revision)))
+                return json_response(
+                    table(
+                        [obj], resource_version=str(self.store.revision),
+                        columns=rt.printer_columns.get(version, ()),
+                    )
+                )  # fmt: skip
             return json_response(obj)
         if verb == "create":
             result = await self.operations.create(ctx, await _json_body(request))
@@ -463,7 +468,12 @@ class ApiServer:
         metadata: Obj = {"resourceVersion": str(self.store.revision)}
         items = _paginate(request, items, metadata)
         if wants_table(request.headers.get("Accept", "")):
-            return json_response(table(items, resource_version=metadata["resourceVersion"]))
+            return json_response(
+                table(
+                    items, resource_version=metadata["resourceVersion"],
+                    columns=rt.printer_columns.get(version, ()),
+                )
+            )  # fmt: skip
         return json_response(
             {
                 "kind": f"{rt.kind}List",
