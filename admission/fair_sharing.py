@@ -1,6 +1,6 @@
 """Fair sharing: tournament admission order and fair-sharing preemption.
 
-Enabled by ``fairSharing`` in the configuration (kueue-semantics §4.8):
+Enabled by ``fairSharing`` in the configuration (docs/semantics.md §4.8):
 
 * **Admission order**: instead of one global sort, each root cohort runs a tournament
   after every processed entry: at every cohort, among its children's candidates, the

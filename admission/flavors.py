@@ -1,6 +1,6 @@
 """Flavor assignment: which ResourceFlavor each podSet of a workload gets.
 
-Kueue's FlavorAssigner (kueue-semantics §4.4): for every resource group a podSet
+Kueue's FlavorAssigner (docs/semantics.md §4.4): for every resource group a podSet
 needs, try the ClusterQueue's flavors in list order; a flavor must match the podSet's
 node selector / required affinity (on the keys the flavor labels) and its taints must
 be tolerated; then each resource is tested against the cohort tree (``available`` and

@@ -1,6 +1,6 @@
 """Classical preemption: which admitted workloads to evict so a pending one fits.
 
-Kueue's classical preemption (kueue-semantics §4.7), in three separate pieces:
+Kueue's classical preemption (docs/semantics.md §4.7), in three separate pieces:
 
 * **Candidate search** (``candidates``): admitted workloads that use a (flavor,
   resource) the preemptor needs. Same-ClusterQueue candidates follow

@@ -1,4 +1,4 @@
-"""One scheduling cycle, exactly as Kueue runs it (kueue-semantics §4.2).
+"""One scheduling cycle, exactly as Kueue runs it (docs/semantics.md §4.2).
 
 1. Take one head per active ClusterQueue.
 2. Nominate each head: namespace selector, LocalQueue state, flavor assignment (and,

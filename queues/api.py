@@ -3,7 +3,7 @@
 Everything that enters Quartermaster — YAML for ``plan``, objects from the API server,
 AdmissionReview payloads — is a Kubernetes object. ``parse_object`` validates one
 against what Kueue's CRD schema, CEL rules and validating webhooks enforce
-(kueue-semantics.md §1, §3.5-3.8; the rules themselves are in ``queues.api_rules``)
+(docs/semantics.md §1, §3.5-3.8; the rules themselves are in ``queues.api_rules``)
 and ``to_model`` turns it into the plain slotted classes of ``queues.model``
 (``queues.api_convert``). Nothing downstream validates again.
 

@@ -2,7 +2,7 @@
 
 The pydantic models of ``queues.api`` check shapes, types, enums, sizes and name
 patterns. What Kueue enforces on top — ``x-kubernetes-validations`` (CEL) on its CRDs
-and the checks in pkg/webhooks (kueue-semantics.md §1, §3.5-3.8) — lives here, one
+and the checks in pkg/webhooks (docs/semantics.md §1, §3.5-3.8) — lives here, one
 function per kind, each returning every (field path, message) it finds, worded as
 Kueue words them.
 """

@@ -1,12 +1,13 @@
 """Fair-share arithmetic: dominant resource share, usage decay and credits.
 
-* **Dominant resource share** (Kueue's fair_sharing.go, kueue-semantics §4.8): for a
+* **Dominant resource share** (Kueue's fair_sharing.go, docs/semantics.md §4.8): for a
   node with a parent, what it borrows above its subtree quota, per resource, over
   what its parent could lend, ×1000, divided by the fair-sharing weight. A zero weight
   makes any borrowing infinitely unfair.
 * **Decay** (Admission Fair Sharing, §4.9): usage is an exponential moving average
   with a half-life, sampled at intervals; ``alpha(dt) = 1 − 0.5^(dt/halfLife)``.
-* **Credits** (our extension, peers.md §3.3/§5): a node's credit is its weighted share
+* **Credits** (our extension; the closest peer is the KAI scheduler's
+  usage-adjusted fair share): a node's credit is its weighted share
   of the parent's capacity over the decay window, minus its decayed usage over the
   same window. ``τ = halfLife / ln 2`` is the window's length; with ``U = ū·τ`` (ū the
   decayed usage rate), ``credit = τ·(w/Σw·C − ū)``: siblings' credits add up to the

@@ -1,4 +1,4 @@
-"""Kueue's label, annotation, finalizer and scheduling-gate names (kueue-semantics §2).
+"""Kueue's label, annotation, finalizer and scheduling-gate names (docs/semantics.md §2).
 
 One place for the strings that jobs, pods and Workloads carry, so the webhooks, the
 Job and pod-group reconcilers and the loader cannot drift apart.

@@ -1,6 +1,6 @@
 """Pending workloads of one ClusterQueue, in the order the scheduler takes them.
 
-Kueue keeps a heap per ClusterQueue (kueue-semantics §4.3): higher priority first,
+Kueue keeps a heap per ClusterQueue (docs/semantics.md §4.3): higher priority first,
 then the earlier queue-order timestamp, then the UID. We keep one sorted list per
 LocalQueue and pick the ClusterQueue's head among the LocalQueue heads, which gives the
 same order and lets Admission Fair Sharing put the LocalQueue with the lowest usage

@@ -1,6 +1,6 @@
 """The cohort tree and its hierarchical quota accounting.
 
-This is Kueue's ``resource_node`` model (kueue-semantics §4.5): every ClusterQueue and
+This is Kueue's ``resource_node`` model (docs/semantics.md §4.5): every ClusterQueue and
 Cohort is a node with, per (flavor, resource), a *subtree quota* (its own nominal quota
 plus what its children lend up), a *usage* (for a Cohort: what its children use beyond
 the capacity they keep locally), and optional borrowing and lending limits. Usage
@@ -93,7 +93,7 @@ class QuotaNode:
             h = max(h, c.height() + 1)
         return h
 
-    # -- accounting (kueue-semantics §4.5) -------------------------------------
+    # -- accounting (docs/semantics.md §4.5) -------------------------------
 
     def local_available(self, fr: FlavorResource) -> int:
         return max(0, self.local_quota.get(fr, 0) - self.usage.get(fr, 0))

@@ -12,7 +12,7 @@ import yaml
 from queues import api
 from queues import model as m
 
-# The example manifests of kueue-semantics.md §1.9 (the batch/v1 Job is the loader's).
+# The example manifests of docs/semantics.md §1.9 (the batch/v1 Job is the loader's).
 EXAMPLES = """
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor

@@ -1,7 +1,7 @@
 """Property tests of fair sharing, usage decay and cohort credits.
 
 * **No two-workload preemption loop** (Kueue's proof in docs/fair_sharing.md,
-  kueue-semantics §4.7–4.8): if workload A (ClusterQueue X) preempts B (ClusterQueue
+  docs/semantics.md §4.7–4.8): if workload A (ClusterQueue X) preempts B (ClusterQueue
   Y ≠ X) with reason InCohortFairSharing, then once that has happened B, submitted
   again, cannot take exactly A back (S0 → S1 → S0), nor can the two take turns after
   a multi-victim preemption (S1 → S2 → S1). When B is the only victim, Kueue's

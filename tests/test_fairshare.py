@@ -1,4 +1,4 @@
-"""Unit tests of the fair-share arithmetic in ``queues.fairshare`` (kueue-semantics
+"""Unit tests of the fair-share arithmetic in ``queues.fairshare`` (docs/semantics.md
 §4.8–4.9, issue 4), with values worked out by hand, and of how ``plan`` reports them.
 
 Dominant resource share: per resource, what a node borrows above its subtree quota,

@@ -1,4 +1,4 @@
-"""batch/v1 Job admission over real HTTPS (kueue-semantics §3.3): patches asserted exactly."""
+"""batch/v1 Job admission over real HTTPS (docs/semantics.md §3.3): patches asserted exactly."""
 
 from __future__ import annotations
 

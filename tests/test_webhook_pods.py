@@ -1,4 +1,4 @@
-"""Plain Pod and pod-group admission over real HTTPS (kueue-semantics §3.4)."""
+"""Plain Pod and pod-group admission over real HTTPS (docs/semantics.md §3.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quota CR and Workload admission over real HTTPS (kueue-semantics §3.5–§3.8)."""
+"""Quota CR and Workload admission over real HTTPS (docs/semantics.md §3.5–§3.8)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The API server only talks to admission webhooks over TLS and verifies the serving
 certificate against the ``caBundle`` of the webhook configuration. Two deployment
-modes exist, as in Kueue (kueue-semantics §3.2):
+modes exist, as in Kueue (docs/semantics.md §3.2):
 
 * **cert-manager** (or any external issuer) writes ``tls.crt``/``tls.key`` into the
   cert directory; we load them and pick up rotated files by polling their mtimes

@@ -1,4 +1,4 @@
-"""batch/v1 Job admission, as Kueue's JobWebhook (kueue-semantics §3.3).
+"""batch/v1 Job admission, as Kueue's JobWebhook (docs/semantics.md §3.3).
 
 Mutating (CREATE): default LocalQueue ``default``, default WorkloadPriorityClass
 ``default``, ``spec.suspend=true`` for queue-managed jobs — all skipped when the Job's

@@ -1,4 +1,4 @@
-"""Plain Pod admission and pod gangs, as Kueue's PodWebhook (kueue-semantics §3.4).
+"""Plain Pod admission and pod gangs, as Kueue's PodWebhook (docs/semantics.md §3.4).
 
 Any framework that creates pods (Ray, MPI, Spark, Argo, …) gets gang admission by
 labelling its pods with ``kueue.x-k8s.io/pod-group-name`` and annotating them with

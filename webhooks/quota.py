@@ -1,5 +1,5 @@
 """Quota CR editing: ClusterQueue, Cohort, ResourceFlavor, LocalQueue,
-WorkloadPriorityClass and Workload admission (kueue-semantics §3.5–§3.8).
+WorkloadPriorityClass and Workload admission (docs/semantics.md §3.5–§3.8).
 
 Schema-level rules (lendingLimit ≤ nominalQuota, limits only with a cohort/parent,
 resource order and coverage, counts, fair-sharing weight, preemption combination, the

@@ -31,7 +31,7 @@ from .view import ModelView
 
 JsonObj = dict[str, Any]
 
-# Kueue label / annotation keys (kueue-semantics §2).
+# Kueue label / annotation keys (docs/semantics.md §2).
 MANAGED_LABEL_VALUE = "true"
 DEFAULT_LOCAL_QUEUE = "default"
 DEFAULT_PRIORITY_CLASS = "default"

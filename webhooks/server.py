@@ -1,7 +1,7 @@
 """The HTTPS AdmissionReview server (admission.k8s.io/v1) and its entry points.
 
 One aiohttp application serves every webhook at Kueue's paths, plus ``/healthz``,
-``/readyz`` and ``/metrics``. The contract with the API server (python-ecosystem §3.1):
+``/readyz`` and ``/metrics``. The contract with the API server (AdmissionReview v1):
 
 * a well-formed review always gets HTTP 200 with ``response.uid`` echoed; the decision,
   a base64 RFC 6902 patch, warnings and a denial's ``status`` are inside;

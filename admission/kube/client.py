@@ -3,8 +3,8 @@
 The service needs a handful of verbs on a dozen resources, on hot paths (watches of
 thousands of Workloads), with exact control over patch content types. The generated
 typed API would deserialize every object into pydantic models (5-10x slower than
-``json.loads``, python-ecosystem §2.2) and silently turns a dict sent as
-``json-patch+json`` into a strategic-merge patch (§2.3). So this module uses the
+``json.loads``) and silently turns a dict sent as ``json-patch+json`` into a
+strategic-merge patch (``kubernetes/client/rest.py`` picks the type from the body). So this module uses the
 official ``ApiClient`` for what it is good at — configuration (kubeconfig, in-cluster,
 token refresh), authentication, TLS and the aiohttp connection pool — through
 ``param_serialize`` + ``call_api``, and speaks raw JSON dicts.

@@ -1,4 +1,4 @@
-"""Job ⇄ Workload reconciliation (Kueue's jobframework reconciler, kueue-semantics §4.1).
+"""Job ⇄ Workload reconciliation (Kueue's jobframework reconciler, docs/semantics.md §4.1).
 
 Level-based: each call looks at the current Job and its Workload and does the one next
 step that brings them in line, so a restart, a lost write or a duplicate event at any

@@ -1,4 +1,4 @@
-"""Prometheus metrics with Kueue's names (kueue-semantics §5.1), one registry per process.
+"""Prometheus metrics with Kueue's names (docs/semantics.md §5.1), one registry per process.
 
 Dashboards and alerts written for Kueue keep working: the same metric names and the
 same label names where the semantics match. Each service instance owns its own

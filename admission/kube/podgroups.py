@@ -1,4 +1,4 @@
-"""Plain Pod gangs ⇄ Workloads (Kueue's pod-group integration, kueue-semantics §2, §3.4).
+"""Plain Pod gangs ⇄ Workloads (Kueue's pod-group integration, docs/semantics.md §2, §3.4).
 
 Frameworks that create bare pods (Ray, MPI, Spark, Argo, …) get all-or-nothing
 admission by labelling their pods ``kueue.x-k8s.io/pod-group-name`` and annotating

@@ -1,4 +1,4 @@
-"""waitForPodsReady: evict gangs that do not become ready in time (kueue-semantics §4.6).
+"""waitForPodsReady: evict gangs that do not become ready in time (docs/semantics.md §4.6).
 
 An admitted Job is *ready* when ``status.ready + status.succeeded`` reaches its pod
 count. One that is not ready ``timeout`` after its admission is evicted with reason

@@ -1,6 +1,6 @@
 """A Kubernetes API-server test double (a test fixture, never part of the product).
 
-See ``/work/shared/spec/ARCHITECTURE.md`` "Testing without a cluster".  Entry points:
+See ``tests/apiserver/README.md`` for what it models and what not.  Entry points:
 
 * :func:`start_apiserver` -> :class:`ApiServerThread` (sync tests; thread + own loop);
 * :func:`running_apiserver` (async context manager on the caller's loop) -> :class:`ApiServer`;

@@ -2,8 +2,8 @@
 
 kube-apiserver verifies webhooks against the configuration's ``caBundle`` and the
 in-cluster DNS name ``<service>.<namespace>.svc``; tests need a CA and a serving cert
-with those SANs (and 127.0.0.1) to exercise that path for real.  EC P-256, as in the
-recipe verified in python-ecosystem.md (appendix).
+with those SANs (and 127.0.0.1) to exercise that path for real.  EC P-256 keys and SHA-256
+signatures, which kube-apiserver and the stdlib ``ssl`` module both accept.
 """
 
 from __future__ import annotations
