@@ -197,6 +197,92 @@ def _expand(paths: list[str]) -> Iterator[str]:
             raise LoadError("no such file or directory", file=path)
 
 
+class _NotPlain(Exception):
+    """The stream uses a YAML feature the fast path leaves to the full loader."""
+
+
+def _fast_documents(text: str) -> list[Any]:
+    """Every document of a YAML stream, built straight from libyaml's events.
+
+    The same values as ``yaml.safe_load_all`` for the plain YAML Kubernetes manifests
+    are made of, without composing a node graph first: plain scalars are resolved
+    once per distinct value (they repeat a lot: kinds, API versions, images), quoted
+    ones are strings. Anything else (anchors, aliases, tags, merge keys) raises
+    ``_NotPlain`` and the caller uses the full loader; so do syntax errors, so that
+    their messages come from one place.
+    """
+    loader = _SafeLoader(text)
+    cache: dict[str, Any] = {}
+    constructors = loader.yaml_constructors
+    str_tag = "tag:yaml.org,2002:str"
+
+    def plain(value: str) -> Any:
+        try:
+            return cache[value]
+        except KeyError:
+            tag = loader.resolve(yaml.ScalarNode, value, (True, False))
+            if tag == "tag:yaml.org,2002:merge":
+                raise _NotPlain from None
+            obj = (
+                value if tag == str_tag else constructors[tag](loader, yaml.ScalarNode(tag, value))
+            )
+            cache[value] = obj
+            return obj
+
+    docs: list[Any] = []
+    # Containers being built: [container, pending key] (key unused for lists).
+    stack: list[list[Any]] = []
+    root: Any = None
+    try:
+        while True:
+            ev = loader.get_event()
+            cls = type(ev)
+            if cls is yaml.ScalarEvent:
+                if ev.anchor is not None or ev.tag is not None:
+                    raise _NotPlain
+                value: Any = plain(ev.value) if ev.implicit[0] else ev.value
+            elif cls is yaml.MappingStartEvent or cls is yaml.SequenceStartEvent:
+                if ev.anchor is not None or (ev.tag is not None and ev.tag != "!"):
+                    raise _NotPlain
+                stack.append([{} if cls is yaml.MappingStartEvent else [], _NO_KEY])
+                continue
+            elif cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
+                value = stack.pop()[0]
+            elif cls is yaml.DocumentEndEvent:
+                docs.append(root)
+                root = None
+                continue
+            elif cls is yaml.StreamEndEvent:
+                return docs
+            elif cls is yaml.AliasEvent:
+                raise _NotPlain
+            else:  # stream and document starts
+                continue
+            if not stack:
+                root = value
+                continue
+            top = stack[-1]
+            container = top[0]
+            if type(container) is list:
+                container.append(value)
+            elif top[1] is _NO_KEY:
+                try:
+                    hash(value)
+                except TypeError:
+                    raise _NotPlain from None
+                top[1] = value
+            else:
+                container[top[1]] = value
+                top[1] = _NO_KEY
+    except yaml.YAMLError:
+        raise _NotPlain from None
+    finally:
+        loader.dispose()
+
+
+_NO_KEY = object()
+
+
 def _documents(file: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """Non-empty documents of a YAML stream with their 0-based index in the file."""
     try:
@@ -204,6 +290,23 @@ def _documents(file: str) -> Iterator[tuple[int, dict[str, Any]]]:
             text = stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise LoadError(f"cannot read: {exc}", file=file) from None
+    try:
+        fast = _fast_documents(text)
+    except _NotPlain:
+        pass
+    else:
+        for index, doc in enumerate(fast):
+            if doc is None:
+                continue
+            if not isinstance(doc, dict):
+                raise LoadError(
+                    f"is not a mapping (got {_json_type(doc)}); every document must be "
+                    "a Kubernetes object",
+                    file=file,
+                    document=index,
+                )
+            yield index, doc
+        return
     index = 0
     loader = _SafeLoader(text)
     try:

@@ -358,3 +358,33 @@ def test_generate_name_alone_is_not_enough(tmp_path: Path) -> None:
     err = load_error([write(tmp_path / "a.yaml", doc)])
     assert err.path == "metadata.name"
     assert "generateName is not enough" in str(err)
+
+
+# -- the event-level fast path gives what yaml.safe_load_all gives ---------------------
+
+FAST_PATH_SAMPLES = [
+    "a: 1\nb: '1'\nc: 1.5\nd: true\ne: null\nf: ~\ng: 2024-01-02T03:04:05Z\nh: [1, x, '']\n",
+    "---\n---\nk: v\n---\n",
+    "l:\n- 1\n- {a: [b, {c: d}]}\n",
+    "base: &b {x: 1}\nuse: *b\n",  # anchors: full loader
+    "m:\n  <<: {a: 1}\n  b: 2\n",  # merge key: full loader
+    "t: !!str 12\n",  # explicit tag: full loader
+    'q: "0x1F"\np: 0x1F\nlong: |\n  two\n  lines\n',
+]
+
+
+@pytest.mark.parametrize("text", FAST_PATH_SAMPLES)
+def test_fast_yaml_path_matches_safe_load_all(text: str, tmp_path: Path) -> None:
+    import yaml
+
+    from admission.loader import _documents, _fast_documents, _NotPlain
+
+    want = list(yaml.safe_load_all(text))
+    try:
+        assert _fast_documents(text) == want
+    except _NotPlain:
+        pass  # falls back to the full loader, checked below
+    f = tmp_path / "x.yaml"
+    f.write_text(text)
+    got = [doc for _, doc in _documents(str(f))]
+    assert got == [d for d in want if d is not None]
