@@ -567,6 +567,8 @@ def _lending_kept(root: QuotaNode, fr: FlavorResource, requester: QuotaNode) -> 
                 if c.is_cohort:
                     stack.append(c)
         root.memo[memo_key] = kept_all
+    if not kept_all:
+        return []
     own = {id(n) for n in requester.path_to_root()}
     out = []
     for c, amount in kept_all:
