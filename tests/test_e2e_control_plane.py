@@ -377,12 +377,14 @@ def test_a_cluster_queue_the_model_cannot_hold_is_reported_inactive(
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=[*BASE, huge]) as s:
             cq = await eventually(
-                lambda: (c := s.get("clusterqueues", "huge"))
-                and any(
-                    x["type"] == "Active" and x["status"] == "False"
-                    for x in (c.get("status") or {}).get("conditions") or []
-                )
-                and c,
+                lambda: (
+                    (c := s.get("clusterqueues", "huge"))
+                    and any(
+                        x["type"] == "Active" and x["status"] == "False"
+                        for x in (c.get("status") or {}).get("conditions") or []
+                    )
+                    and c
+                ),
                 what="the ClusterQueue is reported inactive",
             )
             (active,) = cq["status"]["conditions"]
@@ -393,6 +395,91 @@ def test_a_cluster_queue_the_model_cannot_hold_is_reported_inactive(
             await s.user.create(k.JOBS, job("team-a", "fine", queue="lq"), namespace="team-a")
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "fine")), what="cq still admits"
+            )
+
+    run(main)
+
+
+def test_scaling_a_running_job_stops_it_and_requeues_it_at_its_new_size(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Issue 13's quota escape: parallelism 1 -> 8 on an admitted, running Job must not
+    run 8 pods on a 1-pod admission. The Job is stopped, its Workload takes the new
+    shape and waits (8 cpu do not fit in 4)."""
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
+            grow = job("team-a", "grow", queue="lq", cpu="1")
+            del grow["spec"]["completions"]  # work queue style: parallelism pods run
+            await s.user.create(k.JOBS, grow, namespace="team-a")
+            await eventually(
+                lambda: (j := s.get("jobs", "grow", "team-a")) and not j["spec"]["suspend"],
+                what="the job runs",
+            )
+            await s.user.patch(
+                k.JOBS, "grow", {"spec": {"parallelism": 8}}, namespace="team-a"
+            )
+            wl = await eventually(
+                lambda: (
+                    (w := s.workload_of_job("team-a", "grow"))
+                    and w["spec"]["podSets"][0]["count"] == 8
+                    and not admitted(w)
+                    and w
+                ),
+                what="the Workload takes the new shape and gives the quota back",
+                timeout=30,
+            )
+            evicted = next(c for c in wl["status"]["conditions"] if c["type"] == "Evicted")
+            assert evicted["reason"] == "NoMatchingWorkload"
+            assert "admitted for 1 pods, the job now has 8" in evicted["message"]
+            j = s.get("jobs", "grow", "team-a")
+            assert j["spec"]["suspend"] is True
+            reserved = next(c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved")
+            assert reserved["status"] == "False"
+            # the freed quota is the ClusterQueue's again: a 4-cpu job is admitted
+            await s.user.create(
+                k.JOBS, job("team-a", "other", queue="lq", cpu="4"), namespace="team-a"
+            )
+            await eventually(
+                lambda: admitted(s.workload_of_job("team-a", "other")), what="other admitted"
+            )
+            assert not admitted(s.workload_of_job("team-a", "grow"))
+
+    run(main)
+
+
+def test_a_partially_admitted_job_runs_at_the_admitted_count(tmp_path: Path, backend: Any) -> None:
+    """job-min-parallelism: 6 pods asked, 4 fit: the Job starts with parallelism 4 (not
+    6 pods on a 4-pod admission), and gets 6 back when it is stopped."""
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
+            body = job("team-a", "elastic", queue="lq", cpu="1", parallelism=6)
+            body["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "2"}
+            await s.user.create(k.JOBS, body, namespace="team-a")
+            j = await eventually(
+                lambda: (
+                    (j := s.get("jobs", "elastic", "team-a")) and not j["spec"]["suspend"] and j
+                ),
+                what="the job starts",
+            )
+            assert j["spec"]["parallelism"] == 4
+            wl = s.workload_of_job("team-a", "elastic")
+            assert wl["status"]["admission"]["podSetAssignments"][0]["count"] == 4
+            await asyncio.sleep(0.5)  # no eviction for the lowered parallelism
+            assert admitted(s.workload_of_job("team-a", "elastic"))
+            assert not is_true(s.workload_of_job("team-a", "elastic"), "Evicted")
+            await s.user.patch(
+                k.WORKLOADS, wl["metadata"]["name"], {"spec": {"active": False}}, namespace="team-a"
+            )
+            await eventually(
+                lambda: (
+                    (j := s.get("jobs", "elastic", "team-a"))
+                    and j["spec"]["suspend"]
+                    and j["spec"]["parallelism"] == 6
+                ),
+                what="stopped, with its parallelism restored",
+                timeout=30,
             )
 
     run(main)

@@ -92,7 +92,18 @@ class JobReconciler:
             if wl is None:
                 await self._create(key, job, wkey)
             return
-        original = (((wl.get("spec") or {}).get("podSets") or [{}])[0]).get("template")
+        first = ((wl.get("spec") or {}).get("podSets") or [{}])[0]
+        original = first.get("template")
+        # partial admission lowered the Job's parallelism: restored from the podSet count
+        restore_par = first.get("count") if first.get("minCount") is not None else None
+        if (
+            o.has_quota(wl)
+            and not o.is_true(wl, o.EVICTED)
+            and o.is_active(wl)
+            and wkey not in ctx.sync.inflight
+            and await self._evict_if_changed(key, job, wkey, wl)
+        ):
+            return
         running = (
             o.has_quota(wl)
             and o.is_true(wl, o.ADMITTED)
@@ -104,15 +115,33 @@ class JobReconciler:
                 await self._start(key, job, wl)
             return
         if not o.job_suspended(job) or (
-            o.job_needs_restore(job, original) and o.job_active(job) == 0
+            o.job_needs_restore(job, original, parallelism=restore_par) and o.job_active(job) == 0
         ):
-            job = await self._stop(key, job, original=original) or job
+            job = await self._stop(key, job, original=original, parallelism=restore_par) or job
         if o.has_quota(wl) and wkey not in ctx.sync.inflight:
             if (o.is_true(wl, o.EVICTED) or not o.is_active(wl)) and o.job_active(job) == 0:
                 await finish_eviction(ctx, wkey)
             return
         if wkey not in ctx.sync.inflight:
             await self._sync_spec(key, job, wkey, wl)
+
+    async def _evict_if_changed(self, key: str, job: Obj, wkey: str, wl: Obj) -> bool:
+        """A Job edited after admission (``spec.parallelism`` 1 -> 64, other requests)
+        must not run on the admission of its old shape: that is a quota escape. Like
+        Kueue's reconciler (``EquivalentToWorkload``), stop it: the Workload is evicted,
+        the Job suspended and restored, and once stopped the pending Workload takes the
+        Job's new shape and queues again."""
+        model = self._compose(key, job)
+        if model is None:
+            return False
+        why = o.job_mismatch(wl, o.workload_for_job(job, model), started=not o.job_suspended(job))
+        if why is None:
+            return False
+        message = f"The job no longer matches its admitted Workload: {why}"
+        log.info("job %s: %s", key, message)
+        self.ctx.record_event(job, "Normal", "NoMatchingWorkload", message)
+        await evict(self.ctx, wkey, reason="NoMatchingWorkload", message=message)
+        return True
 
     async def _create(self, key: str, job: Obj, wkey: str) -> None:
         ctx = self.ctx
@@ -165,13 +194,16 @@ class JobReconciler:
         if len(flavors) != len(names):
             log.warning("job %s: flavor(s) %s not found; not started yet", key, names)
             return
-        new = await ctx.writer.patch_job(key, o.start_job_patch(job, flavors=flavors))
+        patch = o.start_job_patch(job, flavors=flavors, parallelism=o.running_count(wl))
+        new = await ctx.writer.patch_job(key, patch)
         if new is not None:
             ctx.metrics.api_writes.labels("start-job", "ok").inc()
             cq = (o.admission_of(wl) or {}).get("clusterQueue", "")
             ctx.record_event(job, "Normal", "Started", f"Admitted by clusterQueue {cq}")
 
-    async def _stop(self, key: str, job: Obj, *, original: Obj | None) -> Obj | None:
+    async def _stop(
+        self, key: str, job: Obj, *, original: Obj | None, parallelism: int | None = None
+    ) -> Obj | None:
         """Stop a Job the way the API server allows (Kueue's batch/Job ``Stop``).
 
         A Job's pod template may change only while the *stored* Job is suspended and has
@@ -199,8 +231,14 @@ class JobReconciler:
             )
             if new is None:
                 return None
-        if original is not None and o.job_active(new) == 0 and o.job_needs_restore(new, original):
-            new = await ctx.writer.patch_job(key, o.restore_job_patch(new, original))
+        if (
+            original is not None
+            and o.job_active(new) == 0
+            and o.job_needs_restore(new, original, parallelism=parallelism)
+        ):
+            new = await ctx.writer.patch_job(
+                key, o.restore_job_patch(new, original, parallelism=parallelism)
+            )
             if new is None:
                 return None
         if stopped_now:

@@ -448,6 +448,51 @@ def workload_spec_drift(wl_obj: Mapping[str, Any], desired: Mapping[str, Any]) -
     return {"spec": patch} if patch else None
 
 
+def _admitted_counts(wl_obj: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for psa in (admission_of(wl_obj) or {}).get("podSetAssignments") or []:
+        if isinstance(psa, dict) and isinstance(psa.get("count"), int):
+            out[str(psa.get("name", "main"))] = psa["count"]
+    return out
+
+
+def running_count(wl_obj: Mapping[str, Any], pod_set: str = "main") -> int | None:
+    """The pod count a Job admitted under ``wl_obj`` runs with, when partial admission
+    gave it fewer pods than asked (None: the podSet's own count)."""
+    for ps in (wl_obj.get("spec") or {}).get("podSets") or []:
+        if ps.get("name") == pod_set and ps.get("minCount") is not None:
+            admitted = _admitted_counts(wl_obj).get(pod_set)
+            if admitted is not None and admitted < int(ps.get("count") or 0):
+                return admitted
+    return None
+
+
+def job_mismatch(
+    wl_obj: Mapping[str, Any], desired: Mapping[str, Any], *, started: bool
+) -> str | None:
+    """Why a Job no longer matches the Workload it was admitted with (Kueue's
+    ``EquivalentToWorkload``), or None: pod counts and per-pod requests of every podSet.
+    A ``started`` Job runs at the admitted count under partial admission; a suspended
+    one still has its original count. Anything else (the flavors' nodeSelector we
+    injected, labels) may differ."""
+    from queues.pods import pod_requests
+
+    have = (wl_obj.get("spec") or {}).get("podSets") or []
+    want = (desired.get("spec") or {}).get("podSets") or []
+    if [p.get("name") for p in have] != [p.get("name") for p in want]:
+        return "its podSets changed"
+    for h, w in zip(have, want, strict=True):
+        name = h.get("name")
+        expected = (running_count(wl_obj, str(name)) if started else None) or h.get("count")
+        if w.get("count") != expected:
+            return f"podSet {name}: admitted for {expected} pods, the job now has {w.get('count')}"
+        h_spec = (h.get("template") or {}).get("spec") or {}
+        w_spec = (w.get("template") or {}).get("spec") or {}
+        if pod_requests(h_spec) != pod_requests(w_spec):
+            return f"podSet {name}: the pods' resource requests changed"
+    return None
+
+
 def toleration_json(t: Toleration) -> Obj:
     out: Obj = {}
     if t.key:
@@ -462,9 +507,15 @@ def toleration_json(t: Toleration) -> Obj:
 
 
 def start_job_patch(
-    job: Mapping[str, Any], *, flavors: Iterable[ResourceFlavor], pod_set: str = "main"
+    job: Mapping[str, Any],
+    *,
+    flavors: Iterable[ResourceFlavor],
+    pod_set: str = "main",
+    parallelism: int | None = None,
 ) -> Obj:
-    """Merge patch: unsuspend, add flavors' nodeLabels/tolerations, label the podset."""
+    """Merge patch: unsuspend, add flavors' nodeLabels/tolerations, label the podset;
+    ``parallelism``: the admitted count under partial admission (Kueue's
+    ``RunWithPodSetsInfo``), restored on stop."""
     tspec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
     node_selector: dict[str, str] = {}
     tolerations: list[Obj] = [t for t in tspec.get("tolerations") or [] if isinstance(t, dict)]
@@ -482,14 +533,19 @@ def start_job_patch(
     template: Obj = {"metadata": {"labels": {PODSET_LABEL: pod_set}}}
     if spec:
         template["spec"] = spec
-    return {"spec": {"suspend": False, "template": template}}
+    body: Obj = {"suspend": False, "template": template}
+    if parallelism is not None:
+        body["parallelism"] = parallelism
+    return {"spec": body}
 
 
 def job_start_time(job: Mapping[str, Any] | None) -> str:
     return str(((job or {}).get("status") or {}).get("startTime") or "")
 
 
-def restore_job_patch(job: Mapping[str, Any], original: Mapping[str, Any] | None) -> Obj:
+def restore_job_patch(
+    job: Mapping[str, Any], original: Mapping[str, Any] | None, *, parallelism: int | None = None
+) -> Obj:
     """Merge patch restoring the template's scheduling fields (nodeSelector,
     tolerations, the podset label) from the Workload's copy of the original pod
     template; ``{}`` when nothing differs. Valid only on a suspended, never-started Job
@@ -513,11 +569,16 @@ def restore_job_patch(job: Mapping[str, Any], original: Mapping[str, Any] | None
         template["metadata"] = {"labels": {PODSET_LABEL: None}}
     if patch_spec:
         template["spec"] = patch_spec
-    return {"spec": {"template": template}} if template else {}
+    body: Obj = {"template": template} if template else {}
+    if parallelism is not None and (job.get("spec") or {}).get("parallelism") != parallelism:
+        body["parallelism"] = parallelism  # partial admission lowered it
+    return {"spec": body} if body else {}
 
 
-def job_needs_restore(job: Mapping[str, Any], original: Mapping[str, Any] | None) -> bool:
-    return bool(restore_job_patch(job, original))
+def job_needs_restore(
+    job: Mapping[str, Any], original: Mapping[str, Any] | None, *, parallelism: int | None = None
+) -> bool:
+    return bool(restore_job_patch(job, original, parallelism=parallelism))
 
 
 def flavors_of(admission: Mapping[str, Any] | None, pod_set: str = "main") -> list[str]:
