@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from queues import api
 from queues.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION
 from queues.labels import RESOURCE_IN_USE as RESOURCE_IN_USE_FINALIZER
-from queues.model import Cohort
+from queues.model import Cohort, LocalQueue
 
 from .review import (
     AdmissionRequest,
@@ -99,7 +99,7 @@ class ImpactJob:
             local_queues=view.local_queues,
             workloads=view.workloads,
             namespace_labels=view.namespace_labels,
-            extra_namespaces=(obj.namespace,) if kind == "LocalQueue" else (),
+            extra_namespaces=(cast(LocalQueue, obj).namespace,) if kind == "LocalQueue" else (),
         )
         now = time.time()
 

@@ -50,6 +50,7 @@ from .review import (
 )
 from .view import InMemoryView, ModelView
 
+_json_loads: Callable[[bytes | str], Any]
 try:  # orjson parses a review ~3x faster than the stdlib; the stdlib is the fallback
     from orjson import loads as _json_loads
 except ImportError:  # pragma: no cover - orjson is a declared dependency

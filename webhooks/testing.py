@@ -19,9 +19,9 @@ import sys
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from queues.model import LocalQueue, Namespace, PriorityClass
+from queues.model import ClusterQueue, LocalQueue, Namespace, PriorityClass, Workload
 
 from .certs import CA_CERT_FILE, client_ssl_context, ensure_cert_dir
 from .config import WebhookConfig
@@ -298,8 +298,8 @@ def pending_view(workloads: int, *, cluster_queues: int = 100, cohorts: int = 10
     view.flavors["default"] = ResourceFlavor("default")
     names = [f"cq-{i}" for i in range(cluster_queues)]
     for i, name in enumerate(names):
-        cq = api.parse_model(cluster_queue_doc(name, cohort=f"cohort-{i % cohorts}", nominal="0"))
-        view.cluster_queues[name] = cq
+        doc = cluster_queue_doc(name, cohort=f"cohort-{i % cohorts}", nominal="0")
+        view.cluster_queues[name] = cast(ClusterQueue, api.parse_model(doc))
         view.local_queues[f"{name}/lq"] = LocalQueue(name, "lq", name)
         view.namespaces[name] = Namespace(name, {})
     template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
@@ -319,6 +319,6 @@ def pending_view(workloads: int, *, cluster_queues: int = 100, cohorts: int = 10
                 "podSets": [{"name": "main", "count": 1, "template": template}],
             },
         }
-        wl = api.parse_model(doc)
+        wl = cast(Workload, api.parse_model(doc))
         view.workloads[wl.key] = wl
     return view
