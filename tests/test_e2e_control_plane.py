@@ -416,9 +416,7 @@ def test_scaling_a_running_job_stops_it_and_requeues_it_at_its_new_size(
                 lambda: (j := s.get("jobs", "grow", "team-a")) and not j["spec"]["suspend"],
                 what="the job runs",
             )
-            await s.user.patch(
-                k.JOBS, "grow", {"spec": {"parallelism": 8}}, namespace="team-a"
-            )
+            await s.user.patch(k.JOBS, "grow", {"spec": {"parallelism": 8}}, namespace="team-a")
             wl = await eventually(
                 lambda: (
                     (w := s.workload_of_job("team-a", "grow"))
@@ -481,5 +479,57 @@ def test_a_partially_admitted_job_runs_at_the_admitted_count(tmp_path: Path, bac
                 what="stopped, with its parallelism restored",
                 timeout=30,
             )
+
+    run(main)
+
+
+def test_a_raised_priority_of_an_admitted_workload_protects_it_from_preemption(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Issue 12 bug 6 through serve: the cache re-reads an admitted Workload whose spec
+    changed, so preemption compares against its new priority."""
+    from tests.kube_harness import priority_class
+
+    objects = [
+        namespace("team-a"),
+        flavor("f"),
+        cluster_queue("cq", {"f": {"cpu": 4}}, preemption={"withinClusterQueue": "LowerPriority"}),
+        local_queue("team-a", "lq", "cq"),
+        priority_class("low", 10),
+        priority_class("mid", 1000),
+    ]
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
+            await s.user.create(
+                k.JOBS, job("team-a", "a", queue="lq", cpu="3", priority_class="low"),
+                namespace="team-a",
+            )  # fmt: skip
+            wl = await eventually(
+                lambda: admitted(w := s.workload_of_job("team-a", "a")) and w, what="a admitted"
+            )
+            await s.user.patch(
+                k.WORKLOADS,
+                wl["metadata"]["name"],
+                {"spec": {"priority": 5000}},
+                namespace="team-a",
+            )
+            key = f"team-a/{wl['metadata']['name']}"
+            await eventually(
+                lambda: (
+                    (w := s.service.controller.cache.workloads.get(key)) is not None
+                    and w.priority == 5000
+                ),
+                what="the service sees the new priority",
+            )
+            await s.user.create(
+                k.JOBS, job("team-a", "b", queue="lq", cpu="3", priority_class="mid"),
+                namespace="team-a",
+            )  # fmt: skip
+            await eventually(lambda: s.workload_of_job("team-a", "b"), what="b's Workload")
+            await asyncio.sleep(1.0)
+            assert admitted(s.workload_of_job("team-a", "a"))
+            assert not is_true(s.workload_of_job("team-a", "a"), "Evicted")
+            assert not admitted(s.workload_of_job("team-a", "b"))
 
     run(main)

@@ -147,7 +147,11 @@ class Applier:
                     self._refused[key] = True
                 return False
             return await self._verify(key, d, err)
-        return new is not None and o.has_quota(new)
+        if new is None or not o.has_quota(new):
+            return False
+        # the spec this admission was decided on: a later spec change is re-read
+        ctx.sync.admitted_gen[key] = gen
+        return True
 
     async def _verify(self, key: str, d: AdmittedDecision, err: ApiError) -> bool:
         """An ambiguous failure: read the Workload back to learn whether the write landed."""

@@ -78,6 +78,7 @@ class CacheSync:
         self.inflight: set[str] = set()
         self.expect: dict[str, str] = {}
         self.wl_sigs: dict[str, tuple] = {}
+        self.admitted_gen: dict[str, int] = {}  # charged workload -> generation last parsed
         self.backoff: dict[str, float] = {}
         self.stale_events = 0
         # While a scheduling cycle runs off the event loop, cache changes wait here.
@@ -190,7 +191,11 @@ class CacheSync:
             self._drop(key)
             return
         holds = o.has_quota(obj)
-        if holds and key in cache.admitted:  # already charged: nothing to parse
+        if (
+            holds
+            and key in cache.admitted
+            and self.admitted_gen.get(key, o.generation(obj)) == o.generation(obj)
+        ):  # already charged and its spec unchanged (status writes): nothing to parse
             self.backoff.pop(key, None)
             if o.is_true(obj, o.EVICTED):
                 cache.evicting.setdefault(key, "")
@@ -215,7 +220,10 @@ class CacheSync:
         self.invalid.pop(f"Workload {key}", None)
         assert isinstance(wl, m.Workload)
         if wl.admission is not None:
+            # first sight, or its spec changed (e.g. spec.priority): the cache replaces
+            # the charge, so preemption sees the new priority (Kueue's cache update)
             self.backoff.pop(key, None)
+            self.admitted_gen[key] = o.generation(obj)
             cache.remove_pending(key)
             cache.add_workload(wl)
             if o.is_true(obj, o.EVICTED):
@@ -223,6 +231,7 @@ class CacheSync:
             self.wl_sigs.pop(key, None)
             self.on_change()
             return
+        self.admitted_gen.pop(key, None)
         if key in cache.admitted:
             cache.finish(key)  # its admission was cleared: release, then queue again
         self.wl_sigs[key] = sig
@@ -241,6 +250,7 @@ class CacheSync:
     def _drop(self, key: str) -> None:
         cache = self.cache
         self.wl_sigs.pop(key, None)
+        self.admitted_gen.pop(key, None)
         self.backoff.pop(key, None)
         if key in cache.workloads or key in cache.admitted:
             cache.finish(key)
