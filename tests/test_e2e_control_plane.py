@@ -533,3 +533,42 @@ def test_a_raised_priority_of_an_admitted_workload_protects_it_from_preemption(
             assert not admitted(s.workload_of_job("team-a", "b"))
 
     run(main)
+
+
+def test_only_the_service_may_change_the_status_of_a_jobs_workload(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Issue 13's quota escape: anyone with workloads/status set Finished=True on a
+    running Job's Workload and got its quota released while the pods kept running."""
+    from admission.kube.client import JSON_PATCH, ApiError
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
+            await s.user.create(
+                k.JOBS, job("team-a", "train", queue="lq", cpu="4"), namespace="team-a"
+            )
+            wl = await eventually(
+                lambda: admitted(w := s.workload_of_job("team-a", "train")) and w,
+                what="admitted",
+            )
+            finished = {
+                "op": "add",
+                "path": "/status/conditions/-",
+                "value": {"type": "Finished", "status": "True", "reason": "Succeeded",
+                          "message": "done", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            }  # fmt: skip
+            for patch in ([finished], [{"op": "remove", "path": "/status/admission"}]):
+                try:
+                    await s.user.patch(
+                        k.WORKLOADS, wl["metadata"]["name"], patch, namespace="team-a",
+                        subresource="status", content_type=JSON_PATCH,
+                    )  # fmt: skip
+                except ApiError as err:
+                    assert err.status == 403, err
+                    assert "can only be changed by the admission service" in err.message
+                else:
+                    raise AssertionError(f"{patch} was accepted")
+            assert admitted(s.workload_of_job("team-a", "train"))
+            assert not is_true(s.workload_of_job("team-a", "train"), "Finished")
+
+    run(main)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from queues import api
+from queues.labels import IS_GROUP_WORKLOAD
 from queues.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION
 from queues.labels import RESOURCE_IN_USE as RESOURCE_IN_USE_FINALIZER
 from queues.model import Cohort, LocalQueue
@@ -353,6 +354,40 @@ def _validate_workload_update(new: JsonObj, old: JsonObj, errs: FieldErrors) -> 
             )
 
 
+# Status fields other identities may write: admission-check controllers own their
+# checks' states (as in Kueue); everything else is the scheduler's record of quota.
+_STATUS_OPEN_TO_OTHERS = frozenset({"admissionChecks"})
+
+
+def _run_by_the_service(wl: JsonObj | None) -> bool:
+    """Workloads of the jobs the service runs (a batch/v1 Job's, a pod group's): their
+    status is the service's alone. A standalone Workload's status stays open to the
+    controller that created it (an integration Quartermaster does not implement)."""
+    meta = get_map(wl or {}, "", "metadata")
+    if (meta.get("annotations") or {}).get(IS_GROUP_WORKLOAD) == "true":
+        return True
+    return any(
+        isinstance(ref, dict) and ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1"
+        for ref in meta.get("ownerReferences") or []
+    )
+
+
+def _status_owned_by_the_service(
+    new: JsonObj, old: JsonObj, service: str, username: str, errs: FieldErrors
+) -> None:
+    """Only the service may change a Workload's status (conditions such as Finished,
+    requeueState, reclaimablePods...): anyone else with ``workloads/status`` could
+    release the quota of a Workload whose pods still run."""
+    new_status, old_status = get_map(new, "", "status"), get_map(old, "", "status")
+    for field in sorted(set(new_status) | set(old_status)):
+        if field in _STATUS_OPEN_TO_OTHERS or new_status.get(field) == old_status.get(field):
+            continue
+        errs.forbidden(
+            f"status.{field}",
+            f"can only be changed by the admission service ({service}), not by {go_value(username)}",
+        )
+
+
 def validate_workload(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     def rules(errs: FieldErrors) -> None:
         assert req.object is not None
@@ -370,6 +405,13 @@ def validate_workload(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
                 "status.admission",
                 f"can only be set by the admission service ({service}), not by {go_value(req.username)}",
             )
+        elif (
+            req.operation == "UPDATE"
+            and req.username != service
+            and _run_by_the_service(req.old_object)
+        ):
+            assert req.old_object is not None
+            _status_owned_by_the_service(new, req.old_object, service, req.username, errs)
 
     return _decide("Workload", req, ctx, rules, warn=False)
 
