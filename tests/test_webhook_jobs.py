@@ -311,6 +311,17 @@ def test_priority_class_cannot_be_added_to_a_running_job(client: ReviewClient) -
     assert validate(client, suspended_new, suspended_old)["allowed"] is True
 
 
+def test_priority_class_cannot_be_changed_on_a_running_job(client: ReviewClient) -> None:
+    old = running(job(labels={Q: "queue-a", PC: "low"}))
+    new = running(job(labels={Q: "queue-a", PC: "high"}))
+    assert denial(validate(client, new, old)) == (
+        'metadata.labels[kueue.x-k8s.io/priority-class]: Invalid value: "high": field is immutable'
+    )
+    suspended_old = job(labels={Q: "queue-a", PC: "low"}, suspend=True)
+    suspended_new = job(labels={Q: "queue-a", PC: "high"}, suspend=True)
+    assert validate(client, suspended_new, suspended_old)["allowed"] is True
+
+
 def test_priority_class_cannot_be_removed(client: ReviewClient) -> None:
     old = job(labels={Q: "queue-a", PC: "high"}, suspend=True)
     new = job(labels={Q: "queue-a"}, suspend=True)

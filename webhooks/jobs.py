@@ -159,6 +159,9 @@ def validate_on_update(
         errs.invalid(
             PRIORITY_CLASS_PATH, new_pc, "WorkloadPriorityClass cannot be removed from a workload"
         )
+    elif not new_suspended and not old_suspended and old_pc != new_pc:
+        # changing it on a running job would take effect silently at its next requeue
+        errs.immutable(PRIORITY_CLASS_PATH, new_pc)
 
 
 # ---------------------------------------------------------------- Job
