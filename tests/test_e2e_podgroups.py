@@ -251,3 +251,28 @@ def test_a_deleted_pod_of_an_incomplete_gang_goes_away(tmp_path: Path, backend: 
             assert s.get("workloads", "lone", "team-a") is None
 
     run(main)
+
+
+def test_pods_beyond_the_groups_total_count_are_never_ungated(tmp_path: Path, backend: Any) -> None:
+    """Issue 13's quota escape: a group with total count 2 and more pods (created before
+    or after admission) ran them all on a 2-pod charge. The extra, newest pods are
+    deleted; exactly the counted ones run."""
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
+            for i in range(3):  # one too many already before admission
+                await create_pod(s, f"x-{i}", group="gang", total=2, cpu="1")
+            await eventually(lambda: ungated(s, "x-0", "x-1"), what="the counted pods run")
+            await create_pod(s, "x-3", group="gang", total=2, cpu="1")  # and one after
+            await settled(s)
+
+            def gone(name: str) -> bool:
+                p = s.get("pods", name, "team-a")
+                return p is None or bool(p["metadata"].get("deletionTimestamp"))
+
+            await eventually(lambda: gone("x-2") and gone("x-3"), what="the extra pods go")
+            assert ungated(s, "x-0", "x-1")
+            wl = s.get("workloads", "gang", "team-a")
+            assert wl["spec"]["podSets"][0]["count"] == 2
+
+    run(main)

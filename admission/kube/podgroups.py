@@ -34,7 +34,7 @@ import copy
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from admission.jobs import QUEUE_NAME_LABEL, JobError, workload_priority
@@ -387,8 +387,60 @@ class PodGroupReconciler:
             if o.is_finished(new):
                 await self._unfinalize(ended)
             return
+        keep, excess = self._split_excess(wl, live)
+        if excess:
+            await self._delete_excess(gkey, excess)
         if holds and o.is_true(wl, o.ADMITTED) and o.is_active(wl):
-            await self._ungate(gkey, wl, live)
+            await self._ungate(gkey, wl, keep)
+
+    def _role_of(self, wl: Obj, live: list[Obj]) -> Callable[[Obj], str]:
+        """podSet name of each pod: by its shape, or ``main`` for a one-podSet group."""
+        names = pod_set_names(live) if live else {}
+        wl_sets = {ps.get("name") for ps in (wl.get("spec") or {}).get("podSets") or []}
+        if wl_sets == {DEFAULT_POD_SET}:
+            return lambda pod: DEFAULT_POD_SET
+        return lambda pod: names.get(shape_of(pod), DEFAULT_POD_SET)
+
+    def _split_excess(self, wl: Obj, live: list[Obj]) -> tuple[list[Obj], list[Obj]]:
+        """Pods the Workload counts, and the rest: a group may not run more pods than
+        its Workload charges (``pod-group-total-count``). Per podSet, running pods are
+        kept first, then the oldest gated ones; the newest are excess (Kueue's
+        ``cleanupExcessPods``)."""
+        counts = {
+            str(ps.get("name")): int(ps.get("count") or 0)
+            for ps in (wl.get("spec") or {}).get("podSets") or []
+        }
+        role = self._role_of(wl, live)
+        order = sorted(
+            live,
+            key=lambda p: (gated(p), str(o.meta(p).get("creationTimestamp") or ""), o.ns_key(p)),
+        )
+        keep: list[Obj] = []
+        excess: list[Obj] = []
+        for pod in order:
+            r = role(pod)
+            if counts.get(r, 0) > 0:
+                counts[r] -= 1
+                keep.append(pod)
+            else:
+                excess.append(pod)
+        return keep, excess
+
+    async def _delete_excess(self, gkey: str, pods: list[Obj]) -> None:
+        for pod in pods:
+            if not gated(pod):
+                continue  # never delete a running pod here; only gated ones are extra
+            ns, name = o.split_key(o.ns_key(pod))
+            uid = str(o.meta(pod).get("uid") or "") or None
+            try:
+                await self.ctx.client.delete(PODS, name, namespace=ns, uid=uid)
+            except ApiError as err:
+                if not (err.not_found or err.conflict):
+                    raise
+            log.info("pod group %s: deleted excess pod %s", gkey, name)
+            self.ctx.record_event(
+                pod, "Normal", "ExcessPodDeleted", f"Excess pod of group {gkey} deleted"
+            )
 
     async def _create(self, gkey: str, live: list[Obj]) -> None:
         ctx = self.ctx
@@ -437,16 +489,13 @@ class PodGroupReconciler:
     async def _ungate(self, gkey: str, wl: Obj, live: list[Obj]) -> None:
         ctx = self.ctx
         adm = o.admission_of(wl)
-        names = pod_set_names(live) if live else {}
         # podSet names come from the Workload when all its podSets are shapes of these pods
-        wl_sets = {ps.get("name") for ps in (wl.get("spec") or {}).get("podSets") or []}
-        if wl_sets == {DEFAULT_POD_SET}:
-            names = {s: DEFAULT_POD_SET for s in names}
+        role = self._role_of(wl, live)
         started = 0
         for pod in live:
             if not gated(pod):
                 continue
-            ps = names.get(shape_of(pod), DEFAULT_POD_SET)
+            ps = role(pod)
             wanted = o.flavors_of(adm, ps)
             flavors = [ctx.sync.flavors[n] for n in wanted if n in ctx.sync.flavors]
             if len(flavors) != len(wanted):
