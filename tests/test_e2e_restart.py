@@ -126,8 +126,6 @@ class RealRun:
     kill_after = (2, 8)  # Workload events between kills (fewer than all writes)
 
     def __init__(self, cluster: Any) -> None:
-        from tests.realserver.stack import RealBackend  # noqa: F401 - the same view
-
         cluster.reset()
         self.cluster = cluster
         self.view = cluster.view

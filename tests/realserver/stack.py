@@ -25,6 +25,7 @@ from admission.kube import client as k
 from admission.kube.context import ControllerOptions
 from admission.kube.service import Service
 from tests.apiserver import kube_client_config, load_webhook_configurations
+from tests.apiserver.jobcontroller import finish_patches, rfc3339
 from webhooks.certs import ensure_cert_dir, read_cert_dir
 
 from .cluster import RealCluster, RealServerView
@@ -138,28 +139,8 @@ class RealBackend:
             await self._finish_pods(user, ns, name, succeeded=succeeded)
             return
         job = await user.get(k.JOBS, name, namespace=ns)
-        status = job.get("status") or {}
-        now = _now()
-        start = status.get("startTime") or now
-        if succeeded:
-            conds = [
-                _cond("SuccessCriteriaMet", "CompletionsReached", now),
-                _cond("Complete", "CompletionsReached", now),
-            ]
-            body = {
-                "startTime": start,
-                "completionTime": now,
-                "conditions": conds,
-                "active": 0,
-                "succeeded": int((job.get("spec") or {}).get("completions") or 1),
-            }
-        else:
-            conds = [
-                _cond("FailureTarget", "BackoffLimitExceeded", now),
-                _cond("Failed", "BackoffLimitExceeded", now),
-            ]
-            body = {"startTime": start, "conditions": conds, "active": 0, "failed": 1}
-        await user.patch(k.JOBS, name, {"status": body}, namespace=ns, subresource="status")
+        for patch in finish_patches(job, succeeded=succeeded):
+            await user.patch(k.JOBS, name, patch, namespace=ns, subresource="status")
 
     async def _finish_pods(
         self, user: k.KubeClient, ns: str, name: str, *, succeeded: bool
@@ -189,8 +170,8 @@ class RealBackend:
                         "terminated": {
                             "exitCode": 0 if succeeded else 1,
                             "reason": "Completed" if succeeded else "Error",
-                            "startedAt": _now(),
-                            "finishedAt": _now(),
+                            "startedAt": rfc3339(),
+                            "finishedAt": rfc3339(),
                         }
                     },
                 }
@@ -203,23 +184,6 @@ class RealBackend:
                 namespace=ns,
                 subresource="status",
             )
-
-
-def _now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _cond(type_: str, reason: str, now: str) -> Obj:
-    return {
-        "type": type_,
-        "status": "True",
-        "reason": reason,
-        "message": "",
-        "lastProbeTime": now,
-        "lastTransitionTime": now,
-    }
 
 
 @contextlib.asynccontextmanager
