@@ -244,6 +244,26 @@ def test_cert_manager_overlay_replaces_internal_certificate_management() -> None
     assert mounts["cert"]["readOnly"] is True
 
 
+def test_cert_manager_overlay_drops_the_rights_only_internal_certificates_need() -> None:
+    from admission.config import parse_config
+    from admission.kube.service import cert_options
+
+    objs = _kustomize(MANIFESTS / "overlays" / "cert-manager")
+    base = _kustomize(BASE)
+    resources = lambda os_: {  # noqa: E731
+        r for o in os_ if o["kind"] in ("Role", "ClusterRole") for rule in o["rules"]
+        for r in rule["resources"]
+    }  # fmt: skip
+    gone = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "secrets"}
+    assert gone <= resources(base)
+    assert not gone & resources(objs)
+    assert resources(base) - gone == resources(objs)  # nothing else removed
+    # ... and in that mode the service makes none of those calls
+    config = yaml.safe_load(_one(objs, "ConfigMap")["data"]["config.yaml"])
+    opts = cert_options(parse_config(config))
+    assert opts["manage_certificates"] is False and opts["inject_ca_bundle"] is False
+
+
 def test_cert_manager_overlay_config_differs_from_base_only_in_cert_management() -> None:
     base = _load_all(BASE / "config" / "config.yaml")[0]
     overlay = _load_all(MANIFESTS / "overlays" / "cert-manager" / "config.yaml")[0]
