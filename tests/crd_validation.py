@@ -40,7 +40,7 @@ SERVED_KINDS = (
     "Workload",
     "WorkloadPriorityClass",
 )
-K8S_OLDEST, K8S_NEWEST = "1.29.0", "1.37.0"
+K8S_OLDEST, K8S_NEWEST = "1.30.0", "1.37.0"
 """The Kubernetes minors we validate against (stated in manifests/README.md)."""
 
 Obj = dict[str, Any]

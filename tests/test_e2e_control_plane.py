@@ -572,3 +572,47 @@ def test_only_the_service_may_change_the_status_of_a_jobs_workload(
             assert not is_true(s.workload_of_job("team-a", "train"), "Finished")
 
     run(main)
+
+
+def test_real_server_fences_the_service_identity_to_the_changes_it_makes(
+    tmp_path: Path, real_cluster: Any
+) -> None:
+    """manifests/base/admission-policy.yaml (ValidatingAdmissionPolicy, evaluated by
+    kube-apiserver; the double does not model it): the service account may not swap a
+    pod's image or rewrite its webhooks' rules, though RBAC lets it patch both."""
+    from admission.kube.client import ApiError
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=real_cluster, objects=BASE) as s:
+            svc = s.service.client
+            pod = {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "team-a", "labels": {"app": "x"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            }  # fmt: skip
+            await s.user.create(k.PODS, pod, namespace="team-a")
+            patch = {"spec": {"containers": [{"name": "c", "image": "evil:latest"}]}}
+            try:
+                await svc.patch(k.PODS, "p", patch, namespace="team-a")
+            except ApiError as err:
+                assert err.status in (403, 422), err
+                assert "may not change a pod's containers" in err.message, err
+            else:
+                raise AssertionError("the service account swapped a pod's image")
+            hooks = await s.user.get(k.MUTATING_WEBHOOKS, MUTATING)
+            name = hooks["webhooks"][0]["name"]
+            rewrite = {"webhooks": [{"name": name, "failurePolicy": "Ignore"}]}
+            try:
+                await svc.patch(
+                    k.MUTATING_WEBHOOKS, MUTATING, rewrite, content_type=k.STRATEGIC_MERGE_PATCH
+                )
+            except ApiError as err:
+                assert "may change only the webhooks' caBundle" in err.message, err
+            else:
+                raise AssertionError("the service account rewrote its webhook")
+            # what the service does itself still works: the caBundle stays ours
+            # (checked by the stack), and a queued pod is still admitted and ungated
+            await s.user.create(k.JOBS, job("team-a", "j", queue="lq"), namespace="team-a")
+            await eventually(lambda: admitted(s.workload_of_job("team-a", "j")), what="admitted")
+
+    run(main)

@@ -57,6 +57,8 @@ BASE_KINDS = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): 1,
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): 1,
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): 1,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 2,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 2,
 }
 
 # (webhook name) -> (path, resources, operations); Kueue's paths (semantics §3.1).
@@ -201,6 +203,8 @@ def test_kustomize_renders_the_install_with_the_expected_kinds() -> None:
             "ClusterRoleBinding",
             "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         }:
             assert o["metadata"].get("namespace") == NAMESPACE, o["metadata"]["name"]
 

@@ -318,7 +318,7 @@ class RealCluster:
         self.kubectl("apply", "--server-side", *sum((["-f", c] for c in crds), []))
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         base = ROOT / "manifests" / "base"
-        for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
+        for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
             self.kubectl("apply", "-f", str(base / name))
 
     def reset(self) -> None:
