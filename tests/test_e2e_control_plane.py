@@ -616,3 +616,62 @@ def test_real_server_fences_the_service_identity_to_the_changes_it_makes(
             await eventually(lambda: admitted(s.workload_of_job("team-a", "j")), what="admitted")
 
     run(main)
+
+
+def test_a_cohort_cycle_that_slipped_past_the_webhook_disables_its_members(
+    tmp_path: Path, backend: Any
+) -> None:
+    """The webhook's cycle check is best effort: two concurrent edits (a.parent=b and
+    b.parent=a) are each valid alone and are both admitted. At run time the members of
+    the cycle are inactive, with the cycle spelled out, and admit nothing."""
+
+    def cohort(name: str, parent: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Cohort",
+            "metadata": {"name": name},
+            "spec": {"parentName": parent},
+        }
+
+    objects = [
+        namespace("team-a"),
+        flavor("f"),
+        cohort("a", "b"),
+        cohort("b", "a"),
+        cluster_queue("cq", {"f": {"cpu": 4}}, cohort="a"),
+        local_queue("team-a", "lq", "cq"),
+    ]
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
+            cq = await eventually(
+                lambda: (
+                    (c := s.get("clusterqueues", "cq"))
+                    and any(
+                        x["type"] == "Active" and x["status"] == "False"
+                        for x in (c.get("status") or {}).get("conditions") or []
+                    )
+                    and c
+                ),
+                what="the ClusterQueue in the cycle is inactive",
+            )
+            (active,) = cq["status"]["conditions"]
+            assert "cycle" in active["message"].lower(), active
+            assert "a" in active["message"] and "b" in active["message"]
+            await s.user.create(k.JOBS, job("team-a", "j", queue="lq"), namespace="team-a")
+            wl = await eventually(
+                lambda: (
+                    (w := s.workload_of_job("team-a", "j"))
+                    and any(
+                        c["type"] == "QuotaReserved" and c["status"] == "False"
+                        for c in (w.get("status") or {}).get("conditions") or []
+                    )
+                    and w
+                ),
+                what="the job's Workload says why it waits",
+            )
+            reserved = next(c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved")
+            assert "cycle" in reserved["message"].lower(), reserved
+            assert not admitted(wl)
+
+    run(main)
