@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from admission.cache import PendingStatus
 from admission.scheduler import AdmittedDecision, PreemptedDecision
@@ -47,8 +49,8 @@ class Applier:
         self.pending_written: dict[str, float] = {}  # key -> when its reason was last written
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def spawn(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self._done)
 

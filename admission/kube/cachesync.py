@@ -83,7 +83,7 @@ class CacheSync:
         self.stale_events = 0
         # While a scheduling cycle runs off the event loop, cache changes wait here.
         self.paused = False
-        self._deferred: list[Callable[[], None]] = []
+        self._deferred: list[Callable[[], object]] = []
 
     # -- cycles off the event loop ----------------------------------------------------------
 
@@ -99,7 +99,7 @@ class CacheSync:
             for fn in batch:
                 fn()
 
-    def apply(self, fn: Callable[[], None]) -> None:
+    def apply(self, fn: Callable[[], object]) -> None:
         """Run a cache change now, or right after the running cycle."""
         if self.paused:
             self._deferred.append(fn)
@@ -109,7 +109,7 @@ class CacheSync:
     # -- queue objects ----------------------------------------------------------------------
 
     def _table(self, kind: str) -> dict[str, Any]:
-        return {
+        tables: dict[str, dict[str, Any]] = {
             "ResourceFlavor": self.flavors,
             "ClusterQueue": self.cluster_queues,
             "Cohort": self.cohorts,
@@ -117,7 +117,8 @@ class CacheSync:
             "Namespace": self.namespaces,
             "WorkloadPriorityClass": self.workload_priority_classes,
             "PriorityClass": self.priority_classes,
-        }[kind]
+        }
+        return tables[kind]
 
     def queue_object(self, kind: str, key: str, obj: Obj | None) -> None:
         """A queue object was added, changed or deleted."""
@@ -143,7 +144,7 @@ class CacheSync:
         self.invalid.pop(f"{kind} {key}", None)
         if kind == "ClusterQueue" and o.deleting(obj):
             # Terminating: admits nothing new; its admitted workloads keep their quota
-            model = dataclasses.replace(model, stop_policy="Hold")  # type: ignore[type-var]
+            model = dataclasses.replace(model, stop_policy="Hold")  # type: ignore[type-var, arg-type]
         table[key] = model
         self._changed(kind)
 

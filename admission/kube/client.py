@@ -16,6 +16,7 @@ by construction and the RBAC manifest can be checked against it.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ from .ratelimit import TokenBucket
 try:  # orjson parses watch lines several times faster; the stdlib is the fallback
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - orjson is installed with aiohttp extras here
-    _loads = json.loads
+    _loads = json.loads  # type: ignore[assignment]
 
 log = logging.getLogger("quartermaster.kube.client")
 
@@ -440,7 +441,7 @@ class KubeClient:
         self,
         res: Resource,
         name: str,
-        body: Obj | list[Obj],
+        body: Obj | builtins.list[Obj],
         *,
         namespace: str | None = None,
         subresource: str | None = None,

@@ -231,6 +231,7 @@ class JobReconciler:
             )
             if new is None:
                 return None
+        assert new is not None  # each step above returned when the Job was gone
         if (
             original is not None
             and o.job_active(new) == 0

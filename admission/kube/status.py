@@ -113,10 +113,10 @@ def local_queue_statuses(cache: Cache) -> dict[str, Obj]:
     reserving: dict[str, int] = {}
     usage: dict[str, dict[tuple[str, str], int]] = {}
     for key in cache.admitted:
-        wl = cache.workloads.get(key)
-        if wl is None:
+        held = cache.workloads.get(key)
+        if held is None:
             continue
-        k = f"{wl.namespace}/{wl.queue_name}"
+        k = f"{held.namespace}/{held.queue_name}"
         reserving[k] = reserving.get(k, 0) + 1
         acc = usage.setdefault(k, {})
         for fr, v in cache.usage_of.get(key, {}).items():
