@@ -199,3 +199,35 @@ def test_the_workload_informer_shares_templates_and_slims_finished_ones() -> Non
     small = slim(done)
     assert small["spec"] == {"queueName": "lq"} and "admission" not in small["status"]
     assert o.is_finished(small) and small["metadata"]["name"] == "d"
+
+
+def test_the_writer_reads_only_the_stores_it_keeps() -> None:
+    """Read-your-writes is kept for Workloads and Jobs; asking it for another resource
+    is a bug, not a silent read of the Jobs store."""
+    import pytest
+
+    from admission.kube.client import JOBS, PODS, WORKLOADS
+    from admission.kube.context import Writer
+
+    class Store:
+        def __init__(self, objs: dict[str, Any]) -> None:
+            self.objs = objs
+
+        def get(self, key: str) -> Any:
+            return self.objs.get(key)
+
+    wl = {"metadata": {"name": "w", "resourceVersion": "5"}}
+    job = {"metadata": {"name": "j", "resourceVersion": "7"}}
+    writer = Writer(
+        None,  # type: ignore[arg-type]
+        workloads=Store({"ns/x": wl}),  # type: ignore[arg-type]
+        jobs=Store({"ns/x": job}),  # type: ignore[arg-type]
+        sync=CacheSync(make_cache(), clock=lambda: 0.0),
+    )
+    assert writer.current(WORKLOADS, "ns/x") is wl
+    assert writer.current(JOBS, "ns/x") is job
+    with pytest.raises(ValueError, match="only workloads and jobs"):
+        writer.current(PODS, "ns/x")
+    newer = {"metadata": {"name": "w", "resourceVersion": "9"}}
+    writer.remember(WORKLOADS, "ns/x", newer)
+    assert writer.current(WORKLOADS, "ns/x") is newer  # our write is newer than the store's

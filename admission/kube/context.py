@@ -158,11 +158,15 @@ class Writer:
         self.jobs = jobs
         self.sync = sync
         self.latest: dict[tuple[str, str], Obj] = {}
+        self._stores = {WORKLOADS.plural: workloads, JOBS.plural: jobs}
 
     # -- read-your-writes ---------------------------------------------------------------------
 
     def current(self, res: Resource, key: str) -> Obj | None:
-        informer = self.workloads if res is WORKLOADS else self.jobs
+        """The newer of the informer's copy and our last write (Workloads and Jobs)."""
+        informer = self._stores.get(res.plural)
+        if informer is None:
+            raise ValueError(f"Writer keeps no {res.plural}: only workloads and jobs")
         stored = informer.get(key)
         mine = self.latest.get((res.plural, key))
         if mine is None:
