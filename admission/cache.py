@@ -263,6 +263,25 @@ class Cache:
                 return q.remove(key)
         return None
 
+    def park(self, key: str) -> None:
+        """Take a pending workload out of scheduling while it waits out a backoff (a
+        requeue time, repeated refusals): not queued, no pending reason, not a
+        preemptor. It comes back through :meth:`add_workload`."""
+        if key in self.admitted:
+            raise ValueError(f"workload {key} holds quota: it cannot be parked")
+        self.remove_pending(key)
+        self.workloads.pop(key, None)
+        self.status.pop(key, None)
+        self.preemptors.discard(key)
+
+    def mark_evicting(self, key: str) -> None:
+        """An eviction of ``key`` was written: it keeps its quota until it completes."""
+        self.evicting.setdefault(key, "")
+
+    def unmark_evicting(self, key: str) -> None:
+        """The eviction was not written (or no longer applies): a later cycle may retry."""
+        self.evicting.pop(key, None)
+
     def assume(self, wl: Workload, cq: str, usage: dict[FlavorResource, int]) -> None:
         """Record an admission decided by the scheduler (before the driver writes it)."""
         self.admitted[wl.key] = cq

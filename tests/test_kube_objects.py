@@ -231,3 +231,26 @@ def test_the_writer_reads_only_the_stores_it_keeps() -> None:
     newer = {"metadata": {"name": "w", "resourceVersion": "9"}}
     writer.remember(WORKLOADS, "ns/x", newer)
     assert writer.current(WORKLOADS, "ns/x") is newer  # our write is newer than the store's
+
+
+def test_a_parked_workload_leaves_no_pending_reason_or_preemptor_entry_behind() -> None:
+    """Issue 12 item 8: the rollback after repeated refusals removed the workload by
+    hand and left its pending status and preemptor mark in the cache."""
+    import pytest
+
+    from admission.cache import PendingStatus
+
+    cache = make_cache()
+    sync = CacheSync(cache, clock=lambda: 0.0)
+    sync.workload("ns/w", wl_obj())
+    assert "ns/w" in cache.workloads
+    cache.status["ns/w"] = PendingStatus("Pending", "waiting")
+    cache.preemptors.add("ns/w")
+    cache.park("ns/w")
+    assert "ns/w" not in cache.workloads
+    assert "ns/w" not in cache.status and "ns/w" not in cache.preemptors
+    assert all("ns/w" not in q for q in cache.queues.values())
+    admitted = wl_obj("a", status=o.admission_status(wl_obj("a"), admission(), now=1))
+    sync.workload("ns/a", admitted)
+    with pytest.raises(ValueError, match="holds quota"):
+        cache.park("ns/a")

@@ -114,10 +114,14 @@ class Applier:
         if not refused:
             return
         n = self.failures[key] = self.failures.get(key, 0) + 1
-        if n > 2 and latest is not None and key in ctx.cache.workloads:
+        if (
+            n > 2
+            and latest is not None
+            and key in ctx.cache.workloads
+            and key not in ctx.cache.admitted
+        ):
             # repeatedly refused (e.g. denied by a webhook): back off, don't hammer
-            ctx.cache.remove_pending(key)
-            ctx.cache.workloads.pop(key, None)
+            ctx.cache.park(key)
             ctx.sync.backoff[key] = ctx.clock() + min(FAILURE_BACKOFF_MAX, 2.0 ** (n - 2))
 
     async def _write_admission(self, key: str, d: AdmittedDecision) -> bool:
@@ -186,7 +190,7 @@ class Applier:
             log.warning(
                 "preemption of %s not written: this replica no longer leads", d.workload.key
             )
-            ctx.sync.apply(lambda: ctx.cache.evicting.pop(d.workload.key, None))
+            ctx.sync.apply(lambda: ctx.cache.unmark_evicting(d.workload.key))
             return
         ok = await evict(
             ctx,

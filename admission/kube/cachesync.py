@@ -199,7 +199,7 @@ class CacheSync:
         ):  # already charged and its spec unchanged (status writes): nothing to parse
             self.backoff.pop(key, None)
             if o.is_true(obj, o.EVICTED):
-                cache.evicting.setdefault(key, "")
+                cache.mark_evicting(key)
             self.wl_sigs.pop(key, None)  # "unchanged" shortcuts apply to pending ones only
             return
         sig = self._sig(obj)
@@ -228,7 +228,7 @@ class CacheSync:
             cache.remove_pending(key)
             cache.add_workload(wl)
             if o.is_true(obj, o.EVICTED):
-                cache.evicting.setdefault(key, "")
+                cache.mark_evicting(key)
             self.wl_sigs.pop(key, None)
             self.on_change()
             return
@@ -238,9 +238,7 @@ class CacheSync:
         self.wl_sigs[key] = sig
         at = o.requeue_at(obj)
         if at is not None and at > self.clock() and wl.active:
-            cache.remove_pending(key)
-            cache.workloads.pop(key, None)
-            cache.status.pop(key, None)
+            cache.park(key)
             self.backoff[key] = at
             return
         self.backoff.pop(key, None)

@@ -346,12 +346,12 @@ async def evict(
     except ApiError as err:
         log.warning("evicting %s failed: %s", wkey, err)
         ctx.metrics.api_writes.labels("evict", "error").inc()
-        ctx.sync.apply(lambda: ctx.cache.evicting.pop(wkey, None))  # a later cycle may retry
+        ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))  # a later cycle may retry
         return False
     if new is None or not o.is_true(new, o.EVICTED):
-        ctx.sync.apply(lambda: ctx.cache.evicting.pop(wkey, None))
+        ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))
         return False
-    ctx.sync.apply(lambda: ctx.cache.evicting.setdefault(wkey, ""))
+    ctx.sync.apply(lambda: ctx.cache.mark_evicting(wkey))
     adm = o.admission_of(new) or {}
     ctx.metrics.evicted_total.labels(adm.get("clusterQueue", ""), reason).inc()
     ctx.metrics.api_writes.labels("evict", "ok").inc()
