@@ -49,12 +49,7 @@ def kubectl(
 
 
 def test_real_kubectl_apply_k_installs_everything(empty_cluster: ControlPlane) -> None:
-    res = kubectl(empty_cluster, "apply", "-k", str(MANIFESTS))
-    if res.returncode != 0 and "ensure CRDs are installed first" in res.stderr:
-        # kubectl maps kinds before the CRDs it just created are served: apply again,
-        # as the README says
-        kubectl(empty_cluster, "wait", "--for=condition=Established", "crd", "--all")
-        res = kubectl(empty_cluster, "apply", "-k", str(MANIFESTS))
+    res = kubectl(empty_cluster, "apply", "-k", str(MANIFESTS))  # one step, as the README says
     assert res.returncode == 0, res.stderr
     for kind in ("clusterqueues", "cohorts", "localqueues", "resourceflavors", "workloads"):
         assert f"customresourcedefinition.apiextensions.k8s.io/{kind}.kueue.x-k8s.io" in res.stdout
