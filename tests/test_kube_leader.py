@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -34,22 +35,25 @@ OBJECTS = [
 ]
 
 
+def replica(
+    server: Any, tmp_path: Path, name: str, *, lease: float, renew: float, retry: float
+) -> Service:
+    """One replica of ``serve`` (no webhooks) campaigning for the Lease."""
+    opts = service_options(
+        server, tmp_path / name, leader_elect=True, identity=name,
+        lease_duration=lease, renew_deadline=renew, retry_period=retry,
+    )  # fmt: skip
+    opts.webhooks = False
+    return Service(opts)
+
+
 def test_one_replica_leads_and_a_released_lease_hands_over_at_once(tmp_path: Path) -> None:
     async def main() -> None:
         async with running_apiserver(
             objects=OBJECTS, tokens={CONTROLLER_TOKEN: SA_USERNAME}
         ) as server:
-
-            def replica(name: str) -> Service:
-                # a lease far longer than the test: only a release can hand it over
-                opts = service_options(
-                    server, tmp_path / name, leader_elect=True, identity=name,
-                    lease_duration=3600, renew_deadline=1800, retry_period=0.05,
-                )  # fmt: skip
-                opts.webhooks = False
-                return Service(opts)
-
-            a, b = replica("a"), replica("b")
+            # a lease far longer than the test: only a release can hand it over
+            a, b = (replica(server, tmp_path, n, lease=3600, renew=1800, retry=0.05) for n in "ab")
             ta = asyncio.create_task(a.run())
             await eventually(
                 lambda: a.elector is not None and a.elector.is_leader.is_set(), what="a leads"
@@ -183,15 +187,7 @@ def test_a_leader_whose_lease_requests_hang_stops_writing_before_a_successor_lea
             loop = asyncio.get_running_loop()
             writes: dict[str, list[float]] = {"a": [], "b": []}
 
-            def replica(name: str) -> Service:
-                opts = service_options(
-                    server, tmp_path / name, leader_elect=True, identity=name,
-                    lease_duration=3.0, renew_deadline=2.0, retry_period=0.2,
-                )  # fmt: skip
-                opts.webhooks = False
-                return Service(opts)
-
-            a, b = replica("a"), replica("b")
+            a, b = (replica(server, tmp_path, n, lease=3.0, renew=2.0, retry=0.2) for n in "ab")
             ta = asyncio.create_task(a.run())
             await eventually(
                 lambda: a.elector is not None and a.elector.is_leader.is_set(), what="a leads"
