@@ -33,6 +33,9 @@ class JobReconciler:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._bad: dict[str, str] = {}  # job key -> last composition error (logged once)
+        # job key -> (job uid, job generation, workload uid, workload generation) last found
+        # equivalent: Job status events (pods starting, ready) do not re-compose it
+        self._equivalent: dict[str, tuple[str, int, str, int]] = {}
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -78,6 +81,7 @@ class JobReconciler:
         ctx = self.ctx
         job = ctx.writer.job(key)
         if job is None or not self.managed(job):
+            self._equivalent.pop(key, None)
             return
         wkey = self.workload_key(job)
         ctx.job_index.setdefault(key, set()).add(wkey)
@@ -131,12 +135,22 @@ class JobReconciler:
         Kueue's reconciler (``EquivalentToWorkload``), stop it: the Workload is evicted,
         the Job suspended and restored, and once stopped the pending Workload takes the
         Job's new shape and queues again."""
+        sig = (
+            str(o.meta(job).get("uid")),
+            o.generation(job),
+            str(o.meta(wl).get("uid")),
+            o.generation(wl),
+        )
+        if self._equivalent.get(key) == sig:
+            return False
         model = self._compose(key, job)
         if model is None:
             return False
         why = o.job_mismatch(wl, o.workload_for_job(job, model), started=not o.job_suspended(job))
         if why is None:
+            self._equivalent[key] = sig
             return False
+        self._equivalent.pop(key, None)
         message = f"The job no longer matches its admitted Workload: {why}"
         log.info("job %s: %s", key, message)
         self.ctx.record_event(job, "Normal", "NoMatchingWorkload", message)
