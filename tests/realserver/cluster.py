@@ -334,7 +334,3 @@ class RealCluster:
 
     def stop(self) -> None:
         self.cp.stop()
-
-
-def start_real_cluster(assets: Path) -> RealCluster:
-    return RealCluster(assets)

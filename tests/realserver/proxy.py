@@ -74,8 +74,8 @@ class FaultProxy:
         self.recorder = RequestRecorder()
         self._running = asyncio.Event()
         self._running.set()
-        self._watches: set[web.StreamResponse] = set()
-        self._watches_meta: dict[int, tuple[asyncio.Task[Any] | None, web.Request]] = {}
+        # open watch streams -> (the handler task streaming it, its request)
+        self._watches: dict[web.StreamResponse, tuple[asyncio.Task[Any] | None, web.Request]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -93,16 +93,14 @@ class FaultProxy:
         self.faults.clear()
 
     def drop_watches(self, *, abrupt: bool = False) -> int:
-        dropped = 0
-        for resp in list(self._watches):
-            self._watches.discard(resp)
-            dropped += 1
-            task, request = self._watches_meta.pop(id(resp), (None, None))
-            if abrupt and request is not None and request.transport is not None:
+        """End every open watch: cleanly (the stream ends) or by killing the connection."""
+        watches, self._watches = self._watches, {}
+        for task, request in watches.values():
+            if abrupt and request.transport is not None:
                 request.transport.abort()
             if task is not None:
                 task.cancel()
-        return dropped
+        return len(watches)
 
     def pause(self) -> None:
         self._running.clear()
@@ -186,8 +184,7 @@ class FaultProxy:
             return web.Response(status=upstream.status, body=data, headers=out_headers)
         resp = web.StreamResponse(status=upstream.status, headers=out_headers)
         await resp.prepare(request)
-        self._watches.add(resp)
-        self._watches_meta[id(resp)] = (asyncio.current_task(), request)
+        self._watches[resp] = (asyncio.current_task(), request)
         try:
             async for chunk in upstream.content.iter_any():
                 await self._running.wait()
@@ -195,8 +192,7 @@ class FaultProxy:
         except (asyncio.CancelledError, ConnectionResetError, aiohttp.ClientError):
             pass
         finally:
-            self._watches.discard(resp)
-            self._watches_meta.pop(id(resp), None)
+            self._watches.pop(resp, None)
             upstream.close()
         with contextlib.suppress(Exception):
             await resp.write_eof()
