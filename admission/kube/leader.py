@@ -164,6 +164,8 @@ class LeaderElector:
         self.is_leader.set()
         while True:
             await asyncio.sleep(self.retry_period)
+            if not self.is_leader.is_set():
+                return  # released (shutting down): never renew after that
             started = self.monotonic()
             left = self._renewed_at + self.renew_deadline - started
             if left > 0 and await self._attempt(left):
@@ -178,23 +180,38 @@ class LeaderElector:
                 return
 
     async def release(self) -> bool:
-        """Give the Lease up (only if we hold it) so a successor need not wait it out."""
+        """Give the Lease up (only if we hold it) so a successor need not wait it out.
+
+        A renewal may be in flight when this runs (the loop is stopped by clearing
+        ``is_leader``, which it checks before every attempt): if that renewal moved the
+        Lease's resourceVersion, the release conflicts, so it re-reads the Lease once and
+        releases it if it is still ours."""
         if not self.is_leader.is_set() or self._lease is None:
             return False
         self.is_leader.clear()
-        lease = self._lease
-        spec = dict(lease.get("spec") or {})
-        if spec.get("holderIdentity") != self.identity:
-            return False
-        spec["holderIdentity"] = ""
-        spec["leaseDurationSeconds"] = 1
-        spec["renewTime"] = o.micro_time(self.wall())
-        try:
-            await self.client.replace(
-                LEASES, self.name, {**lease, "spec": spec}, namespace=self.namespace
-            )
-        except ApiError as err:
-            log.warning("releasing Lease %s/%s: %s", self.namespace, self.name, err)
-            return False
-        log.info("%s released the Lease", self.identity)
-        return True
+        lease: dict[str, Any] | None = self._lease
+        for attempt in range(2):
+            assert lease is not None
+            spec = dict(lease.get("spec") or {})
+            if spec.get("holderIdentity") != self.identity:
+                return False
+            spec["holderIdentity"] = ""
+            spec["leaseDurationSeconds"] = 1
+            spec["renewTime"] = o.micro_time(self.wall())
+            try:
+                await self.client.replace(
+                    LEASES, self.name, {**lease, "spec": spec}, namespace=self.namespace
+                )
+            except ApiError as err:
+                if err.conflict and attempt == 0:
+                    try:
+                        lease = await self.client.get(LEASES, self.name, namespace=self.namespace)
+                    except ApiError as err2:
+                        log.warning("releasing Lease %s/%s: %s", self.namespace, self.name, err2)
+                        return False
+                    continue
+                log.warning("releasing Lease %s/%s: %s", self.namespace, self.name, err)
+                return False
+            log.info("%s released the Lease", self.identity)
+            return True
+        return False
