@@ -28,8 +28,8 @@ from pydantic import (
 from queues.model import LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
 
 if TYPE_CHECKING:
-    from admission.cache import Cache
-    from admission.scheduler import Scheduler
+    from admission.engine.cache import Cache
+    from admission.engine.scheduler import Scheduler
 
 STRATEGIES = (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
@@ -219,9 +219,41 @@ class Config:
 
     def make_scheduler(self, cache: Cache, *, clock: Callable[[], float]) -> Scheduler:
         """A scheduler wired with the features this configuration enables."""
-        from admission.fair_sharing import configure
+        return build_scheduler(self, cache, clock=clock)
 
-        return configure(self, cache, clock=clock)
+
+def build_scheduler(config: Config, cache: Cache, *, clock: Callable[[], float]) -> Scheduler:
+    """A scheduler with fair sharing, admission fair sharing and credits as configured:
+    the one factory behind ``plan``, ``simulate``, ``serve`` and the what-if."""
+    from admission.engine.fair_sharing import FairPreemptor, credit_order_key, tournament
+    from admission.engine.preemption import Preemptor
+    from admission.engine.scheduler import Scheduler
+    from admission.engine.usage import UsageTracker
+
+    scheduler = Scheduler(cache, clock=clock)
+    tracker: UsageTracker | None = None
+    if config.admission_fair_sharing is not None or config.cohort_credits is not None:
+        tracker = UsageTracker(
+            cache,
+            admission_fair_sharing=config.admission_fair_sharing,
+            cohort_credits=config.cohort_credits,
+            evaluated_at=config.now,
+            now=config.now if config.now is not None else clock(),
+        )
+        scheduler.usage = tracker
+        scheduler.lq_usage = tracker.lq_order_function
+    fs = config.fair_sharing
+    if fs is not None:
+        scheduler.preemptor = FairPreemptor(
+            cache, strategies=fs.preemptionStrategies, tracker=tracker
+        )
+        scheduler.entry_order = lambda entries: tournament(scheduler, entries, tracker)
+    elif tracker is not None and config.cohort_credits is not None:
+        scheduler.order_key = lambda e: credit_order_key(e, tracker)
+        scheduler.preemptor = Preemptor(cache, tracker=tracker)
+    elif tracker is not None:
+        scheduler.preemptor = Preemptor(cache, tracker=tracker)
+    return scheduler
 
 
 def load_config(path: str | None) -> Config:

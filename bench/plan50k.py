@@ -111,7 +111,7 @@ def scenario_documents(seed: int = 1) -> list[dict]:
 
 
 def run() -> dict:
-    from admission.__main__ import main
+    from admission.cli.main import main
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "plan-50k.yaml"

@@ -37,7 +37,7 @@ def scenario_dir() -> Path:
 
 
 def run_scenario(name: str) -> dict[str, Any]:
-    from admission.simulate_cli import load_scenario, simulate_summary
+    from admission.cli.simulate import load_scenario, simulate_summary
 
     path = scenario_dir() / f"{name}.yaml"
     if not path.is_file():

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from admission.sim_scenario import Scenario, parse_generator
+from admission.sim.scenario import Scenario, parse_generator
 from bench.sim import scenario_dir
 from queues.quantity import format_quantity
 

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from admission.sim_scenario import US_PER_MS, Scenario, parse_generator
+from admission.sim.scenario import US_PER_MS, Scenario, parse_generator
 
 try:
     from orjson import loads

@@ -3,7 +3,7 @@
 ``async with stack(tmp_path, objects=...) as s`` starts, on the test's event loop, the
 API-server double (calling the service's real webhook server over HTTPS with the
 webhook configurations of ``manifests/base/webhooks.yaml``) and the whole service
-(``admission.kube.service.Service``) talking to it through the real
+(``admission.serve.service.Service``) talking to it through the real
 ``kubernetes.aio`` client. ``s.user`` is a client with a user's rights for the test's
 own requests; :func:`eventually` polls a condition (a deadline guards against hangs;
 nothing asserts on time).
@@ -22,7 +22,7 @@ from typing import Any
 from admission.config import Config
 from admission.kube import client as k
 from admission.kube.context import ControllerOptions
-from admission.kube.service import Service, ServiceOptions
+from admission.serve.service import Service, ServiceOptions
 from tests.apiserver import (
     DEFAULT_NAMESPACES,
     ApiServer,

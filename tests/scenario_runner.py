@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from admission.__main__ import main
+from admission.cli.main import main
 
 
 def run_plan_cli(args: list[str]) -> tuple[int, dict[str, Any] | None, str]:
@@ -264,8 +264,8 @@ def check_left(spec: dict[str, Any], objs: Path, tmp: Path, expect: dict[str, An
     """Kueue's wantLeft / wantInadmissibleLeft: which pending workloads are still in
     each ClusterQueue's heap, and which are parked, after the same plan run."""
     from admission.config import load_config
-    from admission.loader import load_paths
-    from admission.plan import run_plan
+    from admission.drivers.loader import load_paths
+    from admission.drivers.plan import run_plan
 
     args = list(spec.get("args", []))
     cycles = int(args[args.index("--cycles") + 1]) if "--cycles" in args else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from admission.sim_scenario import US_PER_S, Scenario, SimWorkload
+from admission.sim.scenario import US_PER_S, Scenario, SimWorkload
 from queues.model import (
     BEST_EFFORT_FIFO,
     NEVER,

@@ -219,7 +219,7 @@ def test_readme_offline_validation_command_passes() -> None:
 
 
 def test_readme_plan_with_the_shipped_configuration_runs() -> None:
-    from admission.__main__ import main
+    from admission.cli.main import main
 
     (command,) = [c for c, _ in readme_commands() if c.startswith("quartermaster plan")]
     argv = command.split()[1:]

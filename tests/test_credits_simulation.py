@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from admission.config import parse_config
-from admission.simulate_cli import load_scenario, simulate_summary
+from admission.cli.simulate import load_scenario, simulate_summary
 
 HALF = 3600  # seconds
 

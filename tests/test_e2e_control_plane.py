@@ -292,7 +292,7 @@ def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
 ) -> None:
     """Three 500s on the higher-priority workload's admission write: it is admitted at
     the next try; the lower-priority one, which would fit in its place, waits."""
-    from admission.jobs import workload_from_job
+    from admission.integrations.job import workload_from_job
     from admission.kube.objects import workload_for_job
     from queues.model import PriorityClass
     from tests.kube_harness import priority_class

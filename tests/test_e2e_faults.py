@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from admission.jobs import workload_from_job
+from admission.integrations.job import workload_from_job
 from admission.kube.objects import workload_for_job
 from queues.model import PriorityClass
 from tests.kube_harness import (

@@ -15,8 +15,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.cache import Cache
-from admission.scheduler import Scheduler
+from admission.engine.cache import Cache
+from admission.engine.scheduler import Scheduler
 from queues.model import (
     ClusterQueue,
     Cohort,

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.cache import Cache
-from admission.fair_sharing import FairPreemptor
-from admission.preemption import Preemptor
-from admission.scheduler import Scheduler
+from admission.engine.cache import Cache
+from admission.engine.fair_sharing import FairPreemptor
+from admission.engine.preemption import Preemptor
+from admission.engine.scheduler import Scheduler
 from queues.model import (
     Admission,
     ClusterQueue,

@@ -26,10 +26,11 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from admission.cache import Cache
+from admission.engine.cache import Cache
 from admission.config import Config, parse_config
-from admission.fair_sharing import FairPreemptor, _almost_lcas, configure
-from admission.preemption import IN_COHORT_FAIR_SHARING
+from admission.config import build_scheduler as configure
+from admission.engine.fair_sharing import FairPreemptor, _almost_lcas
+from admission.engine.preemption import IN_COHORT_FAIR_SHARING
 from queues.fairshare import alpha, decay, dominant_resource_share, window
 from queues.model import (
     Admission,

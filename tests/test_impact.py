@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from admission.impact import impact_of_edit
-from admission.loader import Inputs, load_paths
-from admission.plan import run_plan
+from admission.drivers.impact import impact_of_edit
+from admission.drivers.loader import Inputs, load_paths
+from admission.drivers.plan import run_plan
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "manifests" / "examples"
 

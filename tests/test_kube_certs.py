@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.kube import client as k
-from admission.kube.certsecret import sync_certificates
+from admission.serve.certsecret import sync_certificates
 from tests.apiserver import kube_client_config, running_apiserver
 from tests.kube_harness import (
     SERVICE_NS,

@@ -10,7 +10,7 @@ import aiohttp
 
 from admission.kube import client as k
 from admission.kube.leader import LeaderElector
-from admission.kube.service import Service
+from admission.serve.service import Service
 from tests.apiserver import kube_client_config, running_apiserver
 from tests.kube_harness import (
     CONTROLLER_TOKEN,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from admission.cache import Cache
+from admission.engine.cache import Cache
 from admission.kube import objects as o
 from admission.kube.cachesync import CacheSync
 from queues.model import (
@@ -238,7 +238,7 @@ def test_a_parked_workload_leaves_no_pending_reason_or_preemptor_entry_behind() 
     hand and left its pending status and preemptor mark in the cache."""
     import pytest
 
-    from admission.cache import PendingStatus
+    from admission.engine.cache import PendingStatus
 
     cache = make_cache()
     sync = CacheSync(cache, clock=lambda: 0.0)

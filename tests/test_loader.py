@@ -1,4 +1,4 @@
-"""admission.loader: YAML files and directories into Inputs, with clear LoadErrors."""
+"""admission.drivers.loader: YAML files and directories into Inputs, with clear LoadErrors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from admission.loader import Inputs, LoadError, load_paths, merge
+from admission.drivers.loader import Inputs, LoadError, load_paths, merge
 from queues import model as m
 
 FLAVOR = """
@@ -377,7 +377,7 @@ FAST_PATH_SAMPLES = [
 def test_fast_yaml_path_matches_safe_load_all(text: str, tmp_path: Path) -> None:
     import yaml
 
-    from admission.loader import _documents, _fast_documents, _NotPlain
+    from admission.drivers.loader import _documents, _fast_documents, _NotPlain
 
     want = list(yaml.safe_load_all(text))
     try:

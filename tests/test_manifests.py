@@ -250,7 +250,7 @@ def test_cert_manager_overlay_replaces_internal_certificate_management() -> None
 
 def test_cert_manager_overlay_drops_the_rights_only_internal_certificates_need() -> None:
     from admission.config import parse_config
-    from admission.kube.service import cert_options
+    from admission.serve.service import cert_options
 
     objs = _kustomize(MANIFESTS / "overlays" / "cert-manager")
     base = _kustomize(BASE)
@@ -580,8 +580,8 @@ def _by_job(entries: list[dict[str, Any]], namespace: str, job: str) -> dict[str
 
 
 def test_plan_on_examples_matches_the_readme_table() -> None:
-    if importlib.util.find_spec("admission.loader") is None:
-        pytest.skip("quartermaster plan cannot load manifests yet (admission.loader missing)")
+    if importlib.util.find_spec("admission.drivers.loader") is None:
+        pytest.skip("quartermaster plan cannot load manifests yet (admission.drivers.loader missing)")
     proc = subprocess.run(
         [sys.executable, "-m", "admission", "plan", "-f", str(EXAMPLES), "-o", "json"],
         capture_output=True,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.cache import Cache
-from admission.preemption import Preemptor
-from admission.scheduler import Scheduler
+from admission.engine.cache import Cache
+from admission.engine.preemption import Preemptor
+from admission.engine.scheduler import Scheduler
 from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
 from tests.test_engine_properties import FLAVORS, world
 

@@ -12,7 +12,7 @@ import io
 import json
 from pathlib import Path
 
-from admission.__main__ import main
+from admission.cli.main import main
 
 TRACE = Path(__file__).parent / "data" / "three-way-preemption.yaml"
 

@@ -35,7 +35,7 @@ def test_ci_runs_the_readmes_test_command_in_a_fresh_virtualenv() -> None:
 
 
 def test_the_main_job_command_runs() -> None:
-    from admission.__main__ import main
+    from admission.cli.main import main
 
     argv = shlex.split(setup_commands()[0].split(" && ", 1)[1])
     assert argv[0] == "quartermaster"

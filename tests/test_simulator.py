@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from admission.cache import Cache
-from admission.scheduler import CycleResult
-from admission.sim_metrics import lower_bound, summarize
-from admission.simulator import Simulator, WorkloadRecord, simulate
+from admission.engine.cache import Cache
+from admission.engine.scheduler import CycleResult
+from admission.sim.metrics import lower_bound, summarize
+from admission.sim.simulator import Simulator, WorkloadRecord, simulate
 from queues.model import ANY, LOWER_PRIORITY, STRICT_FIFO
 from tests.sim_helpers import cq, scenario, wl
 
@@ -247,7 +247,7 @@ class _Spinner:
 
 
 def _status(n: int) -> Any:
-    from admission.cache import PendingStatus
+    from admission.engine.cache import PendingStatus
 
     return PendingStatus("WaitingForQuota", f"attempt {n}")
 

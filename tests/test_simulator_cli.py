@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from admission.__main__ import main
-from admission.simulate_cli import ProgressBar
+from admission.cli.main import main
+from admission.cli.simulate import ProgressBar
 from tests.sim_helpers import GENERATOR_SMALL, TRACE_OBJECTS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

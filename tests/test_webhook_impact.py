@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.loader import load_paths
-from admission.plan import run_plan
+from admission.drivers.loader import load_paths
+from admission.drivers.plan import run_plan
 from webhooks.config import WebhookConfig
 from webhooks.testing import ReviewClient, WebhookServerThread, make_review
 from webhooks.view import InMemoryView

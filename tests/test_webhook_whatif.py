@@ -1,5 +1,5 @@
 """The quota webhook's impact warnings and ``plan --what-if`` are one what-if
-(``admission.whatif``), built from the same configuration, and the webhook computes
+(``admission.drivers.whatif``), built from the same configuration, and the webhook computes
 it off its event loop within a deadline. Over real HTTPS."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from admission.config import load_config
-from admission.loader import load_paths
+from admission.drivers.loader import load_paths
 from tests.scenario_runner import expand_workload, run_plan_cli
 from webhooks.config import WebhookConfig
 from webhooks.testing import ReviewClient, WebhookServerThread, make_review

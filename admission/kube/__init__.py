@@ -10,5 +10,8 @@
 * :mod:`.context` (options, work queue, the RV-pinned :class:`.context.Writer`),
   :mod:`.jobs`, :mod:`.podgroups`, :mod:`.admit`, :mod:`.podsready`, :mod:`.status`, :mod:`.metrics` —
   the controller's parts; :mod:`.controller` ties them to the scheduler loop;
-* :mod:`.leader` — Lease-based leader election; :mod:`.service` — ``run_service``.
+* :mod:`.leader` — Lease-based leader election.
+
+The service that wires them to the webhooks is :mod:`admission.serve`, outside this
+package.
 """

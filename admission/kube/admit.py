@@ -23,8 +23,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from admission.cache import PendingStatus
-from admission.scheduler import AdmittedDecision, PreemptedDecision
+from admission.engine.cache import PendingStatus
+from admission.engine.scheduler import AdmittedDecision, PreemptedDecision
 
 from . import objects as o
 from .client import WORKLOADS, ApiError

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from admission.cache import Cache
+from admission.engine.cache import Cache
 from queues import model as m
 from queues.api import InputError, parse_model
 

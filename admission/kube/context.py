@@ -24,7 +24,7 @@ from .client import JOBS, MERGE_PATCH, WORKLOADS, ApiError, KubeClient, Resource
 from .informer import Informer, newer, rv_at_least
 
 if TYPE_CHECKING:
-    from admission.cache import Cache
+    from admission.engine.cache import Cache
 
     from .cachesync import CacheSync
     from .metrics import Metrics

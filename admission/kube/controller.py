@@ -22,8 +22,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from admission.cache import Cache
-from admission.scheduler import CycleResult, Scheduler
+from admission.engine.cache import Cache
+from admission.engine.scheduler import CycleResult, Scheduler
 
 from . import objects as o
 from .admit import Applier

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from admission.jobs import JobError, workload_from_job, workload_name
+from admission.integrations.job import JobError, workload_from_job, workload_name
 from queues.model import Workload
 
 from . import objects as o

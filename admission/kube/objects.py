@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from admission.jobs import QUEUE_NAME_LABEL
+from admission.integrations.job import QUEUE_NAME_LABEL
 from queues.labels import JOB_UID as JOB_UID_LABEL
 from queues.labels import PODSET as PODSET_LABEL
 from queues.model import Admission, ResourceFlavor, Toleration, Workload

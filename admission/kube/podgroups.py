@@ -37,7 +37,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from admission.jobs import QUEUE_NAME_LABEL, JobError, workload_priority
+from admission.integrations.job import QUEUE_NAME_LABEL, JobError, workload_priority
 from queues.labels import ADMISSION_GATE
 from queues.labels import IS_GROUP_WORKLOAD as IS_GROUP_WORKLOAD_ANNOTATION
 from queues.labels import MANAGED as MANAGED_LABEL

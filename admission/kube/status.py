@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from admission.cache import Cache
-from admission.usage import UsageTracker
+from admission.engine.cache import Cache
+from admission.engine.usage import UsageTracker
 from queues.labels import RESOURCE_IN_USE
 from queues.quantity import format_quantity
 

@@ -23,7 +23,7 @@ from typing import Any
 from admission.config import Config
 from admission.kube import client as k
 from admission.kube.context import ControllerOptions
-from admission.kube.service import Service
+from admission.serve.service import Service
 from tests.apiserver import kube_client_config, load_webhook_configurations
 from tests.apiserver.jobcontroller import finish_patches, rfc3339
 from webhooks.certs import ensure_cert_dir, read_cert_dir

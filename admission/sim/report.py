@@ -19,9 +19,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from admission.sim_metrics import LowerBound
-from admission.sim_scenario import US_PER_MS, US_PER_S
-from admission.simulator import SimResult
+from admission.sim.metrics import LowerBound
+from admission.sim.scenario import US_PER_MS, US_PER_S
+from admission.sim.simulator import SimResult
 
 Chart = tuple[str, str, str]  # file name, title, caption
 CHART_HOOKS: list[Callable[[SimResult, str], list[Chart]]] = []

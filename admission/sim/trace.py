@@ -2,7 +2,7 @@
 
 A trace is one YAML file. Its Kubernetes documents (ResourceFlavor, ClusterQueue,
 Cohort, LocalQueue, WorkloadPriorityClass, PriorityClass, Namespace) are loaded by
-``admission.loader`` exactly as ``plan`` loads them; one more document, without
+``admission.drivers.loader`` exactly as ``plan`` loads them; one more document, without
 ``apiVersion``/``kind``, holds the workloads::
 
     trace:                      # a list, or the path of a JSON-lines file
@@ -33,8 +33,8 @@ from typing import Any
 
 import yaml
 
-from admission.loader import Inputs, LoadError, load_paths
-from admission.sim_scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
+from admission.drivers.loader import Inputs, LoadError, load_paths
+from admission.sim.scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
 from queues.model import PodSet, PriorityClass, Workload
 from queues.quantity import QuantityError, to_units
 
@@ -150,7 +150,7 @@ def load_trace(path: str, docs: list[Any], *, trace_path: str | None = None) -> 
 
 
 def _load_objects(path: str, objects: list[tuple[int, Any]]) -> Inputs:
-    """The queue objects through ``admission.loader`` (errors mapped back to ``path``)."""
+    """The queue objects through ``admission.drivers.loader`` (errors mapped back to ``path``)."""
     if not objects:
         raise ScenarioError(
             f"{path}: no queue objects (ResourceFlavor, ClusterQueue, LocalQueue, …)"

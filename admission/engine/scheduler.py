@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from admission.cache import MISCONFIGURED, SUSPENDED, Cache, PendingStatus
-from admission.flavors import (
+from admission.engine.cache import MISCONFIGURED, SUSPENDED, Cache, PendingStatus
+from admission.engine.flavors import (
     FIT,
     NO_CANDIDATES,
     PREEMPT,
@@ -30,7 +30,7 @@ from admission.flavors import (
     FlavorAssigner,
     PreemptionOracle,
 )
-from admission.preemption import Preemptor, Target
+from admission.engine.preemption import Preemptor, Target
 from queues.model import (
     ANY,
     NEVER,
@@ -45,7 +45,7 @@ from queues.pending import scheduling_hash
 from queues.quantity import format_quantity
 
 if TYPE_CHECKING:
-    from admission.usage import UsageTracker
+    from admission.engine.usage import UsageTracker
 
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.cache import Cache, PendingStatus
+from admission.engine.cache import Cache, PendingStatus
 from admission.config import Config
-from admission.loader import Inputs
-from admission.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
+from admission.drivers.loader import Inputs
+from admission.engine.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
 from queues.model import Workload
 from queues.quantity import format_quantity
 

@@ -2,7 +2,7 @@
 
 A ``Scenario`` is the queue objects (flavors, ClusterQueues, Cohorts, LocalQueues,
 optionally Namespaces) plus timed workloads (``SimWorkload``: arrival, runtime, class).
-It is built either from a trace (``admission.sim_trace``) or, here, from the
+It is built either from a trace (``admission.sim.trace``) or, here, from the
 generator configuration of Kueue's scheduler performance test
 (``cohorts[].queuesSets[].workloadsSets[]``, test/performance/scheduler/runner/generator
 in kubernetes-sigs/kueue), with the runner's semantics:

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from admission.cache import Cache
-from admission.flavors import NO_CANDIDATES, PREEMPT, RECLAIM
+from admission.engine.cache import Cache
+from admission.engine.flavors import NO_CANDIDATES, PREEMPT, RECLAIM
 from queues.model import (
     ANY,
     LOWER_OR_NEWER_EQUAL_PRIORITY,
@@ -39,7 +39,7 @@ from queues.model import (
 from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
-    from admission.usage import UsageTracker
+    from admission.engine.usage import UsageTracker
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"

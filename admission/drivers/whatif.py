@@ -1,6 +1,6 @@
 """The one what-if: the engine on the current objects, and again with some replaced.
 
-``plan --what-if`` and the quota webhook's impact warnings (``admission.impact``) both
+``plan --what-if`` and the quota webhook's impact warnings (``admission.drivers.impact``) both
 call :func:`what_if`, so both run the scheduler the configuration builds
 (:meth:`admission.config.Config.make_scheduler`: fair sharing, admission fair
 sharing, cohort credits) and cannot disagree about what an edit does.
@@ -18,10 +18,10 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from admission.cache import Cache
+from admission.engine.cache import Cache
 from admission.config import Config
-from admission.loader import Inputs
-from admission.plan import PlanResult, run_plan
+from admission.drivers.loader import Inputs
+from admission.drivers.plan import PlanResult, run_plan
 from queues.model import ClusterQueue, Cohort, LocalQueue, Namespace, ResourceFlavor, Workload
 
 __all__ = ["WhatIf", "snapshot", "what_if", "with_now"]
@@ -53,7 +53,7 @@ def what_if(
 
     ``before_cycles(side, cache)`` (side ``"before"`` or ``"after"``) sees each cache as
     loaded; ``deadline`` (``time.monotonic()``) bounds both runs together
-    (:class:`admission.plan.DeadlineExceeded`). Neither input is modified.
+    (:class:`admission.drivers.plan.DeadlineExceeded`). Neither input is modified.
     """
     config = config or Config()
 

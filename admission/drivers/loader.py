@@ -5,7 +5,7 @@ flavors and workloads from YAML files (CLI.md). This module is the file side of 
 it expands paths (a file, or every ``*.yaml``/``*.yml`` in a directory, sorted by
 name), splits multi-document YAML, hands each object to ``queues.api`` for validation,
 turns batch/v1 Jobs into Workloads the way Kueue's job controller does
-(``admission.jobs``), and collects everything in an ``Inputs``.
+(``admission.integrations.job``), and collects everything in an ``Inputs``.
 
 Any bad input stops the load with a ``LoadError``: one paragraph naming the file, the
 0-based document index, the object and the field. A loader that skipped bad documents
@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from admission.jobs import JobError, workload_from_job
+from admission.integrations.job import JobError, workload_from_job
 from queues import api
 from queues.model import (
     ClusterQueue,

@@ -36,14 +36,14 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.cache import Cache
+from admission.engine.cache import Cache
 from admission.config import Config, ConfigError, load_config
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import LabelSelector
 
-from .cabundle import CABundleReconciler
-from .cachesync import CacheView
-from .client import (
+from admission.kube.cabundle import CABundleReconciler
+from admission.kube.cachesync import CacheView
+from admission.kube.client import (
     EVENTS,
     JOBS,
     MUTATING_WEBHOOKS,
@@ -54,14 +54,14 @@ from .client import (
     ApiError,
     KubeClient,
 )
-from .context import ControllerOptions
-from .controller import Controller
-from .informer import Informer, WorkloadSlimmer, strip_managed_fields
-from .leader import DEFAULT_LEASE_NAME, LeaderElector
-from .metrics import Metrics
-from .podgroups import POD_SELECTOR
-from .podsready import pods_ready_options
-from .ratelimit import TokenBucket, low_priority
+from admission.kube.context import ControllerOptions
+from admission.kube.controller import Controller
+from admission.kube.informer import Informer, WorkloadSlimmer, strip_managed_fields
+from admission.kube.leader import DEFAULT_LEASE_NAME, LeaderElector
+from admission.kube.metrics import Metrics
+from admission.kube.podgroups import POD_SELECTOR
+from admission.kube.podsready import pods_ready_options
+from admission.kube.ratelimit import TokenBucket, low_priority
 
 log = logging.getLogger("quartermaster.kube.service")
 
@@ -513,7 +513,7 @@ def _no_event(*_a: Any, **_k: Any) -> None:
 
 
 def _rfc(ts: float) -> str:
-    from .objects import rfc3339
+    from admission.kube.objects import rfc3339
 
     return rfc3339(ts)
 

@@ -47,9 +47,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from admission.cache import Cache
+from admission.engine.cache import Cache
 from admission.config import Config
-from admission.sim_scenario import US_PER_S, Scenario, SimWorkload
+from admission.sim.scenario import US_PER_S, Scenario, SimWorkload
 from queues.model import ClusterQueue
 
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated t=0 as the engine sees it

@@ -20,15 +20,25 @@ resource weights read as in Kueue's configuration.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from admission.cache import Cache
+from admission.engine.cache import Cache
 from queues.fairshare import alpha, credit, decay, weighted, window
 from queues.model import USAGE_BASED_AFS, FlavorResource, Workload
 from queues.tree import QuotaNode
 
-if TYPE_CHECKING:
-    from admission.config import Config
+
+
+class UsageSection(Protocol):
+    """What the tracker reads of a usage section of the configuration
+    (``admissionFairSharing`` or ``cohortCredits``; parsed by :mod:`admission.config`)."""
+
+    @property
+    def resourceWeights(self) -> dict[str, float]: ...  # noqa: N802 (Kueue's field name)
+
+    def half_life(self) -> float: ...
+
+    def sampling(self) -> float: ...
 
 
 def natural(resource: str, units: float) -> float:
@@ -46,10 +56,20 @@ def by_resource(usage: Mapping[FlavorResource, int]) -> dict[str, float]:
 class UsageTracker:
     """Sampled, decayed usage for LocalQueues (AFS) and tree nodes (credits)."""
 
-    def __init__(self, cache: Cache, *, config: Config, now: float) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        admission_fair_sharing: UsageSection | None,
+        cohort_credits: UsageSection | None,
+        evaluated_at: float | None,
+        now: float,
+    ) -> None:
+        """``evaluated_at`` is ``plan --now``: LocalQueues' recorded consumption is
+        decayed from its ``lastUpdate`` to that time (None: taken as current)."""
         self.cache = cache
-        self.afs = config.admission_fair_sharing
-        self.credits_cfg = config.cohort_credits
+        self.afs = admission_fair_sharing
+        self.credits_cfg = cohort_credits
         self.last_sample = now
         # AFS: LocalQueue key -> resource -> consumed (natural units), and penalties.
         self.consumed: dict[str, dict[str, float]] = {}
@@ -61,8 +81,8 @@ class UsageTracker:
             current = self._lq_current_usage()
             for key, lq in cache.local_queues.items():
                 consumed = {r: natural(r, v) for r, v in lq.consumed_resources.items()}
-                if lq.last_update is not None and config.now is not None and consumed:
-                    elapsed = config.now - lq.last_update
+                if lq.last_update is not None and evaluated_at is not None and consumed:
+                    elapsed = evaluated_at - lq.last_update
                     cur = current.get(key, {})
                     consumed = {
                         r: decay(consumed.get(r, 0.0), cur.get(r, 0.0), elapsed, hl)

@@ -3,7 +3,7 @@
 The validating webhook asks this on every allowed ClusterQueue, Cohort,
 ResourceFlavor or LocalQueue edit and returns the lines as AdmissionReview
 ``warnings`` (``kubectl apply`` and ``--dry-run=server`` print them). It is the same
-what-if as ``plan --what-if`` (:func:`admission.whatif.what_if`, with the scheduler the
+what-if as ``plan --what-if`` (:func:`admission.drivers.whatif.what_if`, with the scheduler the
 service's configuration builds): the engine runs to quiescence on the current
 objects, and again with the edit applied, and the differences are described:
 
@@ -18,7 +18,7 @@ caller, and a review (its namespace included) is whatever the caller wrote, so a
 warning must not tell one tenant the names or sizes of another's workloads.
 
 Most important first, at most ``limit`` lines. :func:`impact_of_snapshot` is the part
-that may run off the event loop, on a :func:`admission.whatif.snapshot`.
+that may run off the event loop, on a :func:`admission.drivers.whatif.snapshot`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from admission.cache import Cache
+from admission.engine.cache import Cache
 from admission.config import Config
-from admission.loader import Inputs
-from admission.whatif import snapshot, what_if, with_now
+from admission.drivers.loader import Inputs
+from admission.drivers.whatif import snapshot, what_if, with_now
 from queues.model import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 from queues.quantity import format_quantity
 from queues.tree import CohortTree
@@ -121,7 +121,7 @@ def impact_of_snapshot(
     """:func:`impact_of_edit` on a snapshot; ``now`` (epoch seconds, default the
     configuration's ``now``) is the clock of the scheduler (usage decay);
     ``deadline`` (``time.monotonic()``) bounds the run
-    (:class:`admission.plan.DeadlineExceeded`)."""
+    (:class:`admission.drivers.plan.DeadlineExceeded`)."""
     field = KINDS.get(kind)
     if field is None:
         return []

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from admission.sim_scenario import US_PER_MS, Scenario
+from admission.sim.scenario import US_PER_MS, Scenario
 from queues.model import STOP_NONE, ClusterQueue
 from queues.quantity import format_quantity
 from queues.tree import CohortTree, QuotaNode

@@ -29,7 +29,7 @@ from webhooks.certs import (
     write_cert_dir,
 )
 
-from .client import SECRETS, ApiError, KubeClient
+from admission.kube.client import SECRETS, ApiError, KubeClient
 
 log = logging.getLogger(__name__)
 

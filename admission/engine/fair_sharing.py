@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from admission.cache import Cache
-from admission.preemption import (
+from admission.engine.cache import Cache
+from admission.engine.preemption import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_FAIR_SHARING,
     IN_COHORT_RECLAMATION,
@@ -34,7 +34,7 @@ from admission.preemption import (
     uses_resources,
     within_nominal,
 )
-from admission.scheduler import Entry, Scheduler, classical_order_key
+from admission.engine.scheduler import Entry, Scheduler, classical_order_key
 from queues.fairshare import Share, borrowing_on, dominant_resource_share
 from queues.model import (
     ANY,
@@ -48,37 +48,10 @@ from queues.model import (
 from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
-    from admission.config import Config
-    from admission.usage import UsageTracker
+    from admission.engine.usage import UsageTracker
 
 _Removed = tuple[_Candidate, str, str | None]
 """A victim taken during the search: candidate, reason, and the strategy that allowed it."""
-
-
-def configure(config: Config, cache: Cache, *, clock: Callable[[], float]) -> Scheduler:
-    """A scheduler with fair sharing, admission fair sharing and credits as configured."""
-    from admission.usage import UsageTracker
-
-    scheduler = Scheduler(cache, clock=clock)
-    tracker: UsageTracker | None = None
-    if config.admission_fair_sharing is not None or config.cohort_credits is not None:
-        tracker = UsageTracker(
-            cache, config=config, now=config.now if config.now is not None else clock()
-        )
-        scheduler.usage = tracker
-        scheduler.lq_usage = tracker.lq_order_function
-    fs = config.fair_sharing
-    if fs is not None:
-        scheduler.preemptor = FairPreemptor(
-            cache, strategies=fs.preemptionStrategies, tracker=tracker
-        )
-        scheduler.entry_order = lambda entries: tournament(scheduler, entries, tracker)
-    elif tracker is not None and config.cohort_credits is not None:
-        scheduler.order_key = lambda e: credit_order_key(e, tracker)
-        scheduler.preemptor = Preemptor(cache, tracker=tracker)
-    elif tracker is not None:
-        scheduler.preemptor = Preemptor(cache, tracker=tracker)
-    return scheduler
 
 
 def credit_order_key(e: Entry, tracker: UsageTracker) -> tuple:

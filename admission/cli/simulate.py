@@ -2,7 +2,7 @@
 
 The command of CLI.md: ``SCENARIO`` is a Kueue generator config or a trace (detected
 from the file), the bundled GPU-cluster day when omitted. Bad input (an unreadable
-or invalid scenario or configuration) raises ``admission.__main__.BadInput`` (exit 2).
+or invalid scenario or configuration) raises ``admission.cli.main.BadInput`` (exit 2).
 A progress bar is drawn on stderr only when stdout is a terminal.
 """
 
@@ -17,19 +17,19 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from admission.config import ConfigError, load_config
-from admission.sim_metrics import lower_bound, summarize, summary_table
-from admission.sim_scenario import (
+from admission.sim.metrics import lower_bound, summarize, summary_table
+from admission.sim.scenario import (
     US_PER_S,
     Scenario,
     ScenarioError,
     is_generator_format,
     parse_generator,
 )
-from admission.sim_trace import load_trace, read_documents
-from admission.simulator import Simulator
+from admission.sim.trace import load_trace, read_documents
+from admission.sim.simulator import Simulator
 
 BUNDLED_SCENARIO = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "scenarios", "gpu-cluster.yaml"
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios", "gpu-cluster.yaml"
 )
 
 
@@ -85,7 +85,7 @@ class ProgressBar:
 
 def run_simulate_command(args: argparse.Namespace) -> int:
     """The ``simulate`` subcommand (CLI.md); returns the exit code."""
-    from admission.__main__ import EXIT_OK, BadInput
+    from admission.cli.main import EXIT_OK, BadInput
 
     try:
         scenario = load_scenario(args.scenario, trace_path=getattr(args, "trace", None))
@@ -128,7 +128,7 @@ def simulate_summary(
     summary = summarize(result, bound)
     summary["seed"] = seed
     if report:
-        from admission.sim_report import write_report
+        from admission.sim.report import write_report
 
         write_report(result, summary, bound, report)
     return summary, result

@@ -1,0 +1,1 @@
+"""The ``quartermaster`` command line: argument parsing and exit codes, nothing else."""
