@@ -64,7 +64,7 @@ def impact_lines(
     """The engine's what-if on a snapshot (the code behind ``plan --what-if``): admitted
     workloads now over quota, preemptions, pending workloads that now fit or can never
     fit, borrowers that become reclaimable. The seam tests replace."""
-    from admission.impact import impact_of_snapshot
+    from admission.drivers.impact import impact_of_snapshot
 
     return impact_of_snapshot(
         snap, kind, obj, config=config, now=now, limit=MAX_WARNINGS, deadline=deadline
@@ -85,11 +85,11 @@ class ImpactJob:
         self.kind, self.new, self.view, self.config = kind, new, view, config
 
     def warm(self) -> None:
-        import admission.impact  # noqa: F401 - loaded before the server forks a what-if
-        import admission.whatif  # noqa: F401
+        import admission.drivers.impact  # noqa: F401 - loaded before the server forks a what-if
+        import admission.drivers.whatif  # noqa: F401
 
     def snapshot(self) -> Callable[[float | None], list[str]]:
-        from admission.whatif import snapshot
+        from admission.drivers.whatif import snapshot
 
         kind, config, view = self.kind, self.config, self.view
         obj = api.parse_model(self.new)
@@ -123,7 +123,7 @@ def impact_warnings(
     configuration the what-if's scheduler is built from. The server does not call
     this: it runs the :class:`ImpactJob` off its event loop, within a deadline.
     """
-    from admission.impact import KINDS
+    from admission.drivers.impact import KINDS
 
     if kind not in KINDS:
         return []
@@ -131,7 +131,7 @@ def impact_warnings(
 
 
 def _impact_job(kind: str, req: AdmissionRequest, ctx: HandlerContext) -> ImpactJob | None:
-    from admission.impact import KINDS
+    from admission.drivers.impact import KINDS
 
     if kind not in KINDS:
         return None

@@ -699,11 +699,11 @@ def serve_webhooks_only(
 ) -> None:
     """``quartermaster serve --webhooks-only``: model from YAML, self-signed certs.
 
-    Loads the objects with ``admission.loader.load_paths``, writes a CA and serving
+    Loads the objects with ``admission.drivers.loader.load_paths``, writes a CA and serving
     certificate to ``cert_dir`` unless present, prints ``ready`` once listening and
     serves until SIGINT/SIGTERM.
     """
-    from admission.loader import load_paths
+    from admission.drivers.loader import load_paths
 
     view = InMemoryView.from_inputs(load_paths(paths))
     ensure_cert_dir(cert_dir)
