@@ -25,13 +25,13 @@ from pydantic import (
     model_validator,
 )
 
-from queues.model import LESS_THAN_INITIAL_SHARE, LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
+from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
 
 if TYPE_CHECKING:
     from admission.engine.cache import Cache
     from admission.engine.scheduler import Scheduler
 
-STRATEGIES = (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE)
+STRATEGIES = tuple(str(s) for s in DEFAULT_FAIR_SHARING_STRATEGIES)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -75,8 +75,8 @@ class FairSharingSection(_Strict):
     def _valid(cls, v: list[str]) -> list[str]:
         allowed: tuple[list[str], ...] = (
             [],
-            [LESS_THAN_OR_EQUAL_TO_FINAL_SHARE],
-            [LESS_THAN_INITIAL_SHARE],
+            [FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE],
+            [FairSharingStrategy.LESS_THAN_INITIAL_SHARE],
             list(STRATEGIES),
         )
         if v not in allowed:
@@ -217,20 +217,28 @@ class Config:
     def cohort_credits(self) -> UsageSection | None:
         return self.doc.cohortCredits
 
-    def make_scheduler(self, cache: Cache, *, clock: Callable[[], float]) -> Scheduler:
+    def make_scheduler(
+        self, cache: Cache, *, clock: Callable[[], float], explain: bool = True
+    ) -> Scheduler:
         """A scheduler wired with the features this configuration enables."""
-        return build_scheduler(self, cache, clock=clock)
+        return build_scheduler(self, cache, clock=clock, explain=explain)
 
 
-def build_scheduler(config: Config, cache: Cache, *, clock: Callable[[], float]) -> Scheduler:
+def build_scheduler(
+    config: Config, cache: Cache, *, clock: Callable[[], float], explain: bool = True
+) -> Scheduler:
     """A scheduler with fair sharing, admission fair sharing and credits as configured:
-    the one factory behind ``plan``, ``simulate``, ``serve`` and the what-if."""
-    from admission.engine.fair_sharing import FairPreemptor, credit_order_key, tournament
+    the one factory behind ``plan``, ``simulate``, ``serve`` and the what-if.
+
+    Every policy object is built here, once, and handed to ``Scheduler(...)``; nothing
+    is changed on the scheduler afterwards. ``explain=False`` skips the numeric pending
+    messages (the simulator, which never shows them)."""
+    from admission.engine.fair_sharing import FairPreemptor, Tournament, parse_strategies
+    from admission.engine.ordering import EntryOrder, classical_order, credit_order
     from admission.engine.preemption import Preemptor
     from admission.engine.scheduler import Scheduler
     from admission.engine.usage import UsageTracker
 
-    scheduler = Scheduler(cache, clock=clock)
     tracker: UsageTracker | None = None
     if config.admission_fair_sharing is not None or config.cohort_credits is not None:
         tracker = UsageTracker(
@@ -240,20 +248,23 @@ def build_scheduler(config: Config, cache: Cache, *, clock: Callable[[], float])
             evaluated_at=config.now,
             now=config.now if config.now is not None else clock(),
         )
-        scheduler.usage = tracker
-        scheduler.lq_usage = tracker.lq_order_function
     fs = config.fair_sharing
+    preemptor: Preemptor
+    order: EntryOrder
     if fs is not None:
-        scheduler.preemptor = FairPreemptor(
-            cache, strategies=fs.preemptionStrategies, tracker=tracker
+        preemptor = FairPreemptor(
+            cache, strategies=parse_strategies(fs.preemptionStrategies), tracker=tracker
         )
-        scheduler.entry_order = lambda entries: tournament(scheduler, entries, tracker)
-    elif tracker is not None and config.cohort_credits is not None:
-        scheduler.order_key = lambda e: credit_order_key(e, tracker)
-        scheduler.preemptor = Preemptor(cache, tracker=tracker)
-    elif tracker is not None:
-        scheduler.preemptor = Preemptor(cache, tracker=tracker)
-    return scheduler
+        order = Tournament(cache, tracker=tracker)
+    else:
+        preemptor = Preemptor(cache, tracker=tracker)
+        if tracker is not None and config.cohort_credits is not None:
+            order = credit_order(tracker)
+        else:
+            order = classical_order
+    return Scheduler(
+        cache, clock=clock, preemptor=preemptor, order=order, usage=tracker, explain=explain
+    )
 
 
 def load_config(path: str | None) -> Config:

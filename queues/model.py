@@ -32,9 +32,6 @@ USAGE_BASED_AFS = "UsageBasedAdmissionFairSharing"
 STOP_NONE = "None"
 HOLD = "Hold"
 HOLD_AND_DRAIN = "HoldAndDrain"
-# Fair-sharing preemption strategies (fairSharing.preemptionStrategies).
-LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
-LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
 
 
 @dataclass(slots=True, frozen=True)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.engine.cache import Cache
-from admission.engine.fair_sharing import FairPreemptor
+from admission.engine.fair_sharing import FairPreemptor, parse_strategies
 from admission.engine.preemption import Preemptor
 from admission.engine.scheduler import Scheduler
 from queues.model import (
@@ -191,7 +191,9 @@ def test_fair_sharing_search_interrupted_by_an_exception_restores_the_tree(
     monkeypatch: pytest.MonkeyPatch, fail_at: int
 ) -> None:
     cache = borrowed_cohort()
-    pre = FairPreemptor(cache, strategies=["LessThanOrEqualToFinalShare", "LessThanInitialShare"])
+    pre = FairPreemptor(
+        cache, strategies=parse_strategies(["LessThanOrEqualToFinalShare", "LessThanInitialShare"])
+    )
     wl = workload("a", "cq-a", 10, priority=5, created=10)
     node = cache.tree.queues["cq-a"]
     fr = ("default", "cpu")

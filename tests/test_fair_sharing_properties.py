@@ -26,11 +26,11 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from admission.engine.cache import Cache
 from admission.config import Config, parse_config
 from admission.config import build_scheduler as configure
-from admission.engine.fair_sharing import FairPreemptor, _almost_lcas
-from admission.engine.preemption import IN_COHORT_FAIR_SHARING
+from admission.engine.cache import Cache
+from admission.engine.fair_sharing import FairPreemptor, _almost_lcas, parse_strategies
+from admission.engine.vocabulary import PreemptionReason
 from queues.fairshare import alpha, decay, dominant_resource_share, window
 from queues.model import (
     Admission,
@@ -187,7 +187,8 @@ def _preemption(
     frs = {fr for fr, v in requests.items() if v > node.available(fr)}
     if not frs:
         return None
-    return FairPreemptor(cache, strategies=strategies).minimal_targets(wl, node, frs, requests)
+    pre = FairPreemptor(cache, strategies=parse_strategies(strategies))
+    return pre.minimal_targets(wl, node, frs, requests)
 
 
 # -- (a) no two-workload preemption loop ------------------------------------------
@@ -201,7 +202,7 @@ def _admit(cache: Cache, wl: Workload, cq: str, usage: dict) -> None:
 
 def _only(targets: list, key: str) -> bool:
     """Exactly one victim, ``key``, taken for fair sharing."""
-    return [(t.key, t.reason) for t in targets] == [(key, IN_COHORT_FAIR_SHARING)]
+    return [(t.key, t.reason) for t in targets] == [(key, PreemptionReason.IN_COHORT_FAIR_SHARING)]
 
 
 def check_no_two_workload_loop(
@@ -228,7 +229,7 @@ def check_no_two_workload_loop(
     log(describe(cache))
     targets = _preemption(cache, strategies, a, x, req_a) or []
     log(f"A={a.key} in {x} requests {req_a}; strategies {strategies}; targets {targets}")
-    fair = [t for t in targets if t.reason == IN_COHORT_FAIR_SHARING]
+    fair = [t for t in targets if t.reason == PreemptionReason.IN_COHORT_FAIR_SHARING]
     if len(targets) == 1 and fair:
         # Kueue's Lemma 1, in the state A saw: share of X's almost-LCA with A admitted
         # < share of Y's almost-LCA with B admitted.

@@ -253,7 +253,7 @@ def _status(n: int) -> Any:
 
 
 class _SpinnerConfig:
-    def make_scheduler(self, cache: Cache, *, clock: Any) -> _Spinner:
+    def make_scheduler(self, cache: Cache, *, clock: Any, explain: bool = True) -> _Spinner:
         return _Spinner(cache)
 
 

@@ -2,12 +2,13 @@
 
 Enabled by ``fairSharing`` in the configuration (docs/semantics.md §4.8):
 
-* **Admission order**: instead of one global sort, each root cohort runs a tournament
-  after every processed entry: at every cohort, among its children's candidates, the
-  child that is not borrowing from its parent on the workload's resources goes first,
-  then the lowest dominant resource share *after* admitting the candidate, then (our
-  extension, when ``cohortCredits`` is configured) the higher credit between borrowers,
-  then priority, then age.
+* **Admission order** (:class:`Tournament`, an :data:`~admission.engine.ordering.EntryOrder`):
+  instead of one global sort, each root cohort runs a tournament after every processed
+  entry: at every cohort, among its children's candidates, the child that is not
+  borrowing from its parent on the workload's resources goes first, then the lowest
+  dominant resource share *after* admitting the candidate, then (our extension, when
+  ``cohortCredits`` is configured) the higher credit between borrowers, then priority,
+  then age.
 * **Preemption** (``FairPreemptor``): victims come from the ClusterQueues with the
   highest share first; a cross-queue victim is taken only if the strategy allows it
   (``LessThanOrEqualToFinalShare``: the preemptor's share after admission ≤ the
@@ -15,31 +16,29 @@ Enabled by ``fairSharing`` in the configuration (docs/semantics.md §4.8):
   before). This is what makes preemption loops impossible: a preempts b only if a's
   share after admission is lower than b's.
 
-``configure`` wires the features a configuration enables into a ``Scheduler``.
+The strategies are parsed once (:func:`parse_strategies`, Kueue's ``parseStrategies``)
+into rule functions; ``admission.config.build_scheduler`` wires all of this in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from admission.engine.cache import Cache
+from admission.engine.ordering import Entry, classical_order_key
 from admission.engine.preemption import (
-    IN_CLUSTER_QUEUE,
-    IN_COHORT_FAIR_SHARING,
-    IN_COHORT_RECLAMATION,
     Preemptor,
     Target,
+    Variant,
     _Candidate,
     uses_resources,
     within_nominal,
 )
-from admission.engine.scheduler import Entry, Scheduler, classical_order_key
+from admission.engine.vocabulary import FairSharingStrategy, PreemptionReason
 from queues.fairshare import Share, borrowing_on, dominant_resource_share
 from queues.model import (
     ANY,
-    LESS_THAN_INITIAL_SHARE,
-    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
     LOWER_OR_NEWER_EQUAL_PRIORITY,
     NEVER,
     FlavorResource,
@@ -50,49 +49,78 @@ from queues.tree import QuotaNode
 if TYPE_CHECKING:
     from admission.engine.usage import UsageTracker
 
-_Removed = tuple[_Candidate, str, str | None]
-"""A victim taken during the search: candidate, reason, and the strategy that allowed it."""
+ShareRule = Callable[[Share, Share, Share | None], bool]
+"""A fair-sharing strategy (Kueue's ``fsStrategy``): may a preemptor whose share after
+admission is the first argument take a victim from a target whose share is the second
+before and the third after the removal?"""
 
 
-def credit_order_key(e: Entry, tracker: UsageTracker) -> tuple:
-    """Classical order with credits between borrowers: non-borrowing first, then
-    priority, then (borrowers only) the higher credit, then age."""
-    wl = e.workload
-    borrow = e.assignment.borrow if e.assignment is not None else 0
-    credit = -tracker.credit_of_node(e.cluster_queue) if borrow else 0.0
-    return (not e.preemptor, borrow, -wl.priority, credit, wl.queue_order_time, wl.tiebreak)
+def less_than_or_equal_to_final_share(
+    preemptor_new: Share, target_old: Share, target_new: Share | None
+) -> bool:
+    assert target_new is not None
+    return preemptor_new.sort_key() <= target_new.sort_key()
+
+
+def less_than_initial_share(
+    preemptor_new: Share, target_old: Share, target_new: Share | None
+) -> bool:
+    return preemptor_new.sort_key() < target_old.sort_key()
+
+
+_RULES: dict[FairSharingStrategy, ShareRule] = {
+    FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: less_than_or_equal_to_final_share,
+    FairSharingStrategy.LESS_THAN_INITIAL_SHARE: less_than_initial_share,
+}
+
+
+def parse_strategies(names: Sequence[str]) -> tuple[ShareRule, ...]:
+    """``fairSharing.preemptionStrategies`` as rule functions, in order (the
+    configuration has already checked the names and the order)."""
+    return tuple(_RULES[FairSharingStrategy(n)] for n in names)
+
+
+class _Victim(NamedTuple):
+    """A victim taken during the search, why, and the rule that allowed it (if any)."""
+
+    candidate: _Candidate
+    reason: PreemptionReason
+    rule: ShareRule | None
 
 
 # -- tournament --------------------------------------------------------------------
 
 
-def tournament(
-    scheduler: Scheduler, entries: list[Entry], tracker: UsageTracker | None
-) -> Iterator[Entry]:
-    """Yield entries in fair-sharing order, re-running the tournament after each one
-    (the previous entry's admission changes everybody's shares)."""
-    cache = scheduler.cache
-    tree = cache.tree
-    by_root: dict[str, list[Entry]] = {}
-    solo: list[Entry] = []
-    for e in entries:
-        node = tree.queues[e.cluster_queue]
-        if node.parent is None:
-            solo.append(e)
-        else:
-            by_root.setdefault(node.root().name, []).append(e)
-    yield from sorted(solo, key=classical_order_key)
-    for root_name in sorted(by_root):
-        remaining = {e.cluster_queue: e for e in by_root[root_name]}
-        root = tree.cohorts[root_name]
-        while remaining:
-            keys = _tournament_keys(cache, remaining, tracker)
-            winner = _run(root, remaining, keys)
-            if winner is None:  # entries whose queues left the tree: classical order
-                yield from sorted(remaining.values(), key=classical_order_key)
-                break
-            del remaining[winner.cluster_queue]
-            yield winner
+class Tournament:
+    """Fair-sharing admission order: yield entries, re-running the tournament after
+    each one (the previous entry's admission changes everybody's shares)."""
+
+    def __init__(self, cache: Cache, *, tracker: UsageTracker | None) -> None:
+        self._cache = cache
+        self._tracker = tracker
+
+    def __call__(self, entries: list[Entry]) -> Iterator[Entry]:
+        tree = self._cache.tree
+        by_root: dict[str, list[Entry]] = {}
+        solo: list[Entry] = []
+        for e in entries:
+            node = tree.queues[e.cluster_queue]
+            if node.parent is None:
+                solo.append(e)
+            else:
+                by_root.setdefault(node.root().name, []).append(e)
+        yield from sorted(solo, key=classical_order_key)
+        for root_name in sorted(by_root):
+            remaining = {e.cluster_queue: e for e in by_root[root_name]}
+            root = tree.cohorts[root_name]
+            while remaining:
+                keys = _tournament_keys(self._cache, remaining, self._tracker)
+                winner = _run(root, remaining, keys)
+                if winner is None:  # entries whose queues left the tree: classical order
+                    yield from sorted(remaining.values(), key=classical_order_key)
+                    break
+                del remaining[winner.cluster_queue]
+                yield winner
 
 
 def _tournament_keys(
@@ -161,16 +189,27 @@ def _almost_lcas(a: QuotaNode, b: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
     return almost_a, almost_b
 
 
+_FAIR = Variant.NEVER  # candidates of the fair search carry no classical variant
+
+
 class FairPreemptor(Preemptor):
     """Preemption under fair sharing (Kueue's fairPreemptions)."""
 
     fair_sharing = True
 
     def __init__(
-        self, cache: Cache, *, strategies: list[str], tracker: UsageTracker | None = None
+        self,
+        cache: Cache,
+        *,
+        strategies: Sequence[ShareRule],
+        tracker: UsageTracker | None = None,
     ) -> None:
+        """``strategies``: the rules of ``fairSharing.preemptionStrategies``, in order
+        (:func:`parse_strategies`); the second, if any, is Kueue's retry pass."""
         super().__init__(cache, tracker=tracker)
-        self.strategies = strategies
+        if not strategies:
+            raise ValueError("fair-sharing preemption needs at least one strategy")
+        self._strategies = tuple(strategies)
 
     def _fair_candidates(
         self, wl: Workload, cq: QuotaNode, frs: set[FlavorResource]
@@ -191,7 +230,7 @@ class FairPreemptor(Preemptor):
                 ):
                     continue
                 if uses_resources(cache.usage_of[key], frs):
-                    out.append(_Candidate(key, cand, cq.name, None, 0))
+                    out.append(_Candidate(key, cand, cq.name, None, _FAIR))
         if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
             only_lower = spec.preemption.reclaim_within_cohort != ANY
             stack = [cq.root()]
@@ -208,7 +247,7 @@ class FairPreemptor(Preemptor):
                         if only_lower and cand.priority >= wl.priority:
                             continue
                         if uses_resources(cache.usage_of[key], frs):
-                            out.append(_Candidate(key, cand, other.name, None, 0))
+                            out.append(_Candidate(key, cand, other.name, None, _FAIR))
         out.sort(key=self.candidate_order(cq.name))
         return out
 
@@ -226,16 +265,16 @@ class FairPreemptor(Preemptor):
         # Every change below (the incoming workload, victims taken and put back) is
         # undone when the block exits, however it exits.
         with tree.scratch():
-            removed: list[_Removed] = []
+            removed: list[_Victim] = []
             tree.add_usage(cq.name, requests)  # shares must include the incoming workload
             fits, retry = self._first_strategy(wl, cq, frs, requests, cands, removed)
-            if not fits and len(self.strategies) > 1:
+            if not fits and len(self._strategies) > 1:
                 fits = self._second_strategy(cq, requests, retry, removed)
             tree.remove_usage(cq.name, requests)  # the victims stay removed for fill-back
             if not fits:
                 return []
             kept = self._fill_back_fair(cq, requests, removed)
-            return [Target(c.key, c.cq, reason) for c, reason, _ in kept]
+            return [Target(v.candidate.key, v.candidate.cq, v.reason) for v in kept]
 
     def _fits_fs(self, cq: QuotaNode, requests: Mapping[FlavorResource, int]) -> bool:
         tree = self.cache.tree
@@ -244,10 +283,14 @@ class FairPreemptor(Preemptor):
             return self._fits(cq, requests, True)
 
     def _take(
-        self, c: _Candidate, reason: str, removed: list[_Removed], strategy: str | None = None
+        self,
+        c: _Candidate,
+        reason: PreemptionReason,
+        removed: list[_Victim],
+        rule: ShareRule | None = None,
     ) -> None:
         self.cache.tree.remove_usage(c.cq, self.cache.usage_of[c.key])
-        removed.append((c, reason, strategy))
+        removed.append(_Victim(c, reason, rule))
 
     def _first_strategy(
         self,
@@ -256,9 +299,9 @@ class FairPreemptor(Preemptor):
         frs: set[FlavorResource],
         requests: Mapping[FlavorResource, int],
         cands: list[_Candidate],
-        removed: list[_Removed],
+        removed: list[_Victim],
     ) -> tuple[bool, list[_Candidate]]:
-        strategy = self.strategies[0]
+        rule = self._strategies[0]
         per_cq: dict[str, list[_Candidate]] = {}
         for c in cands:
             per_cq.setdefault(c.cq, []).append(c)
@@ -266,13 +309,13 @@ class FairPreemptor(Preemptor):
         for target in _target_queues(self.cache, cq, per_cq):
             lst = per_cq[target.name]
             if target is cq:
-                self._take(lst.pop(0), IN_CLUSTER_QUEUE, removed)
+                self._take(lst.pop(0), PreemptionReason.IN_CLUSTER_QUEUE, removed)
                 if self._fits_fs(cq, requests):
                     return True, retry
                 continue
             if within_nominal(cq, frs):
                 # The preemptor stays within its nominal quota: plain reclamation.
-                self._take(lst.pop(0), IN_COHORT_RECLAMATION, removed)
+                self._take(lst.pop(0), PreemptionReason.IN_COHORT_RECLAMATION, removed)
                 if self._fits_fs(cq, requests):
                     return True, retry
                 continue
@@ -282,8 +325,8 @@ class FairPreemptor(Preemptor):
             while lst:
                 c = lst.pop(0)
                 target_new = self._share_after_removal(target, theirs, c)
-                if _allows(strategy, preemptor_new, target_old, target_new):
-                    self._take(c, IN_COHORT_FAIR_SHARING, removed, strategy)
+                if rule(preemptor_new, target_old, target_new):
+                    self._take(c, PreemptionReason.IN_COHORT_FAIR_SHARING, removed, rule)
                     if self._fits_fs(cq, requests):
                         return True, retry
                     break  # shares changed: pick the target queue again
@@ -301,7 +344,7 @@ class FairPreemptor(Preemptor):
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
         retry: list[_Candidate],
-        removed: list[_Removed],
+        removed: list[_Victim],
     ) -> bool:
         per_cq: dict[str, list[_Candidate]] = {}
         for c in retry:
@@ -309,17 +352,14 @@ class FairPreemptor(Preemptor):
         dropped: set[str] = set()
         for target in _target_queues(self.cache, cq, per_cq, dropped=dropped):
             mine, theirs = _almost_lcas(cq, target)
-            if _allows(
-                LESS_THAN_INITIAL_SHARE,
-                dominant_resource_share(mine),
-                dominant_resource_share(theirs),
-                None,
+            if less_than_initial_share(
+                dominant_resource_share(mine), dominant_resource_share(theirs), None
             ):
                 self._take(
                     per_cq[target.name].pop(0),
-                    IN_COHORT_FAIR_SHARING,
+                    PreemptionReason.IN_COHORT_FAIR_SHARING,
                     removed,
-                    LESS_THAN_INITIAL_SHARE,
+                    less_than_initial_share,
                 )
                 if self._fits_fs(cq, requests):
                     return True
@@ -330,8 +370,8 @@ class FairPreemptor(Preemptor):
         self,
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
-        removed: list[_Removed],
-    ) -> list[_Removed]:
+        removed: list[_Victim],
+    ) -> list[_Victim]:
         """Re-add victims not needed for the fit, but only while every remaining
         fair-sharing victim still passes its strategy in the final state: a victim that
         only qualified because others were removed would otherwise take its preemptor
@@ -339,7 +379,7 @@ class FairPreemptor(Preemptor):
         tree = self.cache.tree
         targets = list(removed)
         for i in range(len(targets) - 2, -1, -1):
-            c = targets[i][0]
+            c = targets[i].candidate
             tree.add_usage(c.cq, self.cache.usage_of[c.key])
             rest = targets[:i] + targets[i + 1 :]
             if self._fits(cq, requests, True) and self._strategies_hold(cq, requests, rest):
@@ -349,40 +389,28 @@ class FairPreemptor(Preemptor):
         return targets
 
     def _strategies_hold(
-        self, cq: QuotaNode, requests: Mapping[FlavorResource, int], victims: list[_Removed]
+        self, cq: QuotaNode, requests: Mapping[FlavorResource, int], victims: list[_Victim]
     ) -> bool:
         tree = self.cache.tree
         with tree.scratch():
             tree.add_usage(cq.name, requests)
-            for c, reason, strategy in victims:
-                if reason != IN_COHORT_FAIR_SHARING:
+            for c, reason, rule in victims:
+                if reason != PreemptionReason.IN_COHORT_FAIR_SHARING:
                     continue
                 target = tree.queues[c.cq]
                 mine, theirs = _almost_lcas(cq, target)
                 preemptor_new = dominant_resource_share(mine)
-                if strategy == LESS_THAN_INITIAL_SHARE:
+                if rule is less_than_initial_share:
                     with tree.scratch():
                         tree.add_usage(c.cq, self.cache.usage_of[c.key])
                         target_old = dominant_resource_share(theirs)
-                    if not _allows(LESS_THAN_INITIAL_SHARE, preemptor_new, target_old, None):
+                    if not less_than_initial_share(preemptor_new, target_old, None):
                         return False
-                elif not _allows(
-                    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
-                    preemptor_new,
-                    preemptor_new,
-                    dominant_resource_share(theirs),
+                elif not less_than_or_equal_to_final_share(
+                    preemptor_new, preemptor_new, dominant_resource_share(theirs)
                 ):
                     return False
             return True
-
-
-def _allows(
-    strategy: str, preemptor_new: Share, target_old: Share, target_new: Share | None
-) -> bool:
-    if strategy == LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
-        assert target_new is not None
-        return preemptor_new.sort_key() <= target_new.sort_key()
-    return preemptor_new.sort_key() < target_old.sort_key()
 
 
 def _target_queues(

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from admission.engine.cache import Cache
 from admission.engine.flavors import NO_CANDIDATES, PREEMPT, RECLAIM
+from admission.engine.vocabulary import PreemptionReason
 from queues.model import (
     ANY,
     LOWER_OR_NEWER_EQUAL_PRIORITY,
@@ -41,35 +43,43 @@ from queues.tree import QuotaNode
 if TYPE_CHECKING:
     from admission.engine.usage import UsageTracker
 
-IN_CLUSTER_QUEUE = "InClusterQueue"
-IN_COHORT_RECLAMATION = "InCohortReclamation"
-IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
-IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
-
 HUMAN_REASON = {
-    IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
-    IN_COHORT_RECLAMATION: "reclamation within the cohort",
-    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
-    IN_COHORT_FAIR_SHARING: "fair sharing within the cohort",
+    PreemptionReason.IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
+    PreemptionReason.IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
+    PreemptionReason.IN_COHORT_FAIR_SHARING: "fair sharing within the cohort",
 }
 
-# Preemption variants (Kueue's classical/hierarchical_preemption.go).
-NEVER_V, WITHIN_CQ, HIERARCHICAL_RECLAIM, RECLAIM_WITHOUT_BORROWING, RECLAIM_WHILE_BORROWING = (
-    range(5)
-)
-VARIANT_REASON = {
-    WITHIN_CQ: IN_CLUSTER_QUEUE,
-    HIERARCHICAL_RECLAIM: IN_COHORT_RECLAMATION,
-    RECLAIM_WITHOUT_BORROWING: IN_COHORT_RECLAMATION,
-    RECLAIM_WHILE_BORROWING: IN_COHORT_RECLAIM_WHILE_BORROWING,
+
+class Variant(IntEnum):
+    """How a candidate may be preempted (Kueue's classical/hierarchical_preemption.go)."""
+
+    NEVER = 0
+    WITHIN_CQ = 1
+    HIERARCHICAL_RECLAIM = 2
+    RECLAIM_WITHOUT_BORROWING = 3
+    RECLAIM_WHILE_BORROWING = 4
+
+    @property
+    def reason(self) -> PreemptionReason:
+        return _VARIANT_REASON[self]
+
+
+_VARIANT_REASON = {
+    Variant.WITHIN_CQ: PreemptionReason.IN_CLUSTER_QUEUE,
+    Variant.HIERARCHICAL_RECLAIM: PreemptionReason.IN_COHORT_RECLAMATION,
+    Variant.RECLAIM_WITHOUT_BORROWING: PreemptionReason.IN_COHORT_RECLAMATION,
+    Variant.RECLAIM_WHILE_BORROWING: PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING,
 }
 
 
 @dataclass(slots=True)
 class Target:
+    """A victim: its key, the ClusterQueue it is charged to, and why it is preempted."""
+
     key: str
     cluster_queue: str
-    reason: str
+    reason: PreemptionReason
 
 
 @dataclass(slots=True)
@@ -78,7 +88,7 @@ class _Candidate:
     wl: Workload
     cq: str
     lca: QuotaNode | None
-    variant: int
+    variant: Variant
 
 
 def uses_resources(usage: Mapping[FlavorResource, int], frs: Iterable[FlavorResource]) -> bool:
@@ -146,25 +156,25 @@ class Preemptor:
         cand_cq: str,
         frs: set[FlavorResource],
         advantage: bool,
-    ) -> int:
+    ) -> Variant:
         if not uses_resources(self.cache.usage_of[key], frs):
-            return NEVER_V
+            return Variant.NEVER
         cand = self.cache.workloads[key]
         same = cand_cq == cq_name
         if self._priority_too_high(wl, cand, same, cq_name):
-            return NEVER_V
+            return Variant.NEVER
         if same:
-            return WITHIN_CQ
+            return Variant.WITHIN_CQ
         if advantage:
-            return HIERARCHICAL_RECLAIM
+            return Variant.HIERARCHICAL_RECLAIM
         p = self.cache.cluster_queues[cq_name].preemption
         if p.borrow_within_cohort == NEVER:
-            return RECLAIM_WITHOUT_BORROWING
+            return Variant.RECLAIM_WITHOUT_BORROWING
         if cand.priority >= wl.priority or (
             p.max_priority_threshold is not None and cand.priority > p.max_priority_threshold
         ):
-            return RECLAIM_WITHOUT_BORROWING
-        return RECLAIM_WHILE_BORROWING
+            return Variant.RECLAIM_WITHOUT_BORROWING
+        return Variant.RECLAIM_WHILE_BORROWING
 
     def _from_cq(
         self,
@@ -181,7 +191,7 @@ class Preemptor:
             if key in excluded:
                 continue
             v = self._classify(wl, cq_name, key, cand_cq, frs, advantage)
-            if v != NEVER_V:
+            if v != Variant.NEVER:
                 out.append(_Candidate(key, self.cache.workloads[key], cand_cq, lca, v))
         return out
 
@@ -276,7 +286,7 @@ class Preemptor:
     def _valid(self, c: _Candidate, cq: QuotaNode, frs: set[FlavorResource], borrow: bool) -> bool:
         if c.cq == cq.name:
             return True
-        if borrow and c.variant == RECLAIM_WITHOUT_BORROWING:
+        if borrow and c.variant == Variant.RECLAIM_WITHOUT_BORROWING:
             return False
         node: QuotaNode | None = self.cache.tree.queues[c.cq]
         while node is not None and node is not c.lca:
@@ -368,7 +378,7 @@ class Preemptor:
                     removed.append(c)
                     if self._fits(cq, requests, allow_borrowing):
                         kept = self._fill_back(cq, requests, removed, allow_borrowing)
-                        return [Target(t.key, t.cq, VARIANT_REASON[t.variant]) for t in kept]
+                        return [Target(t.key, t.cq, t.variant.reason) for t in kept]
         return []
 
     def _fill_back(
@@ -420,7 +430,7 @@ class Preemptor:
         return self.minimal_targets(wl, node, frs, usage)
 
     def message(
-        self, *, preemptor: Workload, preemptor_cq: str, victim_cq: str, reason: str
+        self, *, preemptor: Workload, preemptor_cq: str, victim_cq: str, reason: PreemptionReason
     ) -> str:
         tree = self.cache.tree
         return (

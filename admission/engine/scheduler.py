@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,7 @@ from admission.engine.flavors import (
     FlavorAssigner,
     PreemptionOracle,
 )
+from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption import Preemptor, Target
 from queues.model import (
     ANY,
@@ -50,17 +51,9 @@ if TYPE_CHECKING:
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 
 
-@dataclass(slots=True)
-class Entry:
-    """A nominated head: the workload, its ClusterQueue and its flavor assignment."""
-
-    workload: Workload
-    cluster_queue: str
-    assignment: Assignment | None = None
-    status: PendingStatus | None = None
-    targets: list[Target] = field(default_factory=list)  # preemption victims
-    park_even_if_strict: bool = False
-    preemptor: bool = False  # issued preemptions in an earlier cycle and waits for them
+def _no_lq_order(_cq: str) -> None:
+    """Without admission fair sharing, LocalQueues do not order a ClusterQueue's heap."""
+    return None
 
 
 @dataclass(slots=True)
@@ -103,17 +96,30 @@ def resource_validation_errors(wl: Workload) -> str:
     return f"resources validation failed: {'; '.join(errors)}" if errors else ""
 
 
-def classical_order_key(e: Entry) -> tuple:
-    """Kueue's classical iterator: workloads that already issued preemptions first (so
-    the capacity they freed is theirs: without this, three workloads can evict each
-    other forever, Kueue #13662), then non-borrowing, higher priority, older, UID."""
-    wl = e.workload
-    borrow = e.assignment.borrow if e.assignment is not None else 0
-    return (not e.preemptor, borrow, -wl.priority, wl.queue_order_time, wl.tiebreak)
-
-
 class Scheduler:
-    """Runs cycles over a ``Cache``. Preemption and ordering are pluggable seams."""
+    """Runs cycles over a ``Cache`` with the policy it is built with.
+
+    Everything that changes what a cycle decides is a keyword-only argument, fixed for
+    the scheduler's life (Kueue's ``scheduler.New(..., WithFairSharing(...),
+    WithClock(...))``): the preemption strategy, the entry order, the usage tracker
+    (admission fair sharing and credits) and the clock. ``admission.config.build_scheduler``
+    is the one factory that picks them from a configuration; the defaults are Kueue's
+    classical behaviour.
+    """
+
+    __slots__ = (
+        "_cache",
+        "_clock",
+        "_preemptor",
+        "_order",
+        "_usage",
+        "_lq_order",
+        "_explain",
+        "_undo",
+        "_cycle_targets",
+        "cycle_count",
+        "stats",
+    )
 
     def __init__(
         self,
@@ -121,27 +127,53 @@ class Scheduler:
         *,
         clock: Callable[[], float] = time.time,
         preemptor: Preemptor | None = None,
+        order: EntryOrder = classical_order,
+        usage: UsageTracker | None = None,
+        explain: bool = True,
     ) -> None:
-        self.cache = cache
-        self.clock = clock
-        self.cycle_count = 0
-        self.preemptor = preemptor if preemptor is not None else Preemptor(cache)
+        """``explain``: format numeric explanations for pending workloads (drivers that
+        never show them, the simulator, save the formatting)."""
+        self._cache = cache
+        self._clock = clock
+        self._preemptor = preemptor if preemptor is not None else Preemptor(cache)
+        self._order = order
+        self._usage = usage
+        self._lq_order: Callable[[str], Callable[[str], float] | None] = (
+            usage.lq_order_function if usage is not None else _no_lq_order
+        )
+        self._explain = explain
         # Changes to the tree that last only for the current cycle, undone in reverse
         # order at its end: capacity held for preemptors (and by the reservation rule),
         # and victims counted as released once their preemptions are issued.
         self._undo: list[tuple[bool, str, dict[FlavorResource, int]]] = []  # (re-add?, cq, usage)
         self._cycle_targets: set[str] = set()
-        self.order_key: Callable[[Entry], tuple] = classical_order_key
-        # Fair sharing replaces the whole ordering with a tournament (an iterator).
-        self.entry_order: Callable[[list[Entry]], Iterator[Entry]] = lambda es: iter(
-            sorted(es, key=self.order_key)
-        )
-        self.lq_usage: Callable[[str], Callable[[str], float] | None] = lambda _cq: None
-        self.usage: UsageTracker | None = None  # admission fair sharing and credits
+        self.cycle_count = 0
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
-        # Numeric explanations for pending workloads; drivers that never show them (the
-        # simulator) turn this off to save the formatting.
-        self.explain = True
+
+    @property
+    def cache(self) -> Cache:
+        return self._cache
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._clock
+
+    @property
+    def preemptor(self) -> Preemptor:
+        return self._preemptor
+
+    @property
+    def order(self) -> EntryOrder:
+        return self._order
+
+    @property
+    def usage(self) -> UsageTracker | None:
+        """Admission fair sharing and credits (None when neither is configured)."""
+        return self._usage
+
+    @property
+    def explain(self) -> bool:
+        return self._explain
 
     # -- the cycle ----------------------------------------------------------------
 
@@ -155,7 +187,7 @@ class Scheduler:
             if name in cache.inactive:
                 continue
             q = cache.queues[name]
-            wl = q.pop_head(self.lq_usage(name))
+            wl = q.pop_head(self._lq_order(name))
             if wl is not None:
                 heads.append(
                     Entry(workload=wl, cluster_queue=name, preemptor=wl.key in cache.preemptors)
@@ -169,7 +201,7 @@ class Scheduler:
             for e in heads:
                 self._nominate(e)
             self.stats["nominations"] += len(heads)
-            for e in self.entry_order(heads):
+            for e in self._order(heads):
                 self._process(e, result)
         except BaseException:
             # Heads taken but not yet processed go back to their queues unchanged.
@@ -244,7 +276,7 @@ class Scheduler:
             can_preempt_while_borrowing=p.borrow_within_cohort != NEVER
             or (self._fair_sharing() and p.reclaim_within_cohort != NEVER),
             can_preempt_within_cq=p.within_cluster_queue != NEVER,
-            explain=self.explain,
+            explain=self._explain,
         )
 
     def _fair_sharing(self) -> bool:
@@ -440,10 +472,10 @@ class Scheduler:
             ],
         )
         wl.admission = admission
-        wl.admission_time = self.clock()
+        wl.admission_time = self._clock()
         self.cache.assume(wl, e.cluster_queue, dict(a.usage))
-        if self.usage is not None:
-            self.usage.on_admit(wl, e.cluster_queue, a.usage)
+        if self._usage is not None:
+            self._usage.on_admit(wl, e.cluster_queue, a.usage)
         result.admitted.append(AdmittedDecision(wl, e.cluster_queue, admission, result.cycle))
         result.changed = True
         self.stats["admissions"] += 1

@@ -28,7 +28,6 @@ from queues.model import USAGE_BASED_AFS, FlavorResource, Workload
 from queues.tree import QuotaNode
 
 
-
 class UsageSection(Protocol):
     """What the tracker reads of a usage section of the configuration
     (``admissionFairSharing`` or ``cohortCredits``; parsed by :mod:`admission.config`)."""

@@ -188,8 +188,8 @@ class Simulator:
             local_queues=sc.local_queues,
             namespaces=sc.namespaces,
         )
-        scheduler = self.config.make_scheduler(cache, clock=self.now)
-        scheduler.explain = False  # nobody reads pending messages in a simulation
+        # nobody reads pending messages in a simulation: skip their numbers
+        scheduler = self.config.make_scheduler(cache, clock=self.now, explain=False)
         self.cache, self.scheduler = cache, scheduler
         # Fresh engine objects, so a Scenario can be simulated more than once.
         records = [
