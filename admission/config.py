@@ -255,7 +255,7 @@ def build_scheduler(
         preemptor = FairPreemptor(
             cache, strategies=parse_strategies(fs.preemptionStrategies), tracker=tracker
         )
-        order = Tournament(cache, tracker=tracker)
+        order = Tournament(tracker=tracker)
     else:
         preemptor = Preemptor(cache, tracker=tracker)
         if tracker is not None and config.cohort_credits is not None:

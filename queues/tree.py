@@ -275,6 +275,44 @@ class CohortTree:
         for root in self.roots():
             _recompute(root)
 
+    def clone(self) -> CohortTree:
+        """A copy to work on: the same structure, quotas and limits (shared, read-only),
+        with usage of its own (Kueue's ``Snapshot()``/``Clone()``: usage copied only).
+
+        Whatever is done to the copy's usage leaves this tree as it is, so a scheduling
+        cycle or a what-if can hold capacity, release victims and try removals on it
+        and then simply drop it: nothing to undo."""
+        copy = CohortTree.__new__(CohortTree)
+        copy._journal = None
+        mapping: dict[int, QuotaNode] = {}
+
+        def node_copy(n: QuotaNode) -> QuotaNode:
+            c = QuotaNode.__new__(QuotaNode)
+            c.name = n.name
+            c.is_cohort = n.is_cohort
+            c.parent = None
+            c.child_cohorts = []
+            c.child_queues = []
+            c.quotas = n.quotas
+            c.subtree_quota = n.subtree_quota
+            c.usage = dict(n.usage)
+            c.local_quota = n.local_quota
+            c.fair_weight = n.fair_weight
+            c.disabled_reason = n.disabled_reason
+            c.memo = {}
+            mapping[id(n)] = c
+            return c
+
+        copy.cohorts = {name: node_copy(n) for name, n in self.cohorts.items()}
+        copy.queues = {name: node_copy(n) for name, n in self.queues.items()}
+        for n in (*self.cohorts.values(), *self.queues.values()):
+            c = mapping[id(n)]
+            if n.parent is not None:
+                c.parent = mapping[id(n.parent)]
+            c.child_cohorts = [mapping[id(x)] for x in n.child_cohorts]
+            c.child_queues = [mapping[id(x)] for x in n.child_queues]
+        return copy
+
     def roots(self) -> list[QuotaNode]:
         out = [n for n in self.cohorts.values() if n.parent is None]
         out += [n for n in self.queues.values() if n.parent is None]

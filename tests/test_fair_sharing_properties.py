@@ -30,6 +30,7 @@ from admission.config import Config, parse_config
 from admission.config import build_scheduler as configure
 from admission.engine.cache import Cache
 from admission.engine.fair_sharing import FairPreemptor, _almost_lcas, parse_strategies
+from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import PreemptionReason
 from queues.fairshare import alpha, decay, dominant_resource_share, window
 from queues.model import (
@@ -183,12 +184,13 @@ def _preemption(
     cache: Cache, strategies: list[str], wl: Workload, cq: str, requests: dict
 ) -> list | None:
     """The victims FairPreemptor picks for wl, or None if wl needs no preemption."""
-    node = cache.tree.queues[cq]
+    snap = Snapshot(cache.tree)
+    node = snap.tree.queues[cq]
     frs = {fr for fr, v in requests.items() if v > node.available(fr)}
     if not frs:
         return None
     pre = FairPreemptor(cache, strategies=parse_strategies(strategies))
-    return pre.minimal_targets(wl, node, frs, requests)
+    return pre.minimal_targets(snap, wl, node, frs, requests)
 
 
 # -- (a) no two-workload preemption loop ------------------------------------------

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from admission.engine.cache import Cache
 from admission.engine.preemption import Preemptor
 from admission.engine.scheduler import Scheduler
+from admission.engine.snapshot import Snapshot
 from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
 from tests.test_engine_properties import FLAVORS, world
 
@@ -70,15 +71,20 @@ def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObjec
         cq, 9999, 1, data.draw(st.integers(1, 6)), data.draw(st.integers(0, 6)), prio
     )
     requests = {(flavor, r): v for r, v in preemptor.pod_sets[0].requests.items() if v}
-    node = cache.tree.queues[cq]
+    snap = Snapshot(cache.tree)
+    tree = snap.tree
+    node = tree.queues[cq]
     frs = {fr for fr, v in requests.items() if v > node.available(fr)}
     if not frs:
         return
     pre = Preemptor(cache)
-    before = {n: dict(x.usage) for n, x in cache.tree.queues.items()}
-    targets = pre.minimal_targets(preemptor, node, frs, requests)
+    before = {n: dict(x.usage) for n, x in tree.queues.items()}
+    targets = pre.minimal_targets(snap, preemptor, node, frs, requests)
+    assert {n: dict(x.usage) for n, x in tree.queues.items()} == before, (
+        "search must restore the snapshot"
+    )
     assert {n: dict(x.usage) for n, x in cache.tree.queues.items()} == before, (
-        "search must restore the tree"
+        "search must not touch the live tree"
     )
     if not targets:
         return
@@ -99,7 +105,7 @@ def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObjec
             thr = spec.preemption.max_priority_threshold
             assert thr is None or victim.priority <= thr
     for t in targets:
-        cache.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
+        tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
     # Whether the search had to allow borrowing: if the preemptor fits without it, the
     # victims are minimal without it too (a victim needed with borrowing allowed is
     # needed without it), so check in the stricter mode whenever it fits.
@@ -108,6 +114,6 @@ def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObjec
         "after releasing every victim the preemptor must fit"
     )
     for t in targets:  # minimality
-        cache.tree.add_usage(t.cluster_queue, cache.usage_of[t.key])
+        tree.add_usage(t.cluster_queue, cache.usage_of[t.key])
         assert not Preemptor._fits(node, requests, allow), f"victim {t.key} was unnecessary"
-        cache.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
+        tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])

@@ -35,6 +35,7 @@ from admission.engine.preemption import (
     uses_resources,
     within_nominal,
 )
+from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import FairSharingStrategy, PreemptionReason
 from queues.fairshare import Share, borrowing_on, dominant_resource_share
 from queues.model import (
@@ -44,7 +45,7 @@ from queues.model import (
     FlavorResource,
     Workload,
 )
-from queues.tree import QuotaNode
+from queues.tree import CohortTree, QuotaNode
 
 if TYPE_CHECKING:
     from admission.engine.usage import UsageTracker
@@ -93,14 +94,13 @@ class _Victim(NamedTuple):
 
 class Tournament:
     """Fair-sharing admission order: yield entries, re-running the tournament after
-    each one (the previous entry's admission changes everybody's shares)."""
+    each one on the cycle's tree (the previous entry's admission changes everybody's
+    shares)."""
 
-    def __init__(self, cache: Cache, *, tracker: UsageTracker | None) -> None:
-        self._cache = cache
+    def __init__(self, *, tracker: UsageTracker | None) -> None:
         self._tracker = tracker
 
-    def __call__(self, entries: list[Entry]) -> Iterator[Entry]:
-        tree = self._cache.tree
+    def __call__(self, entries: list[Entry], tree: CohortTree) -> Iterator[Entry]:
         by_root: dict[str, list[Entry]] = {}
         solo: list[Entry] = []
         for e in entries:
@@ -114,7 +114,7 @@ class Tournament:
             remaining = {e.cluster_queue: e for e in by_root[root_name]}
             root = tree.cohorts[root_name]
             while remaining:
-                keys = _tournament_keys(self._cache, remaining, self._tracker)
+                keys = _tournament_keys(tree, remaining, self._tracker)
                 winner = _run(root, remaining, keys)
                 if winner is None:  # entries whose queues left the tree: classical order
                     yield from sorted(remaining.values(), key=classical_order_key)
@@ -124,12 +124,11 @@ class Tournament:
 
 
 def _tournament_keys(
-    cache: Cache, remaining: Mapping[str, Entry], tracker: UsageTracker | None
+    tree: CohortTree, remaining: Mapping[str, Entry], tracker: UsageTracker | None
 ) -> dict[tuple[str, str], tuple]:
     """For each entry and each ancestor cohort: the comparison key of the entry's child
     node of that cohort, with the entry's usage added (Kueue's computeDRS)."""
     keys: dict[tuple[str, str], tuple] = {}
-    tree = cache.tree
     for cq_name, e in remaining.items():
         node = tree.queues[cq_name]
         usage: dict[FlavorResource, int] = e.assignment.usage if e.assignment is not None else {}
@@ -212,7 +211,7 @@ class FairPreemptor(Preemptor):
         self._strategies = tuple(strategies)
 
     def _fair_candidates(
-        self, wl: Workload, cq: QuotaNode, frs: set[FlavorResource]
+        self, snap: Snapshot, wl: Workload, cq: QuotaNode, frs: set[FlavorResource]
     ) -> list[_Candidate]:
         cache = self.cache
         spec = cache.cluster_queues[cq.name]
@@ -220,7 +219,7 @@ class FairPreemptor(Preemptor):
         if spec.preemption.within_cluster_queue != NEVER:
             same_prio_ok = spec.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY
             for key in cache.by_cq.get(cq.name, {}):
-                if key in self.excluded:
+                if key in snap.victims:
                     continue
                 cand = cache.workloads[key]
                 if cand.priority > wl.priority:
@@ -241,7 +240,7 @@ class FairPreemptor(Preemptor):
                     if other is cq or not any(other.is_borrowing(fr) for fr in frs):
                         continue
                     for key in cache.by_cq.get(other.name, {}):
-                        if key in self.excluded:
+                        if key in snap.victims:
                             continue
                         cand = cache.workloads[key]
                         if only_lower and cand.priority >= wl.priority:
@@ -253,48 +252,52 @@ class FairPreemptor(Preemptor):
 
     def minimal_targets(
         self,
+        snap: Snapshot,
         wl: Workload,
         cq: QuotaNode,
         frs: set[FlavorResource],
         requests: Mapping[FlavorResource, int],
     ) -> list[Target]:
-        cands = self._fair_candidates(wl, cq, frs)
+        cands = self._fair_candidates(snap, wl, cq, frs)
         if not cands:
             return []
-        tree = self.cache.tree
+        tree = snap.tree
         # Every change below (the incoming workload, victims taken and put back) is
         # undone when the block exits, however it exits.
         with tree.scratch():
             removed: list[_Victim] = []
             tree.add_usage(cq.name, requests)  # shares must include the incoming workload
-            fits, retry = self._first_strategy(wl, cq, frs, requests, cands, removed)
+            fits, retry = self._first_strategy(snap, cq, frs, requests, cands, removed)
             if not fits and len(self._strategies) > 1:
-                fits = self._second_strategy(cq, requests, retry, removed)
+                fits = self._second_strategy(snap, cq, requests, retry, removed)
             tree.remove_usage(cq.name, requests)  # the victims stay removed for fill-back
             if not fits:
                 return []
-            kept = self._fill_back_fair(cq, requests, removed)
+            kept = self._fill_back_fair(snap, cq, requests, removed)
             return [Target(v.candidate.key, v.candidate.cq, v.reason) for v in kept]
 
-    def _fits_fs(self, cq: QuotaNode, requests: Mapping[FlavorResource, int]) -> bool:
-        tree = self.cache.tree
+    def _fits_fs(
+        self, snap: Snapshot, cq: QuotaNode, requests: Mapping[FlavorResource, int]
+    ) -> bool:
+        tree = snap.tree
         with tree.scratch():
             tree.remove_usage(cq.name, requests)
             return self._fits(cq, requests, True)
 
     def _take(
         self,
+        snap: Snapshot,
         c: _Candidate,
         reason: PreemptionReason,
         removed: list[_Victim],
         rule: ShareRule | None = None,
     ) -> None:
-        self.cache.tree.remove_usage(c.cq, self.cache.usage_of[c.key])
+        snap.tree.remove_usage(c.cq, self.cache.usage_of[c.key])
         removed.append(_Victim(c, reason, rule))
 
     def _first_strategy(
         self,
-        wl: Workload,
+        snap: Snapshot,
         cq: QuotaNode,
         frs: set[FlavorResource],
         requests: Mapping[FlavorResource, int],
@@ -309,14 +312,14 @@ class FairPreemptor(Preemptor):
         for target in _target_queues(self.cache, cq, per_cq):
             lst = per_cq[target.name]
             if target is cq:
-                self._take(lst.pop(0), PreemptionReason.IN_CLUSTER_QUEUE, removed)
-                if self._fits_fs(cq, requests):
+                self._take(snap, lst.pop(0), PreemptionReason.IN_CLUSTER_QUEUE, removed)
+                if self._fits_fs(snap, cq, requests):
                     return True, retry
                 continue
             if within_nominal(cq, frs):
                 # The preemptor stays within its nominal quota: plain reclamation.
-                self._take(lst.pop(0), PreemptionReason.IN_COHORT_RECLAMATION, removed)
-                if self._fits_fs(cq, requests):
+                self._take(snap, lst.pop(0), PreemptionReason.IN_COHORT_RECLAMATION, removed)
+                if self._fits_fs(snap, cq, requests):
                     return True, retry
                 continue
             mine, theirs = _almost_lcas(cq, target)
@@ -324,23 +327,26 @@ class FairPreemptor(Preemptor):
             target_old = dominant_resource_share(theirs)
             while lst:
                 c = lst.pop(0)
-                target_new = self._share_after_removal(target, theirs, c)
+                target_new = self._share_after_removal(snap, target, theirs, c)
                 if rule(preemptor_new, target_old, target_new):
-                    self._take(c, PreemptionReason.IN_COHORT_FAIR_SHARING, removed, rule)
-                    if self._fits_fs(cq, requests):
+                    self._take(snap, c, PreemptionReason.IN_COHORT_FAIR_SHARING, removed, rule)
+                    if self._fits_fs(snap, cq, requests):
                         return True, retry
                     break  # shares changed: pick the target queue again
                 retry.append(c)
         return False, retry
 
-    def _share_after_removal(self, target: QuotaNode, almost: QuotaNode, c: _Candidate) -> Share:
-        tree = self.cache.tree
+    def _share_after_removal(
+        self, snap: Snapshot, target: QuotaNode, almost: QuotaNode, c: _Candidate
+    ) -> Share:
+        tree = snap.tree
         with tree.scratch():
             tree.remove_usage(target.name, self.cache.usage_of[c.key])
             return dominant_resource_share(almost)
 
     def _second_strategy(
         self,
+        snap: Snapshot,
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
         retry: list[_Candidate],
@@ -356,18 +362,20 @@ class FairPreemptor(Preemptor):
                 dominant_resource_share(mine), dominant_resource_share(theirs), None
             ):
                 self._take(
+                    snap,
                     per_cq[target.name].pop(0),
                     PreemptionReason.IN_COHORT_FAIR_SHARING,
                     removed,
                     less_than_initial_share,
                 )
-                if self._fits_fs(cq, requests):
+                if self._fits_fs(snap, cq, requests):
                     return True
             dropped.add(target.name)
         return False
 
     def _fill_back_fair(
         self,
+        snap: Snapshot,
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
         removed: list[_Victim],
@@ -376,22 +384,26 @@ class FairPreemptor(Preemptor):
         fair-sharing victim still passes its strategy in the final state: a victim that
         only qualified because others were removed would otherwise take its preemptor
         back later (a preemption loop)."""
-        tree = self.cache.tree
+        tree = snap.tree
         targets = list(removed)
         for i in range(len(targets) - 2, -1, -1):
             c = targets[i].candidate
             tree.add_usage(c.cq, self.cache.usage_of[c.key])
             rest = targets[:i] + targets[i + 1 :]
-            if self._fits(cq, requests, True) and self._strategies_hold(cq, requests, rest):
+            if self._fits(cq, requests, True) and self._strategies_hold(snap, cq, requests, rest):
                 targets.pop(i)
             else:
                 tree.remove_usage(c.cq, self.cache.usage_of[c.key])
         return targets
 
     def _strategies_hold(
-        self, cq: QuotaNode, requests: Mapping[FlavorResource, int], victims: list[_Victim]
+        self,
+        snap: Snapshot,
+        cq: QuotaNode,
+        requests: Mapping[FlavorResource, int],
+        victims: list[_Victim],
     ) -> bool:
-        tree = self.cache.tree
+        tree = snap.tree
         with tree.scratch():
             tree.add_usage(cq.name, requests)
             for c, reason, rule in victims:

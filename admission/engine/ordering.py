@@ -18,6 +18,7 @@ from admission.engine.cache import PendingStatus
 from admission.engine.flavors import Assignment
 from admission.engine.preemption import Target
 from queues.model import Workload
+from queues.tree import CohortTree
 
 if TYPE_CHECKING:
     from admission.engine.usage import UsageTracker
@@ -36,8 +37,10 @@ class Entry:
     preemptor: bool = False  # issued preemptions in an earlier cycle and waits for them
 
 
-EntryOrder = Callable[[list[Entry]], Iterator[Entry]]
-"""The cycle's entries, in the order the cycle processes them."""
+EntryOrder = Callable[[list[Entry], CohortTree], Iterator[Entry]]
+"""The cycle's entries, in the order the cycle processes them. The tree is the cycle's
+snapshot, which holds the admissions of the entries already processed when the
+iterator is advanced (an order may re-rank the rest by it: fair sharing does)."""
 
 
 def classical_order_key(e: Entry) -> tuple:
@@ -49,7 +52,7 @@ def classical_order_key(e: Entry) -> tuple:
     return (not e.preemptor, borrow, -wl.priority, wl.queue_order_time, wl.tiebreak)
 
 
-def classical_order(entries: list[Entry]) -> Iterator[Entry]:
+def classical_order(entries: list[Entry], _tree: CohortTree) -> Iterator[Entry]:
     return iter(sorted(entries, key=classical_order_key))
 
 
@@ -63,7 +66,7 @@ def credit_order(tracker: UsageTracker) -> EntryOrder:
         credit = -tracker.credit_of_node(e.cluster_queue) if borrow else 0.0
         return (not e.preemptor, borrow, -wl.priority, credit, wl.queue_order_time, wl.tiebreak)
 
-    def order(entries: list[Entry]) -> Iterator[Entry]:
+    def order(entries: list[Entry], _tree: CohortTree) -> Iterator[Entry]:
         return iter(sorted(entries, key=key))
 
     return order

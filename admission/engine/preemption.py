@@ -14,9 +14,10 @@ Kueue's classical preemption (docs/semantics.md §4.7), in three separate pieces
   whole gang fits, then fill back every victim whose removal is not needed. If the
   gang does not fit after every eligible removal, nobody is preempted.
 
-The search works on the live cohort tree inside ``CohortTree.scratch()`` blocks,
-which restore every usage value it changed when they exit, normally or by an
-exception, so it allocates little more than the candidate lists. Fair-sharing preemption
+The search works on the cycle's snapshot of the cohort tree (``admission.engine.snapshot``),
+never on the live one, inside ``CohortTree.scratch()`` blocks, which restore every
+usage value it changed when they exit, normally or by an exception, so it allocates
+little more than the candidate lists. Fair-sharing preemption
 plugs in as another strategy with the same candidate search and fill-back.
 """
 
@@ -25,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from admission.engine.cache import Cache
 from admission.engine.flavors import NO_CANDIDATES, PREEMPT, RECLAIM
+from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import PreemptionReason
 from queues.model import (
     ANY,
@@ -100,17 +102,30 @@ def within_nominal(node: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
     return all(node.usage.get(fr, 0) <= node.subtree_quota.get(fr, 0) for fr in frs)
 
 
-def fits_in_quota(
-    node: QuotaNode, requests: Mapping[FlavorResource, int]
-) -> tuple[bool, dict[FlavorResource, int]]:
-    """Kueue's QuantitiesFitInQuota: fits here, and what is left for the parent."""
+class QuotaFit(NamedTuple):
+    """Kueue's QuantitiesFitInQuota: do the requests fit in a node's subtree quota, and
+    what of them its parent must provide."""
+
+    fits: bool
+    remaining: dict[FlavorResource, int]
+
+
+def fits_in_quota(node: QuotaNode, requests: Mapping[FlavorResource, int]) -> QuotaFit:
     fits = True
     remaining = {}
     for fr, v in requests.items():
         if node.usage.get(fr, 0) + v > node.subtree_quota.get(fr, 0):
             fits = False
         remaining[fr] = max(0, v - node.local_available(fr))
-    return fits, remaining
+    return QuotaFit(fits, remaining)
+
+
+class Candidates(NamedTuple):
+    """The ordered candidates of a search, and which kinds were found."""
+
+    ordered: list[_Candidate]
+    none_from_others: bool  # every candidate is in the preemptor's own ClusterQueue
+    none_hierarchical: bool  # no candidate with a hierarchical advantage
 
 
 def under_nominal(cq: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
@@ -123,15 +138,17 @@ def node_path(node: QuotaNode) -> str:
 
 
 class Preemptor:
-    """Classical preemption over a ``Cache`` (the strategy the scheduler plugs in)."""
+    """Classical preemption over a ``Cache`` (the strategy the scheduler is built with).
+
+    It holds no per-cycle state: every search is given the cycle's :class:`Snapshot`
+    (the tree it may change, and the victims already taken this cycle). Admitted
+    workloads, their usage and their priorities are read from the cache."""
 
     fair_sharing = False
 
     def __init__(self, cache: Cache, *, tracker: UsageTracker | None = None) -> None:
         self.cache = cache
         self.tracker = tracker  # admission fair sharing: victims from heavy LocalQueues first
-        # Victims of preemptions issued earlier in the current cycle: off limits.
-        self.excluded: set[str] = set()
 
     # -- candidate search -------------------------------------------------------
 
@@ -178,6 +195,7 @@ class Preemptor:
 
     def _from_cq(
         self,
+        snap: Snapshot,
         wl: Workload,
         cq_name: str,
         cand_cq: str,
@@ -186,7 +204,7 @@ class Preemptor:
         advantage: bool,
     ) -> list[_Candidate]:
         out = []
-        excluded = self.excluded
+        excluded = snap.victims
         for key in self.cache.by_cq.get(cand_cq, {}):
             if key in excluded:
                 continue
@@ -197,6 +215,7 @@ class Preemptor:
 
     def _collect_in_subtree(
         self,
+        snap: Snapshot,
         wl: Workload,
         cq: QuotaNode,
         current: QuotaNode,
@@ -209,24 +228,24 @@ class Preemptor:
         for child in current.child_cohorts:
             if child is skip or within_nominal(child, frs):
                 continue
-            self._collect_in_subtree(wl, cq, child, subtree_root, skip, frs, advantage, out)
+            self._collect_in_subtree(snap, wl, cq, child, subtree_root, skip, frs, advantage, out)
         for child in current.child_queues:
             if child is cq or within_nominal(child, frs):
                 continue
-            out.extend(self._from_cq(wl, cq.name, child.name, subtree_root, frs, advantage))
+            out.extend(self._from_cq(snap, wl, cq.name, child.name, subtree_root, frs, advantage))
 
     def candidates(
         self,
+        snap: Snapshot,
         wl: Workload,
         cq: QuotaNode,
         frs: set[FlavorResource],
         requests: Mapping[FlavorResource, int],
-    ) -> tuple[list[_Candidate], bool, bool]:
-        """Ordered candidates, plus (no candidate from other queues, none with advantage)."""
+    ) -> Candidates:
         spec = self.cache.cluster_queues[cq.name]
         same: list[_Candidate] = []
         if spec.preemption.within_cluster_queue != NEVER:
-            same = self._from_cq(wl, cq.name, cq.name, None, frs, False)
+            same = self._from_cq(snap, wl, cq.name, cq.name, None, frs, False)
         hierarchy: list[_Candidate] = []
         prio: list[_Candidate] = []
         if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
@@ -243,7 +262,7 @@ class Preemptor:
             while node is not None:
                 lst = hierarchy if advantage else prio
                 if advantage or not useless_prio:
-                    self._collect_in_subtree(wl, cq, node, node, prev, frs, advantage, lst)
+                    self._collect_in_subtree(snap, wl, cq, node, node, prev, frs, advantage, lst)
                 fits, remaining = fits_in_quota(node, remaining)
                 advantage = advantage or fits
                 prev, node = node, node.parent
@@ -253,7 +272,7 @@ class Preemptor:
         evicting = self.cache.evicting
         ordered = [c for lst in (hierarchy, prio, same) for c in lst if c.key in evicting]
         ordered += [c for lst in (hierarchy, prio, same) for c in lst if c.key not in evicting]
-        return ordered, not hierarchy and not prio, not hierarchy
+        return Candidates(ordered, not hierarchy and not prio, not hierarchy)
 
     def candidate_order(self, cq_name: str):  # noqa: ANN201 - a sort key function
         """Kueue's CandidatesOrdering as a sort key."""
@@ -283,12 +302,15 @@ class Preemptor:
 
     # -- minimal victim set -------------------------------------------------------
 
-    def _valid(self, c: _Candidate, cq: QuotaNode, frs: set[FlavorResource], borrow: bool) -> bool:
+    @staticmethod
+    def _valid(
+        snap: Snapshot, c: _Candidate, cq: QuotaNode, frs: set[FlavorResource], borrow: bool
+    ) -> bool:
         if c.cq == cq.name:
             return True
         if borrow and c.variant == Variant.RECLAIM_WITHOUT_BORROWING:
             return False
-        node: QuotaNode | None = self.cache.tree.queues[c.cq]
+        node: QuotaNode | None = snap.tree.queues[c.cq]
         while node is not None and node is not c.lca:
             if within_nominal(node, frs):
                 return False
@@ -306,6 +328,7 @@ class Preemptor:
 
     def _could_free_enough(
         self,
+        snap: Snapshot,
         wl: Workload,
         cq: QuotaNode,
         frs: set[FlavorResource],
@@ -339,7 +362,7 @@ class Preemptor:
             if others and free < need:
                 for name in cache.same_tree(cq.name):
                     if name != cq.name:
-                        free += cache.tree.queues[name].usage.get(fr, 0)
+                        free += snap.tree.queues[name].usage.get(fr, 0)
                         if free >= need:
                             break
             if free < need:
@@ -348,14 +371,17 @@ class Preemptor:
 
     def minimal_targets(
         self,
+        snap: Snapshot,
         wl: Workload,
         cq: QuotaNode,
         frs: set[FlavorResource],
         requests: Mapping[FlavorResource, int],
     ) -> list[Target]:
-        if not self._could_free_enough(wl, cq, frs, requests):
+        """The fewest victims whose removal lets ``requests`` fit at ``cq`` (a node of
+        ``snap.tree``); [] when no allowed set of victims would do."""
+        if not self._could_free_enough(snap, wl, cq, frs, requests):
             return []
-        cands, none_from_others, none_hierarchical = self.candidates(wl, cq, frs, requests)
+        cands, none_from_others, none_hierarchical = self.candidates(snap, wl, cq, frs, requests)
         if not cands:
             return []
         spec = self.cache.cluster_queues[cq.name]
@@ -366,23 +392,24 @@ class Preemptor:
             attempts = [False, True]
         else:
             attempts = [True, False]
-        tree = self.cache.tree
+        tree = snap.tree
         for allow_borrowing in attempts:
-            # Removals are tried on the live tree and undone when the block exits.
+            # Removals are tried on the snapshot and undone when the block exits.
             with tree.scratch():
                 removed: list[_Candidate] = []
                 for c in cands:
-                    if not self._valid(c, cq, frs, allow_borrowing):
+                    if not self._valid(snap, c, cq, frs, allow_borrowing):
                         continue
                     tree.remove_usage(c.cq, self.cache.usage_of[c.key])
                     removed.append(c)
                     if self._fits(cq, requests, allow_borrowing):
-                        kept = self._fill_back(cq, requests, removed, allow_borrowing)
+                        kept = self._fill_back(snap, cq, requests, removed, allow_borrowing)
                         return [Target(t.key, t.cq, t.variant.reason) for t in kept]
         return []
 
     def _fill_back(
         self,
+        snap: Snapshot,
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
         removed: list[_Candidate],
@@ -391,7 +418,7 @@ class Preemptor:
         """Re-add, newest removal first (except the last), every victim not needed.
 
         Runs inside the caller's ``tree.scratch()`` block, which undoes it."""
-        tree = self.cache.tree
+        tree = snap.tree
         targets = list(removed)
         for i in range(len(targets) - 2, -1, -1):
             c = targets[i]
@@ -405,13 +432,13 @@ class Preemptor:
     # -- scheduler seams ---------------------------------------------------------
 
     def oracle(
-        self, wl: Workload, node: QuotaNode, fr: FlavorResource, val: int
+        self, snap: Snapshot, wl: Workload, node: QuotaNode, fr: FlavorResource, val: int
     ) -> tuple[int, int]:
         """Would preemption free ``val`` of ``fr`` for ``wl``? (Kueue's PreemptionOracle.)"""
-        targets = self.minimal_targets(wl, node, {fr}, {fr: val})
+        targets = self.minimal_targets(snap, wl, node, {fr}, {fr: val})
         if not targets:
             return NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val)[0]
-        tree = self.cache.tree
+        tree = snap.tree
         with tree.scratch():
             for t in targets:
                 tree.remove_usage(t.cluster_queue, self.cache.usage_of[t.key])
@@ -421,13 +448,14 @@ class Preemptor:
 
     def targets(
         self,
+        snap: Snapshot,
         wl: Workload,
         cq_name: str,
         usage: Mapping[FlavorResource, int],
         frs: set[FlavorResource],
     ) -> list[Target]:
-        node = self.cache.tree.queues[cq_name]
-        return self.minimal_targets(wl, node, frs, usage)
+        """The victims that let ``wl`` (``usage`` in ``cq_name``) fit in ``snap``."""
+        return self.minimal_targets(snap, wl, snap.tree.queues[cq_name], frs, usage)
 
     def message(
         self, *, preemptor: Workload, preemptor_cq: str, victim_cq: str, reason: PreemptionReason

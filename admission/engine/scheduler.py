@@ -1,13 +1,16 @@
 """One scheduling cycle, exactly as Kueue runs it (docs/semantics.md §4.2).
 
-1. Take one head per active ClusterQueue.
+1. Take one head per active ClusterQueue, and a snapshot of the quota tree
+   (:mod:`admission.engine.snapshot`).
 2. Nominate each head: namespace selector, LocalQueue state, flavor assignment (and,
-   when the assignment needs it, the preemption search).
-3. Order the entries (``order_entries``: non-borrowing first, then higher priority,
-   then older; fair sharing replaces this function).
-4. Process them in order against the cache, which already holds this cycle's earlier
-   admissions: admit what still fits, issue preemptions, requeue the rest with a
-   reason and a message that says in numbers what is short.
+   when the assignment needs it, the preemption search) against the snapshot.
+3. Order the entries with the scheduler's ``EntryOrder`` (classical: preemptors,
+   non-borrowing, higher priority, older; fair sharing: a tournament).
+4. Process them in order against the snapshot, which holds this cycle's earlier
+   admissions and preemptions: admit what still fits, issue preemptions, requeue the
+   rest with a reason and a message that says in numbers what is short.
+5. Commit the decisions to the cache (assume admissions, mark victims, requeue) and
+   drop the snapshot.
 
 The cycle returns decisions and performs no I/O; drivers apply them.
 """
@@ -28,10 +31,10 @@ from admission.engine.flavors import (
     RECLAIM,
     Assignment,
     FlavorAssigner,
-    PreemptionOracle,
 )
 from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption import Preemptor, Target
+from admission.engine.snapshot import Snapshot
 from queues.model import (
     ANY,
     NEVER,
@@ -44,6 +47,7 @@ from queues.model import (
 )
 from queues.pending import scheduling_hash
 from queues.quantity import format_quantity
+from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
     from admission.engine.usage import UsageTracker
@@ -115,8 +119,6 @@ class Scheduler:
         "_usage",
         "_lq_order",
         "_explain",
-        "_undo",
-        "_cycle_targets",
         "cycle_count",
         "stats",
     )
@@ -142,11 +144,6 @@ class Scheduler:
             usage.lq_order_function if usage is not None else _no_lq_order
         )
         self._explain = explain
-        # Changes to the tree that last only for the current cycle, undone in reverse
-        # order at its end: capacity held for preemptors (and by the reservation rule),
-        # and victims counted as released once their preemptions are issued.
-        self._undo: list[tuple[bool, str, dict[FlavorResource, int]]] = []  # (re-add?, cq, usage)
-        self._cycle_targets: set[str] = set()
         self.cycle_count = 0
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
 
@@ -178,10 +175,15 @@ class Scheduler:
     # -- the cycle ----------------------------------------------------------------
 
     def schedule(self) -> CycleResult:
+        """One cycle: decide on a snapshot, then commit the decisions to the cache.
+
+        Nothing in the cache changes until every head is decided; if anything raises
+        before that, the heads go back to their queues and the cache (its tree's usage
+        included) is exactly as it was."""
         self.cycle_count += 1
         self.stats["cycles"] += 1
         result = CycleResult(cycle=self.cycle_count)
-        cache = self.cache
+        cache = self._cache
         heads: list[Entry] = []
         for name in sorted(cache.queues):
             if name in cache.inactive:
@@ -195,33 +197,27 @@ class Scheduler:
         result.heads = len(heads)
         if not heads:
             return result
-        self._cycle_targets = set()
-        self.preemptor.excluded = self._cycle_targets
         try:
+            snap = Snapshot(cache.tree)
             for e in heads:
-                self._nominate(e)
+                self._nominate(e, snap)
             self.stats["nominations"] += len(heads)
-            for e in self._order(heads):
-                self._process(e, result)
+            decided = [
+                (e, self._process(e, snap, result.cycle)) for e in self._order(heads, snap.tree)
+            ]
+            for e, outcome in decided:
+                self._commit(e, outcome, result)
         except BaseException:
-            # Heads taken but not yet processed go back to their queues unchanged.
+            # Heads not committed go back to their queues unchanged.
             for e in heads:
                 key = e.workload.key
                 if key not in cache.admitted and key not in cache.queues[e.cluster_queue]:
                     cache.queues[e.cluster_queue].push(e.workload)
             raise
-        finally:
-            for readd, cq, usage in reversed(self._undo):
-                if readd:
-                    cache.tree.add_usage(cq, usage)
-                else:
-                    cache.tree.remove_usage(cq, usage)
-            self._undo = []
-            self.preemptor.excluded = set()
         return result
 
-    def _nominate(self, e: Entry) -> None:
-        cache = self.cache
+    def _nominate(self, e: Entry, snap: Snapshot) -> None:
+        cache = self._cache
         wl = e.workload
         cq = cache.cluster_queues[e.cluster_queue]
         lq = cache.local_queue_of(wl)
@@ -252,38 +248,41 @@ class Scheduler:
         if invalid:
             e.status = PendingStatus(MISCONFIGURED, invalid)
             return
-        assigner = self._assigner(e.cluster_queue)
+        assigner = self._assigner(e.cluster_queue, snap)
         a = assigner.assign(wl)
         if a.mode in (PREEMPT, RECLAIM):
-            e.targets = self.preemptor.targets(wl, e.cluster_queue, a.usage, a.frs_need_preemption)
+            e.targets = self._preemptor.targets(
+                snap, wl, e.cluster_queue, a.usage, a.frs_need_preemption
+            )
         if a.mode != FIT and not e.targets and any(ps.min_count is not None for ps in wl.pod_sets):
             # Partial admission: neither fits nor can preempt at full size.
-            reduced = self._partial(assigner, wl, e.cluster_queue)
+            reduced = self._partial(assigner, snap, wl, e.cluster_queue)
             if reduced is not None:
                 a, e.targets = reduced
         e.assignment = a
 
-    def _assigner(self, cq_name: str) -> FlavorAssigner:
-        cache = self.cache
+    def _assigner(self, cq_name: str, snap: Snapshot) -> FlavorAssigner:
+        cache = self._cache
         cq = cache.cluster_queues[cq_name]
         p = cq.preemption
-        oracle: PreemptionOracle = self.preemptor.oracle
+        preemptor = self._preemptor
+
+        def oracle(wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> tuple[int, int]:
+            return preemptor.oracle(snap, wl, node, fr, val)
+
         return FlavorAssigner(
             cq=cq,
-            node=cache.tree.queues[cq_name],
+            node=snap.tree.queues[cq_name],
             flavors=cache.flavors,
             oracle=oracle,
             can_preempt_while_borrowing=p.borrow_within_cohort != NEVER
-            or (self._fair_sharing() and p.reclaim_within_cohort != NEVER),
+            or (preemptor.fair_sharing and p.reclaim_within_cohort != NEVER),
             can_preempt_within_cq=p.within_cluster_queue != NEVER,
             explain=self._explain,
         )
 
-    def _fair_sharing(self) -> bool:
-        return self.preemptor.fair_sharing
-
     def _partial(
-        self, assigner: FlavorAssigner, wl: Workload, cq: str
+        self, assigner: FlavorAssigner, snap: Snapshot, wl: Workload, cq: str
     ) -> tuple[Assignment, list[Target]] | None:
         """Partial admission (Kueue's PodSetReducer): the largest count of the minCount
         podSet that fits, or that preemption can make fit (then with its victims)."""
@@ -297,7 +296,7 @@ class Scheduler:
             a = assigner.assign(wl, counts)
             targets: list[Target] = []
             if a.mode in (PREEMPT, RECLAIM):
-                targets = self.preemptor.targets(wl, cq, a.usage, a.frs_need_preemption)
+                targets = self._preemptor.targets(snap, wl, cq, a.usage, a.frs_need_preemption)
             if a.mode == FIT or targets:
                 best = (a, targets)
                 lo = mid + 1
@@ -305,26 +304,26 @@ class Scheduler:
                 hi = mid - 1
         return best
 
-    def _process(self, e: Entry, result: CycleResult) -> None:
-        """Kueue's processEntry: admit, preempt, or requeue with a reason."""
+    # -- processing: decide against the snapshot ------------------------------------
+
+    def _process(self, e: Entry, snap: Snapshot, cycle: int) -> _Outcome:
+        """Kueue's processEntry: admit, preempt, or requeue with a reason. Changes only
+        the snapshot; what it returns is committed to the cache after the last entry."""
         if e.status is not None:
-            self._pending(e, result, park=True)
-            return
+            return _Requeue(park=True)
         a = e.assignment
         assert a is not None
         preempting = a.mode in (PREEMPT, RECLAIM) and bool(e.targets)
         if a.mode != FIT and not preempting:
-            self.cache.preemptors.discard(e.workload.key)
             if a.mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
-                self._reserve_unreclaimable(e)
+                self._reserve_unreclaimable(e, snap)
             e.status = PendingStatus(a.reason or "WaitingForQuota", a.message)
-            self._pending(e, result, park=True, equivalents=True)
-            return
-        if any(t.key in self._cycle_targets for t in e.targets):
+            return _Requeue(park=True, equivalents=True, no_longer_preempting=True)
+        if any(t.key in snap.victims for t in e.targets):
             # Another preemptor took some of these victims earlier in this cycle: search
             # again, with their preemptions counted as issued.
-            e.targets = self.preemptor.targets(
-                e.workload, e.cluster_queue, a.usage, a.frs_need_preemption
+            e.targets = self._preemptor.targets(
+                snap, e.workload, e.cluster_queue, a.usage, a.frs_need_preemption
             )
             if not e.targets:
                 e.status = PendingStatus(
@@ -332,30 +331,42 @@ class Scheduler:
                     "preemption targets overlap with those of a workload processed earlier in "
                     "this cycle, and no other victims would do",
                 )
-                self._pending(e, result, park=False)
-                return
-        short = self._still_fits(e)
+                return _Requeue(park=False)
+        short = self._still_fits(e, snap)
         if short:
             e.status = PendingStatus("WaitingForQuota", f"{NO_LONGER_FITS}: {short}")
-            self._pending(e, result, park=False)
-            return
+            return _Requeue(park=False)
         if preempting:
-            self._issue_preemptions(e, result)
-        else:
-            self._admit(e, result)
+            return self._issue_preemptions(e, snap, cycle)
+        snap.tree.add_usage(e.cluster_queue, a.usage)  # later entries see this admission
+        return _Admit(
+            Admission(
+                cluster_queue=e.cluster_queue,
+                pod_set_assignments=[
+                    PodSetAssignment(
+                        name=p.name,
+                        flavors=dict(p.flavors),
+                        resource_usage=dict(p.usage),
+                        count=p.count,
+                    )
+                    for p in a.pod_sets
+                ],
+            ),
+            dict(a.usage),
+        )
 
-    def _still_fits(self, e: Entry) -> str:
+    def _still_fits(self, e: Entry, snap: Snapshot) -> str:
         """Kueue's fits(): the entry's usage fits once every workload preempted earlier
         in this cycle and the entry's own targets are counted as released.
 
         Returns "" when it fits, else what is short (for the pending message)."""
-        cache = self.cache
-        tree = cache.tree
+        cache = self._cache
+        tree = snap.tree
         a = e.assignment
         assert a is not None
-        # This cycle's earlier victims are already off the tree; add the entry's own.
+        # This cycle's earlier victims are already off the snapshot; add the entry's own.
         released = [
-            t.key for t in e.targets if t.key in cache.admitted and t.key not in self._cycle_targets
+            t.key for t in e.targets if t.key in cache.admitted and t.key not in snap.victims
         ]
         with tree.scratch():
             for k in released:
@@ -371,21 +382,23 @@ class Scheduler:
                     )
             return ""
 
-    def _hold(self, cq: str, usage: dict[FlavorResource, int]) -> None:
+    @staticmethod
+    def _hold(snap: Snapshot, cq: str, usage: dict[FlavorResource, int]) -> None:
+        """Charge ``usage`` to ``cq`` in the snapshot: capacity nobody else may take
+        for the rest of the cycle."""
         usage = {fr: v for fr, v in usage.items() if v > 0}
         if usage:
-            self.cache.tree.add_usage(cq, usage)
-            self._undo.append((False, cq, usage))
+            snap.tree.add_usage(cq, usage)
 
-    def _reserve_unreclaimable(self, e: Entry) -> None:
+    def _reserve_unreclaimable(self, e: Entry, snap: Snapshot) -> None:
         """Reservation rule (§4.2 step 5): keep the capacity a preemptor may later
         reclaim from going to lower-ordered workloads elsewhere in this cycle."""
-        spec = self.cache.cluster_queues[e.cluster_queue]
+        spec = self._cache.cluster_queues[e.cluster_queue]
         if spec.preemption.reclaim_within_cohort == ANY:
             return  # it can always reclaim later
         a = e.assignment
         assert a is not None
-        node = self.cache.tree.queues[e.cluster_queue]
+        node = snap.tree.queues[e.cluster_queue]
         hold: dict[FlavorResource, int] = {}
         for fr, req in a.usage.items():
             used, nominal = node.usage.get(fr, 0), node.nominal(fr)
@@ -395,87 +408,110 @@ class Scheduler:
                 q = node.quotas.get(fr)
                 bl = q.borrowing_limit if q is not None else None
                 hold[fr] = req if bl is None else max(0, min(req, nominal + bl - used))
-        self._hold(e.cluster_queue, hold)
+        self._hold(snap, e.cluster_queue, hold)
 
-    def _issue_preemptions(self, e: Entry, result: CycleResult) -> None:
+    def _issue_preemptions(self, e: Entry, snap: Snapshot, cycle: int) -> _Preempt:
         """Evict the victims; the preemptor waits (sticky head) for their quota."""
-        cache = self.cache
+        cache = self._cache
         wl = e.workload
         a = e.assignment
         assert a is not None
+        issued: list[PreemptedDecision] = []
         for t in e.targets:
-            if t.key not in self._cycle_targets:
-                self._cycle_targets.add(t.key)
-                usage = cache.usage_of[t.key]
-                cache.tree.remove_usage(t.cluster_queue, usage)
-                self._undo.append((True, t.cluster_queue, usage))
+            if t.key not in snap.victims:
+                snap.victims.add(t.key)
+                snap.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
             if t.key in cache.evicting:
                 continue  # already being evicted: never issue twice
-            cache.evicting[t.key] = wl.key
-            msg = self.preemptor.message(
+            msg = self._preemptor.message(
                 preemptor=wl,
                 preemptor_cq=e.cluster_queue,
                 victim_cq=t.cluster_queue,
                 reason=t.reason,
             )
-            result.preempted.append(
+            issued.append(
                 PreemptedDecision(
-                    cache.workloads[t.key], t.cluster_queue, wl.key, t.reason, msg, result.cycle
+                    cache.workloads[t.key], t.cluster_queue, wl.key, t.reason, msg, cycle
                 )
             )
-            self.stats["preemptions"] += 1
-        self._hold(e.cluster_queue, a.usage)
-        cache.preemptors.add(wl.key)
+        self._hold(snap, e.cluster_queue, a.usage)
         names = ", ".join(sorted(t.key for t in e.targets))
         e.status = PendingStatus(
             "WaitingForPreemptedWorkloads",
             f"Pending the preemption of {len(e.targets)} workload(s): {names}",
         )
+        return _Preempt(issued)
+
+    # -- commit: apply the decisions to the cache -------------------------------------
+
+    def _commit(self, e: Entry, outcome: _Outcome, result: CycleResult) -> None:
+        cache = self._cache
+        wl = e.workload
+        if isinstance(outcome, _Admit):
+            wl.admission = outcome.admission
+            wl.admission_time = self._clock()
+            cache.assume(wl, e.cluster_queue, outcome.usage)
+            if self._usage is not None:
+                self._usage.on_admit(wl, e.cluster_queue, outcome.usage)
+            result.admitted.append(
+                AdmittedDecision(wl, e.cluster_queue, outcome.admission, result.cycle)
+            )
+            result.changed = True
+            self.stats["admissions"] += 1
+            return
+        assert e.status is not None
+        if isinstance(outcome, _Preempt):
+            for d in outcome.issued:
+                cache.evicting[d.workload.key] = wl.key
+                result.preempted.append(d)
+                self.stats["preemptions"] += 1
+            cache.preemptors.add(wl.key)
+            cache.status[wl.key] = e.status
+            result.pending[wl.key] = e.status
+            q = cache.queues[e.cluster_queue]
+            q.push(wl)
+            q.sticky = wl.key
+            result.changed = True
+            return
+        if outcome.no_longer_preempting:
+            cache.preemptors.discard(wl.key)
         cache.status[wl.key] = e.status
         result.pending[wl.key] = e.status
-        q = cache.queues[e.cluster_queue]
-        q.push(wl)
-        q.sticky = wl.key
-        result.changed = True
-
-    def _pending(
-        self, e: Entry, result: CycleResult, *, park: bool, equivalents: bool = False
-    ) -> None:
-        assert e.status is not None
-        cache = self.cache
-        cache.status[e.workload.key] = e.status
-        result.pending[e.workload.key] = e.status
         strict = cache.cluster_queues[e.cluster_queue].queueing_strategy == STRICT_FIFO
+        park = outcome.park
         if park and (e.park_even_if_strict or not strict):
             result.changed = True  # the next head differs
-        cache.requeue(e.workload, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict)
-        if equivalents and park and not strict:
+        cache.requeue(wl, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict)
+        if outcome.equivalents and park and not strict:
             # Scheduling equivalence: workloads interchangeable with this one cannot be
             # admitted either; park them all until the next capacity event.
-            if cache.queues[e.cluster_queue].park_equivalent(e.workload):
-                cache.group_status[(e.cluster_queue, scheduling_hash(e.workload))] = e.status
+            if cache.queues[e.cluster_queue].park_equivalent(wl):
+                cache.group_status[(e.cluster_queue, scheduling_hash(wl))] = e.status
 
-    def _admit(self, e: Entry, result: CycleResult) -> None:
-        a = e.assignment
-        assert a is not None
-        wl = e.workload
-        admission = Admission(
-            cluster_queue=e.cluster_queue,
-            pod_set_assignments=[
-                PodSetAssignment(
-                    name=p.name,
-                    flavors=dict(p.flavors),
-                    resource_usage=dict(p.usage),
-                    count=p.count,
-                )
-                for p in a.pod_sets
-            ],
-        )
-        wl.admission = admission
-        wl.admission_time = self._clock()
-        self.cache.assume(wl, e.cluster_queue, dict(a.usage))
-        if self._usage is not None:
-            self._usage.on_admit(wl, e.cluster_queue, a.usage)
-        result.admitted.append(AdmittedDecision(wl, e.cluster_queue, admission, result.cycle))
-        result.changed = True
-        self.stats["admissions"] += 1
+
+@dataclass(slots=True, frozen=True)
+class _Admit:
+    """Admit: the admission to write and the usage it charges."""
+
+    admission: Admission
+    usage: dict[FlavorResource, int]
+
+
+@dataclass(slots=True, frozen=True)
+class _Preempt:
+    """Wait for victims: the preemptions newly issued (none when all are under way)."""
+
+    issued: list[PreemptedDecision]
+
+
+@dataclass(slots=True, frozen=True)
+class _Requeue:
+    """Stay pending: parked (BestEffortFIFO) or back in the heap, and whether
+    interchangeable workloads are parked with it."""
+
+    park: bool
+    equivalents: bool = False
+    no_longer_preempting: bool = False  # it gave up waiting for victims
+
+
+_Outcome = _Admit | _Preempt | _Requeue

@@ -1,0 +1,29 @@
+"""One cycle's working copy of the quota tree (Kueue's per-cycle ``cache.Snapshot()``).
+
+A scheduling cycle decides against a :class:`Snapshot`, never against the live tree of
+the :class:`~admission.engine.cache.Cache`: it charges the cycle's admissions to it as
+it goes, holds capacity for preemptors (and by the reservation rule), counts this
+cycle's victims as released (or, with ``reserveEvictingCapacity``, keeps them for
+their preemptors), and the preemption searches try their removals on it. At the end
+of the cycle the snapshot is dropped and the cycle's decisions are committed to the
+cache; an exception anywhere in between leaves the cache exactly as it was. Undo is
+structural (a copy that is thrown away, and ``CohortTree.scratch()`` blocks inside
+searches), never a hand-written inverse.
+"""
+
+from __future__ import annotations
+
+from queues.tree import CohortTree
+
+
+class Snapshot:
+    """The tree the cycle works on, and the victims of preemptions issued in it."""
+
+    __slots__ = ("tree", "victims")
+
+    def __init__(self, tree: CohortTree) -> None:
+        """A snapshot of ``tree`` (a copy of its usage: ``tree`` itself is not touched)."""
+        self.tree: CohortTree = tree.clone()
+        # Workloads preempted earlier in this cycle: no longer candidates for another
+        # preemptor of the same cycle.
+        self.victims: set[str] = set()
