@@ -40,7 +40,7 @@ for _path in (str(REPO), str(HACK)):  # run as `python hack/gen_crds.py`, or loa
 
 from crd_structural import METADATA, structural_problems  # noqa: E402
 
-from queues import api  # noqa: E402
+from queues import api, topology_api  # noqa: E402
 from queues.api_types import QUANTITY_PATTERN, KubeJsonSchema, KubeModel  # noqa: E402
 
 GROUP = "kueue.x-k8s.io"
@@ -406,6 +406,36 @@ KINDS: tuple[Kind, ...] = (
                 rule(
                     "!has(self.minCount) || self.minCount <= self.count",
                     "minCount should be positive and less or equal to count",
+                ),
+            ),
+        },
+    ),
+    Kind(
+        model=api.Topology,
+        plural="topologies",
+        singular="topology",
+        namespaced=False,
+        short_names=("topo",),
+        description="Topology is the network hierarchy of a cluster's nodes: node labels from "
+        "the widest domain (a block) to the narrowest (a host), named by ResourceFlavors' "
+        "spec.topologyName.",
+        status=False,
+        patches={"spec.levels": {"x-kubernetes-list-type": "atomic"}},
+        rules={
+            "spec.levels": (
+                rule(
+                    "self == oldSelf || (self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname'"
+                    " && oldSelf[size(oldSelf) - 1].nodeLabel == 'kubernetes.io/hostname')",
+                    topology_api.MUTABLE_MSG,
+                ),
+                rule(
+                    "size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0",
+                    topology_api.UNIQUE_MSG,
+                ),
+                rule(
+                    "size(self.filter(i, i.nodeLabel == 'kubernetes.io/hostname')) == 0 || "
+                    "self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname'",
+                    topology_api.HOSTNAME_LOWEST_MSG,
                 ),
             ),
         },

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, ValidationError
 
-from queues import api_convert, api_rules
+from queues import api_convert, api_rules, topology_api
 from queues import model as m
 from queues.api_types import (
     DNS1123_SUBDOMAIN,
@@ -57,6 +57,7 @@ from queues.api_types import FlavorQuotas as FlavorQuotas
 from queues.api_types import ResourceGroup as ResourceGroup
 from queues.api_types import ResourceQuota as ResourceQuota
 from queues.api_types import Taint as Taint
+from queues.topology_api import Topology as Topology
 
 __all__ = [
     "KINDS",
@@ -74,6 +75,7 @@ __all__ = [
     "Namespace",
     "PriorityClass",
     "ResourceFlavor",
+    "Topology",
     "Workload",
     "WorkloadPriorityClass",
 ]
@@ -404,6 +406,7 @@ ParsedObject = (
     | PriorityClass
     | Workload
     | Namespace
+    | Topology
 )
 ModelObject = (
     m.ResourceFlavor
@@ -413,6 +416,7 @@ ModelObject = (
     | m.PriorityClass
     | m.Workload
     | m.Namespace
+    | m.Topology
 )
 
 _KUEUE_KINDS: dict[str, type[KubeModel]] = {
@@ -422,6 +426,7 @@ _KUEUE_KINDS: dict[str, type[KubeModel]] = {
     "LocalQueue": LocalQueue,
     "WorkloadPriorityClass": WorkloadPriorityClass,
     "Workload": Workload,
+    "Topology": Topology,
 }
 KINDS: dict[tuple[str, str], type[KubeModel]] = {
     **{(KUEUE_V1BETA2, k): v for k, v in _KUEUE_KINDS.items()},
@@ -436,6 +441,7 @@ _RULES: dict[type[KubeModel], Callable[[Any], Problems]] = {
     ClusterQueue: lambda o: api_rules.check_cluster_queue(o.spec),
     Cohort: lambda o: api_rules.check_cohort(o.spec),
     Workload: api_rules.check_workload,
+    Topology: lambda o: topology_api.check_topology(o.spec),
 }
 _CONVERTERS: dict[type[KubeModel], Callable[[Any], ModelObject]] = {
     ResourceFlavor: api_convert.resource_flavor,
@@ -446,6 +452,7 @@ _CONVERTERS: dict[type[KubeModel], Callable[[Any], ModelObject]] = {
     PriorityClass: api_convert.priority_class,
     Namespace: api_convert.namespace,
     Workload: api_convert.workload,
+    Topology: topology_api.to_model,
 }
 
 

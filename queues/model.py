@@ -155,6 +155,14 @@ class PreemptionPolicy:
     max_priority_threshold: int | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class Topology:
+    """kueue.x-k8s.io Topology: node labels from the widest domain to the narrowest."""
+
+    name: str
+    levels: tuple[str, ...]
+
+
 @dataclass(slots=True)
 class ClusterQueue:
     name: str
@@ -213,6 +221,7 @@ class TopologyRequest:
     pod_set_group_name: str | None = None
     slice_required_topology: str | None = None
     slice_size: int | None = None
+    pod_index_label: str | None = None  # the label numbering the pods (ungater order)
 
     @property
     def requests_tas(self) -> bool:
@@ -241,12 +250,27 @@ class PodSet:
     limit_violations: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
 
 
+@dataclass(slots=True, frozen=True)
+class TopologyAssignment:
+    """Where a podSet's pods go (Kueue's internal TopologyAssignment): ``levels`` are
+    node label keys from the highest assigned level down (only the hostname when it is
+    the topology's lowest level); each domain is (values per level, pod count)."""
+
+    levels: tuple[str, ...]
+    domains: tuple[tuple[tuple[str, ...], int], ...]
+
+    @property
+    def pod_count(self) -> int:
+        return sum(c for _, c in self.domains)
+
+
 @dataclass(slots=True)
 class PodSetAssignment:
     name: str
     flavors: dict[str, str]  # resource -> flavor
     resource_usage: dict[str, int]  # total for the podSet (per-pod request x count)
     count: int
+    topology_assignment: TopologyAssignment | None = None
 
 
 @dataclass(slots=True)

@@ -21,13 +21,11 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from queues import labels
 from queues.model import (
     NodeSelectorTerm,
     PodSet,
     SelectorRequirement,
     Toleration,
-    TopologyRequest,
 )
 from queues.quantity import QuantityError, parse_quantity, to_units
 
@@ -38,7 +36,6 @@ __all__ = [
     "pod_requests",
     "pod_tolerations",
     "podset_from_template",
-    "topology_from_annotations",
 ]
 
 HUGEPAGES_PREFIX = "hugepages-"
@@ -296,24 +293,6 @@ def pod_tolerations(pod_spec: Mapping[str, Any]) -> list[Toleration]:
             raise PodSpecError(f"{where}.effect: {effect!r} is not one of {sorted(TAINT_EFFECTS)}")
         out.append(Toleration(key=key, operator=operator, value=value, effect=effect))
     return out
-
-
-def topology_from_annotations(annotations: Mapping[str, Any]) -> TopologyRequest | None:
-    """The topology request a job's pod template annotations make (Kueue's
-    jobframework ``NewPodSetTopologyRequest``); None when there is none."""
-    get = annotations.get
-    size = get(labels.PODSET_SLICE_SIZE)
-    tr = TopologyRequest(
-        required=get(labels.PODSET_REQUIRED_TOPOLOGY),
-        preferred=get(labels.PODSET_PREFERRED_TOPOLOGY),
-        unconstrained=True
-        if str(get(labels.PODSET_UNCONSTRAINED_TOPOLOGY, "")).lower() == "true"
-        else None,
-        pod_set_group_name=get(labels.PODSET_GROUP_NAME),
-        slice_required_topology=get(labels.PODSET_SLICE_REQUIRED_TOPOLOGY),
-        slice_size=int(size) if isinstance(size, str) and size.isdigit() else None,
-    )
-    return tr if tr != TopologyRequest() else None
 
 
 def _limit_violations(

@@ -37,6 +37,7 @@ SERVED_KINDS = (
     "Cohort",
     "LocalQueue",
     "ResourceFlavor",
+    "Topology",
     "Workload",
     "WorkloadPriorityClass",
 )

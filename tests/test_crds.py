@@ -145,6 +145,7 @@ NAMES = {
     ),
     "ClusterQueue": ("clusterqueues", "clusterqueue", "Cluster", ["cq"], True),
     "Cohort": ("cohorts", "cohort", "Cluster", ["co"], True),
+    "Topology": ("topologies", "topology", "Cluster", ["topo"], False),
     "LocalQueue": ("localqueues", "localqueue", "Namespaced", ["queue", "queues", "lq"], True),
     "Workload": (
         "workloads",
@@ -165,6 +166,7 @@ NAMES = {
 COLUMNS = {
     "ResourceFlavor": [],
     "Cohort": [],
+    "Topology": [],
     "ClusterQueue": [
         ("Cohort", ".spec.cohortName", "string", 0),
         ("Strategy", ".spec.queueingStrategy", "string", 1),

@@ -43,7 +43,7 @@ PLAN_KINDS = {
 }
 
 BASE_KINDS = {
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): 6,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): 7,
     ("v1", "Namespace"): 1,
     ("v1", "ServiceAccount"): 1,
     ("v1", "Secret"): 1,
@@ -103,6 +103,11 @@ VALIDATING = {
     "vlocalqueue.kb.io": (
         "/validate-kueue-x-k8s-io-v1beta2-localqueue",
         ["localqueues"],
+        ["CREATE", "UPDATE"],
+    ),
+    "vtopology.kb.io": (
+        "/validate-kueue-x-k8s-io-v1beta2-topology",
+        ["topologies"],
         ["CREATE", "UPDATE"],
     ),
 }

@@ -375,3 +375,41 @@ def test_several_violations_are_reported_together(client: ReviewClient) -> None:
     assert msg.endswith(
         "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]: Invalid value: -1: should be greater than 0]"
     )
+
+
+# ---------------------------------------------------------------- topology annotations
+
+
+def _tas_job(annotations: dict[str, str], parallelism: int = 4) -> dict[str, Any]:
+    obj = job(parallelism=parallelism)
+    obj["spec"]["template"]["metadata"] = {"annotations": annotations}
+    return obj
+
+
+def test_job_with_two_topology_annotations_is_denied_with_kueues_message(
+    client: ReviewClient,
+) -> None:
+    obj = _tas_job(
+        {
+            "kueue.x-k8s.io/podset-required-topology": "rack",
+            "kueue.x-k8s.io/podset-preferred-topology": "block",
+        }
+    )
+    assert "spec.template.metadata.annotations: Invalid value: must not contain more than one " \
+        "topology annotation" in denial(validate(client, obj))
+
+
+def test_job_slice_larger_than_its_pods_is_denied_on_create_and_update(
+    client: ReviewClient,
+) -> None:
+    obj = _tas_job(
+        {
+            "kueue.x-k8s.io/podset-slice-required-topology": "rack",
+            "kueue.x-k8s.io/podset-slice-size": "8",
+        }
+    )
+    msg = 'podset-slice-size]: Invalid value: "8": must not be greater than pod set count 4'
+    assert msg in denial(validate(client, obj))
+    assert msg in denial(validate(client, obj, old=obj))
+    ok = _tas_job({"kueue.x-k8s.io/podset-required-topology": "rack"})
+    assert validate(client, ok)["allowed"] is True

@@ -7,9 +7,9 @@ Validating (CREATE, UPDATE): queue-name and prebuilt-workload labels, max execut
 time, partial admission and completions-equal-parallelism annotations, and the update
 rules that keep a running job's queue, priority class and parallelism stable.
 
-Documented gaps against Kueue: ``spec.managedBy`` defaulting for MultiKueue and the TAS
-pod-template annotations are not handled (no AdmissionChecks or Topologies in our model
-yet); "owner is managed" checks the owner's kind only, like ``IsOwnerManagedByKueue``,
+The TAS pod-template annotations are checked with Kueue's rules
+(``queues.topology_request``). Documented gaps against Kueue: ``spec.managedBy``
+defaulting for MultiKueue is not handled (no AdmissionChecks in our model yet); "owner is managed" checks the owner's kind only, like ``IsOwnerManagedByKueue``,
 without fetching the owner to see whether it carries a queue name.
 """
 
@@ -27,6 +27,7 @@ from queues.labels import MAX_EXEC_TIME as MAX_EXEC_TIME_LABEL
 from queues.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_LABEL
+from queues.topology_request import topology_annotation_errors
 
 from .review import (
     DEFAULT_LOCAL_QUEUE,
@@ -385,11 +386,27 @@ def _validate_sync_completions_create(job: JobFields, errs: FieldErrors) -> None
             )
 
 
+def _validate_topology_annotations(obj: JsonObj, job: JobFields, errs: FieldErrors) -> None:
+    """Kueue's ValidateTASPodSetRequest on the pod template (the shared rules of
+    queues.topology_request, also applied when the Workload is built)."""
+    spec = obj.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    meta = template.get("metadata") if isinstance(template, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or not annotations:
+        return
+    strings = {k: v for k, v in annotations.items() if isinstance(v, str)}
+    errs.errors.extend(
+        topology_annotation_errors(strings, path="spec.template.metadata", count=job.pods_count)
+    )
+
+
 def validate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     assert req.object is not None
     new = JobFields.of(req.object)
     errs = FieldErrors()
     validate_on_create(new.labels, errs)
+    _validate_topology_annotations(req.object, new, errs)
     if req.operation == "CREATE":
         _validate_partial_admission_create(new, errs)
         _validate_sync_completions_create(new, errs)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from queues import api
+from queues import api, topology_api
 from queues.labels import IS_GROUP_WORKLOAD
 from queues.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION
 from queues.labels import RESOURCE_IN_USE as RESOURCE_IN_USE_FINALIZER
@@ -220,6 +220,29 @@ def validate_local_queue(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
                 errs.immutable("spec.clusterQueue", new_cq)
 
     return _decide("LocalQueue", req, ctx, rules)
+
+
+# ---------------------------------------------------------------- Topology
+
+
+def _levels(obj: JsonObj | None) -> list[str]:
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    levels = spec.get("levels") if isinstance(spec, dict) else None
+    if not isinstance(levels, list):
+        return []
+    return [lvl.get("nodeLabel") for lvl in levels if isinstance(lvl, dict)]  # type: ignore[misc]
+
+
+def validate_topology(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    """Kueue's Topology CEL rules, and on UPDATE the levels transition rule."""
+
+    def rules(errs: FieldErrors) -> None:
+        if req.operation == "UPDATE":
+            old, new = _levels(req.old_object), _levels(req.object)
+            for path, msg in topology_api.topology_update_problems(old, new):
+                errs.errors.append(f"{path}: Invalid value: {msg}")
+
+    return _decide("Topology", req, ctx, rules, warn=False)
 
 
 # ---------------------------------------------------------------- Cohort
@@ -436,6 +459,7 @@ WEBHOOKS = [
     _spec(_PREFIX_V + "cohort", "Cohort", validate_cohort, False),
     _spec(_PREFIX_V + "resourceflavor", "ResourceFlavor", validate_resource_flavor, False),
     _spec(_PREFIX_V + "localqueue", "LocalQueue", validate_local_queue, False),
+    _spec(_PREFIX_V + "topology", "Topology", validate_topology, False),
     _spec(
         _PREFIX_V + "workloadpriorityclass",
         "WorkloadPriorityClass",

@@ -38,6 +38,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
             "Cohort",
             "ResourceFlavor",
             "LocalQueue",
+            "Topology",
             "Workload",
             "WorkloadPriorityClass",
         )

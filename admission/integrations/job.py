@@ -26,8 +26,9 @@ from queues.labels import JOB_MIN_PARALLELISM as JOB_MIN_PARALLELISM_ANNOTATION
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import PriorityClass, Workload
-from queues.pods import PodSpecError, podset_from_template, topology_from_annotations
+from queues.pods import PodSpecError, podset_from_template
 from queues.quantity import QuantityError
+from queues.topology_request import TopologyAnnotationError, topology_request_from_annotations
 
 __all__ = [
     "JOB_MIN_PARALLELISM_ANNOTATION",
@@ -40,6 +41,8 @@ __all__ = [
 
 
 DEFAULT_POD_SET_NAME = "main"
+# Kueue's PodIndexLabel for batch/v1 Jobs (the ungater hands out domains in this order).
+JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
 POD_PRIORITY_CLASS = "PriorityClass"
 
@@ -145,7 +148,15 @@ def workload_from_job(
     if isinstance(template_meta, Mapping):
         template_annotations = template_meta.get("annotations")
         if isinstance(template_annotations, Mapping):
-            pod_set.topology = topology_from_annotations(template_annotations)
+            try:
+                pod_set.topology = topology_request_from_annotations(
+                    _string_map(template_annotations, ref, "spec.template.metadata.annotations"),
+                    path="spec.template.metadata",
+                    count=count,
+                    pod_index_label=JOB_COMPLETION_INDEX_LABEL,
+                )
+            except TopologyAnnotationError as err:
+                raise JobError(f"job {ref}: {err}") from err
 
     priority_class, kind, priority = workload_priority(
         labels=labels,
