@@ -67,6 +67,7 @@ def test_the_checked_in_crds_are_accepted() -> None:
         "Cohort",
         "LocalQueue",
         "ResourceFlavor",
+        "Topology",
         "Workload",
         "WorkloadPriorityClass",
     }
