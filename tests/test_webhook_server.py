@@ -246,6 +246,7 @@ def test_every_kueue_path_is_served() -> None:
         "/validate-kueue-x-k8s-io-v1beta2-resourceflavor",
         "/validate-kueue-x-k8s-io-v1beta2-workload",
         "/validate-kueue-x-k8s-io-v1beta2-localqueue",
+        "/validate-kueue-x-k8s-io-v1beta2-topology",
         "/validate-kueue-x-k8s-io-v1beta2-workloadpriorityclass",
     }
 
