@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
+from admission.integrations.registry import Frameworks, FrameworksError, frameworks
 
 if TYPE_CHECKING:
     from admission.engine.cache import Cache
@@ -217,6 +218,11 @@ class Config:
     def cohort_credits(self) -> UsageSection | None:
         return self.doc.cohortCredits
 
+    @property
+    def frameworks(self) -> Frameworks:
+        """The job integrations ``integrations.frameworks`` enables (all when unset)."""
+        return frameworks(self.doc.integrations)
+
     def make_scheduler(
         self, cache: Cache, *, clock: Callable[[], float], explain: bool = True
     ) -> Scheduler:
@@ -294,6 +300,10 @@ def parse_config(doc: Any, *, source: str = "configuration") -> Config:
         raise ConfigError(f"{source}: kind: expected Configuration, got {kind!r}")
     try:
         parsed = ConfigurationDoc.model_validate(doc)
+        try:
+            frameworks(parsed.integrations)
+        except FrameworksError as e:
+            raise ConfigError(f"{source}: {e}") from e
         for name in ("admissionFairSharing", "cohortCredits"):
             section = getattr(parsed, name)
             if section is not None:

@@ -233,7 +233,11 @@ def validate_spec(spec: dict[str, Any]) -> None:
 
 
 def run_scenario(path: Path, tmp: Path) -> None:
-    spec = yaml.safe_load(path.read_text())
+    run_scenario_spec(yaml.safe_load(path.read_text()), tmp)
+
+
+def run_scenario_spec(spec: dict[str, Any], tmp: Path) -> None:
+    """One scenario given as a dict (the job kinds' test modules keep their tables inline)."""
     validate_spec(spec)
     objs = tmp / "objects.yaml"
     objs.write_text(yaml.safe_dump_all(scenario_objects(spec), sort_keys=False))

@@ -292,8 +292,8 @@ def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
 ) -> None:
     """Three 500s on the higher-priority workload's admission write: it is admitted at
     the next try; the lower-priority one, which would fit in its place, waits."""
-    from admission.integrations.job import workload_from_job
-    from admission.kube.objects import workload_for_job
+    from admission.integrations.base import compose
+    from admission.integrations.job import JOB
     from queues.model import PriorityClass
     from tests.kube_harness import priority_class
 
@@ -314,8 +314,7 @@ def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
     def before(server: Any) -> None:
         for j in jobs:
             stored = server.put_object(j)
-            wl = workload_from_job(stored, workload_priority_classes=wpcs, priority_classes={})
-            body = workload_for_job(stored, wl)
+            _, body = compose(JOB, stored, workload_priority_classes=wpcs, priority_classes={})
             server.put_object(body)
             if j["metadata"]["name"] == "high":
                 server.fail_next(

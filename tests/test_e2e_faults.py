@@ -16,8 +16,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.job import workload_from_job
-from admission.kube.objects import workload_for_job
+from admission.integrations.base import compose
+from admission.integrations.job import JOB
 from queues.model import PriorityClass
 from tests.kube_harness import (
     admitted,
@@ -57,8 +57,8 @@ def preload(jobs: list[dict[str, Any]], wpcs: dict[str, PriorityClass]):  # type
     def install(server: Any) -> None:
         for j in jobs:
             stored = server.put_object(j)
-            wl = workload_from_job(stored, workload_priority_classes=wpcs, priority_classes={})
-            server.put_object(workload_for_job(stored, wl))
+            _, body = compose(JOB, stored, workload_priority_classes=wpcs, priority_classes={})
+            server.put_object(body)
 
     return install
 

@@ -6,8 +6,11 @@ import copy
 from typing import Any
 
 from admission.engine.cache import Cache
+from admission.integrations.base import flavor_info, original_info
+from admission.integrations.job import JOB
 from admission.kube import objects as o
 from admission.kube.cachesync import CacheSync
+from queues.labels import PODSET as PODSET_LABEL
 from queues.model import (
     Admission,
     ClusterQueue,
@@ -110,22 +113,33 @@ def test_a_started_job_is_restored_exactly_when_stopped() -> None:
         node_labels={"pool": "gpu"},
         tolerations=[Toleration(key="gpu", operator="Exists", effect="NoSchedule")],
     )
-    start = o.start_job_patch(job, flavors=[flv])
+    start = JOB.run_patch(job, [flavor_info("main", 1, [flv])])
     assert start == {"spec": {"suspend": False, "template": {
-        "metadata": {"labels": {o.PODSET_LABEL: "main"}},
+        "metadata": {"labels": {PODSET_LABEL: "main"}},
         "spec": {"nodeSelector": {"pool": "gpu"}, "tolerations": [
             {"key": "k", "operator": "Exists"}, {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}}  # fmt: skip
     running = copy.deepcopy(job)
     running["spec"]["suspend"] = False
     tmpl = running["spec"]["template"]
-    tmpl["metadata"]["labels"][o.PODSET_LABEL] = "main"
+    tmpl["metadata"]["labels"][PODSET_LABEL] = "main"
     tmpl["spec"]["nodeSelector"]["pool"] = "gpu"
     tmpl["spec"]["tolerations"] = start["spec"]["template"]["spec"]["tolerations"]
-    stop = o.restore_job_patch(running, original)
+    orig = original_info({"name": "main", "count": 1, "template": original})
+    stop = JOB.restore_patch(running, [orig])
     assert stop == {"spec": {"template": {
-        "metadata": {"labels": {o.PODSET_LABEL: None}},
+        "metadata": {"labels": {PODSET_LABEL: None}},
         "spec": {"nodeSelector": {"pool": None}, "tolerations": [{"key": "k", "operator": "Exists"}]}}}}  # fmt: skip
-    assert not o.job_needs_restore(job, original)
+    assert JOB.restore_patch(job, [orig]) == {}
+    # the stop's steps: suspend, clear startTime, then (no pods left) restore
+    running["status"] = {"startTime": "2026-01-01T00:00:00Z", "active": 1}
+    assert JOB.stop_step(running, [orig]).patch == {"spec": {"suspend": True}}
+    running["spec"]["suspend"] = True
+    step = JOB.stop_step(running, [orig])
+    assert (step.patch, step.subresource) == ({"status": {"startTime": None}}, "status")
+    del running["status"]["startTime"]
+    assert JOB.stop_step(running, [orig]) is None  # waits for the pods to stop
+    running["status"]["active"] = 0
+    assert JOB.stop_step(running, [orig]).patch == stop
 
 
 def test_cache_sync_charges_an_admitted_workload_once_and_releases_it_once() -> None:
@@ -202,8 +216,8 @@ def test_the_workload_informer_shares_templates_and_slims_finished_ones() -> Non
 
 
 def test_the_writer_reads_only_the_stores_it_keeps() -> None:
-    """Read-your-writes is kept for Workloads and Jobs; asking it for another resource
-    is a bug, not a silent read of the Jobs store."""
+    """Read-your-writes is kept for Workloads and job objects; asking it for another
+    resource is a bug, not a silent read of the Jobs store."""
     import pytest
 
     from admission.kube.client import JOBS, PODS, WORKLOADS
@@ -221,12 +235,12 @@ def test_the_writer_reads_only_the_stores_it_keeps() -> None:
     writer = Writer(
         None,  # type: ignore[arg-type]
         workloads=Store({"ns/x": wl}),  # type: ignore[arg-type]
-        jobs=Store({"ns/x": job}),  # type: ignore[arg-type]
+        objects={"jobs": Store({"ns/x": job})},  # type: ignore[dict-item]
         sync=CacheSync(make_cache(), clock=lambda: 0.0),
     )
     assert writer.current(WORKLOADS, "ns/x") is wl
     assert writer.current(JOBS, "ns/x") is job
-    with pytest.raises(ValueError, match="only workloads and jobs"):
+    with pytest.raises(ValueError, match="only workloads and job objects"):
         writer.current(PODS, "ns/x")
     newer = {"metadata": {"name": "w", "resourceVersion": "9"}}
     writer.remember(WORKLOADS, "ns/x", newer)

@@ -1,11 +1,13 @@
-"""The pod-group path's pure helpers: Workload composition, ungate and finalizer patches."""
+"""The pod-group integration's pure helpers: Workload composition, ungate and finalizer
+patches (admission.integrations.pod)."""
 
 from __future__ import annotations
 
 import jsonpatch
 import pytest
 
-from admission.kube import podgroups as pg
+from admission.integrations import pod as pg
+from admission.integrations.base import flavor_info
 from queues.model import PriorityClass, ResourceFlavor, Toleration
 
 
@@ -78,8 +80,8 @@ def test_the_ungate_patch_removes_only_our_gate_and_adds_flavor_constraints() ->
         node_labels={"example.com/pool": "gpu", "zone": "z2"},
         tolerations=[Toleration(key="gpu", operator="Exists", effect="NoSchedule")],
     )
-    patch = pg.ungate_patch(p, flavors=[flv])
-    assert patch is not None
+    patch, kept = pg.ungate_patch(p, flavor_info("main", 1, [flv]))
+    assert patch is not None and kept == ["zone"]
     out = jsonpatch.apply_patch(p, patch)
     assert out["spec"]["schedulingGates"] == [{"name": "other"}]
     assert out["spec"]["nodeSelector"] == {"zone": "z1", "example.com/pool": "gpu"}  # kept z1
@@ -88,12 +90,12 @@ def test_the_ungate_patch_removes_only_our_gate_and_adds_flavor_constraints() ->
         "operator": "Exists",
         "effect": "NoSchedule",
     }
-    assert pg.ungate_patch(out, flavors=[flv]) is None  # already ungated
+    assert pg.ungate_patch(out, flavor_info("main", 1, [flv])) == (None, [])  # already ungated
 
 
 def test_the_ungate_patch_creates_missing_fields() -> None:
     flv = ResourceFlavor(name="f", node_labels={"a/b": "c"})
-    out = jsonpatch.apply_patch(pod("a"), pg.ungate_patch(pod("a"), flavors=[flv]))
+    out = jsonpatch.apply_patch(pod("a"), pg.ungate_patch(pod("a"), flavor_info("m", 1, [flv]))[0])
     assert out["spec"]["nodeSelector"] == {"a/b": "c"}
     assert "tolerations" not in out["spec"]
 

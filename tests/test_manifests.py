@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
+from admission.integrations.registry import INTEGRATIONS
+
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
 BASE = MANIFESTS / "base"
@@ -39,7 +41,8 @@ PLAN_KINDS = {
     (KUEUE, "Workload"),
     ("scheduling.k8s.io/v1", "PriorityClass"),
     ("v1", "Namespace"),
-    ("batch/v1", "Job"),
+    # every job kind plan reads (one Workload per object)
+    *((i.api_version, i.kind) for i in INTEGRATIONS if i.reconciler == "object"),
 }
 
 BASE_KINDS = {
@@ -61,10 +64,13 @@ BASE_KINDS = {
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 2,
 }
 
-# (webhook name) -> (path, resources, operations); Kueue's paths (semantics §3.1).
+# (webhook name) -> (path, resources, operations); Kueue's paths (semantics §3.1): two
+# per job integration of the registry, then the queue objects'.
 MUTATING = {
-    "mjob.kb.io": ("/mutate-batch-v1-job", ["jobs"], ["CREATE"]),
-    "mpod.kb.io": ("/mutate--v1-pod", ["pods"], ["CREATE"]),
+    **{
+        f"m{i.kind.lower()}.kb.io": (i.webhook_paths()[0], [i.resource.plural], ["CREATE"])
+        for i in INTEGRATIONS
+    },
     "mclusterqueue.kb.io": (
         "/mutate-kueue-x-k8s-io-v1beta2-clusterqueue",
         ["clusterqueues"],
@@ -78,8 +84,14 @@ MUTATING = {
     "mworkload.kb.io": ("/mutate-kueue-x-k8s-io-v1beta2-workload", ["workloads"], ["CREATE"]),
 }
 VALIDATING = {
-    "vjob.kb.io": ("/validate-batch-v1-job", ["jobs"], ["CREATE", "UPDATE"]),
-    "vpod.kb.io": ("/validate--v1-pod", ["pods"], ["CREATE", "UPDATE"]),
+    **{
+        f"v{i.kind.lower()}.kb.io": (
+            i.webhook_paths()[1],
+            [i.resource.plural],
+            ["CREATE", "UPDATE"],
+        )
+        for i in INTEGRATIONS
+    },
     "vclusterqueue.kb.io": (
         "/validate-kueue-x-k8s-io-v1beta2-clusterqueue",
         ["clusterqueues"],
@@ -111,7 +123,8 @@ VALIDATING = {
         ["CREATE", "UPDATE"],
     ),
 }
-NAMESPACED_RESOURCES = {"jobs", "pods", "workloads", "localqueues"}
+NAMESPACED_RESOURCES = {"workloads", "localqueues", *(i.resource.plural for i in INTEGRATIONS)}
+OBJECT_SELECTORS = {i.resource.plural: i.webhook_object_selector for i in INTEGRATIONS}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -312,6 +325,8 @@ def test_webhooks_use_kueue_paths_and_never_lock_out_system_namespaces() -> None
                         {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}
                     ]
                 }, name
+            elif OBJECT_SELECTORS.get(resources[0]) is not None:
+                assert hook["objectSelector"] == OBJECT_SELECTORS[resources[0]], name
             else:
                 assert "objectSelector" not in hook, name
             assert hook["clientConfig"]["service"] == {
@@ -329,6 +344,26 @@ def test_webhooks_use_kueue_paths_and_never_lock_out_system_namespaces() -> None
                     labels = {"kubernetes.io/metadata.name": ns}
                     assert not _selector_matches(selector, labels), (name, ns)
                 assert _selector_matches(selector, {"kubernetes.io/metadata.name": "team-a"})
+
+
+def test_the_job_integrations_manifests_are_generated_from_the_registry(tmp_path: Path) -> None:
+    """RBAC rules and webhook entries of every registered job kind come from
+    ``hack/gen_manifests.py``; the check mode says when they are stale."""
+    spec = importlib.util.spec_from_file_location("gen_manifests", REPO / "hack/gen_manifests.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.stale_files() == [], "run: python hack/gen_manifests.py"
+    shutil.copytree(BASE, tmp_path / "base")
+    rbac = tmp_path / "base" / "rbac.yaml"
+    rbac.write_text(rbac.read_text().replace(
+        "resources: [jobs]\n  verbs: [list, watch, patch]", "resources: [jobs]\n  verbs: [list]"
+    ))
+    out: list[str] = []
+    assert gen.main(["--check", "--dir", str(tmp_path / "base")], out=out.append) == 1
+    assert "rbac.yaml" in out[0]
+    assert gen.main(["--dir", str(tmp_path / "base")], out=out.append) == 0
+    assert rbac.read_text() == (BASE / "rbac.yaml").read_text()
 
 
 def test_the_deployment_is_cluster_critical() -> None:

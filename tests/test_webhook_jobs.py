@@ -151,15 +151,11 @@ def test_kube_system_is_outside_the_managed_namespaces(client: ReviewClient) -> 
 
 
 def test_job_owned_by_a_managed_kind_is_left_alone(client: ReviewClient) -> None:
+    """The controller owner is of an enabled integration (any registered kind: here
+    batch/v1 Job itself), which admits the whole: no queue default, no suspend."""
     obj = job()
     obj["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "name": "js",
-            "uid": "1",
-            "controller": True,
-        }
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1", "controller": True}
     ]
     assert mutate(client, obj) == []
 

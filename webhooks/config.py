@@ -8,38 +8,15 @@ into :class:`WebhookConfig`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from admission.integrations.registry import ALL, Frameworks
 from queues.model import LabelSelector, SelectorRequirement
 
 DEFAULT_SERVICE_NAMESPACE = "quartermaster-system"
 DEFAULT_SERVICE_ACCOUNT = "quartermaster"  # manifests/base/serviceaccount.yaml
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-
-# (apiVersion, kind) of the owners Kueue integrations manage (Kueue's default
-# ``integrations.frameworks``): a Job or Pod whose controller owner is one of these is
-# left to its owner's integration (IsOwnerManagedByKueueForObject).
-DEFAULT_MANAGED_OWNER_KINDS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("batch/v1", "Job"),
-        ("jobset.x-k8s.io/v1alpha2", "JobSet"),
-        ("kubeflow.org/v1", "TFJob"),
-        ("kubeflow.org/v1", "PaddleJob"),
-        ("kubeflow.org/v1", "PyTorchJob"),
-        ("kubeflow.org/v1", "XGBoostJob"),
-        ("kubeflow.org/v1", "JAXJob"),
-        ("kubeflow.org/v2beta1", "MPIJob"),
-        ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
-        ("ray.io/v1", "RayJob"),
-        ("ray.io/v1", "RayCluster"),
-        ("ray.io/v1", "RayService"),
-        ("workload.codeflare.dev/v1beta2", "AppWrapper"),
-        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
-        ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
-    }
-)
-
 
 def default_namespace_selector(service_namespace: str) -> LabelSelector:
     """Kueue's default: ``kubernetes.io/metadata.name NotIn [kube-system, <service ns>]``."""
@@ -85,7 +62,10 @@ class WebhookConfig:
     # The identity the API server reports for our controller: only it may set a
     # Workload's status.admission (a user must not admit their own workload).
     service_account_username: str = ""
-    managed_owner_kinds: frozenset[tuple[str, str]] = field(default=DEFAULT_MANAGED_OWNER_KINDS)
+    # The job integrations the Configuration enables (``integrations.frameworks``): which
+    # kinds are served (the others' webhooks are no-ops) and whose children are left to
+    # their parent's integration.
+    frameworks: Frameworks = ALL
     # The service configuration (``admission.config.Config``): the quota webhook's impact
     # what-if builds its scheduler from it, exactly as ``plan --what-if --config`` does
     # (fair sharing, admission fair sharing, cohort credits). None: Kueue's defaults.
@@ -128,7 +108,15 @@ class WebhookConfig:
             managed_jobs_namespace_selector=selector,
             manage_jobs_without_queue_name=doc.manageJobsWithoutQueueName,
             what_if_config=config,
+            frameworks=config.frameworks,
         )
+
+    @property
+    def managed_owner_kinds(self) -> frozenset[tuple[str, str]]:
+        """(apiVersion, kind) of owners an enabled integration manages: a job or pod
+        whose controller owner is one of these is left to it
+        (IsOwnerManagedByKueueForObject)."""
+        return self.frameworks.managed_owner_kinds()
 
     def namespace_is_managed(self, labels: dict[str, str]) -> bool:
         selector = self.managed_jobs_namespace_selector

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from admission.integrations.base import Integration
+from admission.integrations.job import JOB
 from queues.labels import ELASTIC_JOB as ELASTIC_JOB_ANNOTATION
 from queues.labels import (
     JOB_COMPLETIONS_EQUAL_PARALLELISM as JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
@@ -39,7 +41,6 @@ from .review import (
     MalformedObject,
     Mutation,
     Verdict,
-    WebhookSpec,
     allow,
     atoi,
     dns1123_subdomain_errors,
@@ -163,6 +164,29 @@ def validate_on_update(
     elif not new_suspended and not old_suspended and old_pc != new_pc:
         # changing it on a running job would take effect silently at its next requeue
         errs.immutable(PRIORITY_CLASS_PATH, new_pc)
+
+
+def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    """``BaseWebhook.Default`` for any job kind: queue and priority defaults, then
+    suspend at the kind's ``suspend`` field — skipped when the controller owner is of
+    an enabled integration (that owner's integration manages it)."""
+    if req.operation != "CREATE" or req.object is None:
+        return allow()
+    obj = req.object
+    if owner_is_managed(obj, ctx.config):
+        return allow()
+    namespace = request_namespace(req, obj)
+    ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
+    m = Mutation(obj)
+    apply_queue_defaults(m, namespace=namespace, ctx=ctx, default_queue=ns_managed)
+    deleting = metadata_of(obj).get("deletionTimestamp") is not None
+    if not deleting and not integ.is_suspended(obj):
+        if m.labels().get(QUEUE_LABEL) or (
+            ctx.config.manage_jobs_without_queue_name and ns_managed
+        ):
+            *parents, leaf = integ.suspend_path
+            m.set(tuple(parents), leaf, True)
+    return allow(m.patch())
 
 
 # ---------------------------------------------------------------- Job
@@ -338,19 +362,8 @@ def mutate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     fast = _mutate_job_fast(req, obj, ctx)
     if fast is not None:
         return fast
-    job = JobFields.of(obj)
-    namespace = request_namespace(req, obj)
-    if owner_is_managed(obj, ctx.config):
-        return allow()
-    ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
-    m = Mutation(obj)
-    apply_queue_defaults(m, namespace=namespace, ctx=ctx, default_queue=ns_managed)
-    if not job.deleting and not job.suspended:
-        if m.labels().get(QUEUE_LABEL) or (
-            ctx.config.manage_jobs_without_queue_name and ns_managed
-        ):
-            m.set(("spec",), "suspend", True)
-    return allow(m.patch())
+    JobFields.of(obj)  # a malformed Job is denied naming the field
+    return mutate_object(JOB, req, ctx)
 
 
 def _validate_partial_admission_create(job: JobFields, errs: FieldErrors) -> None:
@@ -449,8 +462,3 @@ def validate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         errs.forbidden(SYNC_COMPLETIONS_PATH, "field is immutable while the job is not suspended")
     return errs.verdict()
 
-
-WEBHOOKS = [
-    WebhookSpec("/mutate-batch-v1-job", "batch", "v1", "Job", mutate_job, mutating=True),
-    WebhookSpec("/validate-batch-v1-job", "batch", "v1", "Job", validate_job, mutating=False),
-]

@@ -42,7 +42,6 @@ from .review import (
     JsonObj,
     Mutation,
     Verdict,
-    WebhookSpec,
     allow,
     atoi,
     get_list,
@@ -200,8 +199,3 @@ def validate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         warnings.append(MANAGED_OWNER_WARNING)
     return errs.verdict(warnings)
 
-
-WEBHOOKS = [
-    WebhookSpec("/mutate--v1-pod", "", "v1", "Pod", mutate_pod, mutating=True),
-    WebhookSpec("/validate--v1-pod", "", "v1", "Pod", validate_pod, mutating=False),
-]

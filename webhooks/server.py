@@ -35,9 +35,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Metric, ge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from . import jobs, pods, quota
+from admission.integrations.registry import ALL, Frameworks
+
+from . import quota
 from .certs import ReloadingSSLContext, ensure_cert_dir
 from .config import WebhookConfig
+from .integrations import integration_webhooks
 from .offloop import OffLoopRunner, run_inline
 from .review import (
     AdmissionRequest,
@@ -79,9 +82,10 @@ LATENCY_BUCKETS = (
 )
 
 
-def all_webhooks() -> list[WebhookSpec]:
-    """Every webhook this server serves, in registration order."""
-    return [*jobs.WEBHOOKS, *pods.WEBHOOKS, *quota.WEBHOOKS]
+def all_webhooks(frameworks: Frameworks = ALL) -> list[WebhookSpec]:
+    """Every webhook this server serves, in registration order: two per registered job
+    integration (no-ops for those ``frameworks`` does not enable), then the quota CRs'."""
+    return [*integration_webhooks(frameworks), *quota.WEBHOOKS]
 
 
 @dataclass(slots=True)
@@ -472,7 +476,7 @@ def build_app(
     limits: ServerLimits | None = None,
 ) -> web.Application:
     """The aiohttp application with every webhook route and the health endpoints."""
-    specs = webhooks if webhooks is not None else all_webhooks()
+    specs = webhooks if webhooks is not None else all_webhooks(config.frameworks)
     limits = limits or ServerLimits()
     ctx = HandlerContext(view=view, config=config)
     metrics = WebhookMetrics(registry or CollectorRegistry(), [s.path for s in specs])

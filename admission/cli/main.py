@@ -85,8 +85,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise BadInput(f"--cycles: must be a non-negative integer, got {args.cycles}")
     try:
         config = load_config(args.config)
-        inputs = load_paths(args.paths)
-        overlay = load_paths(args.what_if) if args.what_if else None
+        inputs = load_paths(args.paths, frameworks=config.frameworks)
+        overlay = load_paths(args.what_if, frameworks=config.frameworks) if args.what_if else None
     except (LoadError, ConfigError) as e:
         raise BadInput(str(e)) from e
     if args.now:

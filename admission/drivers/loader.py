@@ -4,8 +4,9 @@
 flavors and workloads from YAML files (CLI.md). This module is the file side of that:
 it expands paths (a file, or every ``*.yaml``/``*.yml`` in a directory, sorted by
 name), splits multi-document YAML, hands each object to ``queues.api`` for validation,
-turns batch/v1 Jobs into Workloads the way Kueue's job controller does
-(``admission.integrations.job``), and collects everything in an ``Inputs``.
+turns job objects (batch/v1 Jobs and every other kind of
+``admission.integrations.registry``) into Workloads the way Kueue's job controllers do,
+and collects everything in an ``Inputs``.
 
 Any bad input stops the load with a ``LoadError``: one paragraph naming the file, the
 0-based document index, the object and the field. A loader that skipped bad documents
@@ -22,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from admission.integrations.job import JobError, workload_from_job
+from admission.integrations.base import Integration, IntegrationError, workload_model
+from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from queues import api
 from queues.model import (
     ClusterQueue,
@@ -38,9 +40,10 @@ __all__ = ["Inputs", "LoadError", "load_paths", "merge", "default_namespaces"]
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 YAML_SUFFIXES = (".yaml", ".yml")
-JOB_API_VERSION = "batch/v1"
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
-SUPPORTED_KINDS = tuple(sorted({kind for _, kind in api.KINDS} | {"Job"}))
+# the job kinds plan reads: every integration with one Workload per object
+JOB_KINDS: dict[str, Integration] = {i.kind: i for i in INTEGRATIONS if i.reconciler == "object"}
+SUPPORTED_KINDS = tuple(sorted({kind for _, kind in api.KINDS} | set(JOB_KINDS)))
 
 
 class LoadError(Exception):
@@ -117,22 +120,25 @@ class _Origin:
 # --------------------------------------------------------------------------------------
 
 
-def load_paths(paths: list[str]) -> Inputs:
+def load_paths(paths: list[str], *, frameworks: Frameworks = ALL) -> Inputs:
     """Load YAML files and directories (non-recursive) into one ``Inputs``.
 
-    Jobs are converted after every file is read, so they see all priority classes.
+    Job objects are converted after every file is read, so they see all priority
+    classes; objects of an integration ``frameworks`` does not enable are not managed
+    and are left out.
     """
     inputs = Inputs()
     seen: dict[tuple[str, str], _Origin] = {}
     workloads: list[tuple[_Origin, Workload]] = []
-    jobs: list[tuple[_Origin, dict[str, Any]]] = []
+    jobs: list[tuple[_Origin, Integration, dict[str, Any]]] = []
     documents = ((file, index, doc) for file in _expand(paths) for index, doc in _documents(file))
     for position, (file, index, doc) in enumerate(documents):
         origin = _Origin(file, index, position)
         kind, name = _identify(doc, origin)
-        if kind == "Job":
-            _claim(seen, ("Job", name), origin, kind=kind, name=name)
-            jobs.append((origin, doc))
+        if kind in JOB_KINDS:
+            _claim(seen, (kind, name), origin, kind=kind, name=name)
+            if frameworks.is_enabled(JOB_KINDS[kind]):
+                jobs.append((origin, JOB_KINDS[kind], doc))
             continue
         obj = _parse(doc, origin)
         key = obj.key if isinstance(obj, LocalQueue | Workload) else obj.name
@@ -141,8 +147,8 @@ def load_paths(paths: list[str]) -> Inputs:
             workloads.append((origin, obj))
         else:
             _store(inputs, obj)
-    for origin, job in jobs:
-        wl = _job_workload(job, origin, inputs)
+    for origin, integration, job in jobs:
+        wl = _job_workload(integration, job, origin, inputs)
         if not wl.queue_name:
             # Kueue's defaulting: the LocalQueue named "default" in the namespace, if any;
             # otherwise the Job is not queue-managed and the service leaves it alone.
@@ -170,15 +176,20 @@ def load_paths(paths: list[str]) -> Inputs:
     return inputs
 
 
-def _job_workload(job: dict[str, Any], origin: _Origin, inputs: Inputs) -> Workload:
+def _job_workload(
+    integration: Integration, job: dict[str, Any], origin: _Origin, inputs: Inputs
+) -> Workload:
     try:
-        return workload_from_job(
+        return workload_model(
+            integration,
             job,
             workload_priority_classes=inputs.workload_priority_classes,
             priority_classes=inputs.priority_classes,
         )
-    except JobError as exc:
-        raise origin.error(str(exc), kind="Job", name=_namespaced(job.get("metadata"))) from None
+    except IntegrationError as exc:
+        raise origin.error(
+            str(exc), kind=integration.kind, name=_namespaced(job.get("metadata"))
+        ) from None
 
 
 def _expand(paths: list[str]) -> Iterator[str]:
@@ -368,7 +379,7 @@ def _identify(doc: dict[str, Any], origin: _Origin) -> tuple[str, str]:
     kind = doc.get("kind")
     kind_text = kind if isinstance(kind, str) else ""
     meta = doc.get("metadata")
-    name = _namespaced(meta) if kind in (*api.NAMESPACED_KINDS, "Job") else _plain(meta)
+    name = _namespaced(meta) if kind in (*api.NAMESPACED_KINDS, *JOB_KINDS) else _plain(meta)
 
     def fail(path: str, message: str = "Required value") -> LoadError:
         return origin.error(message, kind=kind_text, name=name, path=path)
@@ -381,10 +392,12 @@ def _identify(doc: dict[str, Any], origin: _Origin) -> tuple[str, str]:
     if kind_text not in SUPPORTED_KINDS:
         supported = ", ".join(SUPPORTED_KINDS)
         raise fail("kind", f'unsupported kind "{kind_text}" (supported kinds: {supported})')
-    if kind_text == "Job" and api_version != JOB_API_VERSION:
+    job_kind = JOB_KINDS.get(kind_text)
+    if job_kind is not None and api_version != job_kind.api_version:
         raise fail(
             "apiVersion",
-            f'Unsupported value: "{api_version}": supported values for Job: "{JOB_API_VERSION}"',
+            f'Unsupported value: "{api_version}": supported values for {kind_text}: '
+            f'"{job_kind.api_version}"',
         )
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         if isinstance(meta, dict) and meta.get("generateName"):

@@ -1,88 +1,192 @@
-"""batch/v1 Job -> Workload, the way Kueue's job controller builds it.
+"""batch/v1 Job, the way Kueue's ``batch/job`` integration handles it.
 
-Users submit Jobs, not Workloads; Kueue's ``batch/job`` integration turns each one
-into a Workload that the scheduler queues and admits. Quartermaster must derive the
-same Workload (same name, podSet, count, requests, queue and priority) or its plans
-and decisions would not line up with Kueue's. Sources: Kueue
-pkg/controller/jobframework/workload_names.go (``GetWorkloadNameForOwnerWithGVK``),
+Users submit Jobs, not Workloads; Kueue's job controller turns each one into a
+Workload that the scheduler queues and admits. Quartermaster derives the same
+Workload (same name, podSet, count, requests, queue and priority) or its plans and
+decisions would not line up with Kueue's. Sources: Kueue
 pkg/controller/jobs/job/job_controller.go (``PodSets``, ``podsCount``,
-``minPodsCount``), pkg/controller/jobframework/reconciler.go (``ExtractPriority``),
-pkg/util/priority/priority.go and the Job webhook's min-parallelism validation.
+``minPodsCount``, ``RunWithPodSetsInfo``, ``RestorePodSetsInfo``, ``Stop``) and the
+Job webhook's min-parallelism validation.
 
-Pure functions on plain dicts: nothing here reads the cluster; the caller passes the
-WorkloadPriorityClasses and PriorityClasses it knows.
+Two things only a Job has: partial admission (``job-min-parallelism``: the admitted
+count becomes ``spec.parallelism``, restored on stop), and a stop the API server
+allows only in steps (see :meth:`JobIntegration.stop_step`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import uuid
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from queues.labels import JOB_MIN_PARALLELISM as JOB_MIN_PARALLELISM_ANNOTATION
+from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import PriorityClass, Workload
-from queues.pods import PodSpecError, podset_from_template
-from queues.quantity import QuantityError
-from queues.topology_request import TopologyAnnotationError, topology_request_from_annotations
+
+from .base import (
+    Finished,
+    Integration,
+    IntegrationError,
+    Obj,
+    PodSetInfo,
+    Resource,
+    Role,
+    Step,
+    as_object,
+    count_field,
+    finished_by_conditions,
+    ref_of,
+    string_map,
+    template_at,
+    workload_model,
+    workload_name,
+)
 
 __all__ = [
+    "JOB",
     "JOB_MIN_PARALLELISM_ANNOTATION",
     "PRIORITY_CLASS_LABEL",
     "QUEUE_NAME_LABEL",
     "JobError",
+    "JobIntegration",
     "workload_from_job",
     "workload_name",
 ]
 
-
 DEFAULT_POD_SET_NAME = "main"
 # Kueue's PodIndexLabel for batch/v1 Jobs (the ungater hands out domains in this order).
 JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
-POD_PRIORITY_CLASS = "PriorityClass"
-
-MAX_WORKLOAD_NAME_LENGTH = 253  # 63 with Kueue's alpha ShortWorkloadNames gate
-_HASH_LENGTH = 5
-_INT32_MAX = 2**31 - 1
-
-# Namespace for UIDs invented for Jobs that carry none (files, tests), so that the
-# derived Workload names stay the same from run to run.
-_FAKE_UID_NAMESPACE = uuid.UUID("6f1c1d0e-8a53-4b8e-9a52-7b1f4c0d9e21")
-
 _ATOI_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_RFC3339_RE = re.compile(
-    r"(?P<base>[0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ](?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
-    r"(?:\.(?P<frac>[0-9]+))?(?P<tz>[Zz]|[+-][0-9]{2}:[0-9]{2})",
-    re.ASCII,
-)
+
+JobError = IntegrationError
+"""A Job cannot be turned into a Workload; the message names the Job and the field."""
 
 
-class JobError(ValueError):
-    """A Job cannot be turned into a Workload; the message names the Job and the field."""
+class JobIntegration(Integration):
+    framework = "batch/job"
+    resource = Resource("batch", "v1", "jobs", "Job")
+    # start/stop patches; stopping a started Job clears status.startTime so the
+    # API server lets its pod template's scheduling directives be restored
+    writes = (("patch", ""), ("patch", "status"))
+    pod_index_label = JOB_COMPLETION_INDEX_LABEL
+
+    def roles(self, obj: Mapping[str, Any]) -> list[Role]:
+        """One podSet ``main`` with count = min(parallelism, completions) and minCount
+        from the ``job-min-parallelism`` annotation."""
+        what, ref = self.what, ref_of(obj)
+        meta = as_object(obj.get("metadata"), what, ref, "metadata")
+        annotations = string_map(meta.get("annotations"), what, ref, "metadata.annotations")
+        spec = as_object(obj.get("spec"), what, ref, "spec")
+        parallelism = count_field(spec.get("parallelism"), what, ref, "spec.parallelism", default=1)
+        completions = count_field(
+            spec.get("completions"), what, ref, "spec.completions", default=parallelism
+        )
+        count = min(parallelism, completions)
+        min_count = _min_count(annotations.get(JOB_MIN_PARALLELISM_ANNOTATION), count, ref)
+        template = template_at(obj, ("spec", "template"), what)
+        return [
+            Role(
+                name=DEFAULT_POD_SET_NAME,
+                count=count,
+                template=template,
+                path=("spec", "template"),
+                min_count=min_count,
+                count_path=("spec", "parallelism"),
+            )
+        ]
+
+    def finished(self, obj: Mapping[str, Any]) -> Finished | None:
+        return finished_by_conditions(obj, succeeded=("Complete",), failed=("Failed",))
+
+    def is_active(self, obj: Mapping[str, Any]) -> bool:
+        return job_active(obj) > 0
+
+    def pods_ready(self, obj: Mapping[str, Any], count: int) -> bool | None:
+        status = obj.get("status") or {}
+        ready = sum(v for k in ("ready", "succeeded") if isinstance(v := status.get(k), int))
+        return ready >= count
+
+    def run_patch(self, obj: Mapping[str, Any], infos: Sequence[PodSetInfo]) -> Obj:
+        """Unsuspend with the flavors' node selector and tolerations and the podset
+        label; under partial admission the admitted count becomes ``parallelism``."""
+        (info,) = infos
+        (role,) = self.roles(obj)
+        tspec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        tolerations: list[Obj] = [t for t in tspec.get("tolerations") or [] if isinstance(t, dict)]
+        tolerations += [t for t in info.tolerations if t not in tolerations]
+        pod_spec: Obj = {}
+        if info.node_selector:
+            pod_spec["nodeSelector"] = dict(info.node_selector)
+        if tolerations != (tspec.get("tolerations") or []):
+            pod_spec["tolerations"] = tolerations
+        template: Obj = {"metadata": {"labels": {PODSET_LABEL: info.name}}}
+        if pod_spec:
+            template["spec"] = pod_spec
+        body: Obj = {"suspend": False, "template": template}
+        if role.min_count is not None and info.count < role.count:
+            body["parallelism"] = info.count
+        return {"spec": body}
+
+    def restore_patch(self, obj: Mapping[str, Any], originals: Sequence[PodSetInfo]) -> Obj:
+        """Put back the template's node selector, tolerations and podset label (and
+        the parallelism partial admission lowered) from the Workload's copy; valid
+        only on a suspended, never-started Job (see :meth:`stop_step`)."""
+        (info,) = originals
+        (role,) = self.roles(obj)
+        tmpl = (obj.get("spec") or {}).get("template") or {}
+        tspec = tmpl.get("spec") or {}
+        patch_spec: Obj = {}
+        have_ns = tspec.get("nodeSelector") or {}
+        want_ns = info.node_selector
+        if have_ns != want_ns:
+            ns_patch: Obj = {k: None for k in have_ns if k not in want_ns}
+            ns_patch.update({k: v for k, v in want_ns.items() if have_ns.get(k) != v})
+            patch_spec["nodeSelector"] = ns_patch
+        if (tspec.get("tolerations") or []) != info.tolerations:
+            patch_spec["tolerations"] = info.tolerations or None
+        template: Obj = {}
+        labels = (tmpl.get("metadata") or {}).get("labels") or {}
+        if PODSET_LABEL in labels and PODSET_LABEL not in info.labels:
+            template["metadata"] = {"labels": {PODSET_LABEL: None}}
+        if patch_spec:
+            template["spec"] = patch_spec
+        body: Obj = {"template": template} if template else {}
+        if info.min_count is not None and (obj.get("spec") or {}).get("parallelism") != info.count:
+            body["parallelism"] = info.count  # partial admission lowered it
+        return {"spec": body} if body else {}
+
+    def stop_step(
+        self, obj: Mapping[str, Any], originals: Sequence[PodSetInfo] | None
+    ) -> Step | None:
+        """Kueue's batch/Job ``Stop``, in the steps the API server allows.
+
+        A Job's pod template may change only while the *stored* Job is suspended and
+        has no ``status.startTime``, and the Job controller keeps ``startTime`` on
+        suspend; one patch "suspend + restore the template" is refused (422) for any
+        Job that has started. So: suspend; clear ``startTime`` through ``jobs/status``;
+        then restore the template — once the Job controller reports no active pods,
+        since from Kubernetes 1.36 (``MutableSchedulingDirectivesForSuspendedJobs``)
+        the template of a suspended Job is mutable only with ``status.active == 0``.
+        """
+        if not self.is_suspended(obj):
+            return Step({"spec": {"suspend": True}})
+        if ((obj.get("status") or {}).get("startTime")) or "":
+            return Step({"status": {"startTime": None}}, subresource="status")
+        if originals is not None and job_active(obj) == 0:
+            patch = self.restore_patch(obj, originals)
+            if patch:
+                return Step(patch)
+        return None
 
 
-def workload_name(
-    *, owner_name: str, owner_uid: str, kind: str = "Job", group: str = "batch"
-) -> str:
-    """Kueue's ``GetWorkloadNameForOwnerWithGVK``.
+JOB = JobIntegration()
 
-    ``<lower(kind)>-<owner_name>`` truncated so the whole name fits 253 characters,
-    then ``-`` and the first 5 hex digits of sha1("<kind>\\n<group>\\n<name>\\n<uid>")
-    (the kind keeps its case in the hash).
-    """
-    digest = hashlib.sha1(usedforsecurity=False)
-    for i, part in enumerate((kind, group, owner_name, owner_uid)):
-        if i:
-            digest.update(b"\n")
-        digest.update(part.encode())
-    prefix = f"{kind.lower()}-{owner_name}"
-    prefix = prefix[: MAX_WORKLOAD_NAME_LENGTH - 1 - _HASH_LENGTH]
-    return f"{prefix}-{digest.hexdigest()[:_HASH_LENGTH]}"
+
+def job_active(job: Mapping[str, Any]) -> int:
+    n = (job.get("status") or {}).get("active")
+    return n if isinstance(n, int) else 0
 
 
 def workload_from_job(
@@ -99,118 +203,12 @@ def workload_from_job(
     template ``priorityClassName`` -> globalDefault PriorityClass -> 0.
     Raises ``JobError`` naming the Job and the field on bad input.
     """
-    if not isinstance(job, Mapping):
-        raise JobError(f"job: expected an object, got {type(job).__name__}")
-    metadata = _object(job.get("metadata"), "<unknown>", "metadata")
-    namespace = metadata.get("namespace") or "default"
-    if not isinstance(namespace, str):
-        raise JobError(f"job <unknown>: metadata.namespace: expected a string, got {namespace!r}")
-    name = metadata.get("name")
-    if not isinstance(name, str) or not name:
-        raise JobError(f"job {namespace}/<unnamed>: metadata.name: required, got {name!r}")
-    ref = f"{namespace}/{name}"
-
-    for field, expected in (("kind", "Job"), ("apiVersion", "batch/v1")):
-        if field in job and job[field] != expected:
-            raise JobError(f"job {ref}: {field}: expected {expected!r}, got {job[field]!r}")
-
-    labels = _string_map(metadata.get("labels"), ref, "metadata.labels")
-    annotations = _string_map(metadata.get("annotations"), ref, "metadata.annotations")
-    uid = metadata.get("uid")
-    if uid is None or uid == "":
-        uid = str(uuid.uuid5(_FAKE_UID_NAMESPACE, ref))
-    elif not isinstance(uid, str):
-        raise JobError(f"job {ref}: metadata.uid: expected a string, got {uid!r}")
-    creation_time = _creation_time(metadata.get("creationTimestamp"), ref)
-
-    spec = _object(job.get("spec"), ref, "spec")
-    parallelism = _count(spec.get("parallelism"), ref, "spec.parallelism", default=1)
-    completions = _count(spec.get("completions"), ref, "spec.completions", default=parallelism)
-    count = min(parallelism, completions)
-    min_count = _min_count(annotations.get(JOB_MIN_PARALLELISM_ANNOTATION), count, ref)
-
-    if spec.get("template") is None:
-        raise JobError(f"job {ref}: spec.template: required")
-    template = _object(spec.get("template"), ref, "spec.template")
-    pod_spec = _object(template.get("spec"), ref, "spec.template.spec")
-    containers = pod_spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise JobError(
-            f"job {ref}: spec.template.spec.containers: at least one container is required"
-        )
-    try:
-        pod_set = podset_from_template(
-            name=DEFAULT_POD_SET_NAME, count=count, template=template, min_count=min_count
-        )
-    except (QuantityError, PodSpecError) as err:
-        raise JobError(f"job {ref}: spec.template.spec: {err}") from err
-    template_meta = template.get("metadata")
-    if isinstance(template_meta, Mapping):
-        template_annotations = template_meta.get("annotations")
-        if isinstance(template_annotations, Mapping):
-            try:
-                pod_set.topology = topology_request_from_annotations(
-                    _string_map(template_annotations, ref, "spec.template.metadata.annotations"),
-                    path="spec.template.metadata",
-                    count=count,
-                    pod_index_label=JOB_COMPLETION_INDEX_LABEL,
-                )
-            except TopologyAnnotationError as err:
-                raise JobError(f"job {ref}: {err}") from err
-
-    priority_class, kind, priority = workload_priority(
-        labels=labels,
-        pod_spec=pod_spec,
-        ref=ref,
+    return workload_model(
+        JOB,
+        job,
         workload_priority_classes=workload_priority_classes,
         priority_classes=priority_classes,
     )
-
-    return Workload(
-        namespace=namespace,
-        name=workload_name(owner_name=name, owner_uid=uid),
-        pod_sets=[pod_set],
-        queue_name=labels.get(QUEUE_NAME_LABEL, ""),
-        priority=priority,
-        priority_class=priority_class,
-        priority_class_kind=kind,
-        uid=uid,
-        creation_time=creation_time,
-        labels=labels,
-        annotations=annotations,
-    )
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _object(value: Any, ref: str, field: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise JobError(f"job {ref}: {field}: expected an object, got {type(value).__name__}")
-    return value
-
-
-def _string_map(value: Any, ref: str, field: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, val in _object(value, ref, field).items():
-        if not isinstance(key, str) or not isinstance(val, str):
-            raise JobError(
-                f"job {ref}: {field}: keys and values must be strings, got {key!r}: {val!r}"
-            )
-        out[key] = val
-    return out
-
-
-def _count(value: Any, ref: str, field: str, *, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT32_MAX:
-        raise JobError(
-            f"job {ref}: {field}: must be an integer between 0 and {_INT32_MAX}, got {value!r}"
-        )
-    return value
 
 
 def _min_count(raw: str | None, count: int, ref: str) -> int | None:
@@ -225,64 +223,3 @@ def _min_count(raw: str | None, count: int, ref: str) -> int | None:
         )
         raise JobError(f"job {ref}: {field}: must be {bounds}, got {raw!r}")
     return value
-
-
-def _creation_time(value: Any, ref: str) -> float:
-    field = "metadata.creationTimestamp"
-    if value is None:
-        return 0.0
-    if isinstance(value, datetime):  # YAML loaders turn unquoted timestamps into datetimes
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    if not isinstance(value, str):
-        raise JobError(f"job {ref}: {field}: expected an RFC 3339 string, got {value!r}")
-    match = _RFC3339_RE.fullmatch(value)
-    if match is None:
-        raise JobError(f"job {ref}: {field}: not an RFC 3339 timestamp: {value!r}")
-    tz = match["tz"]
-    iso = f"{match['base']}T{match['time']}{'+00:00' if tz in 'Zz' else tz}"
-    try:
-        whole = datetime.fromisoformat(iso)
-    except ValueError as err:
-        raise JobError(f"job {ref}: {field}: not a valid timestamp: {value!r} ({err})") from err
-    frac = float(f"0.{match['frac']}") if match["frac"] else 0.0
-    return whole.timestamp() + frac
-
-
-def workload_priority(
-    *,
-    labels: Mapping[str, str],
-    pod_spec: Mapping[str, Any],
-    ref: str,
-    workload_priority_classes: Mapping[str, PriorityClass],
-    priority_classes: Mapping[str, PriorityClass],
-) -> tuple[str | None, str | None, int]:
-    """Kueue's ``ExtractPriority``: (class name, class kind, priority value)."""
-    wpc_name = labels.get(PRIORITY_CLASS_LABEL, "")
-    if wpc_name:
-        wpc = workload_priority_classes.get(wpc_name)
-        if wpc is None:
-            raise JobError(
-                f'job {ref}: metadata.labels["{PRIORITY_CLASS_LABEL}"]: '
-                f"WorkloadPriorityClass {wpc_name!r} not found (WorkloadPriorityClassNotFound)"
-            )
-        return wpc.name, WORKLOAD_PRIORITY_CLASS, wpc.value
-
-    pc_name = pod_spec.get("priorityClassName") or ""
-    if not isinstance(pc_name, str):
-        raise JobError(
-            f"job {ref}: spec.template.spec.priorityClassName: expected a string, got {pc_name!r}"
-        )
-    if pc_name:
-        pc = priority_classes.get(pc_name)
-        if pc is None:
-            raise JobError(
-                f"job {ref}: spec.template.spec.priorityClassName: PriorityClass {pc_name!r} not found"
-            )
-        return pc.name, POD_PRIORITY_CLASS, pc.value
-
-    # Several global defaults can exist after a race; Kueue takes the lowest value.
-    defaults = [pc for pc in priority_classes.values() if pc.global_default]
-    if defaults:
-        pc = min(defaults, key=lambda p: (p.value, p.name))
-        return pc.name, POD_PRIORITY_CLASS, pc.value
-    return None, None, 0

@@ -29,8 +29,7 @@ from admission.engine.scheduler import AdmittedDecision, PreemptedDecision
 from . import objects as o
 from .client import WORKLOADS, ApiError
 from .context import Abandon, Context, Obj
-from .jobs import evict
-from .podgroups import is_group_workload
+from .jobs import enqueue_owner, evict
 from .ratelimit import low_priority
 
 log = logging.getLogger("quartermaster.kube.admit")
@@ -94,11 +93,7 @@ class Applier:
                 written, "Normal", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}"
             )
             ctx.record_event(written, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}")
-            owner = o.owner_job(written)
-            if owner is not None:
-                ctx.enqueue("job", owner[0])
-            elif is_group_workload(written):
-                ctx.enqueue("podgroup", key)  # ungate the group's pods
+            enqueue_owner(ctx, key, written)  # start its job, ungate its group's pods
 
     def _roll_back(self, key: str, *, refused: bool) -> None:
         """Undo the assumption. Only a refusal (a 4xx other than 409/429: a webhook's

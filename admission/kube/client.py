@@ -10,8 +10,9 @@ token refresh), authentication, TLS and the aiohttp connection pool — through
 ``param_serialize`` + ``call_api``, and speaks raw JSON dicts.
 
 Every call the adapter makes is declared in :data:`API_CALLS` (verb, group, resource,
-subresource); :class:`KubeClient` refuses an undeclared call, so the table is complete
-by construction and the RBAC manifest can be checked against it.
+subresource) — the job kinds' part from the integrations registry — and
+:class:`KubeClient` refuses an undeclared call, so the table is complete by
+construction and the RBAC manifest can be checked against it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from urllib.parse import quote
 import aiohttp
 from kubernetes.aio import config as kube_config
 from kubernetes.aio.client import ApiClient, Configuration
+
+from admission.integrations.base import Integration
+from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 
 from .ratelimit import TokenBucket
 
@@ -122,9 +126,7 @@ VALIDATING_WEBHOOKS = Resource(
     False,
 )
 
-WATCHED: tuple[Resource, ...] = (
-    JOBS,
-    PODS,
+QUEUE_WATCHED: tuple[Resource, ...] = (
     WORKLOADS,
     RESOURCE_FLAVORS,
     CLUSTER_QUEUES,
@@ -134,6 +136,21 @@ WATCHED: tuple[Resource, ...] = (
     PRIORITY_CLASSES,
     NAMESPACES,
 )
+"""What every replica watches whatever the integrations: Workloads and the queue objects."""
+
+
+def resource_of(integration: Integration) -> Resource:
+    """The adapter's address of an integration's kind."""
+    r = integration.resource
+    return Resource(r.group, r.version, r.plural, r.kind, r.namespaced)
+
+
+def watched(frameworks: Frameworks = ALL) -> tuple[Resource, ...]:
+    """The informers of a service: the enabled integrations' kinds, then the queues'."""
+    return (*(resource_of(i) for i in frameworks.integrations()), *QUEUE_WATCHED)
+
+
+WATCHED: tuple[Resource, ...] = watched(ALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,20 +171,26 @@ def _calls(verbs: Iterable[str], res: Resource, sub: str = "") -> list[ApiCall]:
     return [ApiCall(v, res.group, res.plural, sub) for v in verbs]
 
 
+def integration_calls(integrations: Iterable[Integration] = INTEGRATIONS) -> frozenset[ApiCall]:
+    """What the integrations need: list/watch of their kind and the writes they make
+    (start, stop, ungate …), as each integration declares (``Integration.api_uses``)."""
+    return frozenset(
+        ApiCall(v, use.resource.group, use.resource.plural, use.subresource)
+        for i in integrations
+        for use in i.api_uses()
+        for v in use.verbs
+    )
+
+
 API_CALLS: frozenset[ApiCall] = frozenset(
     [
         # informers
-        *(c for r in WATCHED for c in _calls(("list", "watch"), r)),
-        # Job -> Workload: create, keep in sync, delete with the job, admit via status
+        *(c for r in QUEUE_WATCHED for c in _calls(("list", "watch"), r)),
+        # every registered integration (enabled or not: the RBAC is static)
+        *integration_calls(),
+        # job -> Workload: create, keep in sync, delete with the job, admit via status
         *_calls(("get", "create", "patch", "delete"), WORKLOADS),
         *_calls(("get", "patch"), WORKLOADS, "status"),
-        # start / stop jobs (suspend, nodeSelector, tolerations, podset label)
-        *_calls(("patch",), JOBS),
-        # stopping a started Job: status.startTime cleared so its template may change
-        *_calls(("patch",), JOBS, "status"),
-        # pod groups: ungate (flavors' nodeSelector/tolerations), lift the finalizer,
-        # delete the pods of an evicted group
-        *_calls(("patch", "delete"), PODS),
         # queue status; the resource-in-use finalizer of deleted queues and flavors
         *_calls(("patch",), CLUSTER_QUEUES),
         *_calls(("patch",), RESOURCE_FLAVORS),

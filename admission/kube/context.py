@@ -17,10 +17,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from admission.integrations.registry import ALL, Frameworks
 from queues.model import LabelSelector
 
 from . import objects as o
-from .client import JOBS, MERGE_PATCH, WORKLOADS, ApiError, KubeClient, Resource
+from .client import MERGE_PATCH, WORKLOADS, ApiError, KubeClient, Resource
 from .informer import Informer, newer, rv_at_least
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class ControllerOptions:
     retry_base: float = 0.1  # first retry of a failed reconcile, doubled per failure
     retry_cap: float = 300.0  # ... up to this (controller-runtime: 5 ms .. 1000 s)
     pods_ready: PodsReadyOptions = field(default_factory=PodsReadyOptions)
+    frameworks: Frameworks = ALL  # the integrations enabled (integrations.frameworks)
 
 
 async def _ready() -> None:
@@ -150,23 +152,23 @@ class Writer:
         client: KubeClient,
         *,
         workloads: Informer,
-        jobs: Informer,
+        objects: dict[str, Informer],
         sync: CacheSync,
     ) -> None:
         self.client = client
         self.workloads = workloads
-        self.jobs = jobs
         self.sync = sync
         self.latest: dict[tuple[str, str], Obj] = {}
-        self._stores = {WORKLOADS.plural: workloads, JOBS.plural: jobs}
+        # Workloads and the job objects the reconciler writes (one informer per kind)
+        self._stores = {WORKLOADS.plural: workloads, **objects}
 
     # -- read-your-writes ---------------------------------------------------------------------
 
     def current(self, res: Resource, key: str) -> Obj | None:
-        """The newer of the informer's copy and our last write (Workloads and Jobs)."""
+        """The newer of the informer's copy and our last write (Workloads and job objects)."""
         informer = self._stores.get(res.plural)
         if informer is None:
-            raise ValueError(f"Writer keeps no {res.plural}: only workloads and jobs")
+            raise ValueError(f"Writer keeps no {res.plural}: only workloads and job objects")
         stored = informer.get(key)
         mine = self.latest.get((res.plural, key))
         if mine is None:
@@ -178,9 +180,6 @@ class Writer:
 
     def workload(self, key: str) -> Obj | None:
         return self.current(WORKLOADS, key)
-
-    def job(self, key: str) -> Obj | None:
-        return self.current(JOBS, key)
 
     def remember(self, res: Resource, key: str, obj: Obj) -> None:
         self.latest[(res.plural, key)] = obj
@@ -244,19 +243,22 @@ class Writer:
             return new
         raise AssertionError("unreachable")
 
-    async def patch_job(self, key: str, body: Obj, *, subresource: str | None = None) -> Obj | None:
+    async def patch_object(
+        self, res: Resource, key: str, body: Obj, *, subresource: str | None = None
+    ) -> Obj | None:
+        """Merge-patch a job object; the written object (remembered), None when gone."""
         ns, name = o.split_key(key)
         try:
             new = await self.client.patch(
-                JOBS, name, body, namespace=ns, subresource=subresource, content_type=MERGE_PATCH
+                res, name, body, namespace=ns, subresource=subresource, content_type=MERGE_PATCH
             )
         except ApiError as err:
             if err.not_found:
                 return None
             raise
-        new.setdefault("apiVersion", JOBS.api_version)
-        new.setdefault("kind", JOBS.kind)
-        self.remember(JOBS, key, new)
+        new.setdefault("apiVersion", res.api_version)
+        new.setdefault("kind", res.kind)
+        self.remember(res, key, new)
         return new
 
 
@@ -280,7 +282,8 @@ class Context:
     # at its renew deadline, before a successor can take over
     fence: Callable[[], bool] = lambda: True
     cache_ready: Callable[[], Awaitable[None]] = field(default=lambda: _ready())
-    job_index: dict[str, set[str]] = field(default_factory=dict)  # job key -> workload keys
+    # (job kind's plural, job key) -> the keys of its Workloads
+    job_index: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     def informer(self, res: Resource) -> Informer:
         return self.informers[res.plural]

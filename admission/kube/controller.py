@@ -28,10 +28,10 @@ from admission.engine.scheduler import CycleResult, Scheduler
 from . import objects as o
 from .admit import Applier
 from .cachesync import QUEUE_KINDS, CacheSync
-from .client import JOBS, WORKLOADS, ApiError, KubeClient
+from .client import WORKLOADS, ApiError, KubeClient
 from .context import Context, ControllerOptions, WorkQueue, Writer
 from .informer import DELETED, Informer
-from .jobs import JobReconciler
+from .jobs import JobReconciler, owner_of
 from .metrics import Metrics
 from .podgroups import PodGroupReconciler
 from .podsready import PodsReadyWatcher
@@ -69,8 +69,12 @@ class Controller:
         self.informers = informers
         self.options = options
         self.sync = CacheSync(cache, clock=clock, on_change=self.wake)
+        kinds = [i for i in options.frameworks.integrations() if i.reconciler == "object"]
         self.writer = Writer(
-            client, workloads=informers["workloads"], jobs=informers["jobs"], sync=self.sync
+            client,
+            workloads=informers["workloads"],
+            objects={i.resource.plural: informers[i.resource.plural] for i in kinds},
+            sync=self.sync,
         )
         self._wake = asyncio.Event()
         self._cycle_idle = asyncio.Event()
@@ -121,10 +125,11 @@ class Controller:
     def _handler(self, plural: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
         if plural == "workloads":
             return self._on_workload
-        if plural == "jobs":
-            return self._on_job
         if plural == "pods":
             return self.podgroups.on_pod
+        for what, integ in self.jobs.kinds.items():
+            if integ.resource.plural == plural:
+                return self._on_object(what)
         kind = KIND_OF_PLURAL[plural]
 
         def on_queue_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
@@ -141,21 +146,26 @@ class Controller:
             self.writer.current(WORKLOADS, key)  # drops our copy once the informer caught up
         self.sync.workload(key, None if event == DELETED else new)
         obj = new or old
-        owner = o.owner_job(obj) if obj is not None else None
-        if owner is not None:
-            self.ctx.job_index.setdefault(owner[0], set()).add(key)
-            self.enqueue("job", owner[0])
+        owner = owner_of(self.ctx, obj) if obj is not None else None
+        if owner is not None and owner[1]:
+            self.ctx.job_index.setdefault((owner[0].what, owner[1]), set()).add(key)
+            self.enqueue(owner[0].what, owner[1])
         if event != DELETED:
             self.enqueue("wl", key)
 
-    def _on_job(self, event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
-        if event == DELETED:
-            self.writer.forget_object(JOBS, key)
-            for wkey in self.ctx.job_index.pop(key, set()):
-                self.enqueue("wl", wkey)
-            return
-        self.writer.current(JOBS, key)
-        self.enqueue("job", key)
+    def _on_object(self, what: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
+        res = self.jobs.resources[what]
+
+        def on_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+            if event == DELETED:
+                self.writer.forget_object(res, key)
+                for wkey in self.ctx.job_index.pop((what, key), set()):
+                    self.enqueue("wl", wkey)
+                return
+            self.writer.current(res, key)
+            self.enqueue(what, key)
+
+        return on_object
 
     async def cache_ready(self) -> None:
         """Wait until no scheduling cycle is running (before reading the cache at length)."""
@@ -184,8 +194,9 @@ class Controller:
         self.scheduler = self._make_scheduler(self.cache)
         self.status.tracker = self.scheduler.usage
         self.sync.flush_objects()
-        for key in list(self.informers["jobs"].store):
-            self.queue.add(("job", key))
+        for what, integ in self.jobs.kinds.items():
+            for key in list(self.informers[integ.resource.plural].store):
+                self.queue.add((what, key))
         for key in list(self.informers["workloads"].store):
             self.queue.add(self._item("wl", key))
         for key in self.podgroups.group_keys():
@@ -214,8 +225,8 @@ class Controller:
             item = await self.queue.get()
             kind, key = item
             try:
-                if kind == "job":
-                    await self.jobs.reconcile_job(key)
+                if kind in self.jobs.kinds:
+                    await self.jobs.reconcile(kind, key)
                 elif kind == "podgroup" or self.podgroups.owns(key):
                     await self.podgroups.reconcile(key)
                 else:
@@ -242,7 +253,9 @@ class Controller:
         self.ctx.metrics.reconcile_errors.labels(kind, str(status)).inc()
         log.warning("reconciling %s %s failed (retry in %.2fs): %s", kind, key, delay, err)
         if isinstance(err, ApiError) and 400 <= err.status < 500 and err.status not in (409, 429):
-            obj = self.writer.job(key) if kind == "job" else self.writer.workload(key)
+            obj = (
+                self.jobs.current(kind, key) if kind in self.jobs.kinds else self.writer.workload(key)
+            )
             if obj is not None and self.queue.failures(item) == 1:
                 self.ctx.record_event(obj, "Warning", "ApiRequestRefused", f"{err.call}: {err}")
 

@@ -1,47 +1,175 @@
-"""Job ⇄ Workload reconciliation (Kueue's jobframework reconciler, docs/semantics.md §4.1).
+"""Job ⇄ Workload reconciliation for every job kind (Kueue's jobframework reconciler,
+docs/semantics.md §4.1).
 
-Level-based: each call looks at the current Job and its Workload and does the one next
-step that brings them in line, so a restart, a lost write or a duplicate event at any
-point is harmless:
+One reconciler drives every integration whose objects each get one Workload
+(``Integration.reconciler == "object"``: batch/v1 Job, JobSet, …): what differs
+between kinds — where the pod templates are, how suspension and completion show, the
+steps of a stop — comes from the integration (:mod:`admission.integrations`).
 
-* a managed Job without a Workload gets one (owner reference, podSets, queue,
+Level-based: each call looks at the current object and its Workload and does the one
+next step that brings them in line, so a restart, a lost write or a duplicate event
+at any point is harmless:
+
+* a managed object without a Workload gets one (owner reference, podSets, queue,
   priority); it is kept suspended and its pending Workload kept in sync with it;
-* an admitted Workload starts its Job (``suspend=false``, the flavors' nodeSelector
-  and tolerations, the podset label) — only ever after the admission was written;
-* an evicted (or deactivated) Workload stops its Job (suspend, pod template restored
-  from the Workload's copy) and, once the Job has no active pods, its admission is
-  cleared and the quota released exactly once (``Cache.evicted``);
-* a finished Job finishes its Workload (``Finished``) and releases the quota at once;
-* a Workload whose Job is gone is deleted.
+* an admitted Workload starts its object (unsuspended, each podSet's template with
+  its flavors' nodeSelector and tolerations and the podset label) — only ever after
+  the admission was written;
+* an evicted (or deactivated) Workload stops its object (suspended, templates
+  restored from the Workload's copy) and, once the object has no active pods, its
+  admission is cleared and the quota released exactly once (``Cache.evicted``);
+* a finished object finishes its Workload (``Finished``) and releases the quota at once;
+* a Workload whose object is gone is deleted;
+* an object whose controller owner is of an enabled integration is left to it (a
+  JobSet's Jobs are admitted once, as the JobSet).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
-from admission.integrations.job import JobError, workload_from_job, workload_name
+from admission.integrations.base import (
+    JOB_UID_LABEL,
+    OWNER_GVK_ANNOTATION,
+    Integration,
+    IntegrationError,
+    PodSetInfo,
+    compose,
+    flavor_info,
+    original_info,
+)
+from admission.integrations.pod import is_group_workload
+from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import Workload
 
 from . import objects as o
-from .client import WORKLOADS, ApiError
+from .client import WORKLOADS, ApiError, Resource, resource_of
 from .context import Context, Obj
 
 log = logging.getLogger("quartermaster.kube.jobs")
 
 
+class ComposeErrors:
+    """Objects whose Workload cannot be built: each error logged and recorded once."""
+
+    def __init__(self, ctx: Context, what: str) -> None:
+        self.ctx = ctx
+        self.what = what
+        self._last: dict[str, str] = {}
+
+    def report(self, key: str, obj: Obj, err: Exception) -> None:
+        if self._last.get(key) != str(err):
+            self._last[key] = str(err)
+            log.warning("cannot build a Workload for %s %s: %s", self.what, key, err)
+            self.ctx.record_event(obj, "Warning", "ErrWorkloadCompose", str(err))
+
+    def clear(self, key: str) -> None:
+        self._last.pop(key, None)
+
+
+async def create_workload(
+    ctx: Context, wkey: str, body: Obj, *, owner: Obj, errors: ComposeErrors
+) -> None:
+    """Create the Workload ``body`` for ``owner``; a conflict means it exists already
+    (the informer delivers it), a refusal is recorded on the owner."""
+    ns, _ = o.split_key(wkey)
+    try:
+        created = await ctx.client.create(WORKLOADS, body, namespace=ns)
+    except ApiError as err:
+        if err.conflict:
+            return
+        ctx.metrics.api_writes.labels("create-workload", "error").inc()
+        log.warning("creating Workload %s for %s %s failed: %s", wkey, errors.what,
+                    o.ns_key(owner), err)  # fmt: skip
+        if err.retryable:
+            raise
+        ctx.record_event(owner, "Warning", "ErrWorkloadCompose", err.message)
+        return
+    ctx.metrics.api_writes.labels("create-workload", "ok").inc()
+    created.setdefault("apiVersion", WORKLOADS.api_version)
+    created.setdefault("kind", WORKLOADS.kind)
+    ctx.writer.remember(WORKLOADS, wkey, created)
+    ctx.sync.workload(wkey, created)
+    ctx.record_event(owner, "Normal", "CreatedWorkload", f"Created Workload: {wkey}")
+
+
+async def delete_workload(ctx: Context, wkey: str, wl: Obj, *, why: str) -> None:
+    """Delete a Workload whose job is gone (uid-pinned: never a newer namesake)."""
+    ns, name = o.split_key(wkey)
+    try:
+        await ctx.client.delete(
+            WORKLOADS, name, namespace=ns, uid=str(o.meta(wl).get("uid") or "") or None
+        )
+    except ApiError as err:
+        if not (err.not_found or err.conflict):
+            raise
+    log.info("deleted Workload %s: %s", wkey, why)
+    ctx.sync.workload(wkey, None)
+
+
+def owner_of(ctx: Context, wl: Mapping[str, Any] | None) -> tuple[Integration, str, str] | None:
+    """(integration, object key, uid) of the Workload's controlling job object, if it
+    is of an enabled integration; else, from the ``job-uid`` label and the owner-kind
+    annotation, (integration, "", uid) for a Workload whose owner reference is gone."""
+    frameworks = ctx.options.frameworks
+    meta = o.meta(wl)
+    ns = meta.get("namespace") or "default"
+    for ref in meta.get("ownerReferences") or []:
+        if not isinstance(ref, dict) or not ref.get("controller"):
+            continue
+        integ = _integration_of(frameworks, str(ref.get("apiVersion") or ""), ref.get("kind"))
+        if integ is not None:
+            return integ, f"{ns}/{ref.get('name')}", str(ref.get("uid") or "")
+    uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
+    if uid:
+        gvk = str((meta.get("annotations") or {}).get(OWNER_GVK_ANNOTATION) or "batch/v1, Kind=Job")
+        api_version, _, kind = gvk.partition(", Kind=")
+        integ = _integration_of(frameworks, api_version, kind or "Job")
+        if integ is not None:
+            return integ, "", uid
+    return None
+
+
+def _integration_of(frameworks: Any, api_version: str, kind: Any) -> Integration | None:
+    """The enabled object integration of ``kind`` in ``api_version``'s group (any version)."""
+    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    for integ in frameworks.integrations():
+        if integ.reconciler == "object" and integ.kind == kind and integ.resource.group == group:
+            return integ
+    return None
+
+
+def enqueue_owner(ctx: Context, wkey: str, wl: Mapping[str, Any] | None) -> None:
+    """Queue what starts or stops the job of Workload ``wkey``: its job object or its
+    pod group (a standalone Workload has nothing to start)."""
+    owner = owner_of(ctx, wl)
+    if owner is not None and owner[1]:
+        ctx.enqueue(owner[0].what, owner[1])
+    elif is_group_workload(wl):
+        ctx.enqueue("podgroup", wkey)
+
+
 class JobReconciler:
+    """Reconciles the objects of every enabled "object" integration, keyed by kind."""
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._bad: dict[str, str] = {}  # job key -> last composition error (logged once)
-        # job key -> (job uid, job generation, workload uid, workload generation) last found
-        # equivalent: Job status events (pods starting, ready) do not re-compose it
-        self._equivalent: dict[str, tuple[str, int, str, int]] = {}
+        self.kinds: dict[str, Integration] = {
+            i.what: i for i in ctx.options.frameworks.integrations() if i.reconciler == "object"
+        }
+        self.resources: dict[str, Resource] = {w: resource_of(i) for w, i in self.kinds.items()}
+        self.errors = {w: ComposeErrors(ctx, w) for w in self.kinds}
+        # object key -> (uid, generation, workload uid, workload generation) last found
+        # equivalent: status events (pods starting, ready) do not re-compose it
+        self._equivalent: dict[tuple[str, str], tuple[str, int, str, int]] = {}
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def managed(self, job: Obj) -> bool:
+    def managed(self, obj: Obj) -> bool:
         opts = self.ctx.options
-        ns = o.meta(job).get("namespace") or "default"
+        ns = o.meta(obj).get("namespace") or "default"
         if ns in opts.excluded_namespaces:
             return False
         if opts.managed_namespaces is not None:
@@ -49,63 +177,73 @@ class JobReconciler:
             have = {"kubernetes.io/metadata.name": ns, **(labels.labels if labels else {})}
             if not opts.managed_namespaces.matches(have):
                 return False
-        if o.job_queue_name(job):
+        if self.owned_by_integration(obj):
+            return False  # its parent's integration manages it (a JobSet's Jobs)
+        if (o.meta(obj).get("labels") or {}).get(QUEUE_NAME_LABEL):
             return True
         return opts.manage_jobs_without_queue_name
 
-    def workload_key(self, job: Obj) -> str:
-        m = o.meta(job)
-        name = workload_name(owner_name=str(m.get("name")), owner_uid=str(m.get("uid") or ""))
-        return f"{m.get('namespace') or 'default'}/{name}"
+    def owned_by_integration(self, obj: Obj) -> bool:
+        """Whether the controller owner is of an enabled integration (Kueue's
+        ``IsOwnerManagedByKueueForObject``): that integration admits the whole."""
+        kinds = self.ctx.options.frameworks.managed_owner_kinds()
+        for ref in o.meta(obj).get("ownerReferences") or []:
+            if isinstance(ref, dict) and ref.get("controller"):
+                return (ref.get("apiVersion"), ref.get("kind")) in kinds
+        return False
 
-    def _compose(self, key: str, job: Obj) -> Workload | None:
+    def current(self, what: str, key: str) -> Obj | None:
+        return self.ctx.writer.current(self.resources[what], key)
+
+    def workload_key(self, integ: Integration, obj: Obj) -> str:
+        return f"{o.meta(obj).get('namespace') or 'default'}/{integ.workload_name(obj)}"
+
+    def _compose(self, integ: Integration, key: str, obj: Obj) -> tuple[Workload, Obj] | None:
+        """The Workload for ``obj``: (model, API body); None (reported) on bad input."""
         sync = self.ctx.sync
+        errors = self.errors[integ.what]
         try:
-            wl = workload_from_job(
-                job,
+            composed = compose(
+                integ,
+                obj,
                 workload_priority_classes=sync.workload_priority_classes,
                 priority_classes=sync.priority_classes,
             )
-        except JobError as err:
-            if self._bad.get(key) != str(err):
-                self._bad[key] = str(err)
-                log.warning("cannot build a Workload for job %s: %s", key, err)
-                self.ctx.record_event(job, "Warning", "ErrWorkloadCompose", str(err))
+        except IntegrationError as err:
+            errors.report(key, obj, err)
             return None
-        self._bad.pop(key, None)
-        return wl
+        errors.clear(key)
+        return composed
 
     # -- the reconcile ------------------------------------------------------------------------
 
-    async def reconcile_job(self, key: str) -> None:
+    async def reconcile(self, what: str, key: str) -> None:
         ctx = self.ctx
-        job = ctx.writer.job(key)
-        if job is None or not self.managed(job):
-            self._equivalent.pop(key, None)
+        integ = self.kinds[what]
+        obj = self.current(what, key)
+        if obj is None or not self.managed(obj):
+            self._equivalent.pop((what, key), None)
             return
-        wkey = self.workload_key(job)
-        ctx.job_index.setdefault(key, set()).add(wkey)
+        wkey = self.workload_key(integ, obj)
+        ctx.job_index.setdefault((what, key), set()).add(wkey)
         wl = ctx.writer.workload(wkey)
-        finished = o.job_finished(job)
+        finished = integ.finished(obj)
         if finished is not None:
-            await self._finish(wkey, wl, succeeded=finished[0], message=finished[1])
+            await self._finish(wkey, wl, succeeded=finished.succeeded, message=finished.message)
             return
         if wl is None or o.deleting(wl):
-            if not o.job_suspended(job):
-                await self._stop(key, job, original=None)
+            if not integ.is_suspended(obj):
+                await self._stop(integ, key, obj, originals=None)
             if wl is None:
-                await self._create(key, job, wkey)
+                await self._create(integ, key, obj, wkey)
             return
-        first = ((wl.get("spec") or {}).get("podSets") or [{}])[0]
-        original = first.get("template")
-        # partial admission lowered the Job's parallelism: restored from the podSet count
-        restore_par = first.get("count") if first.get("minCount") is not None else None
+        originals = [original_info(ps) for ps in (wl.get("spec") or {}).get("podSets") or []]
         if (
             o.has_quota(wl)
             and not o.is_true(wl, o.EVICTED)
             and o.is_active(wl)
             and wkey not in ctx.sync.inflight
-            and await self._evict_if_changed(key, job, wkey, wl)
+            and await self._evict_if_changed(integ, key, obj, wkey, wl)
         ):
             return
         running = (
@@ -115,79 +253,61 @@ class JobReconciler:
             and o.is_active(wl)
         )
         if running:
-            if o.job_suspended(job):
-                await self._start(key, job, wl)
+            if integ.is_suspended(obj):
+                await self._start(integ, key, obj, wl)
             return
-        if not o.job_suspended(job) or (
-            o.job_needs_restore(job, original, parallelism=restore_par) and o.job_active(job) == 0
-        ):
-            job = await self._stop(key, job, original=original, parallelism=restore_par) or job
+        if integ.stop_step(obj, originals) is not None:
+            obj = await self._stop(integ, key, obj, originals=originals) or obj
         if o.has_quota(wl) and wkey not in ctx.sync.inflight:
-            if (o.is_true(wl, o.EVICTED) or not o.is_active(wl)) and o.job_active(job) == 0:
+            if (o.is_true(wl, o.EVICTED) or not o.is_active(wl)) and not integ.is_active(obj):
                 await finish_eviction(ctx, wkey)
             return
         if wkey not in ctx.sync.inflight:
-            await self._sync_spec(key, job, wkey, wl)
+            await self._sync_spec(integ, key, obj, wkey, wl)
 
-    async def _evict_if_changed(self, key: str, job: Obj, wkey: str, wl: Obj) -> bool:
-        """A Job edited after admission (``spec.parallelism`` 1 -> 64, other requests)
-        must not run on the admission of its old shape: that is a quota escape. Like
-        Kueue's reconciler (``EquivalentToWorkload``), stop it: the Workload is evicted,
-        the Job suspended and restored, and once stopped the pending Workload takes the
-        Job's new shape and queues again."""
+    async def _evict_if_changed(
+        self, integ: Integration, key: str, obj: Obj, wkey: str, wl: Obj
+    ) -> bool:
+        """An object edited after admission (``spec.parallelism`` 1 -> 64, other
+        requests) must not run on the admission of its old shape: that is a quota
+        escape. Like Kueue's reconciler (``EquivalentToWorkload``), stop it: the
+        Workload is evicted, the object suspended and restored, and once stopped the
+        pending Workload takes the object's new shape and queues again."""
         sig = (
-            str(o.meta(job).get("uid")),
-            o.generation(job),
+            str(o.meta(obj).get("uid")),
+            o.generation(obj),
             str(o.meta(wl).get("uid")),
             o.generation(wl),
         )
-        if self._equivalent.get(key) == sig:
+        if self._equivalent.get((integ.what, key)) == sig:
             return False
-        model = self._compose(key, job)
-        if model is None:
+        composed = self._compose(integ, key, obj)
+        if composed is None:
             return False
-        why = o.job_mismatch(wl, o.workload_for_job(job, model), started=not o.job_suspended(job))
+        why = o.job_mismatch(wl, composed[1], started=not integ.is_suspended(obj))
         if why is None:
-            self._equivalent[key] = sig
+            self._equivalent[(integ.what, key)] = sig
             return False
-        self._equivalent.pop(key, None)
+        self._equivalent.pop((integ.what, key), None)
         message = f"The job no longer matches its admitted Workload: {why}"
-        log.info("job %s: %s", key, message)
-        self.ctx.record_event(job, "Normal", "NoMatchingWorkload", message)
+        log.info("%s %s: %s", integ.what, key, message)
+        self.ctx.record_event(obj, "Normal", "NoMatchingWorkload", message)
         await evict(self.ctx, wkey, reason="NoMatchingWorkload", message=message)
         return True
 
-    async def _create(self, key: str, job: Obj, wkey: str) -> None:
-        ctx = self.ctx
-        model = self._compose(key, job)
-        if model is None:
-            return
-        body = o.workload_for_job(job, model)
-        ns, _ = o.split_key(wkey)
-        try:
-            created = await ctx.client.create(WORKLOADS, body, namespace=ns)
-        except ApiError as err:
-            if err.conflict:  # already exists: the informer will deliver it
-                return
-            ctx.metrics.api_writes.labels("create-workload", "error").inc()
-            log.warning("creating Workload %s for job %s failed: %s", wkey, key, err)
-            if err.retryable:
-                raise
-            ctx.record_event(job, "Warning", "ErrWorkloadCompose", err.message)
-            return
-        ctx.metrics.api_writes.labels("create-workload", "ok").inc()
-        created.setdefault("apiVersion", WORKLOADS.api_version)
-        created.setdefault("kind", WORKLOADS.kind)
-        ctx.writer.remember(WORKLOADS, wkey, created)
-        ctx.sync.workload(wkey, created)
-        ctx.record_event(job, "Normal", "CreatedWorkload", f"Created Workload: {wkey}")
+    async def _create(self, integ: Integration, key: str, obj: Obj, wkey: str) -> None:
+        composed = self._compose(integ, key, obj)
+        if composed is not None:
+            await create_workload(
+                self.ctx, wkey, composed[1], owner=obj, errors=self.errors[integ.what]
+            )
 
-    async def _sync_spec(self, key: str, job: Obj, wkey: str, wl: Obj) -> None:
-        """Keep a pending Workload's spec (count, queue, priority, template) like its Job's."""
-        model = self._compose(key, job)
-        if model is None:
+    async def _sync_spec(self, integ: Integration, key: str, obj: Obj, wkey: str, wl: Obj) -> None:
+        """Keep a pending Workload's spec (count, queue, priority, template) like its job's."""
+        composed = self._compose(integ, key, obj)
+        if composed is None:
             return
-        drift = o.workload_spec_drift(wl, o.workload_for_job(job, model))
+        drift = o.workload_spec_drift(wl, composed[1])
         if drift is None:
             return
         ns, name = o.split_key(wkey)
@@ -201,65 +321,73 @@ class JobReconciler:
         self.ctx.writer.remember(WORKLOADS, wkey, new)
         self.ctx.sync.workload(wkey, new)
 
-    async def _start(self, key: str, job: Obj, wl: Obj) -> None:
+    def admitted_infos(self, wl: Obj) -> list[PodSetInfo] | None:
+        """Each podSet's PodSetInfo from the Workload's admission (None: a flavor is
+        not known yet)."""
+        adm = o.admission_of(wl)
+        infos = []
+        for ps in (wl.get("spec") or {}).get("podSets") or []:
+            name = str(ps.get("name") or "main")
+            names = o.flavors_of(adm, name)
+            flavors = [self.ctx.sync.flavors[n] for n in names if n in self.ctx.sync.flavors]
+            if len(flavors) != len(names):
+                log.warning(
+                    "workload %s: flavor(s) %s not found; not started yet", o.ns_key(wl), names
+                )
+                return None
+            count = o.running_count(wl, name)
+            infos.append(
+                flavor_info(
+                    name, count if count is not None else int(ps.get("count") or 0), flavors
+                )
+            )
+        return infos
+
+    async def _start(self, integ: Integration, key: str, obj: Obj, wl: Obj) -> None:
         ctx = self.ctx
-        names = o.flavors_of(o.admission_of(wl))
-        flavors = [ctx.sync.flavors[n] for n in names if n in ctx.sync.flavors]
-        if len(flavors) != len(names):
-            log.warning("job %s: flavor(s) %s not found; not started yet", key, names)
+        infos = self.admitted_infos(wl)
+        if infos is None:
             return
-        patch = o.start_job_patch(job, flavors=flavors, parallelism=o.running_count(wl))
-        new = await ctx.writer.patch_job(key, patch)
+        try:
+            patch = integ.run_patch(obj, infos)
+        except (IntegrationError, ValueError) as err:  # podSets changed under us
+            log.warning("%s %s: not started: %s", integ.what, key, err)
+            return
+        new = await self._patch(integ, key, patch)
         if new is not None:
             ctx.metrics.api_writes.labels("start-job", "ok").inc()
             cq = (o.admission_of(wl) or {}).get("clusterQueue", "")
-            ctx.record_event(job, "Normal", "Started", f"Admitted by clusterQueue {cq}")
+            ctx.record_event(obj, "Normal", "Started", f"Admitted by clusterQueue {cq}")
 
     async def _stop(
-        self, key: str, job: Obj, *, original: Obj | None, parallelism: int | None = None
+        self, integ: Integration, key: str, obj: Obj, *, originals: list[PodSetInfo] | None
     ) -> Obj | None:
-        """Stop a Job the way the API server allows (Kueue's batch/Job ``Stop``).
-
-        A Job's pod template may change only while the *stored* Job is suspended and has
-        no ``status.startTime``, and the Job controller keeps ``startTime`` on suspend;
-        one patch "suspend + restore the template" is refused (422) for any Job that has
-        started. So: suspend; clear ``startTime`` through ``jobs/status``; then restore
-        the template — once the Job controller reports no active pods, since from
-        Kubernetes 1.36 (``MutableSchedulingDirectivesForSuspendedJobs``) the template
-        of a suspended Job is mutable only with ``status.active == 0``; the Job's next
-        status event brings us back here. Each step is skipped when already done, so a
-        retry after a failed step resumes where it stopped. Returns the Job as last
-        written (None when gone).
-        """
+        """Run the integration's stop steps (``Integration.stop_step``) until the object
+        is stopped or the next step must wait (a Job's pods still running). Each step is
+        skipped when already done, so a retry after a failed step resumes where it
+        stopped. Returns the object as last written (None when gone)."""
         ctx = self.ctx
-        new: Obj | None = job
-        stopped_now = False
-        if not o.job_suspended(job):
-            new = await ctx.writer.patch_job(key, {"spec": {"suspend": True}})
+        new: Obj | None = obj
+        was_running = not integ.is_suspended(obj)
+        for _ in range(4):  # a stop has at most three steps (batch/v1 Job)
+            assert new is not None
+            step = integ.stop_step(new, originals)
+            if step is None:
+                break
+            new = await self._patch(integ, key, step.patch, subresource=step.subresource)
             if new is None:
                 return None
-            stopped_now = True
-        if o.job_start_time(new):
-            new = await ctx.writer.patch_job(
-                key, {"status": {"startTime": None}}, subresource="status"
-            )
-            if new is None:
-                return None
-        assert new is not None  # each step above returned when the Job was gone
-        if (
-            original is not None
-            and o.job_active(new) == 0
-            and o.job_needs_restore(new, original, parallelism=parallelism)
-        ):
-            new = await ctx.writer.patch_job(
-                key, o.restore_job_patch(new, original, parallelism=parallelism)
-            )
-            if new is None:
-                return None
-        if stopped_now:
+        if was_running and new is not None and integ.is_suspended(new):
             ctx.metrics.api_writes.labels("stop-job", "ok").inc()
-            ctx.record_event(job, "Normal", "Stopped", "Not admitted by cluster queue")
+            ctx.record_event(obj, "Normal", "Stopped", "Not admitted by cluster queue")
         return new
+
+    async def _patch(
+        self, integ: Integration, key: str, body: Obj, *, subresource: str | None = None
+    ) -> Obj | None:
+        return await self.ctx.writer.patch_object(
+            self.resources[integ.what], key, body, subresource=subresource
+        )
 
     async def _finish(self, wkey: str, wl: Obj | None, *, succeeded: bool, message: str) -> None:
         """Finished=True, then the quota is released at once (not when the informer
@@ -294,42 +422,30 @@ class JobReconciler:
         wl = ctx.writer.workload(wkey)
         if wl is None or o.deleting(wl) or o.is_finished(wl):
             return
-        jobs = ctx.informers["jobs"]
-        owner = o.owner_job(wl)
-        uid = owner[1] if owner else o.job_uid_label(wl)
-        job_key: str | None = owner[0] if owner else None
-        if uid and not jobs.synced.is_set():
-            return  # cannot tell an orphan from a job not listed yet
-        if uid:
-            job = ctx.writer.job(job_key) if job_key else None
-            if job is None and job_key is None:
-                job = next((j for j in jobs.store.values() if o.meta(j).get("uid") == uid), None)
+        owner = owner_of(ctx, wl)
+        job_key: str | None = None
+        if owner is not None:
+            integ, job_key, uid = owner
+            inf = ctx.informers[integ.resource.plural]
+            if not inf.synced.is_set():
+                return  # cannot tell an orphan from a job not listed yet
+            job = self.current(integ.what, job_key) if job_key else None
+            if job is None and not job_key:
+                job = next((j for j in inf.store.values() if o.meta(j).get("uid") == uid), None)
                 job_key = o.ns_key(job) if job is not None else None
             if job is None or o.meta(job).get("uid") != uid:
-                await self._delete_orphan(wkey, wl)
+                await delete_workload(ctx, wkey, wl, why="its job is gone")
                 return
         if not o.has_quota(wl) or wkey in ctx.sync.inflight:
             return
         if not o.is_active(wl) and not o.is_true(wl, o.EVICTED):
             await evict(ctx, wkey, reason="Deactivated", message="The workload is deactivated")
             return
-        if job_key is not None:
-            ctx.enqueue("job", job_key)
+        if owner is not None and job_key:
+            ctx.enqueue(owner[0].what, job_key)
             return
         if o.is_true(wl, o.EVICTED) or not o.is_active(wl):
             await finish_eviction(ctx, wkey)
-
-    async def _delete_orphan(self, wkey: str, wl: Obj) -> None:
-        ns, name = o.split_key(wkey)
-        try:
-            await self.ctx.client.delete(
-                WORKLOADS, name, namespace=ns, uid=str(o.meta(wl).get("uid") or "") or None
-            )
-        except ApiError as err:
-            if not (err.not_found or err.conflict):
-                raise
-        log.info("deleted Workload %s: its job is gone", wkey)
-        self.ctx.sync.workload(wkey, None)
 
 
 async def evict(
@@ -377,8 +493,11 @@ async def evict(
             ctx.writer.remember(WORKLOADS, wkey, new)
         except ApiError as err:
             log.warning("deactivating %s failed: %s", wkey, err)
-    owner = o.owner_job(new)
-    ctx.enqueue("job", owner[0]) if owner else ctx.enqueue("wl", wkey)
+    owner = owner_of(ctx, new)
+    if owner is not None and owner[1]:
+        ctx.enqueue(owner[0].what, owner[1])
+    else:
+        ctx.enqueue("wl", wkey)
     return True
 
 

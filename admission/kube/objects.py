@@ -1,22 +1,19 @@
-"""Pure functions on raw Kubernetes objects: conditions, Job ⇄ Workload, status bodies.
+"""Pure functions on raw Kubernetes objects: conditions, Workload status bodies.
 
-Everything the controller writes is computed here from the object it read, so the
-write paths stay short and these rules (Kueue's condition reasons and messages, what a
-started Job gets injected and what a stopped one gets back) are unit-testable without
-an API server. Nothing here does I/O.
+Everything the controller writes to a Workload is computed here from the object it
+read, so the write paths stay short and these rules (Kueue's condition reasons and
+messages, when a job no longer matches its admission) are unit-testable without an API
+server. What a job kind gets on start and stop is its integration's
+(``admission.integrations``). Nothing here does I/O.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from admission.integrations.job import QUEUE_NAME_LABEL
-from queues.labels import JOB_UID as JOB_UID_LABEL
-from queues.labels import PODSET as PODSET_LABEL
-from queues.model import Admission, ResourceFlavor, Toleration, Workload
+from queues.model import Admission
 from queues.quantity import format_quantity
 
 Obj = dict[str, Any]
@@ -29,9 +26,6 @@ PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
 FINISHED = "Finished"
 PODS_READY = "PodsReady"
-
-__all__ = ["QUEUE_NAME_LABEL"]
-
 
 # -- time and keys ------------------------------------------------------------------------
 
@@ -175,24 +169,6 @@ def is_active(wl: Mapping[str, Any] | None) -> bool:
 def admission_of(wl: Mapping[str, Any] | None) -> Obj | None:
     adm = ((wl or {}).get("status") or {}).get("admission")
     return adm if isinstance(adm, dict) else None
-
-
-def owner_job(wl: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(job key "ns/name", job uid) of the Workload's controlling batch/v1 Job."""
-    for ref in meta(wl).get("ownerReferences") or []:
-        if (
-            isinstance(ref, dict)
-            and ref.get("kind") == "Job"
-            and str(ref.get("apiVersion", "")).startswith("batch/")
-            and ref.get("controller")
-        ):
-            ns = meta(wl).get("namespace") or "default"
-            return f"{ns}/{ref.get('name')}", str(ref.get("uid") or "")
-    return None
-
-
-def job_uid_label(wl: Mapping[str, Any]) -> str:
-    return str((meta(wl).get("labels") or {}).get(JOB_UID_LABEL) or "")
 
 
 def requeue_at(wl: Mapping[str, Any] | None) -> float | None:
@@ -349,88 +325,6 @@ def finished_status(wl: Obj, *, succeeded: bool, now: float, message: str = "") 
     return {"conditions": conds}
 
 
-# -- jobs ---------------------------------------------------------------------------------
-
-
-def job_finished(job: Mapping[str, Any]) -> tuple[bool, str] | None:
-    """(succeeded, message) when the Job has a Complete or Failed condition."""
-    for c in conditions(job):
-        if c.get("status") != "True":
-            continue
-        if c.get("type") == "Complete":
-            return True, str(c.get("message") or "")
-        if c.get("type") == "Failed":
-            return False, str(c.get("message") or c.get("reason") or "")
-    return None
-
-
-def job_suspended(job: Mapping[str, Any]) -> bool:
-    return (job.get("spec") or {}).get("suspend") is True
-
-
-def job_active(job: Mapping[str, Any]) -> int:
-    n = (job.get("status") or {}).get("active")
-    return n if isinstance(n, int) else 0
-
-
-def job_ready(job: Mapping[str, Any]) -> int:
-    status = job.get("status") or {}
-    return sum(v for k in ("ready", "succeeded") if isinstance(v := status.get(k), int))
-
-
-def job_queue_name(job: Mapping[str, Any]) -> str:
-    return str((meta(job).get("labels") or {}).get(QUEUE_NAME_LABEL) or "")
-
-
-def workload_for_job(job: Mapping[str, Any], wl: Workload) -> Obj:
-    """The Workload object Kueue's job reconciler creates for ``job``."""
-    m = meta(job)
-    template = (job.get("spec") or {}).get("template") or {}
-    tmeta = template.get("metadata") or {}
-    pod_template: Obj = {"spec": copy.deepcopy(template.get("spec") or {})}
-    kept = {k: copy.deepcopy(tmeta[k]) for k in ("labels", "annotations") if tmeta.get(k)}
-    if kept:
-        pod_template["metadata"] = kept
-    ps = wl.pod_sets[0]
-    pod_set: Obj = {"name": ps.name, "count": ps.count, "template": pod_template}
-    if ps.min_count is not None:
-        pod_set["minCount"] = ps.min_count
-    spec: Obj = {"podSets": [pod_set], "queueName": wl.queue_name, "priority": wl.priority}
-    if wl.priority_class:
-        group = (
-            "kueue.x-k8s.io" if wl.priority_class_kind != "PriorityClass" else "scheduling.k8s.io"
-        )
-        spec["priorityClassRef"] = {
-            "group": group,
-            "kind": wl.priority_class_kind or "WorkloadPriorityClass",
-            "name": wl.priority_class,
-        }
-    return {
-        "apiVersion": KUEUE_API_VERSION,
-        "kind": "Workload",
-        "metadata": {
-            "name": wl.name,
-            "namespace": m.get("namespace") or "default",
-            "labels": {JOB_UID_LABEL: str(m.get("uid") or "")},
-            "annotations": {
-                "kueue.x-k8s.io/job-owner-gvk": "batch/v1, Kind=Job",
-                "kueue.x-k8s.io/job-owner-name": str(m.get("name") or ""),
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": m.get("name"),
-                    "uid": m.get("uid"),
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": spec,
-    }
-
-
 def workload_spec_drift(wl_obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj | None:
     """A spec merge patch bringing a pending Workload in line with its Job, or None."""
     have = wl_obj.get("spec") or {}
@@ -491,94 +385,6 @@ def job_mismatch(
         if pod_requests(h_spec) != pod_requests(w_spec):
             return f"podSet {name}: the pods' resource requests changed"
     return None
-
-
-def toleration_json(t: Toleration) -> Obj:
-    out: Obj = {}
-    if t.key:
-        out["key"] = t.key
-    if t.operator:
-        out["operator"] = t.operator
-    if t.value:
-        out["value"] = t.value
-    if t.effect:
-        out["effect"] = t.effect
-    return out
-
-
-def start_job_patch(
-    job: Mapping[str, Any],
-    *,
-    flavors: Iterable[ResourceFlavor],
-    pod_set: str = "main",
-    parallelism: int | None = None,
-) -> Obj:
-    """Merge patch: unsuspend, add flavors' nodeLabels/tolerations, label the podset;
-    ``parallelism``: the admitted count under partial admission (Kueue's
-    ``RunWithPodSetsInfo``), restored on stop."""
-    tspec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-    node_selector: dict[str, str] = {}
-    tolerations: list[Obj] = [t for t in tspec.get("tolerations") or [] if isinstance(t, dict)]
-    for flv in flavors:
-        node_selector.update(flv.node_labels)
-        for t in flv.tolerations:
-            tj = toleration_json(t)
-            if tj not in tolerations:
-                tolerations.append(tj)
-    spec: Obj = {}
-    if node_selector:
-        spec["nodeSelector"] = node_selector
-    if tolerations != (tspec.get("tolerations") or []):
-        spec["tolerations"] = tolerations
-    template: Obj = {"metadata": {"labels": {PODSET_LABEL: pod_set}}}
-    if spec:
-        template["spec"] = spec
-    body: Obj = {"suspend": False, "template": template}
-    if parallelism is not None:
-        body["parallelism"] = parallelism
-    return {"spec": body}
-
-
-def job_start_time(job: Mapping[str, Any] | None) -> str:
-    return str(((job or {}).get("status") or {}).get("startTime") or "")
-
-
-def restore_job_patch(
-    job: Mapping[str, Any], original: Mapping[str, Any] | None, *, parallelism: int | None = None
-) -> Obj:
-    """Merge patch restoring the template's scheduling fields (nodeSelector,
-    tolerations, the podset label) from the Workload's copy of the original pod
-    template; ``{}`` when nothing differs. Valid only on a suspended, never-started Job
-    (see ``JobReconciler._stop``)."""
-    tmpl = (job.get("spec") or {}).get("template") or {}
-    tspec = tmpl.get("spec") or {}
-    orig_spec = (original or {}).get("spec") or {}
-    patch_spec: Obj = {}
-    have_ns = tspec.get("nodeSelector") or {}
-    want_ns = orig_spec.get("nodeSelector") or {}
-    if have_ns != want_ns:
-        ns_patch: Obj = {k: None for k in have_ns if k not in want_ns}
-        ns_patch.update({k: v for k, v in want_ns.items() if have_ns.get(k) != v})
-        patch_spec["nodeSelector"] = ns_patch
-    if (tspec.get("tolerations") or []) != (orig_spec.get("tolerations") or []):
-        patch_spec["tolerations"] = orig_spec.get("tolerations")
-    template: Obj = {}
-    labels = (tmpl.get("metadata") or {}).get("labels") or {}
-    orig_labels = ((original or {}).get("metadata") or {}).get("labels") or {}
-    if PODSET_LABEL in labels and PODSET_LABEL not in orig_labels:
-        template["metadata"] = {"labels": {PODSET_LABEL: None}}
-    if patch_spec:
-        template["spec"] = patch_spec
-    body: Obj = {"template": template} if template else {}
-    if parallelism is not None and (job.get("spec") or {}).get("parallelism") != parallelism:
-        body["parallelism"] = parallelism  # partial admission lowered it
-    return {"spec": body} if body else {}
-
-
-def job_needs_restore(
-    job: Mapping[str, Any], original: Mapping[str, Any] | None, *, parallelism: int | None = None
-) -> bool:
-    return bool(restore_job_patch(job, original, parallelism=parallelism))
 
 
 def flavors_of(admission: Mapping[str, Any] | None, pod_set: str = "main") -> list[str]:

@@ -30,259 +30,38 @@ from the Workload to the pods; no ``fast-admission``, ``serving`` or
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from admission.integrations.job import QUEUE_NAME_LABEL, JobError, workload_priority
-from queues.labels import ADMISSION_GATE
-from queues.labels import IS_GROUP_WORKLOAD as IS_GROUP_WORKLOAD_ANNOTATION
-from queues.labels import MANAGED as MANAGED_LABEL
-from queues.labels import MANAGED as POD_FINALIZER
-from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
-from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
-from queues.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
-from queues.model import ResourceFlavor
-from queues.pods import PodSpecError, podset_from_template
-from queues.quantity import QuantityError
+from admission.integrations.base import PodSetInfo, flavor_info
+from admission.integrations.pod import (
+    DEFAULT_POD_SET,
+    GROUP_TOTAL_COUNT_ANNOTATION,
+    POD_SELECTOR,
+    PodGroupError,
+    gated,
+    group_key,
+    is_group_workload,
+    pod_set_names,
+    shape_of,
+    succeeded,
+    terminated,
+    total_count,
+    unfinalize_patch,
+    ungate_patch,
+    workload_for_group,
+)
 
 from . import objects as o
-from .client import JSON_PATCH, PODS, WORKLOADS, ApiError
+from .client import JSON_PATCH, PODS, ApiError
 from .context import Context, Obj
 from .informer import DELETED, newer, rv_at_least
-from .jobs import JobReconciler, finish_eviction
+from .jobs import ComposeErrors, JobReconciler, create_workload, delete_workload, finish_eviction
 
 log = logging.getLogger("quartermaster.kube.podgroups")
 
-POD_SELECTOR = f"{MANAGED_LABEL}=true"
-DEFAULT_POD_SET = "main"
-_SHAPE_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority")
-_TERMINATED = ("Succeeded", "Failed")
-
-
-class PodGroupError(ValueError):
-    """A pod group whose pods cannot make a Workload (named pod and field in the message)."""
-
-
-# -- pure helpers on raw pods ---------------------------------------------------------------
-
-
-def group_key(pod: Mapping[str, Any] | None) -> str | None:
-    """``namespace/group-name`` of a pod in a gang, None for other pods."""
-    labels = o.meta(pod).get("labels") or {}
-    name = labels.get(GROUP_NAME_LABEL)
-    if not isinstance(name, str) or not name:
-        return None
-    return f"{o.meta(pod).get('namespace') or 'default'}/{name}"
-
-
-def is_group_workload(wl: Mapping[str, Any] | None) -> bool:
-    return (o.meta(wl).get("annotations") or {}).get(IS_GROUP_WORKLOAD_ANNOTATION) == "true"
-
-
-def terminated(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("status") or {}).get("phase")) in _TERMINATED
-
-
-def succeeded(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("status") or {}).get("phase")) == "Succeeded"
-
-
-def _gate_index(pod: Mapping[str, Any]) -> int | None:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    for i, g in enumerate(gates):
-        if isinstance(g, dict) and g.get("name") == ADMISSION_GATE:
-            return i
-    return None
-
-
-def gated(pod: Mapping[str, Any]) -> bool:
-    return _gate_index(pod) is not None
-
-
-def _finalizer_index(pod: Mapping[str, Any]) -> int | None:
-    for i, f in enumerate(o.meta(pod).get("finalizers") or []):
-        if f == POD_FINALIZER:
-            return i
-    return None
-
-
-def total_count(pod: Mapping[str, Any]) -> int:
-    """The pod's ``pod-group-total-count`` annotation; PodGroupError when absent or bad."""
-    raw = (o.meta(pod).get("annotations") or {}).get(GROUP_TOTAL_COUNT_ANNOTATION)
-    where = f'pod {o.ns_key(pod)}: metadata.annotations["{GROUP_TOTAL_COUNT_ANNOTATION}"]'
-    if raw is None:
-        raise PodGroupError(f"{where}: required")
-    try:
-        n = int(str(raw).strip())
-    except ValueError:
-        raise PodGroupError(f"{where}: expected an integer, got {raw!r}") from None
-    if n < 1:
-        raise PodGroupError(f"{where}: must be at least 1, got {n}")
-    return n
-
-
-def shape_of(pod: Mapping[str, Any]) -> str:
-    """The pod's role: the webhook's ``role-hash`` annotation, else a hash of the
-    admission-relevant spec (containers' requests, scheduling constraints)."""
-    ann = (o.meta(pod).get("annotations") or {}).get(ROLE_HASH_ANNOTATION)
-    if isinstance(ann, str) and ann:
-        return ann
-    spec = pod.get("spec") or {}
-    shape: Obj = {k: spec[k] for k in _SHAPE_FIELDS if spec.get(k) is not None}
-    for key in ("initContainers", "containers"):
-        shape[key] = [
-            {f: c.get(f) for f in ("image", "resources") if isinstance(c, dict)}
-            for c in spec.get(key) or []
-        ]
-    raw = json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(raw.encode()).hexdigest()[:8]
-
-
-def pod_set_names(pods: list[Obj]) -> dict[str, str]:
-    """shape -> podSet name: ``main`` when all pods are alike, else the shapes."""
-    shapes = sorted({shape_of(p) for p in pods})
-    if len(shapes) == 1:
-        return {shapes[0]: DEFAULT_POD_SET}
-    return {s: s for s in shapes}
-
-
-def _template(pod: Mapping[str, Any]) -> Obj:
-    spec = copy.deepcopy(pod.get("spec") or {})
-    for key in ("schedulingGates", "nodeName"):
-        spec.pop(key, None)
-    tmpl: Obj = {"spec": spec}
-    labels = {
-        k: v
-        for k, v in (o.meta(pod).get("labels") or {}).items()
-        if not str(k).startswith("kueue.x-k8s.io/")
-    }
-    if labels:
-        tmpl["metadata"] = {"labels": labels}
-    return tmpl
-
-
-def workload_for_group(
-    gkey: str,
-    pods: list[Obj],
-    *,
-    workload_priority_classes: Mapping[str, Any],
-    priority_classes: Mapping[str, Any],
-) -> Obj:
-    """The Workload for a complete group: one podSet per shape (pods sorted by name)."""
-    if not pods:
-        raise PodGroupError(f"pod group {gkey}: no pods")
-    pods = sorted(pods, key=o.ns_key)
-    first = pods[0]
-    labels = o.meta(first).get("labels") or {}
-    ns, name = o.split_key(gkey)
-    names = pod_set_names(pods)
-    by_shape: dict[str, list[Obj]] = {}
-    for p in pods:
-        by_shape.setdefault(shape_of(p), []).append(p)
-    pod_sets: list[Obj] = []
-    for shape, members in sorted(by_shape.items(), key=lambda kv: names[kv[0]]):
-        tmpl = _template(members[0])
-        ref = o.ns_key(members[0])
-        if not (tmpl["spec"].get("containers") or []):
-            raise PodGroupError(f"pod {ref}: spec.containers: at least one container is required")
-        try:
-            podset_from_template(name=names[shape], count=len(members), template=tmpl)
-        except (QuantityError, PodSpecError) as err:
-            raise PodGroupError(f"pod {ref}: spec: {err}") from err
-        pod_sets.append({"name": names[shape], "count": len(members), "template": tmpl})
-    try:
-        pc_name, pc_kind, priority = workload_priority(
-            labels=labels,
-            pod_spec=first.get("spec") or {},
-            ref=o.ns_key(first),
-            workload_priority_classes=workload_priority_classes,
-            priority_classes=priority_classes,
-        )
-    except JobError as err:
-        raise PodGroupError(str(err).replace("job ", "pod ", 1)) from err
-    spec: Obj = {
-        "podSets": pod_sets,
-        "queueName": str(labels.get(QUEUE_NAME_LABEL) or ""),
-        "priority": priority,
-    }
-    if pc_name:
-        group = "scheduling.k8s.io" if pc_kind == "PriorityClass" else "kueue.x-k8s.io"
-        spec["priorityClassRef"] = {"group": group, "kind": pc_kind, "name": pc_name}
-    body: Obj = {
-        "apiVersion": o.KUEUE_API_VERSION,
-        "kind": "Workload",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "annotations": {IS_GROUP_WORKLOAD_ANNOTATION: "true"},
-        },
-        "spec": spec,
-    }
-    return body
-
-
-def _pointer(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def ungate_patch(pod: Mapping[str, Any], *, flavors: list[ResourceFlavor]) -> list[Obj] | None:
-    """JSON patch lifting the admission gate and adding the flavors' nodeSelector and
-    tolerations (the changes a gated pod allows); None when the pod is not gated.
-    A nodeSelector key the pod already sets to another value is left alone."""
-    idx = _gate_index(pod)
-    if idx is None:
-        return None
-    spec = pod.get("spec") or {}
-    ops: list[Obj] = [
-        {"op": "test", "path": f"/spec/schedulingGates/{idx}/name", "value": ADMISSION_GATE},
-        {"op": "remove", "path": f"/spec/schedulingGates/{idx}"},
-    ]
-    have_ns = spec.get("nodeSelector") or {}
-    add_ns: dict[str, str] = {}
-    for flv in flavors:
-        for k, v in flv.node_labels.items():
-            if k not in have_ns:
-                add_ns[k] = v
-            elif have_ns[k] != v:
-                log.warning(
-                    "pod %s: nodeSelector %s=%s kept (flavor wants %s)",
-                    o.ns_key(pod),
-                    k,
-                    have_ns[k],
-                    v,
-                )
-    if add_ns and not spec.get("nodeSelector"):
-        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": add_ns})
-    else:
-        ops += [
-            {"op": "add", "path": f"/spec/nodeSelector/{_pointer(k)}", "value": v}
-            for k, v in add_ns.items()
-        ]
-    have_tol = [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]
-    new_tol: list[Obj] = []
-    for flv in flavors:
-        for t in flv.tolerations:
-            tj = o.toleration_json(t)
-            if tj not in have_tol and tj not in new_tol:
-                new_tol.append(tj)
-    if new_tol and not spec.get("tolerations"):
-        ops.append({"op": "add", "path": "/spec/tolerations", "value": new_tol})
-    else:
-        ops += [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in new_tol]
-    return ops
-
-
-def unfinalize_patch(pod: Mapping[str, Any]) -> list[Obj] | None:
-    """JSON patch removing our finalizer; None when the pod does not carry it."""
-    idx = _finalizer_index(pod)
-    if idx is None:
-        return None
-    path = f"/metadata/finalizers/{idx}"
-    return [{"op": "test", "path": path, "value": POD_FINALIZER}, {"op": "remove", "path": path}]
+__all__ = ["POD_SELECTOR", "PodGroupReconciler", "is_group_workload"]
 
 
 # -- the reconciler --------------------------------------------------------------------------
@@ -296,7 +75,7 @@ class PodGroupReconciler:
         self.jobs = jobs
         self.index: dict[str, set[str]] = {}  # group key -> pod keys
         self.latest: dict[str, Obj] = {}  # pod key -> our last write (read-your-writes)
-        self._bad: dict[str, str] = {}  # group key -> last composition error (logged once)
+        self.errors = ComposeErrors(ctx, "pod group")
 
     # -- events and reads ---------------------------------------------------------------------
 
@@ -461,47 +240,35 @@ class PodGroupReconciler:
                 priority_classes=ctx.sync.priority_classes,
             )
         except PodGroupError as err:
-            if self._bad.get(gkey) != str(err):
-                self._bad[gkey] = str(err)
-                log.warning("cannot build a Workload for pod group %s: %s", gkey, err)
-                ctx.record_event(live[0], "Warning", "ErrWorkloadCompose", str(err))
+            self.errors.report(gkey, live[0], err)
             return
-        self._bad.pop(gkey, None)
-        ns, _ = o.split_key(gkey)
-        try:
-            created = await ctx.client.create(WORKLOADS, body, namespace=ns)
-        except ApiError as err:
-            if err.conflict:
-                return  # already exists: the informer will deliver it
-            ctx.metrics.api_writes.labels("create-workload", "error").inc()
-            if err.retryable:
-                raise
-            log.warning("creating Workload for pod group %s failed: %s", gkey, err)
-            ctx.record_event(live[0], "Warning", "ErrWorkloadCompose", err.message)
-            return
-        ctx.metrics.api_writes.labels("create-workload", "ok").inc()
-        created.setdefault("apiVersion", WORKLOADS.api_version)
-        created.setdefault("kind", WORKLOADS.kind)
-        ctx.writer.remember(WORKLOADS, gkey, created)
-        ctx.sync.workload(gkey, created)
-        ctx.record_event(created, "Normal", "CreatedWorkload", f"Created Workload: {gkey}")
+        self.errors.clear(gkey)
+        await create_workload(ctx, gkey, body, owner=live[0], errors=self.errors)
 
     async def _ungate(self, gkey: str, wl: Obj, live: list[Obj]) -> None:
         ctx = self.ctx
         adm = o.admission_of(wl)
         # podSet names come from the Workload when all its podSets are shapes of these pods
         role = self._role_of(wl, live)
+        infos: dict[str, PodSetInfo] = {}
         started = 0
         for pod in live:
             if not gated(pod):
                 continue
             ps = role(pod)
-            wanted = o.flavors_of(adm, ps)
-            flavors = [ctx.sync.flavors[n] for n in wanted if n in ctx.sync.flavors]
-            if len(flavors) != len(wanted):
-                log.warning("pod group %s: flavor(s) %s not found; not ungated yet", gkey, wanted)
-                return
-            patch = ungate_patch(pod, flavors=flavors)
+            if ps not in infos:
+                wanted = o.flavors_of(adm, ps)
+                flavors = [ctx.sync.flavors[n] for n in wanted if n in ctx.sync.flavors]
+                if len(flavors) != len(wanted):
+                    log.warning(
+                        "pod group %s: flavor(s) %s not found; not ungated yet", gkey, wanted
+                    )
+                    return
+                infos[ps] = flavor_info(ps, 0, flavors)
+            patch, kept = ungate_patch(pod, infos[ps])
+            for k in kept:
+                log.warning("pod %s: nodeSelector %s kept (its flavor wants another value)",
+                            o.ns_key(pod), k)  # fmt: skip
             if patch is not None and await self._patch(pod, patch):
                 started += 1
         if started:
@@ -527,15 +294,7 @@ class PodGroupReconciler:
             await finish_eviction(ctx, gkey)
 
     async def _delete_workload(self, gkey: str, wl: Obj) -> None:
-        ns, name = o.split_key(gkey)
-        uid = str(o.meta(wl).get("uid") or "") or None
-        try:
-            await self.ctx.client.delete(WORKLOADS, name, namespace=ns, uid=uid)
-        except ApiError as err:
-            if not (err.not_found or err.conflict):
-                raise
-        log.info("deleted Workload %s: the pods of its group are gone", gkey)
-        self.ctx.sync.workload(gkey, None)
+        await delete_workload(self.ctx, gkey, wl, why="the pods of its group are gone")
 
     async def _unfinalize(self, pods: Any) -> None:
         for pod in list(pods):

@@ -1,7 +1,8 @@
 """waitForPodsReady: evict gangs that do not become ready in time (docs/semantics.md §4.6).
 
-An admitted Job is *ready* when ``status.ready + status.succeeded`` reaches its pod
-count. One that is not ready ``timeout`` after its admission is evicted with reason
+An admitted job is *ready* when its integration says all its pods are
+(``Integration.pods_ready``: for a Job, ``status.ready + status.succeeded`` reaches its
+pod count). One that is not ready ``timeout`` after its admission is evicted with reason
 ``PodsReadyTimeout`` and requeued with exponential backoff: ``requeueState.count``
 grows by one and ``requeueAt = now + min(base·2^(count−1), max)``; its queue-order
 timestamp becomes the eviction time (``requeuingStrategy.timestamp: Eviction``). Past
@@ -16,8 +17,9 @@ import logging
 from admission.config import Config, parse_duration
 
 from . import objects as o
+from .client import resource_of
 from .context import Context, PodsReadyOptions
-from .jobs import evict
+from .jobs import evict, owner_of
 
 log = logging.getLogger("quartermaster.kube.podsready")
 
@@ -64,12 +66,18 @@ class PodsReadyWatcher:
             model = ctx.cache.workloads.get(key)
             if wl_obj is None or model is None or not o.has_quota(wl_obj):
                 continue
-            owner = o.owner_job(wl_obj)
-            job = ctx.writer.job(owner[0]) if owner else None
+            owner = owner_of(ctx, wl_obj)
+            if owner is None or not owner[1]:
+                continue  # readiness is only known for job objects
+            integ, job_key, _ = owner
+            job = ctx.writer.current(resource_of(integ), job_key)
             if job is None:
-                continue  # readiness is only known for jobs
+                continue
             count = sum(ps.count for ps in model.pod_sets)
-            if o.job_ready(job) >= count:
+            ready = integ.pods_ready(job, count)
+            if ready is None:
+                continue  # the kind does not report readiness
+            if ready:
                 self.ready.add(key)
                 continue
             admitted_at = model.admission_time

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import faulthandler
 import json
 import logging
@@ -38,28 +39,25 @@ from aiohttp import web
 
 from admission.engine.cache import Cache
 from admission.config import Config, ConfigError, load_config
-from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import LabelSelector
 
 from admission.kube.cabundle import CABundleReconciler
 from admission.kube.cachesync import CacheView
 from admission.kube.client import (
     EVENTS,
-    JOBS,
     MUTATING_WEBHOOKS,
-    PODS,
+    QUEUE_WATCHED,
     VALIDATING_WEBHOOKS,
-    WATCHED,
     WORKLOADS,
     ApiError,
     KubeClient,
+    resource_of,
 )
 from admission.kube.context import ControllerOptions
 from admission.kube.controller import Controller
 from admission.kube.informer import Informer, WorkloadSlimmer, strip_managed_fields
 from admission.kube.leader import DEFAULT_LEASE_NAME, LeaderElector
 from admission.kube.metrics import Metrics
-from admission.kube.podgroups import POD_SELECTOR
 from admission.kube.podsready import pods_ready_options
 from admission.kube.ratelimit import TokenBucket, low_priority
 
@@ -122,6 +120,7 @@ def controller_options(config: Config, namespace: str) -> ControllerOptions:
         managed_namespaces=selector_from_dict(doc.managedJobsNamespaceSelector),
         excluded_namespaces=("kube-system", namespace),
         pods_ready=pods_ready_options(config),
+        frameworks=config.frameworks,
     )
 
 
@@ -235,14 +234,19 @@ class Service:
         counter = self.metrics.api_requests
         self.client.on_request = lambda call: counter.labels(call).inc()
         copts = opts.controller or controller_options(opts.config, opts.namespace)
+        # the integrations are the configuration's, whoever built the options
+        copts = dataclasses.replace(copts, frameworks=opts.config.frameworks)
         self.controller_options = copts
         rng = random.Random(opts.seed)
-        for res in WATCHED:
-            selector = None
-            if res is JOBS and not copts.manage_jobs_without_queue_name:
-                selector = QUEUE_NAME_LABEL
-            if res is PODS:
-                selector = POD_SELECTOR  # managed pods only
+        watched = [
+            (
+                resource_of(i),
+                i.label_selector(manage_without_queue_name=copts.manage_jobs_without_queue_name),
+            )
+            for i in copts.frameworks.integrations()
+        ]
+        watched += [(res, None) for res in QUEUE_WATCHED]
+        for res, selector in watched:
             self.informers[res.plural] = Informer(
                 self.client,
                 res,
@@ -378,6 +382,7 @@ class Service:
             or service_account_username()
             or "",
             what_if_config=opts.config,  # impact warnings: the scheduler plan --config builds
+            frameworks=copts.frameworks,
         )
         state = WebhookState(model_synced=self.synced)
         self._webhook_state = state

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "manifests" / "crd"
+TEST_CRD_DIR = REPO / "tests" / "crds"
+"""The CRDs of the job kinds' operators (JobSet, Kubeflow, Ray …): test fixtures, one
+file each, every ``*.yaml`` of the directory served (no kustomization to edit)."""
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: JSON-schema keywords apiextensions forbids in CRD schemas (``validateOpenAPISchema``)
 FORBIDDEN_KEYWORDS = {
@@ -68,9 +71,14 @@ def load_crds(directory: Path = CRD_DIR) -> list[Obj]:
 
 @cache
 def _load(directory: Path, _stamp: tuple[tuple[str, float], ...]) -> list[Obj]:
-    kustomization = yaml.load((directory / "kustomization.yaml").read_text(), Loader=_LOADER)
+    kustomization_file = directory / "kustomization.yaml"
+    if kustomization_file.exists():
+        kustomization = yaml.load(kustomization_file.read_text(), Loader=_LOADER)
+        files = list(kustomization.get("resources") or [])
+    else:
+        files = sorted(p.name for p in directory.glob("*.yaml"))
     crds = []
-    for name in kustomization.get("resources") or []:
+    for name in files:
         text = (directory / name).read_text(encoding="utf-8")
         for doc in yaml.load_all(text, Loader=_LOADER):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":

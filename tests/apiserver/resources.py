@@ -213,10 +213,11 @@ class Registry:
 
 
 def default_resources() -> tuple[ResourceType, ...]:
-    """The built-in kinds plus the custom resources of ``manifests/crd/`` (checked)."""
-    from .crds import custom_resources
+    """The built-in kinds plus the custom resources of ``manifests/crd/`` and of the
+    job kinds' test CRDs in ``tests/crds/`` (checked)."""
+    from .crds import TEST_CRD_DIR, custom_resources
 
-    return BUILTIN_RESOURCES + custom_resources()
+    return BUILTIN_RESOURCES + custom_resources() + custom_resources(TEST_CRD_DIR)
 
 
 def registry_with(extra: Iterable[ResourceType] = ()) -> Registry:

@@ -285,6 +285,29 @@ class RealServerView:
         return len(items)
 
 
+def _test_crd_resources() -> list[tuple[str, str, str, bool]]:
+    """(plural, "apis/group/version", kind, namespaced) of the CRDs in ``tests/crds/``."""
+    import yaml
+
+    out = []
+    for path in sorted((ROOT / "tests" / "crds").glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            spec = crd["spec"]
+            version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+            out.append((spec["names"]["plural"], f"apis/{spec['group']}/{version}",
+                        spec["names"]["kind"], spec["scope"] == "Namespaced"))  # fmt: skip
+    return out
+
+
+TEST_CRDS = _test_crd_resources()
+for _plural, _gv, _kind, _namespaced in TEST_CRDS:
+    RESOURCES[_plural] = (_gv, _namespaced)
+    KIND_PLURAL[_kind] = _plural
+# the job kinds' objects go first: deleting them lets the garbage collector remove
+# their children (the Jobs and pods below are wiped as well)
+WIPED = (*WIPED[:2], *(p for p, *_ in TEST_CRDS), *WIPED[2:])
 KIND_PLURAL_INV = {v: k for k, v in KIND_PLURAL.items()}
 
 
@@ -315,6 +338,7 @@ class RealCluster:
 
     def _install(self) -> None:
         crds = sorted(str(p) for p in (ROOT / "manifests" / "crd").glob("kueue.x-k8s.io_*.yaml"))
+        crds += sorted(str(p) for p in (ROOT / "tests" / "crds").glob("*.yaml"))  # job kinds'
         self.kubectl("apply", "--server-side", *sum((["-f", c] for c in crds), []))
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         base = ROOT / "manifests" / "base"

@@ -1,0 +1,314 @@
+"""Plain pod gangs (Kueue's ``pod`` integration, docs/semantics.md §2, §3.4): the pure side.
+
+Frameworks that create bare pods (Ray, MPI, Spark, Argo, …) get all-or-nothing
+admission by labelling their pods ``kueue.x-k8s.io/pod-group-name`` and annotating
+them ``kueue.x-k8s.io/pod-group-total-count``; the pod webhook keeps each managed pod
+behind the scheduling gate ``kueue.x-k8s.io/admission`` with the finalizer
+``kueue.x-k8s.io/managed``. A group is a *composable* job (Kueue's ``ComposableJob``):
+the object is the set of its pods, so it has its own reconciler
+(``admission.kube.podgroups``); this module holds what that reconciler computes —
+the group's Workload (one podSet per pod shape), the ungate patch that starts a pod
+with its podSet's flavors, the patch lifting our finalizer.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from queues.labels import ADMISSION_GATE
+from queues.labels import IS_GROUP_WORKLOAD as IS_GROUP_WORKLOAD_ANNOTATION
+from queues.labels import MANAGED as MANAGED_LABEL
+from queues.labels import MANAGED as POD_FINALIZER
+from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
+from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
+from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
+from queues.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
+
+from .base import (
+    KUEUE_API_VERSION,
+    Finished,
+    Integration,
+    IntegrationError,
+    Obj,
+    PodSetInfo,
+    Resource,
+    Role,
+    meta_of,
+    pod_set_json,
+    pod_set_model,
+    spec_json,
+    workload_priority,
+)
+
+__all__ = [
+    "ADMISSION_GATE",
+    "GROUP_NAME_LABEL",
+    "GROUP_TOTAL_COUNT_ANNOTATION",
+    "IS_GROUP_WORKLOAD_ANNOTATION",
+    "MANAGED_LABEL",
+    "POD",
+    "POD_FINALIZER",
+    "POD_SELECTOR",
+    "PodGroupError",
+    "ROLE_HASH_ANNOTATION",
+]
+
+POD_SELECTOR = f"{MANAGED_LABEL}=true"
+DEFAULT_POD_SET = "main"
+_SHAPE_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority")
+_TERMINATED = ("Succeeded", "Failed")
+
+
+class PodGroupError(IntegrationError):
+    """A pod group whose pods cannot make a Workload (named pod and field in the message)."""
+
+
+class PodIntegration(Integration):
+    """Managed pods: gated by the pod webhook, grouped by ``pod-group-name``."""
+
+    framework = "pod"
+    resource = Resource("", "v1", "pods", "Pod")
+    reconciler = "pods"
+    # ungate (flavors' nodeSelector/tolerations), lift the finalizer, delete the pods
+    # of an evicted group
+    writes = (("patch", ""), ("delete", ""))
+    # only pods that name a LocalQueue (or, on UPDATE, did): with both replicas down,
+    # pod creation elsewhere must not be blocked (remove with manageJobsWithoutQueueName)
+    webhook_object_selector = {
+        "matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]
+    }
+
+    def webhook_paths(self) -> tuple[str, str]:
+        return "/mutate--v1-pod", "/validate--v1-pod"
+
+    def label_selector(self, *, manage_without_queue_name: bool) -> str | None:
+        return POD_SELECTOR  # managed pods only: the webhook labels every pod it gates
+
+    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
+        return gated(obj)
+
+    def finished(self, obj: Mapping[str, Any]) -> Finished | None:
+        phase = (obj.get("status") or {}).get("phase")
+        return Finished(phase == "Succeeded", "") if phase in _TERMINATED else None
+
+    def is_active(self, obj: Mapping[str, Any]) -> bool:
+        return not terminated(obj)
+
+
+POD = PodIntegration()
+
+
+# -- pure helpers on raw pods ---------------------------------------------------------------
+
+
+def ns_key(obj: Mapping[str, Any]) -> str:
+    m = meta_of(obj)
+    return f"{m.get('namespace') or 'default'}/{m.get('name') or ''}"
+
+
+def group_key(pod: Mapping[str, Any] | None) -> str | None:
+    """``namespace/group-name`` of a pod in a gang, None for other pods."""
+    labels = meta_of(pod).get("labels") or {}
+    name = labels.get(GROUP_NAME_LABEL)
+    if not isinstance(name, str) or not name:
+        return None
+    return f"{meta_of(pod).get('namespace') or 'default'}/{name}"
+
+
+def is_group_workload(wl: Mapping[str, Any] | None) -> bool:
+    return (meta_of(wl).get("annotations") or {}).get(IS_GROUP_WORKLOAD_ANNOTATION) == "true"
+
+
+def terminated(pod: Mapping[str, Any]) -> bool:
+    return ((pod.get("status") or {}).get("phase")) in _TERMINATED
+
+
+def succeeded(pod: Mapping[str, Any]) -> bool:
+    return ((pod.get("status") or {}).get("phase")) == "Succeeded"
+
+
+def _gate_index(pod: Mapping[str, Any]) -> int | None:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    for i, g in enumerate(gates):
+        if isinstance(g, dict) and g.get("name") == ADMISSION_GATE:
+            return i
+    return None
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    return _gate_index(pod) is not None
+
+
+def _finalizer_index(pod: Mapping[str, Any]) -> int | None:
+    for i, f in enumerate(meta_of(pod).get("finalizers") or []):
+        if f == POD_FINALIZER:
+            return i
+    return None
+
+
+def total_count(pod: Mapping[str, Any]) -> int:
+    """The pod's ``pod-group-total-count`` annotation; PodGroupError when absent or bad."""
+    raw = (meta_of(pod).get("annotations") or {}).get(GROUP_TOTAL_COUNT_ANNOTATION)
+    where = f'pod {ns_key(pod)}: metadata.annotations["{GROUP_TOTAL_COUNT_ANNOTATION}"]'
+    if raw is None:
+        raise PodGroupError(f"{where}: required")
+    try:
+        n = int(str(raw).strip())
+    except ValueError:
+        raise PodGroupError(f"{where}: expected an integer, got {raw!r}") from None
+    if n < 1:
+        raise PodGroupError(f"{where}: must be at least 1, got {n}")
+    return n
+
+
+def shape_of(pod: Mapping[str, Any]) -> str:
+    """The pod's role: the webhook's ``role-hash`` annotation, else a hash of the
+    admission-relevant spec (containers' requests, scheduling constraints)."""
+    ann = (meta_of(pod).get("annotations") or {}).get(ROLE_HASH_ANNOTATION)
+    if isinstance(ann, str) and ann:
+        return ann
+    spec = pod.get("spec") or {}
+    shape: Obj = {k: spec[k] for k in _SHAPE_FIELDS if spec.get(k) is not None}
+    for key in ("initContainers", "containers"):
+        shape[key] = [
+            {f: c.get(f) for f in ("image", "resources") if isinstance(c, dict)}
+            for c in spec.get(key) or []
+        ]
+    raw = json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:8]
+
+
+def pod_set_names(pods: list[Obj]) -> dict[str, str]:
+    """shape -> podSet name: ``main`` when all pods are alike, else the shapes."""
+    shapes = sorted({shape_of(p) for p in pods})
+    if len(shapes) == 1:
+        return {shapes[0]: DEFAULT_POD_SET}
+    return {s: s for s in shapes}
+
+
+def _template(pod: Mapping[str, Any]) -> Obj:
+    spec = copy.deepcopy(pod.get("spec") or {})
+    for key in ("schedulingGates", "nodeName"):
+        spec.pop(key, None)
+    tmpl: Obj = {"spec": spec}
+    labels = {
+        k: v
+        for k, v in (meta_of(pod).get("labels") or {}).items()
+        if not str(k).startswith("kueue.x-k8s.io/")
+    }
+    if labels:
+        tmpl["metadata"] = {"labels": labels}
+    return tmpl
+
+
+def group_roles(pods: list[Obj]) -> list[tuple[Role, str]]:
+    """One role per pod shape (podSets named by :func:`pod_set_names`), with the key
+    of the pod whose template it takes."""
+    names = pod_set_names(pods)
+    by_shape: dict[str, list[Obj]] = {}
+    for p in pods:
+        by_shape.setdefault(shape_of(p), []).append(p)
+    out = []
+    for shape, members in sorted(by_shape.items(), key=lambda kv: names[kv[0]]):
+        role = Role(name=names[shape], count=len(members), template=_template(members[0]), path=())
+        out.append((role, ns_key(members[0])))
+    return out
+
+
+def workload_for_group(
+    gkey: str,
+    pods: list[Obj],
+    *,
+    workload_priority_classes: Mapping[str, Any],
+    priority_classes: Mapping[str, Any],
+) -> Obj:
+    """The Workload for a complete group: one podSet per shape (pods sorted by name)."""
+    if not pods:
+        raise PodGroupError(f"pod group {gkey}: no pods")
+    pods = sorted(pods, key=ns_key)
+    first = pods[0]
+    labels = meta_of(first).get("labels") or {}
+    ns, _, name = gkey.rpartition("/")
+    pod_sets: list[Obj] = []
+    for role, ref in group_roles(pods):
+        try:
+            pod_set_model("pod", ref, role)  # the shape checks and requests every kind gets
+        except IntegrationError as err:
+            raise PodGroupError(str(err)) from err
+        pod_sets.append(pod_set_json(role))
+    try:
+        pc_name, pc_kind, priority = workload_priority(
+            labels=labels,
+            priority_class_name=str((first.get("spec") or {}).get("priorityClassName") or ""),
+            what="pod",
+            ref=ns_key(first),
+            workload_priority_classes=workload_priority_classes,
+            priority_classes=priority_classes,
+            field_name="spec.priorityClassName",
+        )
+    except IntegrationError as err:
+        raise PodGroupError(str(err)) from err
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "annotations": {IS_GROUP_WORKLOAD_ANNOTATION: "true"},
+        },
+        "spec": spec_json(
+            pod_sets,
+            queue_name=str(labels.get(QUEUE_NAME_LABEL) or ""),
+            priority=priority,
+            priority_class=pc_name,
+            priority_class_kind=pc_kind,
+        ),
+    }
+
+
+def _pointer(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def ungate_patch(pod: Mapping[str, Any], info: PodSetInfo) -> tuple[list[Obj] | None, list[str]]:
+    """JSON patch lifting the admission gate and adding the podSet's node selector and
+    tolerations (the changes a gated pod allows), and the node-selector keys the pod
+    already sets to another value (left alone); None when the pod is not gated."""
+    idx = _gate_index(pod)
+    if idx is None:
+        return None, []
+    spec = pod.get("spec") or {}
+    ops: list[Obj] = [
+        {"op": "test", "path": f"/spec/schedulingGates/{idx}/name", "value": ADMISSION_GATE},
+        {"op": "remove", "path": f"/spec/schedulingGates/{idx}"},
+    ]
+    have_ns = spec.get("nodeSelector") or {}
+    add_ns = {k: v for k, v in info.node_selector.items() if k not in have_ns}
+    kept = [k for k, v in info.node_selector.items() if k in have_ns and have_ns[k] != v]
+    if add_ns and not spec.get("nodeSelector"):
+        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": add_ns})
+    else:
+        ops += [
+            {"op": "add", "path": f"/spec/nodeSelector/{_pointer(k)}", "value": v}
+            for k, v in add_ns.items()
+        ]
+    have_tol = [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]
+    new_tol = [t for t in info.tolerations if t not in have_tol]
+    if new_tol and not spec.get("tolerations"):
+        ops.append({"op": "add", "path": "/spec/tolerations", "value": new_tol})
+    else:
+        ops += [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in new_tol]
+    return ops, kept
+
+
+def unfinalize_patch(pod: Mapping[str, Any]) -> list[Obj] | None:
+    """JSON patch removing our finalizer; None when the pod does not carry it."""
+    idx = _finalizer_index(pod)
+    if idx is None:
+        return None
+    path = f"/metadata/finalizers/{idx}"
+    return [{"op": "test", "path": path, "value": POD_FINALIZER}, {"op": "remove", "path": path}]
