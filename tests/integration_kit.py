@@ -105,8 +105,12 @@ def lifecycle_objects(case: KindCase) -> list[Obj]:
     return [
         namespace(NS),
         *(
-            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-             "metadata": {"name": f}, "spec": {"nodeLabels": {"pool": f}}}
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": f},
+                "spec": {"nodeLabels": {"pool": f}},
+            }
             for f, _ in flavors
         ),  # fmt: skip
         {
@@ -127,12 +131,24 @@ def lifecycle_objects(case: KindCase) -> list[Obj]:
                 ],
             },
         },
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-         "metadata": {"name": "lq", "namespace": NS}, "spec": {"clusterQueue": "cq"}},  # fmt: skip
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-         "metadata": {"name": "low"}, "value": 10},  # fmt: skip
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-         "metadata": {"name": "high"}, "value": 1000},  # fmt: skip
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq", "namespace": NS},
+            "spec": {"clusterQueue": "cq"},
+        },  # fmt: skip
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": "low"},
+            "value": 10,
+        },  # fmt: skip
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": "high"},
+            "value": 1000,
+        },  # fmt: skip
     ]
 
 
@@ -210,10 +226,12 @@ async def run_lifecycle(case: KindCase, tmp_path: Path, backend: Any) -> None:
             what="the preempted object is stopped and its templates restored",
         )
         low_wl = await eventually(
-            lambda: (w := workload_of(s.server, integ, "low"))
-            and not admitted(w)
-            and is_true(w, "Preempted")
-            and w,
+            lambda: (
+                (w := workload_of(s.server, integ, "low"))
+                and not admitted(w)
+                and is_true(w, "Preempted")
+                and w
+            ),
             what="the preempted Workload is pending again",
         )
         assert is_true(low_wl, "Evicted")
@@ -315,7 +333,9 @@ def review(
     }
     body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                        "request": request}).encode()  # fmt: skip
-    status, payload, _ = process_review(body, spec, HandlerContext(view=webhook_view(), config=config))
+    status, payload, _ = process_review(
+        body, spec, HandlerContext(view=webhook_view(), config=config)
+    )
     assert status == 200, payload
     doc = json.loads(payload)
     response = doc["response"]

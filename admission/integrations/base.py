@@ -265,7 +265,9 @@ class Integration:
             meta_path = spec_field(role.path, "metadata")
             errors += topology_annotation_errors(annotations, path=meta_path, count=role.count)
             try:
-                tr = topology_request_from_annotations(annotations, path=meta_path, count=role.count)
+                tr = topology_request_from_annotations(
+                    annotations, path=meta_path, count=role.count
+                )
             except TopologyAnnotationError:
                 tr = None
             groups.append((role.name, role.count, tr))
@@ -411,7 +413,9 @@ def template_annotations(what: str, ref: str, role: Role) -> dict[str, str]:
     tmeta = role.template.get("metadata")
     if not isinstance(tmeta, Mapping):
         return {}
-    return string_map(tmeta.get("annotations"), what, ref, spec_field(role.path, "metadata.annotations"))
+    return string_map(
+        tmeta.get("annotations"), what, ref, spec_field(role.path, "metadata.annotations")
+    )
 
 
 def workload_model(
