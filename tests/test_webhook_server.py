@@ -232,12 +232,14 @@ def test_readyz_waits_for_the_model(tmp_path: Any) -> None:
 
 
 def test_every_kueue_path_is_served() -> None:
+    """Kueue's paths: two per job integration of the registry, then the queue objects'."""
+    from admission.integrations.registry import INTEGRATIONS
+
     paths = {spec.path for spec in all_webhooks()}
+    assert {"/mutate-batch-v1-job", "/validate-batch-v1-job", "/mutate--v1-pod",
+            "/validate--v1-pod"} <= paths  # fmt: skip
     assert paths == {
-        "/mutate-batch-v1-job",
-        "/validate-batch-v1-job",
-        "/mutate--v1-pod",
-        "/validate--v1-pod",
+        *(p for i in INTEGRATIONS for p in i.webhook_paths()),
         "/mutate-kueue-x-k8s-io-v1beta2-clusterqueue",
         "/mutate-kueue-x-k8s-io-v1beta2-resourceflavor",
         "/mutate-kueue-x-k8s-io-v1beta2-workload",
