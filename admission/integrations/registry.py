@@ -24,11 +24,13 @@ from typing import Any
 
 from .base import Integration
 from .job import JOB
+from .jobset import JOBSET
 from .pod import POD
 
 INTEGRATIONS: tuple[Integration, ...] = (
     JOB,
     POD,
+    JOBSET,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 
