@@ -26,11 +26,13 @@ from .base import Integration
 from .job import JOB
 from .jobset import JOBSET
 from .pod import POD
+from .pytorchjob import PYTORCHJOB
 
 INTEGRATIONS: tuple[Integration, ...] = (
     JOB,
     POD,
     JOBSET,
+    PYTORCHJOB,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 
