@@ -561,7 +561,7 @@ def test_example_references_resolve() -> None:
     for ns in namespaces:
         assert any(key[0] == ns for key in lqs), f"namespace {ns} has no LocalQueue"
     assert any(name == "default" for _, name in lqs)
-    for job in _of_kind(objs, "Job"):
+    for job in _job_objects(objs):
         meta = job["metadata"]
         labels = meta["labels"]
         assert (meta["namespace"], labels["kueue.x-k8s.io/queue-name"]) in lqs, meta["name"]
@@ -582,9 +582,15 @@ def test_example_priorities_span_system_critical_to_development() -> None:
         assert o["description"], o["metadata"]["name"]
 
 
+def _job_objects(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The examples' objects of every job kind plan reads (Jobs, JobSets, …)."""
+    kinds = {(i.api_version, i.kind) for i in INTEGRATIONS if i.reconciler == "object"}
+    return [o for o in objs if (o["apiVersion"], o["kind"]) in kinds]
+
+
 def test_example_jobs_are_deterministic_for_plan() -> None:
-    jobs = list(_of_kind(_example_objects(), "Job"))
-    assert jobs
+    jobs = _job_objects(_example_objects())
+    assert {j["kind"] for j in jobs} >= {"Job", "JobSet", "PyTorchJob"}
     uids = [j["metadata"]["uid"] for j in jobs]
     assert len(set(uids)) == len(uids)
     for job in jobs:
@@ -606,14 +612,24 @@ EXPECTED_ADMITTED = {
     ),
     "recsys-retrain": ("training-prod", "training-prod", {"nvidia.com/gpu": "h100"}),
 }
+# the job kinds of 70-training-kinds.yaml: name -> (namespace, kind, ClusterQueue, cycle,
+# podSet -> GPU flavor or the cpu flavor of a podSet without GPUs)
+EXPECTED_KINDS_ADMITTED = {
+    "vision-eval": ("vision-research", "jobset", "vision-research", 3,
+                    {"driver": {"cpu": "h100"}, "workers": {"nvidia.com/gpu": "a100"}}),
+    "bert-finetune": ("training-prod", "pytorchjob", "training-prod", 2,
+                      {"master": {"nvidia.com/gpu": "h100"}, "worker": {"nvidia.com/gpu": "a100"}}),
+}  # fmt: skip
 EXPECTED_PENDING = {
     "mig-batch-eval": ("inference-prod", "WaitingForQuota"),
     "vision-pretrain-too-big": ("vision-research", "ExceedsMaxQuota"),
 }
 
 
-def _by_job(entries: list[dict[str, Any]], namespace: str, job: str) -> dict[str, Any]:
-    prefix = f"{namespace}/job-{job}-"
+def _by_job(
+    entries: list[dict[str, Any]], namespace: str, job: str, kind: str = "job"
+) -> dict[str, Any]:
+    prefix = f"{namespace}/{kind}-{job}-"
     found = [e for e in entries if e["workload"].startswith(prefix)]
     assert len(found) == 1, f"{prefix}*: {[e['workload'] for e in entries]}"
     return found[0]
@@ -632,7 +648,15 @@ def test_plan_on_examples_matches_the_readme_table() -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["preempted"] == []
-    assert len(doc["admitted"]) == len(EXPECTED_ADMITTED)
+    assert len(doc["admitted"]) == len(EXPECTED_ADMITTED) + len(EXPECTED_KINDS_ADMITTED)
+    for name, (ns, kind, cq, cycle, pod_sets) in EXPECTED_KINDS_ADMITTED.items():
+        entry = _by_job(doc["admitted"], ns, name, kind)
+        assert (entry["clusterQueue"], entry["cycle"]) == (cq, cycle), name
+        got = {p["name"]: p["flavors"] for p in entry["podSetAssignments"]}
+        assert set(got) == set(pod_sets), name
+        for pod_set, flavors in pod_sets.items():
+            for resource, flavor in flavors.items():
+                assert got[pod_set][resource] == flavor, (name, pod_set, resource)
     for job, (ns, cq, flavors) in EXPECTED_ADMITTED.items():
         entry = _by_job(doc["admitted"], ns, job)
         assert entry["clusterQueue"] == cq, job
@@ -644,3 +668,4 @@ def test_plan_on_examples_matches_the_readme_table() -> None:
         assert _by_job(doc["pending"], ns, job)["reason"] == reason, job
     gpu = doc["usage"]["llm-research"]["h100"]["nvidia.com/gpu"]
     assert gpu == {"total": "32", "borrowed": "16"}
+    assert doc["usage"]["training-prod"]["h100"]["nvidia.com/gpu"]["total"] == "20"
