@@ -23,6 +23,7 @@ from queues.api_types import (
 )
 from queues.pods import podset_from_template
 from queues.quantity import to_units
+from queues.topology_assignment import AssignmentFormError, from_v1beta2
 
 if TYPE_CHECKING:
     from queues.api import (
@@ -218,6 +219,7 @@ def workload(wl: Workload) -> m.Workload:
                 pod_set_group_name=tr.pod_set_group_name,
                 slice_required_topology=tr.pod_set_slice_required_topology,
                 slice_size=tr.pod_set_slice_size,
+                pod_index_label=tr.pod_index_label,
             )
         pod_sets.append(pod_set)
     ref = wl.spec.priority_class_ref
@@ -244,6 +246,9 @@ def workload(wl: Workload) -> m.Workload:
                         for res, qty in psa.resource_usage.items()
                     },
                     count=psa.count if psa.count is not None else counts.get(psa.name, 0),
+                    topology_assignment=_topology_assignment(
+                        psa.topology_assignment, f"status.admission.podSetAssignments[{i}]"
+                    ),
                 )
             )
         admission = m.Admission(
@@ -293,3 +298,12 @@ def _reclaimable_pods(status: Any) -> dict[str, int]:
             if count > 0:
                 out[name] = count
     return out
+
+
+def _topology_assignment(doc: Any, path: str) -> m.TopologyAssignment | None:
+    if doc is None:
+        return None
+    try:
+        return from_v1beta2(doc, path=f"{path}.topologyAssignment")
+    except AssignmentFormError as exc:
+        raise ConvertError(f"{path}.topologyAssignment", str(exc).split(": ", 1)[-1]) from None

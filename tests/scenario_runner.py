@@ -124,14 +124,23 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
             usage = {}
             for r, v in raw.get("requests", {}).items():
                 usage[r] = str(_times(v, count))
-            psas.append(
-                {
-                    "name": ps["name"],
-                    "flavors": adm["flavors"],
-                    "resourceUsage": usage,
-                    "count": count,
-                }
-            )
+            psa: dict[str, Any] = {
+                "name": ps["name"],
+                "flavors": adm["flavors"],
+                "resourceUsage": usage,
+                "count": count,
+            }
+            if ps["name"] in adm.get("topology", {}):
+                from queues.model import TopologyAssignment
+                from queues.topology_assignment import to_v1beta2
+
+                levels = tuple(adm.get("topologyLevels", ["kubernetes.io/hostname"]))
+                domains = tuple(
+                    (tuple(k.split("/")), int(c))
+                    for k, c in sorted(adm["topology"][ps["name"]].items())
+                )
+                psa["topologyAssignment"] = to_v1beta2(TopologyAssignment(levels, domains))
+            psas.append(psa)
         obj["status"] = {
             "admission": {"clusterQueue": adm["clusterQueue"], "podSetAssignments": psas},
             "conditions": [
@@ -147,6 +156,47 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+NODE_KEYS = {"names", "labels", "allocatable", "taints", "ready", "unschedulable"}
+
+
+def expand_nodes(group: dict[str, Any]) -> list[dict[str, Any]]:
+    """The shorthand for v1 Nodes: ``{names: [a, b], labels: {...}, allocatable: {...},
+    taints: [...], ready: false, unschedulable: true}``; each node also gets the label
+    kubernetes.io/hostname=<name>; ``names`` may be ``"prefix[0-3]"`` for prefix0..prefix3."""
+    names = group["names"]
+    if isinstance(names, str):
+        prefix, _, rng = names.partition("[")
+        lo, _, hi = rng.rstrip("]").partition("-")
+        names = [f"{prefix}{i}" for i in range(int(lo), int(hi) + 1)]
+    out = []
+    for name in names:
+        status: dict[str, Any] = {
+            "allocatable": {k: str(v) for k, v in group.get("allocatable", {}).items()}
+        }
+        if "ready" in group:
+            status["conditions"] = [
+                {"type": "Ready", "status": "True" if group["ready"] else "False"}
+            ]
+        spec: dict[str, Any] = {}
+        if "taints" in group:
+            spec["taints"] = group["taints"]
+        if group.get("unschedulable"):
+            spec["unschedulable"] = True
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {**group.get("labels", {}), "kubernetes.io/hostname": name},
+                },
+                "spec": spec,
+                "status": status,
+            }
+        )
+    return out
+
+
 def _times(v: Any, n: int) -> str:
     from queues.quantity import parse_quantity
 
@@ -159,11 +209,22 @@ def scenario_objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
     for base in spec.get("bases", []):
         objects += [d for d in yaml.safe_load_all((BASES / f"{base}.yaml").read_text()) if d]
     objects += spec.get("objects") or []
+    objects += [n for group in spec.get("nodes") or [] for n in expand_nodes(group)]
     objects += [expand_workload(w) for w in spec.get("workloads") or []]
     return objects
 
 
-TOP_KEYS = {"description", "args", "config", "bases", "objects", "workloads", "whatIf", "expect"}
+TOP_KEYS = {
+    "description",
+    "args",
+    "config",
+    "bases",
+    "objects",
+    "nodes",
+    "workloads",
+    "whatIf",
+    "expect",
+}
 WORKLOAD_KEYS = {
     "name",
     "ns",
@@ -189,7 +250,7 @@ POD_SET_KEYS = {
     "affinity",
     "topologyRequest",
 }
-ADMITTED_SHORTHAND_KEYS = {"clusterQueue", "flavors", "at"}
+ADMITTED_SHORTHAND_KEYS = {"clusterQueue", "flavors", "at", "topology", "topologyLevels"}
 EXPECT_KEYS = {
     "exit",
     "stderr",
@@ -203,7 +264,7 @@ EXPECT_KEYS = {
     "inadmissibleLeft",
 }
 EXPECT_ENTRY_KEYS = {
-    "admitted": {"clusterQueue", "cycle", "flavors", "podSetFlavors", "counts"},
+    "admitted": {"clusterQueue", "cycle", "flavors", "podSetFlavors", "counts", "topology"},
     "pending": {"reason", "clusterQueue", "message"},
     "preempted": {"by", "reason", "clusterQueue", "cycle", "message"},
     "whatIf": {"before", "after"},
@@ -220,6 +281,8 @@ def _check_keys(where: str, got: Any, allowed: set[str]) -> None:
 def validate_spec(spec: dict[str, Any]) -> None:
     """Reject keys the runner would silently ignore."""
     _check_keys("scenario", spec, TOP_KEYS)
+    for i, n in enumerate(spec.get("nodes") or []):
+        _check_keys(f"nodes[{i}]", n, NODE_KEYS)
     for i, w in enumerate(spec.get("workloads") or []):
         _check_keys(f"workloads[{i}]", w, WORKLOAD_KEYS)
         for j, p in enumerate(w.get("podSets") or []):
@@ -313,6 +376,18 @@ def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
                     key,
                     a,
                 )
+            if "topology" in w:
+                # {podSet: {"level/values": pods}}: the whole TAS assignment, decoded.
+                from queues.topology_assignment import from_v1beta2
+
+                got_ta = {
+                    p["name"]: {
+                        "/".join(v): c for v, c in from_v1beta2(p["topologyAssignment"]).domains
+                    }
+                    for p in a["podSetAssignments"]
+                    if "topologyAssignment" in p
+                }
+                assert got_ta == w["topology"], (key, got_ta)
     if "pending" in expect:
         got = {p["workload"]: p for p in doc["pending"]}
         want = expect["pending"] or {}

@@ -256,9 +256,9 @@ def test_missing_identity_fields(tmp_path: Path, doc: str, path: str, message: s
 
 def test_unsupported_kind_lists_job(tmp_path: Path) -> None:
     err = load_error(
-        [write(tmp_path / "a.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")]
+        [write(tmp_path / "a.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: p}\n")]
     )
-    assert "Job" in str(err) and "ClusterQueue" in str(err)
+    assert "Job" in str(err) and "ClusterQueue" in str(err) and "Node" in str(err)
 
 
 def test_duplicate_objects_across_files(tmp_path: Path) -> None:
@@ -388,3 +388,48 @@ def test_fast_yaml_path_matches_safe_load_all(text: str, tmp_path: Path) -> None
     f.write_text(text)
     got = [doc for _, doc in _documents(str(f))]
     assert got == [d for d in want if d is not None]
+
+
+NODE = """apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-1
+  labels: {rack: r1, kubernetes.io/hostname: gpu-1}
+spec:
+  taints: [{key: maintenance, effect: NoSchedule}]
+status:
+  allocatable: {cpu: "32", nvidia.com/gpu: "8", pods: "110"}
+  conditions: [{type: Ready, status: "False"}]
+"""
+POD = """apiVersion: v1
+kind: Pod
+metadata: {name: ds-1, namespace: kube-system}
+spec:
+  nodeName: gpu-1
+  containers: [{name: c, resources: {requests: {cpu: 500m, nvidia.com/gpu: "1"}}}]
+status: {phase: Running}
+"""
+
+
+def test_topology_nodes_and_running_pods_are_loaded(tmp_path: Path) -> None:
+    topo = (
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: t}\n"
+        "spec: {levels: [{nodeLabel: rack}, {nodeLabel: kubernetes.io/hostname}]}\n"
+    )
+    finished = POD.replace("ds-1", "done").replace("Running", "Succeeded")
+    unbound = POD.replace("ds-1", "waiting").replace("  nodeName: gpu-1\n", "")
+    path = tmp_path / "a.yaml"
+    path.write_text("---\n".join([topo, NODE, POD, finished, unbound]))
+    inputs = load_paths([str(path)])
+    assert inputs.topologies["t"].levels == ("rack", "kubernetes.io/hostname")
+    node = inputs.nodes["gpu-1"]
+    assert node.allocatable == {"cpu": 32000, "nvidia.com/gpu": 8, "pods": 110}
+    assert node.ready is False and node.taints[0].key == "maintenance"
+    assert list(inputs.pods) == ["kube-system/ds-1"]  # finished and unbound pods use nothing
+    assert inputs.pods["kube-system/ds-1"].requests == {"cpu": 500, "nvidia.com/gpu": 1}
+
+
+def test_bad_node_allocatable_names_the_node_and_field(tmp_path: Path) -> None:
+    bad = NODE.replace('pods: "110"', "pods: lots")
+    err = load_error([write(tmp_path / "a.yaml", bad)])
+    assert f"{tmp_path / 'a.yaml'}: document 0: Node gpu-1: status.allocatable.pods:" in str(err)

@@ -33,8 +33,11 @@ from queues.model import (
     Namespace,
     PriorityClass,
     ResourceFlavor,
+    Topology,
     Workload,
 )
+from queues.topology import Node, PodUsage
+from queues.topology_nodes import NodeInputError, node_from_object, pod_usage_from_object
 
 __all__ = ["Inputs", "LoadError", "load_paths", "merge", "default_namespaces"]
 
@@ -43,7 +46,8 @@ YAML_SUFFIXES = (".yaml", ".yml")
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
 # the job kinds plan reads: every integration with one Workload per object
 JOB_KINDS: dict[str, Integration] = {i.kind: i for i in INTEGRATIONS if i.reconciler == "object"}
-SUPPORTED_KINDS = tuple(sorted({kind for _, kind in api.KINDS} | set(JOB_KINDS)))
+CORE_KINDS = ("Node", "Pod")  # read for topology-aware scheduling, v1 only
+SUPPORTED_KINDS = tuple(sorted({kind for _, kind in api.KINDS} | set(JOB_KINDS) | set(CORE_KINDS)))
 
 
 class LoadError(Exception):
@@ -96,6 +100,10 @@ class Inputs:
     namespaces_given: bool = False
     finished_workloads: set[str] = field(default_factory=set)
     """Keys of the Finished workloads left out (an overlay's finish its base's ones)."""
+    topologies: dict[str, Topology] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: dict[str, PodUsage] = field(default_factory=dict)
+    """Bound, running pods not placed by TAS (their requests use their nodes)."""
 
 
 @dataclass(slots=True)
@@ -140,6 +148,10 @@ def load_paths(paths: list[str], *, frameworks: Frameworks = ALL) -> Inputs:
             if frameworks.is_enabled(JOB_KINDS[kind]):
                 jobs.append((origin, JOB_KINDS[kind], doc))
             continue
+        if kind in CORE_KINDS:
+            _claim(seen, (kind, name), origin, kind=kind, name=name)
+            _core_object(doc, kind, name, origin, inputs)
+            continue
         obj = _parse(doc, origin)
         key = obj.key if isinstance(obj, LocalQueue | Workload) else obj.name
         _claim(seen, (kind, key), origin, kind=kind, name=key)
@@ -174,6 +186,21 @@ def load_paths(paths: list[str], *, frameworks: Frameworks = ALL) -> Inputs:
     if not inputs.namespaces_given:
         inputs.namespaces = default_namespaces(inputs)
     return inputs
+
+
+def _core_object(
+    doc: dict[str, Any], kind: str, name: str, origin: _Origin, inputs: Inputs
+) -> None:
+    """A v1 Node (topology capacity) or a v1 Pod (capacity used on its node)."""
+    try:
+        if kind == "Node":
+            inputs.nodes[name] = node_from_object(doc)
+        else:
+            pod = pod_usage_from_object(doc)
+            if pod is not None:
+                inputs.pods[pod.key] = pod
+    except NodeInputError as exc:
+        raise origin.error(exc.message, kind=kind, name=name, path=exc.path) from None
 
 
 def _job_workload(
@@ -379,7 +406,8 @@ def _identify(doc: dict[str, Any], origin: _Origin) -> tuple[str, str]:
     kind = doc.get("kind")
     kind_text = kind if isinstance(kind, str) else ""
     meta = doc.get("metadata")
-    name = _namespaced(meta) if kind in (*api.NAMESPACED_KINDS, *JOB_KINDS) else _plain(meta)
+    namespaced = (*api.NAMESPACED_KINDS, *JOB_KINDS, "Pod")
+    name = _namespaced(meta) if kind in namespaced else _plain(meta)
 
     def fail(path: str, message: str = "Required value") -> LoadError:
         return origin.error(message, kind=kind_text, name=name, path=path)
@@ -392,6 +420,11 @@ def _identify(doc: dict[str, Any], origin: _Origin) -> tuple[str, str]:
     if kind_text not in SUPPORTED_KINDS:
         supported = ", ".join(SUPPORTED_KINDS)
         raise fail("kind", f'unsupported kind "{kind_text}" (supported kinds: {supported})')
+    if kind_text in CORE_KINDS and api_version != "v1":
+        raise fail(
+            "apiVersion",
+            f'Unsupported value: "{api_version}": supported values for {kind_text}: "v1"',
+        )
     job_kind = JOB_KINDS.get(kind_text)
     if job_kind is not None and api_version != job_kind.api_version:
         raise fail(
@@ -466,6 +499,8 @@ def _store(inputs: Inputs, obj: api.ModelObject) -> None:
     elif isinstance(obj, Namespace):
         inputs.namespaces[obj.name] = obj
         inputs.namespaces_given = True
+    elif isinstance(obj, Topology):
+        inputs.topologies[obj.name] = obj
     else:  # pragma: no cover - workloads are collected by the caller
         raise TypeError(f"unexpected object {obj!r}")
 
@@ -509,6 +544,9 @@ def merge(base: Inputs, overlay: Inputs) -> Inputs:
         namespaces_given=base.namespaces_given or overlay.namespaces_given,
         finished_workloads=(base.finished_workloads - workloads.keys())
         | overlay.finished_workloads,
+        topologies={**base.topologies, **overlay.topologies},
+        nodes={**base.nodes, **overlay.nodes},
+        pods={**base.pods, **overlay.pods},
     )
     if merged.namespaces_given:
         for side in (base, overlay):

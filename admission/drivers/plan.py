@@ -14,12 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.engine.cache import Cache, PendingStatus
 from admission.config import Config
 from admission.drivers.loader import Inputs
+from admission.engine.cache import Cache, PendingStatus
 from admission.engine.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
 from queues.model import Workload
 from queues.quantity import format_quantity
+from queues.topology_assignment import from_v1beta2, to_v1beta2
 
 MAX_CYCLES = 10_000
 
@@ -46,6 +47,11 @@ def build_cache(inputs: Inputs) -> Cache:
         local_queues=inputs.local_queues,
         namespaces=inputs.namespaces if inputs.namespaces_given else None,
     )
+    cache.set_topologies(inputs.topologies)
+    for name in sorted(inputs.nodes):
+        cache.set_node(inputs.nodes[name])
+    for key in sorted(inputs.pods):
+        cache.set_pod(key, inputs.pods[key])
     for wl in sorted(inputs.workloads, key=lambda w: w.key):
         cache.add_workload(wl)
     return cache
@@ -144,12 +150,21 @@ def pending_report(cache: Cache) -> dict[str, tuple[str | None, PendingStatus]]:
 
 
 def _psa_json(psa: Any) -> dict[str, Any]:
-    return {
+    out = {
         "name": psa.name,
         "count": psa.count,
         "flavors": dict(sorted(psa.flavors.items())),
         "resourceUsage": {r: format_quantity(r, v) for r, v in sorted(psa.resource_usage.items())},
     }
+    if psa.topology_assignment is not None:  # Kueue's v1beta2 form, as written to status
+        out["topologyAssignment"] = to_v1beta2(psa.topology_assignment)
+    return out
+
+
+def topology_text(wire: dict[str, Any]) -> str:
+    """A topology assignment for a person: ``host-a×2,host-b×1`` (level values joined by /)."""
+    ta = from_v1beta2(wire)
+    return ",".join(f"{'/'.join(values)}×{count}" for values, count in ta.domains)
 
 
 def usage_report(cache: Cache) -> dict[str, Any]:
@@ -282,6 +297,11 @@ def plan_table(doc: dict[str, Any]) -> str:
         assign = "; ".join(
             f"{p['name']}×{p['count']} "
             + ",".join(f"{r}={p['resourceUsage'][r]}@{f}" for r, f in p["flavors"].items())
+            + (
+                f" topology[{topology_text(p['topologyAssignment'])}]"
+                if "topologyAssignment" in p
+                else ""
+            )
             for p in a["podSetAssignments"]
         )
         rows.append((a["workload"], a["clusterQueue"], str(a["cycle"]), assign))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from queues.model import (
     STOP_NONE,
@@ -21,10 +22,16 @@ from queues.model import (
     LocalQueue,
     Namespace,
     ResourceFlavor,
+    Topology,
     Workload,
 )
 from queues.pending import PendingQueue, scheduling_hash
+from queues.topology import Node, PodUsage, TopologyState, Usage, add_usage
 from queues.tree import CohortTree
+
+if TYPE_CHECKING:
+    from admission.engine.flavors import Assignment
+    from admission.engine.topology import TasCharge
 
 MISCONFIGURED = "Misconfigured"
 SUSPENDED = "Suspended"
@@ -78,6 +85,10 @@ class Cache:
         self.group_status: dict[tuple[str, int], PendingStatus] = {}
         self.inactive: dict[str, PendingStatus] = {}
         self._same_tree: dict[str, list[str]] = {}
+        # Topology-aware scheduling: Topologies, Nodes, bound pods and what each admitted
+        # workload's topology assignments hold (released exactly as charged).
+        self.topology = TopologyState()
+        self.tas_charged: dict[str, list[TasCharge]] = {}
         self._refresh_derived()
 
     # -- objects ----------------------------------------------------------------
@@ -199,6 +210,97 @@ class Cache:
                     MISCONFIGURED,
                     f"ClusterQueue {name} is inactive: flavor {', '.join(missing)} not found",
                 )
+            elif no_topology := self._missing_topologies(cq):
+                # Kueue's TopologyNotFound: a TAS flavor whose Topology does not exist.
+                self.inactive[name] = PendingStatus(
+                    MISCONFIGURED, f"ClusterQueue {name} is inactive: {no_topology}"
+                )
+
+    def _missing_topologies(self, cq: ClusterQueue) -> str:
+        names = sorted(
+            {
+                f"Topology {flv.topology_name} of flavor {flv.name} not found"
+                for g in cq.resource_groups
+                for fq in g.flavors
+                if (flv := self.flavors.get(fq.name)) is not None
+                and flv.topology_name is not None
+                and flv.topology_name not in self.topology.topologies
+            }
+        )
+        return ", ".join(names)
+
+    # -- topology-aware scheduling --------------------------------------------------
+
+    def set_topologies(self, topologies: Mapping[str, Topology]) -> None:
+        """Replace the Topologies (a capacity event: ClusterQueues may become active)."""
+        if dict(topologies) == self.topology.topologies:
+            return
+        self.topology.set_topologies(topologies)
+        self._refresh_derived()
+        self.requeue_all()
+
+    def set_node(self, node: Node) -> None:
+        self.topology.set_node(node)
+        self.requeue_all()
+
+    def delete_node(self, name: str) -> None:
+        self.topology.delete_node(name)
+
+    def set_pod(self, key: str, pod: PodUsage | None) -> None:
+        """A bound pod not placed by TAS (None: gone, finished or unbound)."""
+        before = key in self.topology.pods
+        self.topology.set_pod(pod, key)
+        if before and pod is None:
+            self.requeue_all()  # its capacity is free again
+
+    def _charge_tas(self, wl: Workload, sign: int) -> None:
+        from admission.engine.topology import tas_charges
+
+        if sign > 0:
+            adm = wl.admission
+            if adm is None:
+                return
+            charges = tas_charges(
+                wl,
+                [(p.name, p.flavors, p.topology_assignment) for p in adm.pod_set_assignments],
+                self.flavors,
+            )
+            if not charges:
+                return
+            self.tas_charged[wl.key] = charges
+        else:
+            charges = self.tas_charged.pop(wl.key, [])
+        for ch in charges:
+            self.topology.charge(ch.flavor, ch.assignment, ch.per_pod, sign)
+
+    def topology_still_fits(
+        self, wl: Workload, a: Assignment, extra: Mapping[str, Mapping[tuple[str, ...], Usage]]
+    ) -> str:
+        """Kueue's TAS Fits check at admission time, with ``extra`` (this cycle's earlier
+        admissions) taken too: "" or where the pods no longer fit."""
+        from admission.engine.topology import still_fits, tas_charges
+
+        charges = tas_charges(
+            wl, [(p.name, p.flavors, p.topology) for p in a.pod_sets], self.flavors
+        )
+        if not charges:
+            return ""
+        return still_fits(self.topology, self.flavors, charges, extra)
+
+    def topology_assume(
+        self, wl: Workload, a: Assignment, into: dict[str, dict[tuple[str, ...], Usage]]
+    ) -> None:
+        """Add what the assignment's topology placements hold to ``into`` (a cycle's
+        not yet committed TAS usage)."""
+        from admission.engine.topology import leaf_usage, tas_charges
+
+        charges = tas_charges(
+            wl, [(p.name, p.flavors, p.topology) for p in a.pod_sets], self.flavors
+        )
+        for flavor, per_leaf in leaf_usage(charges).items():
+            dest = into.setdefault(flavor, {})
+            for key, usage in per_leaf.items():
+                add_usage(dest.setdefault(key, {}), usage)
 
     # -- workloads --------------------------------------------------------------
 
@@ -226,6 +328,7 @@ class Cache:
             self._count_priority(cq, wl.priority, usage, +1)
             if cq in self.tree.queues:
                 self.tree.add_usage(cq, usage)
+            self._charge_tas(wl, +1)
             return
         if wl.active:
             self._route(wl)
@@ -290,6 +393,7 @@ class Cache:
         self._count_priority(cq, wl.priority, usage, +1)
         self.preemptors.discard(wl.key)
         self.tree.add_usage(cq, usage)
+        self._charge_tas(wl, +1)
         self.status.pop(wl.key, None)
 
     def forget(self, key: str) -> None:
@@ -340,6 +444,9 @@ class Cache:
             self._count_priority(cq, wl.priority, usage, -1)
         if cq in self.tree.queues:
             self.tree.remove_usage(cq, usage)
+        if key in self.tas_charged:
+            for ch in self.tas_charged.pop(key):
+                self.topology.charge(ch.flavor, ch.assignment, ch.per_pod, -1)
 
     def _count_priority(
         self, cq: str, priority: int, usage: dict[FlavorResource, int], sign: int

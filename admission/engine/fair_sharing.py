@@ -277,12 +277,18 @@ class FairPreemptor(Preemptor):
             return [Target(v.candidate.key, v.candidate.cq, v.reason) for v in kept]
 
     def _fits_fs(
-        self, snap: Snapshot, cq: QuotaNode, requests: Mapping[FlavorResource, int]
+        self,
+        snap: Snapshot,
+        cq: QuotaNode,
+        requests: Mapping[FlavorResource, int],
+        removed: list[_Victim],
     ) -> bool:
         tree = snap.tree
         with tree.scratch():
             tree.remove_usage(cq.name, requests)
-            return self._fits(cq, requests, True)
+            if not self._fits(cq, requests, True):
+                return False
+        return self._placement_fits(v.candidate.key for v in removed)
 
     def _take(
         self,
@@ -313,13 +319,13 @@ class FairPreemptor(Preemptor):
             lst = per_cq[target.name]
             if target is cq:
                 self._take(snap, lst.pop(0), PreemptionReason.IN_CLUSTER_QUEUE, removed)
-                if self._fits_fs(snap, cq, requests):
+                if self._fits_fs(snap, cq, requests, removed):
                     return True, retry
                 continue
             if within_nominal(cq, frs):
                 # The preemptor stays within its nominal quota: plain reclamation.
                 self._take(snap, lst.pop(0), PreemptionReason.IN_COHORT_RECLAMATION, removed)
-                if self._fits_fs(snap, cq, requests):
+                if self._fits_fs(snap, cq, requests, removed):
                     return True, retry
                 continue
             mine, theirs = _almost_lcas(cq, target)
@@ -330,7 +336,7 @@ class FairPreemptor(Preemptor):
                 target_new = self._share_after_removal(snap, target, theirs, c)
                 if rule(preemptor_new, target_old, target_new):
                     self._take(snap, c, PreemptionReason.IN_COHORT_FAIR_SHARING, removed, rule)
-                    if self._fits_fs(snap, cq, requests):
+                    if self._fits_fs(snap, cq, requests, removed):
                         return True, retry
                     break  # shares changed: pick the target queue again
                 retry.append(c)
@@ -368,7 +374,7 @@ class FairPreemptor(Preemptor):
                     removed,
                     less_than_initial_share,
                 )
-                if self._fits_fs(snap, cq, requests):
+                if self._fits_fs(snap, cq, requests, removed):
                     return True
             dropped.add(target.name)
         return False
@@ -390,7 +396,11 @@ class FairPreemptor(Preemptor):
             c = targets[i].candidate
             tree.add_usage(c.cq, self.cache.usage_of[c.key])
             rest = targets[:i] + targets[i + 1 :]
-            if self._fits(cq, requests, True) and self._strategies_hold(snap, cq, requests, rest):
+            if (
+                self._fits(cq, requests, True)
+                and self._strategies_hold(snap, cq, requests, rest)
+                and self._placement_fits(v.candidate.key for v in rest)
+            ):
                 targets.pop(i)
             else:
                 tree.remove_usage(c.cq, self.cache.usage_of[c.key])

@@ -14,9 +14,17 @@ of an ``oracle`` callback so that the preemption strategy stays a separate conce
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from admission.engine.topology import (
+    TOPOLOGY_PLACEMENT_FAILED,
+    PlacementCheck,
+    TasCharge,
+    flavor_level_mismatch,
+    place_workload,
+    placement_requests,
+)
 from queues.model import (
     PREEMPTION_OVER_BORROWING,
     TRY_NEXT_FLAVOR,
@@ -24,9 +32,11 @@ from queues.model import (
     FlavorResource,
     PodSet,
     ResourceFlavor,
+    TopologyAssignment,
     Workload,
 )
 from queues.quantity import format_quantity
+from queues.topology import TopologyState
 from queues.tree import QuotaNode
 
 # Modes, worst first (Kueue's granular preemption modes).
@@ -67,6 +77,7 @@ class PodSetAssignmentResult:
     borrow: int = 0
     reason: str = ""
     messages: list[str] = field(default_factory=list)
+    topology: TopologyAssignment | None = None  # where its pods go (TAS podSets)
 
 
 @dataclass(slots=True)
@@ -79,6 +90,8 @@ class Assignment:
     frs_need_preemption: set[FlavorResource] = field(default_factory=set)
     reason: str = ""
     message: str = ""
+    # TAS podSets needing preemption: do they fit once given victims are gone?
+    placement: PlacementCheck | None = None
 
     def counts(self) -> dict[str, int]:
         return {p.name: p.count for p in self.pod_sets}
@@ -94,33 +107,48 @@ class _Candidate:
     need_preemption: list[FlavorResource]
 
 
-def topology_mismatch(flavor: ResourceFlavor, ps: PodSet, *, tas_only: bool = False) -> str | None:
-    """Kueue's checkPodSetAndFlavorMatchForTAS, until topology-aware placement exists.
+def topology_mismatch(
+    flavor: ResourceFlavor,
+    ps: PodSet,
+    *,
+    tas_only: bool = False,
+    topology: TopologyState | None = None,
+) -> str | None:
+    """Kueue's checkPodSetAndFlavorMatchForTAS.
 
     A podSet that requests topology-aware scheduling (``topologyRequest`` with
-    required, preferred, unconstrained or a slice topology; or any podSet of a
-    ClusterQueue whose flavors all have a topology) can only use a flavor with a
-    ``topologyName``, and the placement onto that topology is not implemented: such a
-    podSet is never admitted, with a reason saying why. A podSet that does not request
-    it cannot use a topology flavor (Kueue: "supports only TopologyAwareScheduling").
+    required, preferred, unconstrained or a slice topology) can only use a flavor with a
+    ``topologyName`` whose Topology has the levels it names; in a ClusterQueue whose
+    flavors all have a topology every podSet is placed (TAS implied). A podSet that does
+    not request it cannot use a topology flavor ("supports only TopologyAwareScheduling").
     """
-    requested = (ps.topology is not None and ps.topology.requests_tas) or tas_only
-    if requested:
+    tr = ps.topology
+    explicit = tr is not None and tr.requests_tas
+    if explicit or tas_only:
+        if not explicit:
+            return None  # implied: the lowest level, unconstrained
         if flavor.topology_name is None:
             return f'Flavor "{flavor.name}" does not support TopologyAwareScheduling'
-        return (
-            f'Flavor "{flavor.name}" supports TopologyAwareScheduling, but topology-aware '
-            "placement is not implemented yet"
-        )
+        assert tr is not None
+        wanted = [
+            lv for lv in (tr.required, tr.preferred, tr.slice_required_topology) if lv is not None
+        ]
+        return flavor_level_mismatch(topology, flavor, wanted)
     if flavor.topology_name is not None:
         return f'Flavor "{flavor.name}" supports only TopologyAwareScheduling'
     return None
 
 
-def flavor_matches(flavor: ResourceFlavor, ps: PodSet, *, tas_only: bool = False) -> str | None:
+def flavor_matches(
+    flavor: ResourceFlavor,
+    ps: PodSet,
+    *,
+    tas_only: bool = False,
+    topology: TopologyState | None = None,
+) -> str | None:
     """None if the podSet may run on this flavor's nodes, else why not."""
     if (ps.topology is not None and ps.topology.requests_tas) or tas_only or flavor.topology_name:
-        why = topology_mismatch(flavor, ps, tas_only=tas_only)
+        why = topology_mismatch(flavor, ps, tas_only=tas_only, topology=topology)
         if why is not None:
             return why
     labels = flavor.node_labels
@@ -193,8 +221,12 @@ class FlavorAssigner:
         can_preempt_while_borrowing: bool = False,
         can_preempt_within_cq: bool = False,
         explain: bool = True,
+        topology: TopologyState | None = None,
+        tas_charges: Mapping[str, Sequence[TasCharge]] | None = None,
     ) -> None:
         self.cq = cq
+        self.topology = topology
+        self.tas_charges = tas_charges if tas_charges is not None else {}
         self.node = node
         self.flavors = flavors
         self.oracle = oracle
@@ -249,6 +281,8 @@ class FlavorAssigner:
                     for res in self._assign_group(unit, assumed, out):
                         by_name[res.name] = res
             results.extend(by_name[ps.name] for ps in wl.pod_sets)
+        if self.topology is not None:
+            self._place_topology(wl, results, out)
         for res in results:
             if res.mode < out.mode:
                 out.mode = res.mode
@@ -265,6 +299,51 @@ class FlavorAssigner:
                 for r in failing
             )
         return out
+
+    def _place_topology(
+        self, wl: Workload, results: list[PodSetAssignmentResult], out: Assignment
+    ) -> None:
+        """Kueue's TAS step of assignFlavors: place the TAS podSets once their flavors
+        are chosen (see admission.engine.topology)."""
+        assert self.topology is not None
+        reqs = placement_requests(wl, results, self.flavors, tas_only=self.tas_only)
+        if not reqs:
+            return
+        mode = min(r.mode for r in results)
+        by_name = {r.name: r for r in results}
+
+        def fail(name: str, new_mode: int, why: str) -> None:
+            # Kueue: WaitingForQuota while preemption could make room, TopologyPlacementFailed
+            # when the podSet does not fit even with no TAS workload admitted.
+            r = by_name[name]
+            r.mode = min(r.mode, new_mode)
+            if new_mode == NO_FIT:
+                r.reason = TOPOLOGY_PLACEMENT_FAILED
+            elif not r.reason:
+                r.reason = WAITING_FOR_QUOTA
+            if why not in r.messages:
+                r.messages.append(why)
+
+        if mode == FIT:
+            placed, failure = place_workload(self.topology, self.flavors, reqs)
+            if failure is None:
+                for name, ta in placed.items():
+                    by_name[name].topology = ta
+                return
+            fail(failure[0], PREEMPT, failure[1])
+            mode = PREEMPT
+        if mode not in (PREEMPT, RECLAIM):
+            return
+        _, failure = place_workload(self.topology, self.flavors, reqs, simulate_empty=True)
+        if failure is not None:  # does not fit even on empty nodes
+            fail(failure[0], NO_FIT, failure[1])
+            return
+        for lst in reqs.values():
+            for req in lst:
+                r = by_name[req.name]
+                r.mode = min(r.mode, PREEMPT)
+                out.frs_need_preemption.update((f, res) for res, f in r.flavors.items())
+        out.placement = PlacementCheck(self.topology, self.flavors, reqs, self.tas_charges)
 
     def _assign_group(
         self,
@@ -379,7 +458,7 @@ class FlavorAssigner:
                 continue
             why = None
             for ps in pod_sets:
-                why = flavor_matches(flavor, ps, tas_only=self.tas_only)
+                why = flavor_matches(flavor, ps, tas_only=self.tas_only, topology=self.topology)
                 if why is not None:
                     break
             if why is not None:

@@ -23,7 +23,7 @@ plugs in as another strategy with the same candidate search and fill-back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple
@@ -149,6 +149,13 @@ class Preemptor:
     def __init__(self, cache: Cache, *, tracker: UsageTracker | None = None) -> None:
         self.cache = cache
         self.tracker = tracker  # admission fair sharing: victims from heavy LocalQueues first
+        # During one ``targets`` search: the TAS placement the victims must make possible.
+        self.placement: Callable[[Sequence[str]], bool] | None = None
+
+    def _placement_fits(self, victims: Iterable[str]) -> bool:
+        """Kueue's workloadFits, TAS part: the preemptor's topology placement succeeds
+        once these victims are gone (always, for workloads without TAS podSets)."""
+        return self.placement is None or self.placement(list(victims))
 
     # -- candidate search -------------------------------------------------------
 
@@ -402,7 +409,9 @@ class Preemptor:
                         continue
                     tree.remove_usage(c.cq, self.cache.usage_of[c.key])
                     removed.append(c)
-                    if self._fits(cq, requests, allow_borrowing):
+                    if self._fits(cq, requests, allow_borrowing) and self._placement_fits(
+                        r.key for r in removed
+                    ):
                         kept = self._fill_back(snap, cq, requests, removed, allow_borrowing)
                         return [Target(t.key, t.cq, t.variant.reason) for t in kept]
         return []
@@ -423,7 +432,9 @@ class Preemptor:
         for i in range(len(targets) - 2, -1, -1):
             c = targets[i]
             tree.add_usage(c.cq, self.cache.usage_of[c.key])
-            if self._fits(cq, requests, allow):
+            if self._fits(cq, requests, allow) and self._placement_fits(
+                t.key for j, t in enumerate(targets) if j != i
+            ):
                 targets.pop(i)
             else:
                 tree.remove_usage(c.cq, self.cache.usage_of[c.key])
@@ -453,9 +464,17 @@ class Preemptor:
         cq_name: str,
         usage: Mapping[FlavorResource, int],
         frs: set[FlavorResource],
+        *,
+        placement: Callable[[Sequence[str]], bool] | None = None,
     ) -> list[Target]:
-        """The victims that let ``wl`` (``usage`` in ``cq_name``) fit in ``snap``."""
-        return self.minimal_targets(snap, wl, snap.tree.queues[cq_name], frs, usage)
+        """The victims that let ``wl`` (``usage`` in ``cq_name``) fit in ``snap``; with
+        ``placement`` (TAS podSets) only victims after whose removal the topology
+        placement succeeds (freeing capacity scattered over domains does not count)."""
+        self.placement = placement
+        try:
+            return self.minimal_targets(snap, wl, snap.tree.queues[cq_name], frs, usage)
+        finally:
+            self.placement = None
 
     def message(
         self, *, preemptor: Workload, preemptor_cq: str, victim_cq: str, reason: PreemptionReason

@@ -252,7 +252,7 @@ class Scheduler:
         a = assigner.assign(wl)
         if a.mode in (PREEMPT, RECLAIM):
             e.targets = self._preemptor.targets(
-                snap, wl, e.cluster_queue, a.usage, a.frs_need_preemption
+                snap, wl, e.cluster_queue, a.usage, a.frs_need_preemption, placement=a.placement
             )
         if a.mode != FIT and not e.targets and any(ps.min_count is not None for ps in wl.pod_sets):
             # Partial admission: neither fits nor can preempt at full size.
@@ -279,6 +279,8 @@ class Scheduler:
             or (preemptor.fair_sharing and p.reclaim_within_cohort != NEVER),
             can_preempt_within_cq=p.within_cluster_queue != NEVER,
             explain=self._explain,
+            topology=cache.topology,
+            tas_charges=cache.tas_charged,
         )
 
     def _partial(
@@ -296,7 +298,9 @@ class Scheduler:
             a = assigner.assign(wl, counts)
             targets: list[Target] = []
             if a.mode in (PREEMPT, RECLAIM):
-                targets = self._preemptor.targets(snap, wl, cq, a.usage, a.frs_need_preemption)
+                targets = self._preemptor.targets(
+                    snap, wl, cq, a.usage, a.frs_need_preemption, placement=a.placement
+                )
             if a.mode == FIT or targets:
                 best = (a, targets)
                 lo = mid + 1
@@ -323,7 +327,12 @@ class Scheduler:
             # Another preemptor took some of these victims earlier in this cycle: search
             # again, with their preemptions counted as issued.
             e.targets = self._preemptor.targets(
-                snap, e.workload, e.cluster_queue, a.usage, a.frs_need_preemption
+                snap,
+                e.workload,
+                e.cluster_queue,
+                a.usage,
+                a.frs_need_preemption,
+                placement=a.placement,
             )
             if not e.targets:
                 e.status = PendingStatus(
@@ -339,6 +348,7 @@ class Scheduler:
         if preempting:
             return self._issue_preemptions(e, snap, cycle)
         snap.tree.add_usage(e.cluster_queue, a.usage)  # later entries see this admission
+        self._cache.topology_assume(e.workload, a, snap.tas)  # and its topology placement
         return _Admit(
             Admission(
                 cluster_queue=e.cluster_queue,
@@ -348,6 +358,7 @@ class Scheduler:
                         flavors=dict(p.flavors),
                         resource_usage=dict(p.usage),
                         count=p.count,
+                        topology_assignment=p.topology,
                     )
                     for p in a.pod_sets
                 ],
@@ -380,7 +391,9 @@ class Scheduler:
                         f"{r} on flavor {fr[0]}: requested {format_quantity(r, v)}, "
                         f"{format_quantity(r, max(0, left))} left after this cycle's earlier admissions"
                     )
-            return ""
+        if not e.targets:  # placed at nomination: do the pods still fit their domains?
+            return cache.topology_still_fits(e.workload, a, snap.tas)
+        return ""
 
     @staticmethod
     def _hold(snap: Snapshot, cq: str, usage: dict[FlavorResource, int]) -> None:

@@ -19,7 +19,7 @@ from queues.tree import CohortTree
 class Snapshot:
     """The tree the cycle works on, and the victims of preemptions issued in it."""
 
-    __slots__ = ("tree", "victims")
+    __slots__ = ("tree", "victims", "tas")
 
     def __init__(self, tree: CohortTree) -> None:
         """A snapshot of ``tree`` (a copy of its usage: ``tree`` itself is not touched)."""
@@ -27,3 +27,6 @@ class Snapshot:
         # Workloads preempted earlier in this cycle: no longer candidates for another
         # preemptor of the same cycle.
         self.victims: set[str] = set()
+        # TAS usage (flavor -> leaf -> resources) of this cycle's admissions, not yet
+        # committed to the cache's topology state: later entries must fit around it.
+        self.tas: dict[str, dict[tuple[str, ...], dict[str, int]]] = {}
