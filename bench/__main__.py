@@ -21,6 +21,7 @@ from pathlib import Path
 # name -> "module:function"; each function returns a dict of the keys docs/benchmarks.md lists.
 BENCHMARKS = {
     "plan-50k": "bench.plan50k:run",
+    "plan-tas": "bench.plan_tas:run",
     "sim-baseline": "bench.sim:run_baseline",
     "sim-large": "bench.sim:run_large",
     "webhook": "bench.webhook_bench:run_webhook",

@@ -16,6 +16,7 @@ JOB_COMPLETIONS_EQUAL_PARALLELISM = "kueue.x-k8s.io/job-completions-equal-parall
 ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
 POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+POD_GROUP_POD_INDEX = "kueue.x-k8s.io/pod-group-pod-index"  # Kueue's PodGroupPodIndexLabel
 RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
 POD_SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 PRIORITY_BOOST = "kueue.x-k8s.io/priority-boost"
@@ -24,6 +25,8 @@ PRIORITY_BOOST = "kueue.x-k8s.io/priority-boost"
 MANAGED = "kueue.x-k8s.io/managed"  # pod label and pod finalizer
 ROLE_HASH = "kueue.x-k8s.io/role-hash"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
+# Held by the pods of a topology-aware podSet until they get their domain's nodeSelector.
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 IS_GROUP_WORKLOAD = "kueue.x-k8s.io/is-group-workload"
 JOB_UID = "kueue.x-k8s.io/job-uid"
 PODSET = "kueue.x-k8s.io/podset"

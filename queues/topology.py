@@ -103,6 +103,8 @@ class Domain:
         "pod_count_wl",
         "slice_count_wl",
         "leader_count",
+        "key",
+        "tainted",
     )
 
     def __init__(self, values: DomainValues, level: int, parent: Domain | None) -> None:
@@ -117,6 +119,8 @@ class Domain:
         self.pod_count_wl = 0  # pods that fit when the group's leader is placed here too
         self.slice_count_wl = 0
         self.leader_count = 0
+        self.key: DomainValues = values  # leaves: how TAS usage names it (usage_key)
+        self.tainted = False  # leaves: a node has a NoSchedule/NoExecute taint
 
     def __repr__(self) -> str:
         return f"Domain({'/'.join(self.values)})"
@@ -136,6 +140,12 @@ class FlavorSnapshot:
     usage: dict[DomainValues, Usage]  # TAS usage per leaf (shared with the state)
     total_nodes: int = 0
     host_leaf: dict[str, Domain] = field(default_factory=dict)  # hostname label -> leaf
+    by_key: dict[DomainValues, Domain] = field(default_factory=dict)  # usage key -> leaf
+    free_cache: dict[DomainValues, Usage] = field(default_factory=dict)
+    # (request shape, simulate_empty) -> usage key -> (pods that fit, limiting resource)
+    count_cache: dict[
+        tuple[tuple[tuple[str, int], ...], bool], dict[DomainValues, tuple[int, str]]
+    ] = field(default_factory=dict)
 
     @property
     def lowest_is_node(self) -> bool:
@@ -160,12 +170,28 @@ class FlavorSnapshot:
         return None
 
     def remaining(self, leaf: Domain, *, simulate_empty: bool = False) -> Usage:
-        free = dict(leaf.capacity)
-        if not simulate_empty:
-            used = self.usage.get(usage_key(self.levels, leaf.values))
+        """What is free on the leaf (a copy the caller may change)."""
+        return dict(self.free(leaf, simulate_empty=simulate_empty))
+
+    def free(self, leaf: Domain, *, simulate_empty: bool = False) -> Usage:
+        """What is free on the leaf, cached until its usage changes: do not modify."""
+        if simulate_empty:
+            return leaf.capacity
+        cached = self.free_cache.get(leaf.key)
+        if cached is None:
+            cached = dict(leaf.capacity)
+            used = self.usage.get(leaf.key)
             if used:
-                add_usage(free, used, -1)
-        return free
+                add_usage(cached, used, -1)
+            self.free_cache[leaf.key] = cached
+        return cached
+
+    def invalidate(self, key: DomainValues) -> None:
+        """TAS usage on the leaf named ``key`` changed."""
+        self.free_cache.pop(key, None)
+        for (_, empty), counts in self.count_cache.items():
+            if not empty:
+                counts.pop(key, None)
 
 
 def build_snapshot(
@@ -195,6 +221,9 @@ def build_snapshot(
         if leaf is None:
             leaf = leaves[values] = Domain(values, len(levels) - 1, None)
         leaf.nodes.append(node)
+        leaf.key = usage_key(levels, values)
+        if any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints):
+            leaf.tainted = True
         add_usage(leaf.capacity, node.allocatable)
         if PODS not in node.allocatable:
             add_usage(leaf.capacity, {PODS: DEFAULT_MAX_PODS})
@@ -226,6 +255,7 @@ def build_snapshot(
         usage=usage,
         total_nodes=total,
         host_leaf={v[-1]: leaf for v, leaf in leaves.items()} if levels[-1] == HOSTNAME else {},
+        by_key={leaf.key: leaf for leaf in leaves.values()},
     )
 
 
@@ -322,6 +352,9 @@ class TopologyState:
             add_usage(used, {PODS: count}, sign)
             if not used:
                 del per_flavor[key]
+            cached = self._snapshots.get(flavor_name)
+            if cached is not None:
+                cached[2].invalidate(key)
 
 
 def usage_key(levels: tuple[str, ...], values: DomainValues) -> DomainValues:

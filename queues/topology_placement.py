@@ -113,6 +113,7 @@ class _State:
     level_idx: int
     slice_level_idx: int
     leader_count: int = 0
+    simulate_empty: bool = False
     excluded: dict[str, int] = field(default_factory=dict)
     free_by_leaf: dict[tuple[str, ...], Usage] = field(default_factory=dict)
 
@@ -141,30 +142,67 @@ class _Placer:
         if leader is not None:
             lreq = dict(leader.per_pod)
             lreq[PODS] = lreq.get(PODS, 0) + 1
+        # Per-pod counts of leaves nothing excludes and nothing is assumed on are cached
+        # per request shape until their usage changes (the common case: gangs of the
+        # same shape, tried again and again).
+        counts = s.count_cache.setdefault((tuple(sorted(req.items())), simulate_empty), {})
+        filter_all = bool(
+            workers.node_selector
+            or workers.required_affinity
+            or (leader is not None and (leader.node_selector or leader.required_affinity))
+        )
+        slice_size = st.slice_size
+        leaf_is_slice_level = st.slice_level_idx == len(s.levels) - 1
         for leaf in s.per_level[-1]:
-            nodes_ok = [n for n in leaf.nodes if not self._excluded(n, workers, leader, st)]
-            free = s.remaining(leaf, simulate_empty=simulate_empty)
-            if len(nodes_ok) != len(leaf.nodes):
-                if not nodes_ok:
-                    free = {}
-                else:  # only the feasible nodes' share of the leaf counts
-                    free = _share(free, leaf, nodes_ok)
-            extra = assumed.get(usage_key(s.levels, leaf.values))
-            if extra:
-                add_usage(free, extra, -1)
-            st.free_by_leaf[leaf.values] = free
-            leaf.pod_count, limiting = _count_in(req, free)
-            if leaf.pod_count == 0 and limiting and nodes_ok:
-                key = f'resource "{limiting}"'
-                st.excluded[key] = st.excluded.get(key, 0) + len(nodes_ok)
-            leaf.leader_count = 0
-            if lreq is not None and _count_in(lreq, free)[0] > 0:
-                leaf.leader_count = 1
-                free = dict(free)
-                add_usage(free, lreq, -1)
-            leaf.pod_count_wl = _count_in(req, free)[0]
-        for root in s.roots:
-            self._fill_helper(root, st, 0, leader is not None)
+            key = leaf.key
+            extra = assumed.get(key) if assumed else None
+            filtered = filter_all or leaf.tainted
+            cached = counts.get(key) if not filtered and not extra and lreq is None else None
+            if cached is not None:
+                leaf.pod_count, limiting = cached
+                leaf.pod_count_wl = leaf.pod_count
+                leaf.leader_count = 0
+                if leaf.pod_count == 0 and limiting:
+                    k = f'resource "{limiting}"'
+                    st.excluded[k] = st.excluded.get(k, 0) + len(leaf.nodes)
+            else:
+                nodes_ok = (
+                    [n for n in leaf.nodes if not self._excluded(n, workers, leader, st)]
+                    if filtered
+                    else leaf.nodes
+                )
+                free = s.free(leaf, simulate_empty=simulate_empty)
+                if len(nodes_ok) != len(leaf.nodes):
+                    # only the feasible nodes' share of the leaf counts
+                    free = _share(free, leaf, nodes_ok) if nodes_ok else {}
+                if extra:
+                    free = dict(free)
+                    add_usage(free, extra, -1)
+                leaf.pod_count, limiting = _count_in(req, free)
+                if not filtered and not extra:
+                    counts[key] = (leaf.pod_count, limiting)
+                if leaf.pod_count == 0 and limiting and nodes_ok:
+                    k = f'resource "{limiting}"'
+                    st.excluded[k] = st.excluded.get(k, 0) + len(nodes_ok)
+                leaf.leader_count = 0
+                leaf.pod_count_wl = leaf.pod_count
+                if lreq is not None:
+                    if _count_in(lreq, free)[0] > 0:
+                        leaf.leader_count = 1
+                        free = dict(free)
+                        add_usage(free, lreq, -1)
+                    leaf.pod_count_wl = _count_in(req, free)[0]
+                if extra or filtered:
+                    st.free_by_leaf[leaf.values] = free
+            if leaf_is_slice_level:
+                leaf.slice_count = leaf.pod_count // slice_size
+                leaf.slice_count_wl = leaf.pod_count_wl // slice_size
+            else:
+                leaf.slice_count = leaf.slice_count_wl = 0
+        leader_required = leader is not None
+        for lvl in range(len(s.levels) - 2, -1, -1):
+            for d in s.per_level[lvl]:
+                self._aggregate(d, st, lvl, leader_required)
 
     def _excluded(
         self, node: Node, workers: PlacementRequest, leader: PlacementRequest | None, st: _State
@@ -176,26 +214,25 @@ class _Placer:
             st.excluded[why] = st.excluded.get(why, 0) + 1
         return bool(why)
 
-    def _fill_helper(self, d: Domain, st: _State, level: int, leader_required: bool) -> None:
-        if not d.children:
-            if level == st.slice_level_idx:
-                d.slice_count = d.pod_count // st.slice_size
-                d.slice_count_wl = d.pod_count_wl // st.slice_size
-            else:
-                d.slice_count = d.slice_count_wl = 0
-            return
+    @staticmethod
+    def _aggregate(d: Domain, st: _State, level: int, leader_required: bool) -> None:
+        """Kueue's fillInCountsHelper for a parent (its children are done)."""
         pods = slices = leader = 0
         contributor = False
         min_pod_diff = min_slice_diff = _MAX
         for c in d.children:
-            self._fill_helper(c, st, level + 1, leader_required)
             pods += c.pod_count
             slices += c.slice_count
             if not leader_required or c.leader_count > 0:
                 contributor = True
-                min_pod_diff = min(min_pod_diff, c.pod_count - c.pod_count_wl)
-                min_slice_diff = min(min_slice_diff, c.slice_count - c.slice_count_wl)
-            leader = max(leader, c.leader_count)
+                pd = c.pod_count - c.pod_count_wl
+                if pd < min_pod_diff:
+                    min_pod_diff = pd
+                sd = c.slice_count - c.slice_count_wl
+                if sd < min_slice_diff:
+                    min_slice_diff = sd
+            if c.leader_count > leader:
+                leader = c.leader_count
         d.pod_count = pods
         slices_wl = 0
         if contributor:
@@ -431,9 +468,10 @@ class _Placer:
         for d in s.per_level[level_idx]:
             free: Usage = {}
             for leaf in _leaves(d):
-                add_usage(
-                    free, {r: max(0, v) for r, v in st.free_by_leaf.get(leaf.values, {}).items()}
-                )
+                got = st.free_by_leaf.get(leaf.values)
+                if got is None:
+                    got = s.free(leaf, simulate_empty=st.simulate_empty)
+                add_usage(free, {r: max(0, v) for r, v in got.items()})
             totals.append((d, free))
         if not totals:
             return ""
@@ -554,6 +592,7 @@ def place(
         level_idx=level_idx,
         slice_level_idx=slice_level_idx,
         leader_count=1 if leader is not None else 0,
+        simulate_empty=simulate_empty,
     )
     p = _Placer(snap, dict(workers.per_pod))
     p.fill_in_counts(workers, leader, st, assumed or {}, simulate_empty)

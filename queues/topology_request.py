@@ -29,6 +29,7 @@ __all__ = [
     "topology_annotation_errors",
     "topology_request_from_annotations",
     "pod_set_group_errors",
+    "topology_request_json",
 ]
 
 _TOPOLOGY_KEYS = (
@@ -257,3 +258,17 @@ def pod_set_group_errors(
                     f"topology consistent with '{paths[b]}.annotations' in group '{group}'"
                 )
     return errs
+
+
+def topology_request_json(tr: TopologyRequest) -> dict[str, object]:
+    """The Workload podSet's ``topologyRequest`` (v1beta2 field names)."""
+    fields = (
+        ("required", tr.required),
+        ("preferred", tr.preferred),
+        ("unconstrained", tr.unconstrained),
+        ("podIndexLabel", tr.pod_index_label),
+        ("podSetGroupName", tr.pod_set_group_name),
+        ("podSetSliceRequiredTopology", tr.slice_required_topology),
+        ("podSetSliceSize", tr.slice_size),
+    )
+    return {k: v for k, v in fields if v is not None}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from queues.labels import ADMISSION_GATE
+from queues.labels import ADMISSION_GATE, TOPOLOGY_GATE
 from queues.labels import MANAGED as MANAGED_LABEL
 from queues.labels import MANAGED as POD_FINALIZER
 from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
@@ -26,6 +26,7 @@ from queues.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_LABEL
 from queues.labels import RETRIABLE_IN_GROUP as RETRIABLE_IN_GROUP_ANNOTATION
 from queues.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
+from queues.topology_nodes import is_tas_pod
 
 from .jobs import (
     apply_queue_defaults,
@@ -120,6 +121,9 @@ def mutate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     if suspend:
         m.append_unique(("metadata",), "finalizers", POD_FINALIZER)
         m.append_unique(("spec",), "schedulingGates", {"name": ADMISSION_GATE})
+        if is_tas_pod(string_map(obj, "annotations")):
+            # Kueue's pod webhook: a TAS pod also waits for its topology domain.
+            m.append_unique(("spec",), "schedulingGates", {"name": TOPOLOGY_GATE})
         m.set_annotation(ROLE_HASH_ANNOTATION, role_hash(m.obj))
     return allow(m.patch())
 

@@ -208,14 +208,14 @@ def still_fits(
         snap = state.snapshot(flavors[flavor])
         if snap is None:
             return f'Flavor "{flavor}" information missing in TAS cache'
-        by_key = {usage_key(snap.levels, v): leaf for v, leaf in snap.leaves.items()}
         for key, need in sorted(per_leaf.items()):
-            leaf = by_key.get(key)
+            leaf = snap.by_key.get(key)
             if leaf is None:
                 return f"topology domain {'/'.join(key)} of flavor {flavor} is gone"
-            free = snap.remaining(leaf)
+            free = snap.free(leaf)
             taken = (extra or {}).get(flavor, {}).get(key)
             if taken:
+                free = dict(free)
                 add_usage(free, taken, -1)
             for r, v in need.items():
                 if v > free.get(r, 0):

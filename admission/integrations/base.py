@@ -37,7 +37,14 @@ from typing import Any, ClassVar
 from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
-from queues.model import PodSet, PriorityClass, ResourceFlavor, Toleration, Workload
+from queues.model import (
+    PodSet,
+    PriorityClass,
+    ResourceFlavor,
+    Toleration,
+    TopologyRequest,
+    Workload,
+)
 from queues.pods import PodSpecError, podset_from_template
 from queues.quantity import QuantityError
 from queues.topology_request import (
@@ -45,6 +52,7 @@ from queues.topology_request import (
     pod_set_group_errors,
     topology_annotation_errors,
     topology_request_from_annotations,
+    topology_request_json,
 )
 
 Obj = dict[str, Any]
@@ -492,8 +500,9 @@ def workload_model(
     )
 
 
-def pod_set_json(role: Role) -> Obj:
-    """A Workload ``spec.podSets[]`` entry: the template's labels, annotations and spec."""
+def pod_set_json(role: Role, topology: TopologyRequest | None = None) -> Obj:
+    """A Workload ``spec.podSets[]`` entry: the template's labels, annotations and spec,
+    and the ``topologyRequest`` its annotations make (``pod_set_model``'s)."""
     tmeta = role.template.get("metadata") or {}
     pod_template: Obj = {"spec": copy.deepcopy(dict(role.template.get("spec") or {}))}
     kept = {k: copy.deepcopy(tmeta[k]) for k in ("labels", "annotations") if tmeta.get(k)}
@@ -502,6 +511,8 @@ def pod_set_json(role: Role) -> Obj:
     out: Obj = {"name": role.name, "count": role.count, "template": pod_template}
     if role.min_count is not None:
         out["minCount"] = role.min_count
+    if topology is not None:
+        out["topologyRequest"] = topology_request_json(topology)
     return out
 
 
@@ -565,7 +576,9 @@ def workload_body(
                 }
             ],
         },
-        "spec": workload_spec(wl, [pod_set_json(r) for r in roles]),
+        "spec": workload_spec(
+            wl, [pod_set_json(r, ps.topology) for r, ps in zip(roles, wl.pod_sets, strict=True)]
+        ),
     }
 
 

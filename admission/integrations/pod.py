@@ -19,11 +19,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from queues.labels import ADMISSION_GATE
+from queues.labels import ADMISSION_GATE, TOPOLOGY_GATE
 from queues.labels import IS_GROUP_WORKLOAD as IS_GROUP_WORKLOAD_ANNOTATION
 from queues.labels import MANAGED as MANAGED_LABEL
 from queues.labels import MANAGED as POD_FINALIZER
 from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
+from queues.labels import POD_GROUP_POD_INDEX as POD_GROUP_INDEX_LABEL
 from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
@@ -131,16 +132,17 @@ def succeeded(pod: Mapping[str, Any]) -> bool:
     return ((pod.get("status") or {}).get("phase")) == "Succeeded"
 
 
-def _gate_index(pod: Mapping[str, Any]) -> int | None:
+def _gate_index(pod: Mapping[str, Any], gate: str = ADMISSION_GATE) -> int | None:
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     for i, g in enumerate(gates):
-        if isinstance(g, dict) and g.get("name") == ADMISSION_GATE:
+        if isinstance(g, dict) and g.get("name") == gate:
             return i
     return None
 
 
 def gated(pod: Mapping[str, Any]) -> bool:
-    return _gate_index(pod) is not None
+    """Held by the admission gate, or (a TAS pod) by the topology gate."""
+    return _gate_index(pod) is not None or _gate_index(pod, TOPOLOGY_GATE) is not None
 
 
 def _finalizer_index(pod: Mapping[str, Any]) -> int | None:
@@ -235,11 +237,11 @@ def workload_for_group(
     ns, _, name = gkey.rpartition("/")
     pod_sets: list[Obj] = []
     for role, ref in group_roles(pods):
-        try:
-            pod_set_model("pod", ref, role)  # the shape checks and requests every kind gets
+        try:  # the shape checks, requests and topology request every kind gets
+            model = pod_set_model("pod", ref, role, pod_index_label=POD_GROUP_INDEX_LABEL)
         except IntegrationError as err:
             raise PodGroupError(str(err)) from err
-        pod_sets.append(pod_set_json(role))
+        pod_sets.append(pod_set_json(role, model.topology))
     try:
         pc_name, pc_kind, priority = workload_priority(
             labels=labels,
@@ -274,21 +276,32 @@ def _pointer(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def ungate_patch(pod: Mapping[str, Any], info: PodSetInfo) -> tuple[list[Obj] | None, list[str]]:
+def ungate_patch(
+    pod: Mapping[str, Any], info: PodSetInfo, domain: Mapping[str, str] | None = None
+) -> tuple[list[Obj] | None, list[str]]:
     """JSON patch lifting the admission gate and adding the podSet's node selector and
     tolerations (the changes a gated pod allows), and the node-selector keys the pod
-    already sets to another value (left alone); None when the pod is not gated."""
-    idx = _gate_index(pod)
-    if idx is None:
+    already sets to another value (left alone); None when the pod is not gated.
+
+    ``domain`` (a TAS podSet's pod): its topology domain's node selector is added and
+    the ``kueue.x-k8s.io/topology`` gate lifted too (Kueue's topology ungater)."""
+    gates = [(_gate_index(pod), ADMISSION_GATE)]
+    if domain is not None:
+        gates.append((_gate_index(pod, TOPOLOGY_GATE), TOPOLOGY_GATE))
+    present = sorted(((i, g) for i, g in gates if i is not None), reverse=True)
+    if not present:
         return None, []
     spec = pod.get("spec") or {}
-    ops: list[Obj] = [
-        {"op": "test", "path": f"/spec/schedulingGates/{idx}/name", "value": ADMISSION_GATE},
-        {"op": "remove", "path": f"/spec/schedulingGates/{idx}"},
-    ]
+    ops: list[Obj] = []
+    for idx, gate in present:  # the higher index first: a removal shifts what follows
+        ops += [
+            {"op": "test", "path": f"/spec/schedulingGates/{idx}/name", "value": gate},
+            {"op": "remove", "path": f"/spec/schedulingGates/{idx}"},
+        ]
     have_ns = spec.get("nodeSelector") or {}
-    add_ns = {k: v for k, v in info.node_selector.items() if k not in have_ns}
-    kept = [k for k, v in info.node_selector.items() if k in have_ns and have_ns[k] != v]
+    wanted = {**info.node_selector, **(domain or {})}
+    add_ns = {k: v for k, v in wanted.items() if k not in have_ns}
+    kept = [k for k, v in wanted.items() if k in have_ns and have_ns[k] != v]
     if add_ns and not spec.get("nodeSelector"):
         ops.append({"op": "add", "path": "/spec/nodeSelector", "value": add_ns})
     else:

@@ -48,6 +48,7 @@ QUEUE_KINDS = (
     "Namespace",
     "WorkloadPriorityClass",
     "PriorityClass",
+    "Topology",
 )
 _BY_GENERATION = {"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor"}
 
@@ -72,6 +73,7 @@ class CacheSync:
         self.namespaces: dict[str, m.Namespace] = {}
         self.workload_priority_classes: dict[str, m.PriorityClass] = {}
         self.priority_classes: dict[str, m.PriorityClass] = {}
+        self.topologies: dict[str, m.Topology] = {}
         self._sigs: dict[tuple[str, str], Any] = {}
         self.invalid: dict[str, str] = {}  # "Kind key" -> error, for logs and status
         self.objects_dirty = False
@@ -117,6 +119,7 @@ class CacheSync:
             "Namespace": self.namespaces,
             "WorkloadPriorityClass": self.workload_priority_classes,
             "PriorityClass": self.priority_classes,
+            "Topology": self.topologies,
         }
         return tables[kind]
 
@@ -158,6 +161,7 @@ class CacheSync:
         if not self.objects_dirty or self.paused:
             return False
         self.objects_dirty = False
+        self.cache.set_topologies(self.topologies)
         self.cache.update_objects(
             flavors=self.flavors,
             cluster_queues=self.cluster_queues,

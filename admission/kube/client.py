@@ -108,6 +108,8 @@ WORKLOAD_PRIORITY_CLASSES = Resource(
 )
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+TOPOLOGIES = Resource(KUEUE, "v1beta2", "topologies", "Topology", False)
+NODES = Resource("", "v1", "nodes", "Node", False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = Resource("", "v1", "events", "Event", True)
 SECRETS = Resource("", "v1", "secrets", "Secret", True)
@@ -135,6 +137,8 @@ QUEUE_WATCHED: tuple[Resource, ...] = (
     WORKLOAD_PRIORITY_CLASSES,
     PRIORITY_CLASSES,
     NAMESPACES,
+    TOPOLOGIES,
+    NODES,
 )
 """What every replica watches whatever the integrations: Workloads and the queue objects."""
 
@@ -186,6 +190,8 @@ API_CALLS: frozenset[ApiCall] = frozenset(
     [
         # informers
         *(c for r in QUEUE_WATCHED for c in _calls(("list", "watch"), r)),
+        # topology-aware scheduling: every bound pod (whatever its kind) uses its node
+        *_calls(("list", "watch"), PODS),
         # every registered integration (enabled or not: the RBAC is static)
         *integration_calls(),
         # job -> Workload: create, keep in sync, delete with the job, admit via status

@@ -36,6 +36,7 @@ from .metrics import Metrics
 from .podgroups import PodGroupReconciler
 from .podsready import PodsReadyWatcher
 from .status import StatusWriter
+from .topology import BOUND_PODS, TopologyWatch
 
 log = logging.getLogger("quartermaster.kube.controller")
 
@@ -47,6 +48,7 @@ KIND_OF_PLURAL = {
     "namespaces": "Namespace",
     "workloadpriorityclasses": "WorkloadPriorityClass",
     "priorityclasses": "PriorityClass",
+    "topologies": "Topology",
 }
 assert set(KIND_OF_PLURAL.values()) == set(QUEUE_KINDS)
 
@@ -99,6 +101,9 @@ class Controller:
         self.applier = Applier(self.ctx)
         self.pods_ready = PodsReadyWatcher(self.ctx)
         self.status = StatusWriter(self.ctx, fair_sharing=fair_sharing)
+        self.topology = TopologyWatch(
+            self.ctx, enqueue_failure=lambda wkey: self.enqueue("nodefail", wkey)
+        )
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
         self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}
@@ -127,6 +132,10 @@ class Controller:
             return self._on_workload
         if plural == "pods":
             return self.podgroups.on_pod
+        if plural == "nodes":
+            return self.topology.on_node
+        if plural == BOUND_PODS:
+            return self.topology.on_pod
         for what, integ in self.jobs.kinds.items():
             if integ.resource.plural == plural:
                 return self._on_object(what)
@@ -225,7 +234,9 @@ class Controller:
             item = await self.queue.get()
             kind, key = item
             try:
-                if kind in self.jobs.kinds:
+                if kind == "nodefail":
+                    await self.topology.handle(key)
+                elif kind in self.jobs.kinds:
                     await self.jobs.reconcile(kind, key)
                 elif kind == "podgroup" or self.podgroups.owns(key):
                     await self.podgroups.reconcile(key)
@@ -254,7 +265,9 @@ class Controller:
         log.warning("reconciling %s %s failed (retry in %.2fs): %s", kind, key, delay, err)
         if isinstance(err, ApiError) and 400 <= err.status < 500 and err.status not in (409, 429):
             obj = (
-                self.jobs.current(kind, key) if kind in self.jobs.kinds else self.writer.workload(key)
+                self.jobs.current(kind, key)
+                if kind in self.jobs.kinds
+                else self.writer.workload(key)
             )
             if obj is not None and self.queue.failures(item) == 1:
                 self.ctx.record_event(obj, "Warning", "ApiRequestRefused", f"{err.call}: {err}")

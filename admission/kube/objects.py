@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from queues.model import Admission
+from queues.model import Admission, PodSetAssignment
 from queues.quantity import format_quantity
+from queues.topology_assignment import to_v1beta2
 
 Obj = dict[str, Any]
 
@@ -185,18 +186,20 @@ def requeue_count(wl: Mapping[str, Any] | None) -> int:
 def admission_json(admission: Admission) -> Obj:
     return {
         "clusterQueue": admission.cluster_queue,
-        "podSetAssignments": [
-            {
-                "name": psa.name,
-                "flavors": dict(sorted(psa.flavors.items())),
-                "resourceUsage": {
-                    r: format_quantity(r, v) for r, v in sorted(psa.resource_usage.items())
-                },
-                "count": psa.count,
-            }
-            for psa in admission.pod_set_assignments
-        ],
+        "podSetAssignments": [_psa_json(psa) for psa in admission.pod_set_assignments],
     }
+
+
+def _psa_json(psa: PodSetAssignment) -> Obj:
+    out: Obj = {
+        "name": psa.name,
+        "flavors": dict(sorted(psa.flavors.items())),
+        "resourceUsage": {r: format_quantity(r, v) for r, v in sorted(psa.resource_usage.items())},
+        "count": psa.count,
+    }
+    if psa.topology_assignment is not None:  # Kueue's v1beta2 form
+        out["topologyAssignment"] = to_v1beta2(psa.topology_assignment)
+    return out
 
 
 def admission_status(wl: Obj, admission: Admission, *, now: float) -> Obj:

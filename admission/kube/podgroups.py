@@ -58,6 +58,7 @@ from .client import JSON_PATCH, PODS, ApiError
 from .context import Context, Obj
 from .informer import DELETED, newer, rv_at_least
 from .jobs import ComposeErrors, JobReconciler, create_workload, delete_workload, finish_eviction
+from .topology import topology_domains
 
 log = logging.getLogger("quartermaster.kube.podgroups")
 
@@ -252,6 +253,7 @@ class PodGroupReconciler:
         role = self._role_of(wl, live)
         infos: dict[str, PodSetInfo] = {}
         started = 0
+        domains = topology_domains(adm, live, role)  # TAS podSets: each pod's domain
         for pod in live:
             if not gated(pod):
                 continue
@@ -265,7 +267,7 @@ class PodGroupReconciler:
                     )
                     return
                 infos[ps] = flavor_info(ps, 0, flavors)
-            patch, kept = ungate_patch(pod, infos[ps])
+            patch, kept = ungate_patch(pod, infos[ps], domains.get(o.ns_key(pod)))
             for k in kept:
                 log.warning("pod %s: nodeSelector %s kept (its flavor wants another value)",
                             o.ns_key(pod), k)  # fmt: skip

@@ -46,6 +46,8 @@ from admission.kube.cachesync import CacheView
 from admission.kube.client import (
     EVENTS,
     MUTATING_WEBHOOKS,
+    NODES,
+    PODS,
     QUEUE_WATCHED,
     VALIDATING_WEBHOOKS,
     WORKLOADS,
@@ -58,6 +60,7 @@ from admission.kube.controller import Controller
 from admission.kube.informer import Informer, WorkloadSlimmer, strip_managed_fields
 from admission.kube.leader import DEFAULT_LEASE_NAME, LeaderElector
 from admission.kube.metrics import Metrics
+from admission.kube.topology import BOUND_POD_SELECTOR, BOUND_PODS, slim_node, slim_pod
 from admission.kube.podsready import pods_ready_options
 from admission.kube.ratelimit import TokenBucket, low_priority
 
@@ -252,8 +255,20 @@ class Service:
                 res,
                 label_selector=selector,
                 rng=random.Random(rng.random()),
-                transform=WorkloadSlimmer() if res is WORKLOADS else strip_managed_fields,
+                transform=WorkloadSlimmer()
+                if res is WORKLOADS
+                else slim_node
+                if res is NODES
+                else strip_managed_fields,
             )
+        # Topology-aware scheduling: every bound pod uses its node (slimmed to its usage).
+        self.informers[BOUND_PODS] = Informer(
+            self.client,
+            PODS,
+            field_selector=BOUND_POD_SELECTOR,
+            rng=random.Random(rng.random()),
+            transform=slim_pod,
+        )
         cache = Cache(flavors={}, cluster_queues={}, cohorts={}, local_queues={}, namespaces={})
         config = opts.config
         clock = opts.clock

@@ -87,6 +87,8 @@ def _core(plural: str, kind: str, **kw: Any) -> ResourceType:
 BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     _core("namespaces", "Namespace", namespaced=False, short_names=("ns",), status_subresource=True,
           field_labels=("status.phase",)),
+    _core("nodes", "Node", namespaced=False, short_names=("no",), status_subresource=True,
+          field_labels=("spec.unschedulable",)),
     _core("pods", "Pod", namespaced=True, short_names=("po",), status_subresource=True,
           categories=("all",), field_labels=("spec.nodeName", "spec.schedulerName", "status.phase")),
     _core("events", "Event", namespaced=True, short_names=("ev",),

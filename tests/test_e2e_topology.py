@@ -1,0 +1,193 @@
+"""End to end: topology-aware admission through ``serve`` against the API double.
+
+A pod group (plain pods with pod-group-name; the JobSet integration has not landed) asks
+for one block with ``kueue.x-k8s.io/podset-required-topology``. The real webhook gates
+its pods with both the admission and the topology gate; the service learns Nodes and
+bound pods from its informers, admits the group only when one block holds it, writes
+the v1beta2 topologyAssignment, and ungates each pod with its host's node selector. A
+group no block can hold stays pending with the numbers; a failed node evicts the
+workload placed on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from admission.kube import client as k
+from queues.topology_assignment import from_v1beta2
+from tests.kube_harness import (
+    Obj,
+    Stack,
+    admitted,
+    cluster_queue,
+    eventually,
+    is_true,
+    local_queue,
+    namespace,
+    stack,
+)
+
+BLOCK = "cloud.provider.com/topology-block"
+HOST = "kubernetes.io/hostname"
+GPU = "nvidia.com/gpu"
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+BASE = [
+    namespace("team-a"),
+    {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": "gpu"},
+        "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": HOST}]},
+    },
+    {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "tas"},
+        "spec": {"nodeLabels": {"pool": "gpu"}, "topologyName": "gpu"},
+    },
+    cluster_queue("cq", {"tas": {GPU: 100}}),
+    local_queue("team-a", "lq", "cq"),
+]
+# block b0: 2 hosts, block b1: 3 hosts, 4 GPUs each
+NODES = [("b0-h0", "b0"), ("b0-h1", "b0"), ("b1-h0", "b1"), ("b1-h1", "b1"), ("b1-h2", "b1")]
+
+
+def node(name: str, block: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"pool": "gpu", BLOCK: block, HOST: name}},
+        "spec": {},
+    }
+
+
+NODE_STATUS = {
+    "status": {
+        "allocatable": {"cpu": "32", GPU: "4", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+}
+
+
+def pod(name: str, *, group: str, total: int) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "labels": {"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/pod-group-name": group},
+            "annotations": {
+                "kueue.x-k8s.io/pod-group-total-count": str(total),
+                "kueue.x-k8s.io/podset-required-topology": BLOCK,
+            },
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": {GPU: "4"}, "limits": {GPU: "4"}},
+                }
+            ],
+        },
+    }
+
+
+def gates(p: Obj | None) -> set[str]:
+    return {g.get("name") for g in ((p or {}).get("spec") or {}).get("schedulingGates") or []}
+
+
+async def add_nodes(s: Stack) -> None:
+    for name, block in NODES:
+        await s.user.create(k.NODES, node(name, block))
+        await s.user.patch(k.NODES, name, NODE_STATUS, subresource="status")
+
+
+async def gang(s: Stack, group: str, size: int) -> None:
+    for i in range(size):
+        created = await s.user.create(
+            k.PODS, pod(f"{group}-{i}", group=group, total=size), namespace="team-a"
+        )
+        assert gates(created) == {ADMISSION_GATE, TOPOLOGY_GATE}  # the webhook gated it twice
+
+
+def test_a_gang_requiring_one_block_is_admitted_there_and_its_pods_get_their_hosts(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with stack(tmp_path, objects=BASE) as s:
+            await add_nodes(s)
+            await gang(s, "train", 3)
+            wl = await eventually(
+                lambda: admitted(w := s.get("workloads", "train", "team-a")) and w,
+                what="the gang is admitted",
+            )
+            psa = wl["status"]["admission"]["podSetAssignments"][0]
+            ta = from_v1beta2(psa["topologyAssignment"])
+            assert ta.levels == (HOST,)
+            assert dict(ta.domains) == {("b1-h0",): 1, ("b1-h1",): 1, ("b1-h2",): 1}
+
+            def pods_ungated() -> list[Obj] | None:
+                ps = [s.get("pods", f"train-{i}", "team-a") for i in range(3)]
+                return ps if all(p is not None and not gates(p) for p in ps) else None
+
+            pods = await eventually(pods_ungated, what="every pod ungated")
+            selectors = sorted(p["spec"]["nodeSelector"][HOST] for p in pods)
+            assert selectors == ["b1-h0", "b1-h1", "b1-h2"]  # one host each, all in block b1
+            assert all(p["spec"]["nodeSelector"]["pool"] == "gpu" for p in pods)
+
+            # Another 3-pod gang: quota has room, no block has (b0 holds 2 pods).
+            await gang(s, "big", 3)
+
+            def pending_message() -> str | None:
+                w = s.get("workloads", "big", "team-a")
+                for c in ((w or {}).get("status") or {}).get("conditions") or []:
+                    if c["type"] == "QuotaReserved" and c["status"] == "False" and c["message"]:
+                        return str(c["message"])
+                return None
+
+            msg = await eventually(pending_message, what="the second gang is pending")
+            assert "allows to fit only 2 out of 3 pod(s)" in msg
+            assert (
+                f"no {BLOCK} domain has 12 free {GPU} for 3 pod(s); the largest, b0, has 8" in msg
+            )
+            assert all(gates(s.get("pods", f"big-{i}", "team-a")) for i in range(3))
+
+            # Node failure: a host of the admitted gang goes away.
+            await s.user.delete(k.NODES, "b1-h1")
+            evicted = await eventually(
+                lambda: is_true(w := s.get("workloads", "train", "team-a"), "Evicted") and w,
+                what="the gang on the failed node is evicted",
+            )
+            cond = next(c for c in evicted["status"]["conditions"] if c["type"] == "Evicted")
+            assert cond["reason"] == "NodeFailures"
+            assert "no replacement for a failed node: b1-h1" in cond["message"]
+
+    asyncio.run(main())
+
+
+def test_a_not_ready_node_is_not_capacity(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with stack(tmp_path, objects=BASE) as s:
+            await add_nodes(s)
+            down = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+            await s.user.patch(k.NODES, "b1-h2", down, subresource="status")
+            await gang(s, "train", 3)
+
+            def reason() -> Any:
+                w = s.get("workloads", "train", "team-a")
+                for c in ((w or {}).get("status") or {}).get("conditions") or []:
+                    if c["type"] == "QuotaReserved" and c["status"] == "False" and c["message"]:
+                        return c
+                return None
+
+            cond = await eventually(reason, what="the gang is pending")
+            assert cond["reason"] == "TopologyPlacementFailed"
+            assert "allows to fit only 2 out of 3 pod(s)" in cond["message"]
+
+    asyncio.run(main())
