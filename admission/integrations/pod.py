@@ -204,6 +204,14 @@ def _template(pod: Mapping[str, Any]) -> Obj:
     }
     if labels:
         tmpl["metadata"] = {"labels": labels}
+    # The topology annotations (kueue.x-k8s.io/podset-*) make the podSet's topologyRequest.
+    tas = {
+        k: v
+        for k, v in (meta_of(pod).get("annotations") or {}).items()
+        if str(k).startswith("kueue.x-k8s.io/podset-")
+    }
+    if tas:
+        tmpl.setdefault("metadata", {})["annotations"] = tas
     return tmpl
 
 
