@@ -18,6 +18,13 @@ from typing import Any, TextIO
 
 from admission.config import ConfigError, load_config
 from admission.sim.metrics import lower_bound, summarize, summary_table
+from admission.sim.placement import (
+    FragmentationProbe,
+    has_topology,
+    intended_levels,
+    placement_quality,
+    topology_blind,
+)
 from admission.sim.scenario import (
     US_PER_S,
     Scenario,
@@ -25,8 +32,8 @@ from admission.sim.scenario import (
     is_generator_format,
     parse_generator,
 )
-from admission.sim.trace import load_trace, read_documents
 from admission.sim.simulator import Simulator
+from admission.sim.trace import load_trace, read_documents
 
 BUNDLED_SCENARIO = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios", "gpu-cluster.yaml"
@@ -124,11 +131,40 @@ def simulate_summary(
     (ties are broken by arrival order and name), so runs are reproducible as they are.
     """
     bound = lower_bound(scenario)
-    result = Simulator(scenario, config=config, progress=progress, **options).run()
+    tas = has_topology(scenario) and "on_sample" not in options
+    probe = FragmentationProbe(scenario, intended_levels(scenario)) if tas else None
+    sim = Simulator(scenario, config=config, progress=progress, on_sample=probe, **options)
+    if probe is not None:
+        probe.sim = sim
+    result = sim.run()
     summary = summarize(result, bound)
     summary["seed"] = seed
+    if probe is not None:
+        summary["topology"] = topology_comparison(scenario, result, probe, config, options)
     if report:
         from admission.sim.report import write_report
 
         write_report(result, summary, bound, report)
     return summary, result
+
+
+def topology_comparison(
+    scenario: Scenario, result: Any, probe: Any, config: Any, options: dict[str, Any]
+) -> dict[str, Any]:
+    """Placement quality of the run and of the same workload topology-blind (one more
+    simulation, every topology request removed), side by side."""
+    levels = intended_levels(scenario)
+    blind_sc = topology_blind(scenario)
+    blind_probe = FragmentationProbe(blind_sc, levels)
+    blind_sim = Simulator(blind_sc, config=config, on_sample=blind_probe, **options)
+    blind_probe.sim = blind_sim
+    blind = blind_sim.run()
+    blind_summary = summarize(blind, lower_bound(blind_sc))
+    keep = ("makespanMs", "usagePercent", "averageTimeToAdmissionMs", "preemptions")
+    return {
+        "aware": placement_quality(result, levels, probe),
+        "blind": {
+            **placement_quality(blind, levels, blind_probe),
+            **{k: blind_summary[k] for k in keep if k in blind_summary},
+        },
+    }

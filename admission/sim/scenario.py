@@ -43,9 +43,11 @@ from queues.model import (
     ResourceFlavor,
     ResourceGroup,
     ResourceQuota,
+    Topology,
     Workload,
 )
 from queues.quantity import QuantityError, to_units
+from queues.topology import Node, PodUsage
 
 US_PER_S = 1_000_000
 US_PER_MS = 1_000
@@ -78,6 +80,11 @@ class Scenario:
     namespaces: dict[str, Namespace] | None = None  # None: every namespace exists
     cq_class: dict[str, str] = field(default_factory=dict)  # ClusterQueue -> class
     source: str = ""
+    # Topology-aware scheduling: Topologies, Nodes (with their level labels) and the
+    # bound pods that use capacity from t=0.
+    topologies: dict[str, Topology] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: dict[str, PodUsage] = field(default_factory=dict)
 
     def class_of_cq(self, cq: str) -> str:
         return self.cq_class.get(cq, cq)

@@ -47,10 +47,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from admission.engine.cache import Cache
 from admission.config import Config
+from admission.engine.cache import Cache
 from admission.sim.scenario import US_PER_S, Scenario, SimWorkload
-from queues.model import ClusterQueue
+from queues.model import ClusterQueue, TopologyAssignment
 
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated t=0 as the engine sees it
 DEFAULT_CYCLE_LATENCY = 0.001
@@ -73,6 +73,8 @@ class WorkloadRecord:
     evictions: int = 0
     generation: int = 0  # bumped at every admission and preemption; stale finishes drop
     usage: dict[str, int] = field(default_factory=dict)  # per resource, while admitted
+    # podSet -> its topology assignment at the first admission (placement quality)
+    placement: dict[str, TopologyAssignment] | None = None
 
     @property
     def key(self) -> str:
@@ -188,6 +190,12 @@ class Simulator:
             local_queues=sc.local_queues,
             namespaces=sc.namespaces,
         )
+        if sc.topologies or sc.nodes:  # topology-aware scheduling: the cluster's nodes
+            cache.set_topologies(sc.topologies)
+            for name in sorted(sc.nodes):
+                cache.set_node(sc.nodes[name])
+            for key in sorted(sc.pods):
+                cache.set_pod(key, sc.pods[key])
         # nobody reads pending messages in a simulation: skip their numbers
         scheduler = self.config.make_scheduler(cache, clock=self.now, explain=False)
         self.cache, self.scheduler = cache, scheduler
@@ -335,6 +343,11 @@ class Simulator:
                 rec.admitted_us = now
                 if rec.first_admitted_us is None:
                     rec.first_admitted_us = now
+                    rec.placement = {
+                        p.name: p.topology_assignment
+                        for p in d.admission.pod_set_assignments
+                        if p.topology_assignment is not None
+                    } or None
                 usage: dict[str, int] = {}
                 for (_flavor, res), v in cache.usage_of[key].items():
                     usage[res] = usage.get(res, 0) + v

@@ -15,7 +15,11 @@ Cohort, LocalQueue, WorkloadPriorityClass, PriorityClass, Namespace) are loaded 
       class: training           # optional workload class (default: the class name)
       podSets:
       - {name: workers, count: 8, requests: {nvidia.com/gpu: 8, cpu: "96"},
-         nodeSelector: {...}, minCount: 4}   # the last two optional
+         nodeSelector: {...}, minCount: 4,   # optional
+         topologyRequest: {required: nvidia.com/gpu.clique}}   # optional (TAS)
+
+Topology and v1 Node documents (and bound v1 Pods) give topology-aware scheduling its
+cluster, as for ``plan``.
 
 A JSON-lines file (``trace: trace.jsonl`` beside the YAML, or ``--trace FILE``) holds one
 such object per line. Workload classes default to the priority class name (or
@@ -35,7 +39,7 @@ import yaml
 
 from admission.drivers.loader import Inputs, LoadError, load_paths
 from admission.sim.scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
-from queues.model import PodSet, PriorityClass, Workload
+from queues.model import PodSet, PriorityClass, TopologyRequest, Workload
 from queues.quantity import QuantityError, to_units
 
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -52,7 +56,15 @@ _ENTRY = {
     "class",
     "podSets",
 }
-_POD_SET = {"name", "count", "requests", "nodeSelector", "minCount"}
+_POD_SET = {"name", "count", "requests", "nodeSelector", "minCount", "topologyRequest"}
+_TOPOLOGY_REQUEST = {
+    "required": "required",
+    "preferred": "preferred",
+    "unconstrained": "unconstrained",
+    "podSetGroupName": "pod_set_group_name",
+    "podSetSliceRequiredTopology": "slice_required_topology",
+    "podSetSliceSize": "slice_size",
+}
 
 
 def read_documents(path: str) -> list[Any]:
@@ -146,6 +158,9 @@ def load_trace(path: str, docs: list[Any], *, trace_path: str | None = None) -> 
         namespaces=inputs.namespaces if inputs.namespaces_given else None,
         cq_class={n: n for n in inputs.cluster_queues},
         source=path,
+        topologies=inputs.topologies,
+        nodes=inputs.nodes,
+        pods=inputs.pods,
     )
 
 
@@ -321,6 +336,40 @@ def _pod_sets(where: str, value: Any) -> list[PodSet]:
                 requests=requests,
                 min_count=min_count,
                 node_selector={str(k): v for k, v in selector.items()},
+                topology=_topology_request(where, f"{path}.topologyRequest", ps, count),
             )
         )
     return out
+
+
+def _topology_request(
+    where: str, path: str, ps: dict[str, Any], count: int
+) -> TopologyRequest | None:
+    """A podSet's ``topologyRequest`` (the Workload field names)."""
+    raw = ps.get("topologyRequest")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _fail(where, path, "must be a mapping")
+    for key in raw:
+        if key not in _TOPOLOGY_REQUEST:
+            raise _fail(
+                where, f"{path}.{key}", f"unknown field (known: {', '.join(_TOPOLOGY_REQUEST)})"
+            )
+    values: dict[str, Any] = {}
+    for key, attr in _TOPOLOGY_REQUEST.items():
+        if key not in raw:
+            continue
+        v = raw[key]
+        if key == "unconstrained":
+            if not isinstance(v, bool):
+                raise _fail(where, f"{path}.{key}", f"must be a boolean, got {v!r}")
+        elif key == "podSetSliceSize":
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= count:
+                raise _fail(where, f"{path}.{key}", f"must be an integer in [1, count], got {v!r}")
+        elif not isinstance(v, str) or not v:
+            raise _fail(where, f"{path}.{key}", f"must be a non-empty string, got {v!r}")
+        values[attr] = v
+    if ("slice_size" in values) != ("slice_required_topology" in values):
+        raise _fail(where, path, "podSetSliceRequiredTopology and podSetSliceSize go together")
+    return TopologyRequest(**values)
