@@ -13,7 +13,7 @@ request):
   share where enough GPUs are free for the smallest of them but no domain of the level
   has that many (free GPUs stranded in domains too small), and how many were stranded;
 * ``largeGangs``: time to (first) admission of the largest gangs (at least half the
-  largest gang's pods), mean and p95, and how many never got in.
+  largest gang's pods, and two), mean and p95, and how many never got in.
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def placement_quality(
             counts[1] += len(domains) == 1 and None not in domains
     sizes = [sum(ps.count for ps in r.sim.workload.pod_sets) for r in result.records]
     biggest = max(sizes, default=0)
-    large = [r for r, n in zip(result.records, sizes, strict=True) if n * 2 >= biggest]
+    min_pods = max(2, math.ceil(biggest / 2))  # a gang: two pods or more
+    large = [r for r, n in zip(result.records, sizes, strict=True) if n >= min_pods]
     waits = sorted(
         (r.first_admitted_us - r.sim.arrival_us) / 1e6
         for r in large
@@ -156,7 +157,7 @@ def placement_quality(
             for level, (n, k) in sorted(per_level.items())
         },
         "largeGangs": {
-            "minPods": math.ceil(biggest / 2),
+            "minPods": min_pods,
             "count": len(large),
             "neverAdmitted": len(large) - len(waits),
             "meanTimeToAdmissionS": round(sum(waits) / len(waits), 1) if waits else None,
