@@ -191,3 +191,80 @@ def test_a_not_ready_node_is_not_capacity(tmp_path: Path) -> None:
             assert "allows to fit only 2 out of 3 pod(s)" in cond["message"]
 
     asyncio.run(main())
+
+
+def test_a_jobset_requiring_one_block_is_admitted_into_one_block(tmp_path: Path) -> None:
+    """The JobSet integration carries the template's annotation into its podSet's
+    topologyRequest; its 3 pods are placed in the one block that holds them. (Its pods
+    are created by the JobSet and Job controllers, which the double does not run: the
+    per-pod ungating is pinned by the pod-group test above.)"""
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": "train",
+            "namespace": "team-a",
+            "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+        },
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": 3,
+                            "completions": 3,
+                            "template": {
+                                "metadata": {
+                                    "annotations": {
+                                        "kueue.x-k8s.io/podset-required-topology": BLOCK
+                                    }
+                                },
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "containers": [
+                                        {
+                                            "name": "main",
+                                            "image": "busybox",
+                                            "resources": {
+                                                "requests": {GPU: "4"},
+                                                "limits": {GPU: "4"},
+                                            },
+                                        }
+                                    ],
+                                },
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+    }
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=BASE) as s:
+            await add_nodes(s)
+            from admission.integrations.jobset import JOBSET
+            from admission.kube.client import resource_of
+
+            await s.user.create(resource_of(JOBSET), jobset, namespace="team-a")
+
+            def admitted_wl() -> Obj | None:
+                for w in s.workloads("team-a"):
+                    if admitted(w):
+                        return w
+                return None
+
+            wl = await eventually(admitted_wl, what="the JobSet's Workload is admitted")
+            ps = wl["spec"]["podSets"][0]
+            assert ps["topologyRequest"]["required"] == BLOCK
+            assert (
+                ps["topologyRequest"]["podIndexLabel"] == "batch.kubernetes.io/job-completion-index"
+            )
+            ta = from_v1beta2(
+                wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+            )
+            assert dict(ta.domains) == {("b1-h0",): 1, ("b1-h1",): 1, ("b1-h2",): 1}
+
+    asyncio.run(main())

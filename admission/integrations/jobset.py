@@ -39,6 +39,8 @@ from .base import (
 class JobSetIntegration(Integration):
     framework = "jobset.x-k8s.io/jobset"
     resource = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+    # Kueue's JobSet PodIndexLabel (its Jobs' completion index) for topology placement
+    pod_index_label = "batch.kubernetes.io/job-completion-index"
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         what, ref = self.what, ref_of(obj)
