@@ -12,16 +12,9 @@ of the run placement takes and what one placement costs.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import random
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 SUPERBLOCKS, BLOCKS, RACKS, HOSTS = 5, 10, 5, 20
 WORKLOADS, QUEUES = 10_000, 10
@@ -155,7 +148,7 @@ def scenario_documents(seed: int = 1) -> list[dict]:
 
 
 def run() -> dict:
-    from admission.cli.main import main
+    from bench.plan50k import run_plan
     from queues import topology_placement
 
     calls = 0
@@ -175,22 +168,9 @@ def run() -> dict:
 
     engine_topology.place_flavor = timed  # type: ignore[assignment]
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "plan-tas.yaml"
-            with path.open("w") as f:
-                yaml.dump_all(
-                    scenario_documents(), f, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-                )
-            out = io.StringIO()
-            t0 = time.process_time()
-            with contextlib.redirect_stdout(out):
-                code = main(["plan", "-f", str(path), "-o", "json"])
-            cpu = time.process_time() - t0
+        doc, cpu = run_plan(scenario_documents(), "plan-tas")
     finally:
         engine_topology.place_flavor = original  # type: ignore[assignment]
-    if code != 0:
-        raise RuntimeError(f"plan exited {code}")
-    doc = json.loads(out.getvalue())
     admitted = doc["admitted"]
     in_one = 0
     for a in admitted:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from queues.model import (
     ResourceFlavor,
@@ -76,7 +77,11 @@ class PodUsage:
     requests: Mapping[str, int]  # per pod, "pods" not included
 
 
-def add_usage(into: Usage, other: Mapping[str, int], sign: int = 1) -> None:
+K = TypeVar("K")
+
+
+def add_usage(into: dict[K, int], other: Mapping[K, int], sign: int = 1) -> None:
+    """``into += sign × other``, dropping keys that reach zero."""
     for r, v in other.items():
         left = into.get(r, 0) + sign * v
         if left:

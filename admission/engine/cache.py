@@ -451,13 +451,7 @@ class Cache:
     def _count_priority(
         self, cq: str, priority: int, usage: dict[FlavorResource, int], sign: int
     ) -> None:
-        per = self.prio_usage.setdefault(cq, {}).setdefault(priority, {})
-        for fr, v in usage.items():
-            left = per.get(fr, 0) + sign * v
-            if left:
-                per[fr] = left
-            else:
-                per.pop(fr, None)
+        add_usage(self.prio_usage.setdefault(cq, {}).setdefault(priority, {}), usage, sign)
 
     def same_tree(self, cq: str) -> list[str]:
         """The ClusterQueues sharing ``cq``'s cohort tree (``cq`` itself included)."""
