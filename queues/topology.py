@@ -288,10 +288,13 @@ class TopologyState:
             self.topologies = dict(topologies)
             self.generation += 1
 
-    def set_node(self, node: Node) -> None:
-        if self.nodes.get(node.name) != node:
-            self.nodes[node.name] = node
-            self.generation += 1
+    def set_node(self, node: Node) -> bool:
+        """Add or replace a node; True when what placement reads of it changed."""
+        if self.nodes.get(node.name) == node:
+            return False
+        self.nodes[node.name] = node
+        self.generation += 1
+        return True
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:

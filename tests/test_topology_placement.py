@@ -273,3 +273,12 @@ def test_v1beta2_form_round_trips_and_compacts_like_kueue() -> None:
     }
     assert from_v1beta2(wire) == ta
     assert node_selectors(ta) == [{HOSTNAME: "n00"}, {HOSTNAME: "n01"}, {HOSTNAME: "n02"}]
+
+
+def test_a_node_heartbeat_is_not_a_change() -> None:
+    state = cluster([(0, 0, 4, 0, False, True)], LEVELS)
+    node = state.nodes["n00"]
+    gen = state.generation
+    assert state.set_node(Node(node.name, dict(node.labels), dict(node.allocatable))) is False
+    assert state.generation == gen  # snapshots are reused
+    assert state.set_node(Node(node.name, dict(node.labels), {"gpu": 2})) is True

@@ -239,19 +239,28 @@ class Cache:
         self._refresh_derived()
         self.requeue_all()
 
-    def set_node(self, node: Node) -> None:
-        self.topology.set_node(node)
+    def set_node(self, node: Node) -> bool:
+        """A node was added or changed (a capacity event when placement sees a change:
+        a node's heartbeat is none). True when it changed."""
+        if not self.topology.set_node(node):
+            return False
         self.requeue_all()
+        return True
 
     def delete_node(self, name: str) -> None:
         self.topology.delete_node(name)
 
-    def set_pod(self, key: str, pod: PodUsage | None) -> None:
-        """A bound pod not placed by TAS (None: gone, finished or unbound)."""
+    def set_pod(self, key: str, pod: PodUsage | None) -> bool:
+        """A bound pod not placed by TAS (None: gone, finished or unbound). True when
+        capacity was freed (a capacity event)."""
         before = key in self.topology.pods
+        if pod is None and not before:
+            return False
         self.topology.set_pod(pod, key)
         if before and pod is None:
             self.requeue_all()  # its capacity is free again
+            return True
+        return False
 
     def _charge_tas(self, wl: Workload, sign: int) -> None:
         from admission.engine.topology import tas_charges

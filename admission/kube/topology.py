@@ -132,8 +132,11 @@ class TopologyWatch:
         except NodeInputError as err:
             log.error("ignoring Node %s: %s", key, err)
             return
-        ctx.sync.apply(lambda: ctx.cache.set_node(node))
-        ctx.wake()
+        def apply() -> None:
+            if ctx.cache.set_node(node):  # a heartbeat changes nothing placement reads
+                ctx.wake()
+
+        ctx.sync.apply(apply)
         ready, since = _ready_since(new)
         timer = self._timers.pop(host, None)
         if timer is not None:
@@ -161,9 +164,11 @@ class TopologyWatch:
                 usage = pod_usage_from_object(new)
             except NodeInputError as err:
                 log.warning("pod %s: its usage is not counted: %s", key, err)
-        ctx.sync.apply(lambda: ctx.cache.set_pod(key, usage))
-        if usage is None:
-            ctx.wake()
+        def apply() -> None:
+            if ctx.cache.set_pod(key, usage):  # its node's capacity is free again
+                ctx.wake()
+
+        ctx.sync.apply(apply)
 
     # -- node failure ---------------------------------------------------------------------
 
