@@ -25,6 +25,7 @@ from typing import Any
 from .base import Integration
 from .job import JOB
 from .jobset import JOBSET
+from .mpijob import MPIJOB
 from .pod import POD
 from .pytorchjob import PYTORCHJOB
 
@@ -33,6 +34,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     POD,
     JOBSET,
     PYTORCHJOB,
+    MPIJOB,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 
