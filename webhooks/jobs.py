@@ -173,7 +173,7 @@ def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext
     if req.operation != "CREATE" or req.object is None:
         return allow()
     obj = req.object
-    if owner_is_managed(obj, ctx.config):
+    if owner_is_managed(obj, ctx.config) or integ.skip(obj):
         return allow()
     namespace = request_namespace(req, obj)
     ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))

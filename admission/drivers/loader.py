@@ -145,7 +145,7 @@ def load_paths(paths: list[str], *, frameworks: Frameworks = ALL) -> Inputs:
         kind, name = _identify(doc, origin)
         if kind in JOB_KINDS:
             _claim(seen, (kind, name), origin, kind=kind, name=name)
-            if frameworks.is_enabled(JOB_KINDS[kind]):
+            if frameworks.is_enabled(JOB_KINDS[kind]) and not JOB_KINDS[kind].skip(doc):
                 jobs.append((origin, JOB_KINDS[kind], doc))
             continue
         if kind in CORE_KINDS:

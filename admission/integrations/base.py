@@ -215,6 +215,11 @@ class Integration:
 
     # -- the object ----------------------------------------------------------------------
 
+    def skip(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the object is not Kueue's to manage at all though it names a queue
+        (Kueue's ``JobWithSkip``: a RayJob that runs on an existing cluster)."""
+        return False
+
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         """The podSets of ``obj``'s Workload; IntegrationError naming the field on bad input."""
         raise NotImplementedError

@@ -167,8 +167,10 @@ class JobReconciler:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def managed(self, obj: Obj) -> bool:
+    def managed(self, integ: Integration, obj: Obj) -> bool:
         opts = self.ctx.options
+        if integ.skip(obj):
+            return False
         ns = o.meta(obj).get("namespace") or "default"
         if ns in opts.excluded_namespaces:
             return False
@@ -221,7 +223,7 @@ class JobReconciler:
         ctx = self.ctx
         integ = self.kinds[what]
         obj = self.current(what, key)
-        if obj is None or not self.managed(obj):
+        if obj is None or not self.managed(integ, obj):
             self._equivalent.pop((what, key), None)
             return
         wkey = self.workload_key(integ, obj)
