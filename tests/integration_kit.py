@@ -16,8 +16,9 @@ pods, ``fb``: the other roles'), preemption within the queue by priority:
    flavor (node selector, podset label), its quota counted in the ClusterQueue status;
 2. a high-priority object of the same shape preempts it: the low one is stopped and
    its templates restored, its Workload pending again; the high one starts;
-3. the operator reports the high one finished: its Workload is Finished, the quota is
-   released, and the low one is admitted and started again.
+3. the operator reports the high one finished (or, for a kind that never finishes, it
+   is deleted): its Workload is Finished (or gone), the quota is released, and the low
+   one is admitted and started again.
 """
 
 from __future__ import annotations
@@ -86,8 +87,10 @@ class KindCase:
     #: the kind's roles in the lifecycle test: the first one's pods fit flavor fa exactly,
     #: the others need more than fa holds
     roles: Roles
-    #: the operator's status write for a finished object (merge patch of ``status``)
-    finished_status: Callable[[Obj], Obj]
+    #: the operator's status write for a finished object (merge patch of ``status``);
+    #: None for a kind that never finishes (a RayCluster serves until deleted): the
+    #: lifecycle then deletes the object, which deletes its Workload
+    finished_status: Callable[[Obj], Obj] | None
 
     @property
     def resource(self) -> k.Resource:
@@ -242,14 +245,21 @@ async def run_lifecycle(case: KindCase, tmp_path: Path, backend: Any) -> None:
 
         stored = s.get(res.plural, "high", NS)
         assert stored is not None
-        await s.user.patch(
-            res, "high", {"status": case.finished_status(stored)}, namespace=NS,
-            subresource="status",
-        )  # fmt: skip
-        await eventually(
-            lambda: is_true(workload_of(s.server, integ, "high"), "Finished"),
-            what="the finished object's Workload is Finished",
-        )
+        if case.finished_status is None:
+            await s.user.delete(res, "high", namespace=NS)
+            await eventually(
+                lambda: workload_of(s.server, integ, "high") is None,
+                what="the deleted object's Workload is deleted",
+            )
+        else:
+            await s.user.patch(
+                res, "high", {"status": case.finished_status(stored)}, namespace=NS,
+                subresource="status",
+            )  # fmt: skip
+            await eventually(
+                lambda: is_true(workload_of(s.server, integ, "high"), "Finished"),
+                what="the finished object's Workload is Finished",
+            )
         await eventually(
             lambda: _started_on(case, s.get(res.plural, "low", NS), expected_flavors),
             what="the released quota admits and starts the preempted object again",
