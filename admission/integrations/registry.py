@@ -28,6 +28,7 @@ from .jobset import JOBSET
 from .mpijob import MPIJOB
 from .pod import POD
 from .pytorchjob import PYTORCHJOB
+from .raycluster import RAYCLUSTER
 
 INTEGRATIONS: tuple[Integration, ...] = (
     JOB,
@@ -35,6 +36,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     JOBSET,
     PYTORCHJOB,
     MPIJOB,
+    RAYCLUSTER,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 
