@@ -268,12 +268,13 @@ async def run_lifecycle(case: KindCase, tmp_path: Path, backend: Any) -> None:
 
 def gang_scenario(case: KindCase, tmp_path: Path) -> None:
     """Through ``plan``: an object whose roles all fit is admitted role by role on its
-    flavors; one whose last role does not fit is pending as a whole, the message naming
+    flavors; one whose second role does not fit is pending as a whole, the message naming
     that podSet; one without a queue name is not managed."""
     objects = lifecycle_objects(case)
     fits = case.make("fits", case.roles, meta("fits", uid="uid-fits"))
     big = copy.deepcopy(case.roles)
-    big[-1] = (big[-1][0], big[-1][1] + 100)
+    grown = 1 if len(big) > 1 else 0
+    big[grown] = (big[grown][0], big[grown][1] + 100)
     too_big = case.make("too-big", big, meta("too-big", uid="uid-too-big"))
     unqueued = case.make("plain", case.roles, meta("plain", queue=None, uid="uid-plain"))
     integ = case.integration
@@ -294,7 +295,7 @@ def gang_scenario(case: KindCase, tmp_path: Path) -> None:
                         "counts": dict(case.roles),
                     }
                 },
-                "pending": {big_key: {"clusterQueue": "cq", "message": [big[-1][0]]}},
+                "pending": {big_key: {"clusterQueue": "cq", "message": [big[grown][0]]}},
                 "preempted": {},
             },
         },
