@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.base import IntegrationError, workload_model
+from admission.integrations.base import IntegrationError, apply_merge_patch, workload_model
 from admission.integrations.pytorchjob import PYTORCHJOB
 from queues.model import PriorityClass
 from tests.integration_kit import (
@@ -60,19 +60,6 @@ def succeeded(_obj: dict) -> dict:
 
 
 CASE = KindCase(PYTORCHJOB, pytorchjob, [("master", 1), ("worker", 4)], succeeded)
-
-
-def apply_merge_patch(obj: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies a merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(obj) if isinstance(obj, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = apply_merge_patch(out.get(key), value)
-    return out
 
 
 def model(obj: dict, **kw: Any) -> Any:

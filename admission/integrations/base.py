@@ -788,6 +788,19 @@ def merge_patch(old: Any, new: Any) -> Obj:
 _MISSING = object()
 
 
+def apply_merge_patch(obj: Any, patch: Any) -> Any:
+    """``obj`` with the RFC 7386 merge patch applied, as the API server applies it."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = dict(obj) if isinstance(obj, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = apply_merge_patch(out.get(key), value)
+    return out
+
+
 def as_object(value: Any, what: str, ref: str, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
