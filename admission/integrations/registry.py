@@ -29,6 +29,7 @@ from .mpijob import MPIJOB
 from .pod import POD
 from .pytorchjob import PYTORCHJOB
 from .raycluster import RAYCLUSTER
+from .rayjob import RAYJOB
 
 INTEGRATIONS: tuple[Integration, ...] = (
     JOB,
@@ -37,6 +38,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     PYTORCHJOB,
     MPIJOB,
     RAYCLUSTER,
+    RAYJOB,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 
