@@ -254,6 +254,27 @@ class Stack:
             await self.user.patch(k.JOBS, name, patch, namespace=ns, subresource="status")
 
 
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_ROLES = ROOT / "manifests" / "base" / "visibility-rbac.yaml"
+
+
+def enable_aggregation(server: ApiServer) -> None:
+    """Give the double kube-apiserver's aggregation layer: a front-proxy PKI, the
+    ``extension-apiserver-authentication`` ConfigMap, and the shipped user roles of
+    the visibility API (for its SubjectAccessReviews)."""
+    import yaml
+
+    from tests.apiserver.certs import make_client_cert
+    from tests.apiserver.delegation import FRONT_PROXY_NAME, ProxyClientCert
+
+    pki = make_client_cert(FRONT_PROXY_NAME)
+    server.aggregator.proxy_cert = ProxyClientCert(pki.ca_pem, pki.cert_pem, pki.key_pem)
+    server.put_object(server.aggregator.auth_configmap())
+    for doc in yaml.safe_load_all(VISIBILITY_ROLES.read_text()):
+        if doc and doc.get("kind") in ("ClusterRole", "Role"):
+            server.put_object(doc)
+
+
 def service_options(
     server: Any,
     cert_dir: Path,
@@ -298,10 +319,15 @@ async def stack(
     webhooks: bool = True,
     watch_window: int = 1000,
     before_start: Callable[[Any], None] | None = None,
+    visibility: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
     """The service against ``backend``: the double (``DOUBLE``) or a
-    :class:`tests.realserver.cluster.RealCluster` (the ``backend`` fixture gives both)."""
+    :class:`tests.realserver.cluster.RealCluster` (the ``backend`` fixture gives both).
+
+    ``visibility=True`` also runs the visibility API, registered with the backend's
+    aggregation layer (the double's :class:`~tests.apiserver.delegation.Aggregator`,
+    with a front-proxy PKI of its own; on the real backend an ``APIService``)."""
     if not isinstance(backend, str):
         from tests.realserver.stack import real_stack
 
@@ -313,6 +339,7 @@ async def stack(
             controller=controller,
             webhooks=webhooks,
             before_start=before_start,
+            visibility=visibility,
             **overrides,
         ) as s:
             yield s
@@ -329,6 +356,9 @@ async def stack(
         watch_window=watch_window,
         bookmark_interval=0.5,
     ) as server:
+        if visibility:
+            enable_aggregation(server)
+            overrides.setdefault("visibility_port", 0)
         if before_start is not None:
             before_start(server)
         opts = service_options(server, cert_dir, config=config, controller=controller, **overrides)
@@ -347,6 +377,16 @@ async def stack(
             if webhooks:
                 server.set_service_route(
                     SERVICE_ROUTE, f"https://127.0.0.1:{service.ports['webhook']}"
+                )
+            if visibility:
+                await eventually(
+                    lambda: "visibility" in service.ports, what="the visibility API listens"
+                )
+                server.aggregator.register(
+                    VISIBILITY_GROUP,
+                    f"https://127.0.0.1:{service.ports['visibility']}",
+                    service=SERVICE_ROUTE,
+                    ca_pem=read_cert_dir(cert_dir).ca_cert_pem,
                 )
             yield Stack(server, service, user, cert_dir, task)
         finally:

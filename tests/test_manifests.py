@@ -54,10 +54,13 @@ BASE_KINDS = {
     ("v1", "ConfigMap"): 1,
     ("apps/v1", "Deployment"): 1,
     ("policy/v1", "PodDisruptionBudget"): 1,
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): 1,
+    # the manager's, plus the two pending-workloads viewer roles for users
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): 3,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): 1,
-    ("rbac.authorization.k8s.io/v1", "Role"): 1,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): 1,
+    # the manager's (quartermaster-system) and the trust-anchor reader (kube-system)
+    ("rbac.authorization.k8s.io/v1", "Role"): 2,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): 2,
+    ("apiregistration.k8s.io/v1", "APIService"): 2,
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): 1,
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): 1,
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 2,
@@ -223,8 +226,14 @@ def test_kustomize_renders_the_install_with_the_expected_kinds() -> None:
             "ValidatingWebhookConfiguration",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            "APIService",
         }:
-            assert o["metadata"].get("namespace") == NAMESPACE, o["metadata"]["name"]
+            expected = (
+                "kube-system"
+                if o["metadata"]["name"] == "quartermaster-extension-apiserver-authentication-reader"
+                else NAMESPACE
+            )
+            assert o["metadata"].get("namespace") == expected, o["metadata"]["name"]
 
 
 def test_kustomize_wires_the_generated_configmap_into_the_deployment() -> None:
@@ -379,10 +388,10 @@ def test_webhook_service_reaches_the_webhook_port_of_the_deployment() -> None:
         p["name"]: p["containerPort"]
         for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]
     }
-    assert ports == {"webhook": 9443, "metrics": 8080, "health": 8081}
+    assert ports == {"webhook": 9443, "metrics": 8080, "health": 8081, "visibility": 8082}
     webhook = _one(objs, "Service", "quartermaster-webhook-service")
     assert _selector_matches({"matchLabels": webhook["spec"]["selector"]}, pod_labels)
-    (port,) = webhook["spec"]["ports"]
+    port, _visibility = webhook["spec"]["ports"]
     assert port["port"] == 443 and ports[port["targetPort"]] == 9443
     metrics = _one(objs, "Service", "quartermaster-metrics-service")
     assert _selector_matches({"matchLabels": metrics["spec"]["selector"]}, pod_labels)
@@ -467,8 +476,11 @@ def test_configuration_files_are_accepted_by_the_config_loader() -> None:
 
 def test_rbac_draft_has_no_wildcards_and_names_its_secret_and_lease() -> None:
     objs = _base_objects()
-    for kind in ("ClusterRole", "Role"):
-        for rule in _one(objs, kind)["rules"]:
+    for kind, name in (
+        ("ClusterRole", "quartermaster-manager"),
+        ("Role", "quartermaster-manager"),
+    ):
+        for rule in _one(objs, kind, name)["rules"]:
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[field], (kind, rule)
             if "secrets" in rule["resources"]:
@@ -479,13 +491,61 @@ def test_rbac_draft_has_no_wildcards_and_names_its_secret_and_lease() -> None:
                 assert rule.get("resourceNames") or rule["verbs"] == ["create"]
     config = _load_all(BASE / "config" / "config.yaml")[0]
     lease = config["leaderElection"]["resourceName"]
-    role = _one(objs, "Role")
+    role = _one(objs, "Role", "quartermaster-manager")
     assert any(lease in (r.get("resourceNames") or []) for r in role["rules"])
     assert role["metadata"]["namespace"] == NAMESPACE
+    reader = _one(objs, "Role", "quartermaster-extension-apiserver-authentication-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert reader["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["extension-apiserver-authentication"],
+            "verbs": ["get"],
+        }
+    ]
     sa = _one(objs, "ServiceAccount")["metadata"]
     for kind in ("ClusterRoleBinding", "RoleBinding"):
-        (subject,) = _one(objs, kind)["subjects"]
-        assert (subject["name"], subject["namespace"]) == (sa["name"], sa["namespace"])
+        for binding in _of_kind(objs, kind):
+            (subject,) = binding["subjects"]
+            assert (subject["name"], subject["namespace"]) == (sa["name"], sa["namespace"])
+
+
+def test_visibility_apiservices_reach_the_visibility_port_of_the_deployment() -> None:
+    objs = _base_objects()
+    dep = _one(objs, "Deployment")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert "--visibility-port=8082" in container["args"]
+    webhook = _one(objs, "Service", "quartermaster-webhook-service")
+    by_port = {p["port"]: p for p in webhook["spec"]["ports"]}
+    for version in ("v1beta1", "v1beta2"):
+        api = _one(objs, "APIService", f"{version}.visibility.kueue.x-k8s.io")["spec"]
+        assert (api["group"], api["version"]) == ("visibility.kueue.x-k8s.io", version)
+        svc = api["service"]
+        assert (svc["name"], svc["namespace"]) == ("quartermaster-webhook-service", NAMESPACE)
+        assert ports[by_port[svc["port"]]["targetPort"]] == 8082
+    viewers = {
+        o["metadata"]["name"]: o["rules"]
+        for o in _of_kind(objs, "ClusterRole")
+        if "pending-workloads" in o["metadata"]["name"]
+    }
+    assert viewers == {
+        "quartermaster-pending-workloads-cq-viewer": [
+            {
+                "apiGroups": ["visibility.kueue.x-k8s.io"],
+                "resources": ["clusterqueues/pendingworkloads"],
+                "verbs": ["get", "list", "watch"],
+            }
+        ],
+        "quartermaster-pending-workloads-lq-viewer": [
+            {
+                "apiGroups": ["visibility.kueue.x-k8s.io"],
+                "resources": ["localqueues/pendingworkloads"],
+                "verbs": ["get", "list", "watch"],
+            }
+        ],
+    }
 
 
 # ----------------------------------------------------------------------------- examples

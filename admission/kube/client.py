@@ -113,6 +113,11 @@ NODES = Resource("", "v1", "nodes", "Node", False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = Resource("", "v1", "events", "Event", True)
 SECRETS = Resource("", "v1", "secrets", "Secret", True)
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
+TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False)
+SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False
+)
 MUTATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -211,6 +216,12 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         # caBundle kept equal to our CA (our two configurations only, by name)
         *_calls(("list", "watch", "patch"), MUTATING_WEBHOOKS),
         *_calls(("list", "watch", "patch"), VALIDATING_WEBHOOKS),
+        # the visibility API (an aggregated API server): the front-proxy trust anchors
+        # (kube-system/extension-apiserver-authentication, by name) and delegated
+        # authentication and authorization of its callers (admission.kube.delegated)
+        *_calls(("get",), CONFIG_MAPS),
+        *_calls(("create",), TOKEN_REVIEWS),
+        *_calls(("create",), SUBJECT_ACCESS_REVIEWS),
     ]
 )
 """Every API call the adapter makes. ``manifests/base/rbac.yaml`` must grant each."""

@@ -107,6 +107,11 @@ class ServiceOptions:
     seed: int | None = None
     controller: ControllerOptions | None = None
     drain_seconds: float = 5.0
+    # Kueue's visibility API (an aggregated API server; None: off) and the read-only
+    # dashboard (None: off; loopback unless told otherwise, reached by port-forward).
+    visibility_port: int | None = None
+    dashboard_port: int | None = None
+    dashboard_host: str = "127.0.0.1"
 
 
 def selector_from_dict(doc: dict[str, Any] | None) -> LabelSelector | None:
@@ -163,6 +168,8 @@ class Service:
         self._webhook_state: Any = None
         self.controller_options = ControllerOptions()
         self.exit_code = EXIT_OK
+        self.visibility: Any = None  # the VisibilityServer, when enabled
+        self.dashboard: Any = None  # the Dashboard, when enabled
 
     def stop(self) -> None:
         self._stop.set()
@@ -193,6 +200,7 @@ class Service:
             for inf in self.informers.values():
                 tasks.append(asyncio.create_task(inf.run(), name=f"informer-{inf.name}"))
             tasks.append(asyncio.create_task(self._serve_http(), name="health-metrics"))
+            tasks += self._operator_endpoints()
             if opts.webhooks:
                 tasks.append(asyncio.create_task(self._serve_webhooks(), name="webhooks"))
             else:
@@ -366,6 +374,17 @@ class Service:
         finally:
             for r in runners:
                 await r.cleanup()
+
+    def _operator_endpoints(self) -> list[asyncio.Task[Any]]:
+        """The visibility API and the dashboard, when enabled (their own ports)."""
+        from .operator_endpoints import serve_dashboard, serve_visibility
+
+        opts, tasks = self.options, []
+        if opts.visibility_port is not None:
+            tasks.append(asyncio.create_task(serve_visibility(self), name="visibility"))
+        if opts.dashboard_port is not None:
+            tasks.append(asyncio.create_task(serve_dashboard(self), name="dashboard"))
+        return tasks
 
     async def _serve_webhooks(self) -> None:
         from webhooks.certs import ensure_cert_dir
@@ -549,9 +568,17 @@ def options_from_args(args: Any, config: Config) -> ServiceOptions:
         health_port=getattr(args, "health_port", 8081),
         cert_dir=getattr(args, "cert_dir", None) or "/tmp/k8s-webhook-server/serving-certs",
         identity=os.environ.get("POD_NAME") or None,
+        visibility_port=_port_or_none(getattr(args, "visibility_port", None)),
+        dashboard_port=_port_or_none(getattr(args, "dashboard_port", None)),
+        dashboard_host=getattr(args, "dashboard_host", None) or "127.0.0.1",
         **leader_options(config, flag=bool(getattr(args, "leader_elect", False))),
         **cert_options(config),
     )
+
+
+def _port_or_none(port: int | None) -> int | None:
+    """A port flag: a negative value (or none given) turns the endpoint off."""
+    return None if port is None or port < 0 else port
 
 
 def leader_options(config: Config, *, flag: bool = False) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from . import builtin, schema
 from .admission import UserInfo, WebhookDispatcher
+from .delegation import REVIEW_PATHS, Aggregator, subject_access_review, token_review
 from .errors import ApiError, bad_request
 from .hooks import FaultInjector, FaultRule, RecordedRequest, RequestRecorder
 from .operations import Operations, WriteContext
@@ -115,6 +116,7 @@ class ApiServer:
             store=self.store, registry=self.registry, dispatcher=self.dispatcher
         )
         self.faults = FaultInjector()
+        self.aggregator = Aggregator()  # APIServices: register(group, url, ...)
         self.recorder = RequestRecorder(enabled=record_requests)  # counts are always kept
         self.bookmark_interval = bookmark_interval
         self.bookmark_before_timeout = bookmark_before_timeout
@@ -158,6 +160,7 @@ class ApiServer:
         self.resume()
         self.store.drop_watches()
         await self.dispatcher.close()
+        await self.aggregator.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -196,6 +199,10 @@ class ApiServer:
 
     def clear_requests(self) -> None:
         self.recorder.clear()
+
+    def add_user(self, token: str, username: str, groups: Iterable[str] = ()) -> None:
+        """Accept ``token`` as ``username`` (in ``groups`` and system:authenticated)."""
+        self._users[token] = UserInfo(username, (*groups, "system:authenticated"))
 
     def set_service_route(self, service: str, base_url: str) -> None:
         """Route webhook ``clientConfig.service`` ``"namespace/name"`` to ``base_url``."""
@@ -295,10 +302,12 @@ class ApiServer:
         )
         try:
             user = ANONYMOUS
+            special = None
             try:
                 user = self._authenticate(request)
                 record.user = user.username
-                target = self._parse_target(request.path)
+                special = self._special(request)
+                target = None if special is not None else self._parse_target(request.path)
                 if target is not None:
                     record.verb = _verb(request, target)
                     record.resource = target.rt.plural + (
@@ -316,7 +325,9 @@ class ApiServer:
             fault = self.faults.check(record)
             if fault is not None:
                 raise fault
-            if target is None:
+            if special is not None:
+                response = await special(user)
+            elif target is None:
                 response = self._non_resource(request)
             else:
                 if record.verb == "watch":
@@ -329,6 +340,33 @@ class ApiServer:
             response = error_response(ApiError(500, f"Internal error occurred: {exc!r}"))
         record.status = response.status
         return response
+
+    def _special(self, request: web.Request) -> Any:
+        """TokenReview/SubjectAccessReview, or a request for an aggregated API group."""
+        kind = REVIEW_PATHS.get(request.path)
+        if kind is not None:
+            record_kind = kind
+
+            async def review(user: UserInfo) -> web.Response:
+                if request.method != "POST":
+                    raise ApiError(405, f"{request.method} is not allowed on {request.path}")
+                body = await _json_body(request)
+                if not isinstance(body, dict) or body.get("kind") != record_kind:
+                    raise bad_request(f"expected a {record_kind}")
+                if record_kind == "TokenReview":
+                    return json_response(token_review(body, self._users), status=201)
+                objects = [
+                    o
+                    for plural in ("clusterroles", "clusterrolebindings", "roles", "rolebindings")
+                    for o in self.store.list(self.registry.resolve(plural), None)
+                ]
+                return json_response(subject_access_review(body, objects), status=201)
+
+            return review
+        backend = self.aggregator.backend_for(request.path)
+        if backend is not None:
+            return lambda user: self.aggregator.proxy(request, user, backend)
+        return None
 
     def _authenticate(self, request: web.Request) -> UserInfo:
         """Bearer tokens as ``--token-auth-file``: a known token is its user, an unknown

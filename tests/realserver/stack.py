@@ -196,6 +196,7 @@ async def real_stack(
     controller: ControllerOptions | None = None,
     webhooks: bool = True,
     before_start: Callable[[Any], None] | None = None,
+    visibility: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[Any]:
     from tests.kube_harness import SA_USERNAME, Stack, eventually, service_options
