@@ -12,6 +12,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from admission.cli import operator
+
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -59,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "-f", "--filename", dest="paths", action="append", default=[], metavar="PATH"
     )
+    operator.register(sub, serve)  # kueuectl verbs; visibility/dashboard flags of serve
     return p
 
 
@@ -142,6 +145,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if operator.handles(args.command):
+        return operator.run(args)
     handler = {"plan": cmd_plan, "simulate": cmd_simulate, "serve": cmd_serve}[args.command]
     try:
         return handler(args)

@@ -107,8 +107,11 @@ class Controller:
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
         self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}
+        # Read-only watchers of every informer event after the cache saw it (the
+        # dashboard): (resource plural, event, key, new, old).
+        self.observers: list[Callable[[str, str, str, o.Obj | None, o.Obj | None], None]] = []
         for plural, inf in informers.items():
-            inf.handler = self._handler(plural)
+            inf.handler = self._observed(plural, self._handler(plural))
 
     # -- events (every replica) -------------------------------------------------------------------
 
@@ -126,6 +129,16 @@ class Controller:
         if kind == "wl" and self.podgroups.owns(key):
             return ("podgroup", key)
         return (kind, key)
+
+    def _observed(
+        self, plural: str, handler: Callable[[str, str, o.Obj | None, o.Obj | None], None]
+    ) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
+        def handle(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+            handler(event, key, new, old)
+            for observer in self.observers:
+                observer(plural, event, key, new, old)
+
+        return handle
 
     def _handler(self, plural: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
         if plural == "workloads":

@@ -1,0 +1,725 @@
+"""The kueuectl verbs against a live cluster: ``quartermaster <verb> ...`` and, as a
+kubectl plugin, ``kubectl qm <verb> ...`` (the ``kubectl-qm`` entry point).
+
+The verbs, columns, aliases and flags are kueuectl's (``cmd/kueuectl/app``):
+
+* ``create localqueue NAME -c CQ [-i] [--dry-run=none|client|server]``
+* ``list clusterqueues|localqueues|workloads|resourceflavors`` with kueuectl's columns,
+  ``-l``/``--field-selector``, ``-A``, ``-c``/``-q`` filters, ``--status``, ``--active``,
+  ``--for job/NAME``; ``POSITION IN QUEUE`` comes from the visibility API;
+* ``stop``/``resume`` ``clusterqueue|localqueue NAME [--keep-already-running]`` (the
+  ``stopPolicy``: ``HoldAndDrain``, or ``Hold`` with the flag; ``None`` to resume) and
+  ``stop``/``resume workload NAME`` (``spec.active``);
+* ``version``.
+
+Beyond kueuectl: ``why WORKLOAD`` (:mod:`.kueuectl_why`) says in numbers why a workload
+waits and which quota change would admit it.
+
+The API calls are in :mod:`admission.kube.kueuectl`; this module parses and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
+from typing import Any, TextIO
+
+import yaml
+
+from admission.kube import kueuectl as api
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+VERSION = "v0.1.0"
+DEPLOYMENT = ("quartermaster-system", "quartermaster-controller-manager", "manager")
+Obj = dict[str, Any]
+
+CQ_NAMES = ("clusterqueue", "clusterqueues", "cq")
+LQ_NAMES = ("localqueue", "localqueues", "lq")
+WL_NAMES = ("workload", "workloads", "wl", "kwl", "kueueworkload", "kueueworkloads")
+RF_NAMES = ("resourceflavor", "resourceflavors", "rf")
+STATUSES = ("all", "pending", "quotareserved", "admitted", "finished")
+
+
+class UsageError(Exception):
+    """Bad flags or arguments (exit 2)."""
+
+
+# -- formatting -------------------------------------------------------------------------------
+
+
+def human_duration(seconds: float) -> str:
+    """``k8s.io/apimachinery/pkg/util/duration.HumanDuration``."""
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        years, days = hours // (24 * 365), (hours // 24) % 365
+        return f"{years}y{days}d" if days else f"{years}y"
+    return f"{hours // (24 * 365)}y"
+
+
+def _ts(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def age(obj: Obj, now: float) -> str:
+    created = _ts((obj.get("metadata") or {}).get("creationTimestamp"))
+    return human_duration(now - created) if created is not None else "<unknown>"
+
+
+def print_table(out: TextIO, headers: list[str], rows: Iterable[list[Any]]) -> None:
+    """kubectl's tab writer: columns padded to the widest cell plus three spaces."""
+    table = [headers] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
+    for r in table:
+        out.write("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+def _condition(obj: Obj, type_: str) -> Obj | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def _is_true(obj: Obj, type_: str) -> bool:
+    c = _condition(obj, type_)
+    return c is not None and c.get("status") == "True"
+
+
+def workload_status(wl: Obj) -> str:
+    """``pkg/workload.Status``: finished, admitted, quotaReserved or pending."""
+    if _is_true(wl, "Finished"):
+        return "finished"
+    if _is_true(wl, "Admitted"):
+        return "admitted"
+    if _is_true(wl, "QuotaReserved"):
+        return "quotaReserved"
+    return "pending"
+
+
+def print_objects(out: TextIO, objs: list[Obj], fmt: str, *, list_kind: str) -> None:
+    if fmt == "name":
+        for o in objs:
+            out.write(name_of(o) + "\n")
+        return
+    doc: Any = (
+        objs[0]
+        if list_kind == ""
+        else {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": objs}
+    )
+    if fmt == "json":
+        json.dump(doc, out, indent=4)
+        out.write("\n")
+    else:
+        yaml.safe_dump(doc, out, sort_keys=False)
+
+
+def name_of(obj: Obj, operation: str = "") -> str:
+    """kubectl's name printer: ``kind.group/name [operation]``."""
+    group = (obj.get("apiVersion") or "").rpartition("/")[0]
+    kind = (obj.get("kind") or "").lower()
+    qualified = f"{kind}.{group}" if group else kind
+    name = (obj.get("metadata") or {}).get("name", "")
+    return f"{qualified}/{name}" + (f" {operation}" if operation else "")
+
+
+# -- the verbs --------------------------------------------------------------------------------
+
+
+async def _with_api(args: argparse.Namespace, fn: Callable[[api.UserApi], Awaitable[int]]) -> int:
+    session = await api.UserApi.connect(kubeconfig=args.kubeconfig, context=args.context)
+    try:
+        return await fn(session)
+    finally:
+        await session.close()
+
+
+def _namespace(args: argparse.Namespace, session: api.UserApi) -> str:
+    return args.namespace or session.namespace
+
+
+def _no_resources(args: argparse.Namespace, session: api.UserApi, *, namespaced: bool) -> None:
+    if namespaced and not getattr(args, "all_namespaces", False):
+        print(f"No resources found in {_namespace(args, session)} namespace.", file=sys.stderr)
+    else:
+        print("No resources found", file=sys.stderr)
+
+
+async def cmd_list_cluster_queues(args: argparse.Namespace, session: api.UserApi) -> int:
+    now = time.time()
+    active = _active_filter(args.active)
+    items: list[Obj] = []
+    async for page in session.list_all(
+        api.CLUSTER_QUEUES, label_selector=args.selector, field_selector=args.field_selector
+    ):
+        items += [cq for cq in page if active is None or _is_true(cq, "Active") == active]
+    if not items:
+        _no_resources(args, session, namespaced=False)
+        return EXIT_OK
+    if args.output not in ("", "wide"):
+        print_objects(sys.stdout, items, args.output, list_kind="List")
+        return EXIT_OK
+    rows = [
+        [
+            cq["metadata"]["name"],
+            (cq.get("spec") or {}).get("cohortName", ""),
+            (cq.get("status") or {}).get("pendingWorkloads", 0),
+            (cq.get("status") or {}).get("admittedWorkloads", 0),
+            str(_is_true(cq, "Active")).lower(),
+            age(cq, now),
+        ]
+        for cq in items
+    ]
+    print_table(
+        sys.stdout,
+        ["NAME", "COHORT", "PENDING WORKLOADS", "ADMITTED WORKLOADS", "ACTIVE", "AGE"],
+        rows,
+    )
+    return EXIT_OK
+
+
+def _active_filter(values: list[str] | None) -> bool | None:
+    if not values:
+        return None
+    if len(values) > 1:
+        raise UsageError("only one active flag can be provided")
+    v = values[0].lower()
+    if v not in ("true", "false"):
+        raise UsageError(f'--active: invalid value "{values[0]}": must be true or false')
+    return v == "true"
+
+
+async def cmd_list_local_queues(args: argparse.Namespace, session: api.UserApi) -> int:
+    now = time.time()
+    ns = None if args.all_namespaces else _namespace(args, session)
+    items: list[Obj] = []
+    async for page in session.list_all(
+        api.LOCAL_QUEUES,
+        namespace=ns,
+        label_selector=args.selector,
+        field_selector=args.field_selector,
+    ):
+        items += [
+            lq
+            for lq in page
+            if not args.clusterqueue
+            or (lq.get("spec") or {}).get("clusterQueue") == args.clusterqueue
+        ]
+    if not items:
+        _no_resources(args, session, namespaced=True)
+        return EXIT_OK
+    if args.output not in ("", "wide"):
+        print_objects(sys.stdout, items, args.output, list_kind="List")
+        return EXIT_OK
+    headers = ["NAME", "CLUSTERQUEUE", "PENDING WORKLOADS", "ADMITTED WORKLOADS", "AGE"]
+    rows = []
+    for lq in items:
+        row = [
+            lq["metadata"]["name"],
+            (lq.get("spec") or {}).get("clusterQueue", ""),
+            (lq.get("status") or {}).get("pendingWorkloads", 0),
+            (lq.get("status") or {}).get("admittedWorkloads", 0),
+            age(lq, now),
+        ]
+        rows.append([lq["metadata"]["namespace"], *row] if args.all_namespaces else row)
+    print_table(sys.stdout, ["NAMESPACE", *headers] if args.all_namespaces else headers, rows)
+    return EXIT_OK
+
+
+async def cmd_list_resource_flavors(args: argparse.Namespace, session: api.UserApi) -> int:
+    now = time.time()
+    items: list[Obj] = []
+    async for page in session.list_all(
+        api.RESOURCE_FLAVORS, label_selector=args.selector, field_selector=args.field_selector
+    ):
+        items += page
+    if not items:
+        _no_resources(args, session, namespaced=False)
+        return EXIT_OK
+    if args.output not in ("", "wide"):
+        print_objects(sys.stdout, items, args.output, list_kind="List")
+        return EXIT_OK
+    rows = []
+    for rf in items:
+        labels = (rf.get("spec") or {}).get("nodeLabels") or {}
+        rows.append(
+            [
+                rf["metadata"]["name"],
+                ", ".join(sorted(f"{k}={v}" for k, v in labels.items())),
+                age(rf, now),
+            ]
+        )
+    print_table(sys.stdout, ["NAME", "NODE LABELS", "AGE"], rows)
+    return EXIT_OK
+
+
+def _status_filter(values: list[str] | None) -> set[str] | None:
+    if not values:
+        return None
+    out = set()
+    for v in values:
+        if v.lower() not in STATUSES:
+            raise UsageError(
+                f'invalid status value ({v}). Must be "all", "pending", "admitted" or "finished"'
+            )
+        out.add(v.lower())
+    return None if "all" in out else out
+
+
+async def cmd_list_workloads(args: argparse.Namespace, session: api.UserApi) -> int:
+    now = time.time()
+    statuses = _status_filter(args.status)
+    for_kind, for_name = _for_object(args.for_object)
+    ns = None if args.all_namespaces else _namespace(args, session)
+    items: list[Obj] = []
+    async for page in session.list_all(
+        api.WORKLOADS,
+        namespace=ns,
+        label_selector=args.selector,
+        field_selector=args.field_selector,
+    ):
+        for wl in page:
+            spec, status = wl.get("spec") or {}, wl.get("status") or {}
+            if args.localqueue and spec.get("queueName") != args.localqueue:
+                continue
+            cq = (status.get("admission") or {}).get("clusterQueue")
+            if args.clusterqueue and cq != args.clusterqueue:
+                continue
+            if statuses is not None and workload_status(wl).lower() not in statuses:
+                continue
+            if for_kind and not any(
+                r.get("kind", "").lower() == for_kind and r.get("name") == for_name
+                for r in (wl["metadata"].get("ownerReferences") or [])
+            ):
+                continue
+            items.append(wl)
+    if not items:
+        _no_resources(args, session, namespaced=True)
+        return EXIT_OK
+    if args.output not in ("", "wide"):
+        print_objects(sys.stdout, items, args.output, list_kind="List")
+        return EXIT_OK
+    cq_of = await _cluster_queues_of(session, items)
+    positions = await _positions(session, items, cq_of)
+    headers = ["NAME", "JOB TYPE", "JOB NAME", "LOCALQUEUE", "CLUSTERQUEUE", "STATUS",
+               "POSITION IN QUEUE", "EXEC TIME", "AGE"]  # fmt: skip
+    rows = []
+    for wl in items:
+        meta, spec = wl["metadata"], wl.get("spec") or {}
+        key = f"{meta['namespace']}/{meta['name']}"
+        owners = meta.get("ownerReferences") or []
+        job_types = sorted(
+            {_job_type(r.get("kind", ""), r.get("apiVersion", "")) for r in owners if r.get("kind")}
+        )
+        row = [
+            meta["name"],
+            ", ".join(job_types),
+            ", ".join(sorted({r.get("name", "") for r in owners})),
+            spec.get("queueName", ""),
+            cq_of.get(key, ""),
+            workload_status(wl).upper(),
+            positions.get(key, ""),
+            _exec_time(wl, now),
+            age(wl, now),
+        ]
+        rows.append([meta["namespace"], *row] if args.all_namespaces else row)
+    print_table(sys.stdout, ["NAMESPACE", *headers] if args.all_namespaces else headers, rows)
+    return EXIT_OK
+
+
+def _job_type(kind: str, api_version: str) -> str:
+    """kueuectl's JOB TYPE: the owner's singular resource name and group (``job.batch``),
+    cut at 20 characters."""
+    group = api_version.rpartition("/")[0]
+    text = f"{kind.lower()}.{group}" if group else kind.lower()
+    return text if len(text) <= 20 else text[:20] + "..."
+
+
+def _exec_time(wl: Obj, now: float) -> str:
+    admitted = _condition(wl, "Admitted")
+    if admitted is None or admitted.get("status") != "True":
+        return ""
+    start = _ts(admitted.get("lastTransitionTime"))
+    if start is None:
+        return ""
+    end = now
+    finished = _condition(wl, "Finished")
+    if finished is not None and finished.get("status") == "True":
+        end = _ts(finished.get("lastTransitionTime")) or now
+    return human_duration(end - start)
+
+
+def _for_object(value: str | None) -> tuple[str, str]:
+    if not value:
+        return "", ""
+    parts = value.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise UsageError("--for must be in resource/name form")
+    kind = parts[0].lower().split(".", 1)[0]
+    kind = {"jobs": "job"}.get(kind, kind.rstrip("s") if kind.endswith("s") else kind)
+    return kind, parts[1]
+
+
+async def _cluster_queues_of(session: api.UserApi, items: list[Obj]) -> dict[str, str]:
+    """Each workload's ClusterQueue: from its admission, else from its LocalQueue."""
+    out: dict[str, str] = {}
+    lqs: dict[tuple[str, str], str] = {}
+    for wl in items:
+        meta, spec = wl["metadata"], wl.get("spec") or {}
+        key = f"{meta['namespace']}/{meta['name']}"
+        cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        if cq:
+            out[key] = cq
+            continue
+        lq_key = (meta["namespace"], spec.get("queueName", ""))
+        if lq_key not in lqs and lq_key[1]:
+            lq = await session.get_or_none(api.LOCAL_QUEUES, lq_key[1], namespace=lq_key[0])
+            lqs[lq_key] = ((lq or {}).get("spec") or {}).get("clusterQueue", "")
+        out[key] = lqs.get(lq_key, "")
+    return out
+
+
+async def _positions(
+    session: api.UserApi, items: list[Obj], cq_of: dict[str, str]
+) -> dict[str, int]:
+    """``positionInLocalQueue`` of every pending workload listed, from the visibility API:
+    per ClusterQueue as kueuectl asks; where the user may not read a ClusterQueue's
+    positions (a namespace's viewer), per LocalQueue."""
+    pending = [wl for wl in items if workload_status(wl) == "pending"]
+    out: dict[str, int] = {}
+    by_cq: dict[str, list[Obj]] = {}
+    for wl in pending:
+        cq = cq_of.get(f"{wl['metadata']['namespace']}/{wl['metadata']['name']}")
+        if cq:
+            by_cq.setdefault(cq, []).append(wl)
+    for cq, wls in sorted(by_cq.items()):
+        try:
+            summary = await session.pending_in_cluster_queue(cq)
+        except api.ApiError as err:
+            if err.status != 403:
+                if not err.not_found:
+                    print(f"warning: positions in {cq}: {err}", file=sys.stderr)
+                continue
+            summary = []
+            for ns, lq in sorted(
+                {
+                    (w["metadata"]["namespace"], (w.get("spec") or {}).get("queueName", ""))
+                    for w in wls
+                }
+            ):
+                try:
+                    summary += await session.pending_in_local_queue(ns, lq)
+                except api.ApiError as lq_err:
+                    if not lq_err.not_found and lq_err.status != 403:
+                        print(f"warning: positions in {ns}/{lq}: {lq_err}", file=sys.stderr)
+        for item in summary:
+            m = item.get("metadata") or {}
+            out[f"{m.get('namespace')}/{m.get('name')}"] = int(item.get("positionInLocalQueue", 0))
+    return out
+
+
+async def cmd_create_local_queue(args: argparse.Namespace, session: api.UserApi) -> int:
+    ns = _namespace(args, session)
+    if not args.clusterqueue:
+        raise UsageError("clusterqueue must be specified")
+    if not args.ignore_unknown_cq:
+        await session.get(api.CLUSTER_QUEUES, args.clusterqueue)  # 404 is the error
+    lq: Obj = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": args.name, "namespace": ns},
+        "spec": {"clusterQueue": args.clusterqueue},
+    }
+    if args.dry_run != "client":
+        lq = await session.create(
+            api.LOCAL_QUEUES, lq, namespace=ns, dry_run=args.dry_run == "server"
+        )
+    _print_result(args, lq, "created")
+    return EXIT_OK
+
+
+def _print_result(args: argparse.Namespace, obj: Obj, operation: str) -> None:
+    fmt = args.output
+    if fmt in ("", "name"):
+        suffix = {"client": " (dry run)", "server": " (server dry run)"}.get(args.dry_run, "")
+        op = f"{operation}{suffix}".strip()
+        print(name_of(obj, op) if fmt == "" or op else name_of(obj))
+        return
+    print_objects(sys.stdout, [obj], fmt, list_kind="")
+
+
+async def _patch(
+    args: argparse.Namespace,
+    session: api.UserApi,
+    res: Any,
+    *,
+    namespaced: bool,
+    patch: Obj,
+    operation: str,
+) -> int:
+    ns = _namespace(args, session) if namespaced else None
+    obj = await session.get(res, args.name, namespace=ns)
+    if args.dry_run == "client":
+        merged = json.loads(json.dumps(obj))
+        for k, v in patch.get("spec", {}).items():
+            merged.setdefault("spec", {})[k] = v
+        obj = merged
+    else:
+        obj = await session.merge_patch(
+            res, args.name, patch, namespace=ns, dry_run=args.dry_run == "server"
+        )
+    _print_result(args, obj, operation)
+    return EXIT_OK
+
+
+def _stop_policy(args: argparse.Namespace) -> str:
+    return "Hold" if args.keep_already_running else "HoldAndDrain"
+
+
+async def cmd_stop(args: argparse.Namespace, session: api.UserApi) -> int:
+    kind = args.kind
+    if kind in CQ_NAMES:
+        patch = {"spec": {"stopPolicy": _stop_policy(args)}}
+        return await _patch(
+            args, session, api.CLUSTER_QUEUES, namespaced=False, patch=patch, operation=""
+        )
+    if kind in LQ_NAMES:
+        patch = {"spec": {"stopPolicy": _stop_policy(args)}}
+        return await _patch(
+            args, session, api.LOCAL_QUEUES, namespaced=True, patch=patch, operation=""
+        )
+    if args.keep_already_running:
+        raise UsageError("--keep-already-running applies to clusterqueue and localqueue")
+    return await _patch(
+        args, session, api.WORKLOADS, namespaced=True, patch={"spec": {"active": False}},
+        operation="stopped",
+    )  # fmt: skip
+
+
+async def cmd_resume(args: argparse.Namespace, session: api.UserApi) -> int:
+    kind = args.kind
+    if kind in CQ_NAMES:
+        patch = {"spec": {"stopPolicy": "None"}}
+        return await _patch(
+            args, session, api.CLUSTER_QUEUES, namespaced=False, patch=patch, operation=""
+        )
+    if kind in LQ_NAMES:
+        patch = {"spec": {"stopPolicy": "None"}}
+        return await _patch(
+            args, session, api.LOCAL_QUEUES, namespaced=True, patch=patch, operation=""
+        )
+    return await _patch(
+        args, session, api.WORKLOADS, namespaced=True, patch={"spec": {"active": True}},
+        operation="resumed",
+    )  # fmt: skip
+
+
+async def cmd_version(args: argparse.Namespace, session: api.UserApi) -> int:
+    print(f"Client Version: {VERSION}")
+    ns, name, container = DEPLOYMENT
+    try:
+        dep = await session.get(api.DEPLOYMENTS, name, namespace=ns)
+    except api.ApiError as err:
+        if err.not_found:
+            return EXIT_OK
+        raise
+    for c in dep.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or []:
+        if c.get("name") == container:
+            print(f"Quartermaster Controller Manager Image: {c.get('image')}")
+    return EXIT_OK
+
+
+async def cmd_why(args: argparse.Namespace, session: api.UserApi) -> int:
+    from .kueuectl_why import run_why
+
+    return await run_why(args, session, _namespace(args, session))
+
+
+# -- parsing ----------------------------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", default=None, help="path to the kubeconfig file to use")
+    p.add_argument("--context", default=None, help="the kubeconfig context to use")
+    p.add_argument(
+        "-n", "--namespace", default=None,
+        help="the namespace (default: the context's namespace)",
+    )  # fmt: skip
+
+
+def _selectors(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-l",
+        "--selector",
+        default=None,
+        help="label selector (label query) to filter on, e.g. -l key1=value1",
+    )
+    p.add_argument("--field-selector", default=None,
+                   help="field selector to filter on, e.g. --field-selector metadata.name=x")  # fmt: skip
+
+
+def _output(p: argparse.ArgumentParser, choices: tuple[str, ...]) -> None:
+    p.add_argument(
+        "-o", "--output", default="", choices=choices,
+        help=f"output format: {', '.join(c for c in choices if c)} (default: a table)",
+    )  # fmt: skip
+
+
+def _dry_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dry-run", nargs="?", const="client", default="none",
+        choices=("none", "client", "server"),
+        help='"server" sends the request as a dry run, "client" only prints it',
+    )  # fmt: skip
+
+
+def add_commands(sub: Any) -> None:
+    """Register the verbs on a subparsers object (``quartermaster`` and the plugin)."""
+    create = sub.add_parser("create", help="create a LocalQueue (kueuectl create localqueue)")
+    csub = create.add_subparsers(dest="kind", required=True, metavar="localqueue")
+    lq = csub.add_parser("localqueue", aliases=["lq"], help="create a LocalQueue")
+    lq.add_argument("name", help="the LocalQueue's name")
+    lq.add_argument("-c", "--clusterqueue", required=True, help="the ClusterQueue it feeds")
+    lq.add_argument("-i", "--ignore-unknown-cq", action="store_true",
+                    help="create it even when the ClusterQueue does not exist")  # fmt: skip
+    _dry_run(lq)
+    _output(lq, ("", "json", "yaml", "name"))
+    _common(lq)
+    lq.set_defaults(run=cmd_create_local_queue)
+
+    lst = sub.add_parser(
+        "list", help="list ClusterQueues, LocalQueues, Workloads or ResourceFlavors"
+    )
+    lsub = lst.add_subparsers(dest="kind", required=True, metavar="KIND")
+    cq = lsub.add_parser(CQ_NAMES[0], aliases=list(CQ_NAMES[1:]), help="list ClusterQueues")
+    cq.add_argument("--active", action="append", default=None,
+                    help="only active (true) or inactive (false) ClusterQueues")  # fmt: skip
+    cq.set_defaults(run=cmd_list_cluster_queues)
+    lqs = lsub.add_parser(LQ_NAMES[0], aliases=list(LQ_NAMES[1:]), help="list LocalQueues")
+    lqs.add_argument(
+        "-c", "--clusterqueue", default=None, help="only those feeding this ClusterQueue"
+    )
+    lqs.set_defaults(run=cmd_list_local_queues)
+    wl = lsub.add_parser(WL_NAMES[0], aliases=list(WL_NAMES[1:]), help="list Workloads")
+    wl.add_argument(
+        "-c", "--clusterqueue", default=None, help="only those admitted by this ClusterQueue"
+    )
+    wl.add_argument("-q", "--localqueue", default=None, help="only those in this LocalQueue")
+    wl.add_argument(
+        "--status",
+        action="append",
+        default=None,
+        help='only these statuses: "all", "pending", "quotareserved", "admitted", "finished"',
+    )
+    wl.add_argument("--for", dest="for_object", default=None, metavar="TYPE/NAME",
+                    help="only the workloads of this job, e.g. --for job/my-job")  # fmt: skip
+    wl.set_defaults(run=cmd_list_workloads)
+    rf = lsub.add_parser(RF_NAMES[0], aliases=list(RF_NAMES[1:]), help="list ResourceFlavors")
+    rf.set_defaults(run=cmd_list_resource_flavors)
+    for p, namespaced in ((cq, False), (lqs, True), (wl, True), (rf, False)):
+        _selectors(p)
+        _output(p, ("", "wide", "json", "yaml", "name"))
+        _common(p)
+        if namespaced:
+            p.add_argument("-A", "--all-namespaces", action="store_true",
+                           help="list across all namespaces")  # fmt: skip
+
+    for verb, run, what in (
+        ("stop", cmd_stop, "put a ClusterQueue, LocalQueue or Workload on hold"),
+        ("resume", cmd_resume, "resume a held ClusterQueue, LocalQueue or Workload"),
+    ):
+        vp = sub.add_parser(verb, help=what)
+        vsub = vp.add_subparsers(dest="kind", required=True, metavar="KIND")
+        for names, target in ((CQ_NAMES, "ClusterQueue"), (LQ_NAMES, "LocalQueue"),
+                              (WL_NAMES, "Workload")):  # fmt: skip
+            p = vsub.add_parser(names[0], aliases=list(names[1:]), help=f"{verb} a {target}")
+            p.add_argument("name", help=f"the {target}'s name")
+            p.set_defaults(kind=names[0])
+            if verb == "stop" and target != "Workload":
+                p.add_argument(
+                    "--keep-already-running", action="store_true",
+                    help="admitted workloads keep running (stopPolicy Hold); without it "
+                    "they are evicted (HoldAndDrain)",
+                )  # fmt: skip
+            else:
+                p.set_defaults(keep_already_running=False)
+            _dry_run(p)
+            _output(p, ("", "json", "yaml", "name"))
+            _common(p)
+            p.set_defaults(run=run)
+
+    ver = sub.add_parser("version", help="the client version and the installed service's image")
+    _common(ver)
+    ver.set_defaults(run=cmd_version)
+
+    why = sub.add_parser(
+        "why", help="why a workload is pending, in numbers, and what quota change would admit it"
+    )
+    why.add_argument("workload", help="the Workload's name (or job/NAME for a Job's workload)")
+    why.add_argument(
+        "--config", default=None, help="the service's Configuration file, if not Kueue's defaults"
+    )
+    _output(why, ("", "json"))
+    _common(why)
+    why.set_defaults(run=cmd_why)
+
+
+VERBS = ("create", "list", "stop", "resume", "version", "why")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed verb; errors become exit codes with one line on stderr."""
+    prog = getattr(args, "prog_name", "quartermaster")
+    try:
+        return asyncio.run(_with_api(args, lambda session: args.run(args, session)))
+    except (UsageError, api.ConfigError) as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except api.ApiError as err:
+        print(f"Error from server ({err.reason}): {err.message}", file=sys.stderr)
+        return EXIT_INTERNAL if err.status == 0 or err.status >= 500 else EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return EXIT_INTERNAL
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def plugin_main(argv: list[str] | None = None) -> int:
+    """``kubectl-qm``: the verbs alone, as a kubectl plugin (``kubectl qm list workloads``)."""
+    p = argparse.ArgumentParser(
+        prog="kubectl qm", description="Quartermaster's kueuectl: queues, workloads, positions"
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    add_commands(sub)
+    args = p.parse_args(argv)
+    args.prog_name = "kubectl qm"
+    return run(args)

@@ -1,0 +1,391 @@
+"""A read-only, live web dashboard of the service's own model (KueueViz's questions).
+
+``serve --dashboard-port N`` (off by default; bound to loopback unless
+``--dashboard-host`` says otherwise, so in a pod it is reached with ``kubectl
+port-forward``) serves one page (``static/``) and a small JSON API, all read from the
+same in-memory model the scheduler uses — never by polling the API server:
+
+* ``/api/summary``: the cohort tree, each ClusterQueue's usage against nominal quota,
+  borrowing (usage above the subtree's quota) and lending limits per flavor and
+  resource, pending/admitted counts, the fair-sharing weighted share and, with cohort
+  credits configured, credits; Cohort rows aggregate their subtree; the recent
+  admissions, preemptions, evictions and finishes;
+* ``/api/pending?cq=&offset=&limit=``: a page of a ClusterQueue's pending workloads
+  with both positions (:mod:`.queueview`, the visibility API's order) and the pending
+  reason and message in numbers; ``/api/admitted?cq=...``: a page of its admissions;
+* ``/events``: Server-Sent Events — a ``summary`` event whenever the model changed
+  (informer events and scheduling decisions, coalesced to at most one per 250 ms), so
+  the page updates live.
+
+The page renders only the rows in view (virtualised lists) and pages the pending list
+from the server, so 1,000 ClusterQueues and 50,000 pending workloads stay readable:
+the tree collapses by Cohort with aggregated usage, the pending list is fetched a
+window at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+from admission.config import Config
+from admission.engine.cache import Cache
+from queues.fairshare import dominant_resource_share
+from queues.quantity import format_quantity
+from queues.tree import QuotaNode
+
+from .queueview import LqUsage, positions
+
+log = logging.getLogger("quartermaster.dashboard")
+
+Obj = dict[str, Any]
+PUSH_INTERVAL = 0.25
+RECENT = 200
+MAX_PAGE = 500
+
+
+@dataclass(slots=True)
+class DashboardSource:
+    cache: Cache
+    cache_ready: Callable[[], Awaitable[None]]
+    lq_usage: Callable[[str], LqUsage]
+    credits: Callable[[str, bool], float | None]  # (name, is cohort) -> credit, or None
+    clock: Callable[[], float] = time.time
+
+
+@dataclass(slots=True)
+class Recent:
+    """The last admissions, preemptions, evictions and finishes (from Workload events)."""
+
+    events: collections.deque[Obj] = field(default_factory=lambda: collections.deque(maxlen=RECENT))
+
+    def observe(self, plural: str, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
+        if plural != "workloads" or new is None:
+            return
+        for type_, kind in (
+            ("QuotaReserved", "admitted"),
+            ("Evicted", "evicted"),
+            ("Finished", "finished"),
+        ):
+            now_c, was_c = _condition(new, type_), _condition(old, type_)
+            if now_c.get("status") == "True" and was_c.get("status") != "True":
+                reason = now_c.get("reason") or ""
+                if kind == "evicted" and reason == "Preempted":
+                    kind = "preempted"
+                cq = ((new.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+                self.events.appendleft(
+                    {
+                        "time": now_c.get("lastTransitionTime") or "",
+                        "kind": kind,
+                        "workload": key,
+                        "clusterQueue": cq,
+                        "reason": reason,
+                        "message": (now_c.get("message") or "")[:300],
+                    }
+                )
+
+
+def _condition(obj: Obj | None, type_: str) -> Obj:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return {}
+
+
+def _quantities(node: QuotaNode) -> list[Obj]:
+    rows = []
+    for (flavor, resource), quota in sorted(node.subtree_quota.items()):
+        used = node.usage.get((flavor, resource), 0)
+        q = node.quotas.get((flavor, resource))
+        row: Obj = {
+            "flavor": flavor,
+            "resource": resource,
+            "used": used,
+            "quota": quota,
+            "usedText": format_quantity(resource, used),
+            "quotaText": format_quantity(resource, quota),
+            "borrowed": format_quantity(resource, max(0, used - quota)),
+        }
+        if q is not None and q.borrowing_limit is not None:
+            row["borrowingLimit"] = format_quantity(resource, q.borrowing_limit)
+        if q is not None and q.lending_limit is not None:
+            row["lendingLimit"] = format_quantity(resource, q.lending_limit)
+        rows.append(row)
+    return rows
+
+
+def summary(source: DashboardSource, recent: Recent) -> Obj:
+    cache = source.cache
+    tree = cache.tree
+    nodes: list[Obj] = []
+    pending_total = 0
+
+    def visit(node: QuotaNode, depth: int) -> tuple[int, int]:
+        """Add the node's row (and its subtree's); returns (pending, admitted) below it."""
+        nonlocal pending_total
+        row: Obj = {
+            "name": node.name,
+            "kind": "Cohort" if node.is_cohort else "ClusterQueue",
+            "depth": depth,
+            "parent": node.parent.name if node.parent is not None else None,
+            "quantities": _quantities(node),
+            "weightedShare": dominant_resource_share(node).rounded() if node.parent else 0,
+        }
+        credit = source.credits(node.name, node.is_cohort)
+        if credit is not None:
+            row["credit"] = round(credit, 3)
+        nodes.append(row)
+        if node.is_cohort:
+            pending = admitted = 0
+            for child in sorted(node.children, key=lambda c: (not c.is_cohort, c.name)):
+                p, a = visit(child, depth + 1)
+                pending, admitted = pending + p, admitted + a
+        else:
+            q = cache.queues.get(node.name)
+            pending = len(q) if q is not None else 0
+            admitted = len(cache.by_cq.get(node.name, {}))
+            pending_total += pending
+            cq = cache.cluster_queues.get(node.name)
+            row["stopPolicy"] = cq.stop_policy if cq is not None else ""
+            inactive = cache.inactive.get(node.name)
+            row["inactive"] = inactive.message if inactive is not None else ""
+        row["pending"], row["admitted"] = pending, admitted
+        return pending, admitted
+
+    for root in sorted(tree.roots(), key=lambda n: (not n.is_cohort, n.name)):
+        visit(root, 0)
+    return {
+        "time": source.clock(),
+        "clusterQueues": len(cache.cluster_queues),
+        "cohorts": len(tree.cohorts),
+        "pending": pending_total,
+        "unroutable": len(cache.unroutable),
+        "admitted": len(cache.admitted),
+        "evicting": len(cache.evicting),
+        "nodes": nodes,
+        "recent": list(recent.events)[:50],
+    }
+
+
+def pending_page(source: DashboardSource, cq: str, offset: int, limit: int) -> Obj:
+    cache = source.cache
+    items = []
+    total = len(cache.queues[cq]) if cq in cache.queues else 0
+    for entry in positions(cache, cq, lq_usage=source.lq_usage(cq)):
+        i = entry.position_in_cluster_queue
+        if i < offset:
+            continue
+        if i >= offset + limit:
+            break
+        wl = entry.workload
+        st = cache.inactive.get(cq) or cache.status_of(wl, cq)
+        items.append(
+            {
+                "workload": wl.key,
+                "localQueue": wl.queue_name,
+                "priority": wl.priority,
+                "positionInClusterQueue": i,
+                "positionInLocalQueue": entry.position_in_local_queue,
+                "parked": entry.parked,
+                "reason": st.reason if st is not None else "",
+                "message": st.message if st is not None else "not yet nominated",
+            }
+        )
+    return {"clusterQueue": cq, "total": total, "offset": offset, "items": items}
+
+
+def admitted_page(source: DashboardSource, cq: str, offset: int, limit: int) -> Obj:
+    cache = source.cache
+    keys = list(cache.by_cq.get(cq, {}))
+    items = []
+    for key in keys[offset : offset + limit]:
+        usage = cache.usage_of.get(key, {})
+        wl = cache.workloads.get(key)
+        items.append(
+            {
+                "workload": key,
+                "priority": wl.priority if wl is not None else 0,
+                "evicting": key in cache.evicting,
+                "usage": ", ".join(
+                    f"{f}/{r} {format_quantity(r, v)}" for (f, r), v in sorted(usage.items())
+                ),
+            }
+        )
+    return {"clusterQueue": cq, "total": len(keys), "offset": offset, "items": items}
+
+
+def _int(request: web.Request, name: str, default: int) -> int:
+    try:
+        return int(request.query.get(name, default))
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name}: must be an integer") from None
+
+
+class Dashboard:
+    """The dashboard's app, its change detection and its SSE clients."""
+
+    def __init__(self, source: DashboardSource) -> None:
+        self.source = source
+        self.recent = Recent()
+        self.version = 0
+        self._changed = asyncio.Event()
+        self._clients: set[asyncio.Queue[str]] = set()
+        self.pushes = 0
+
+    @classmethod
+    def of_controller(cls, controller: Any, *, config: Config) -> Dashboard:
+        def lq_usage(cq: str) -> LqUsage:
+            sched = controller.scheduler
+            return sched.lq_usage(cq) if sched is not None else None
+
+        def credits(name: str, cohort: bool) -> float | None:
+            sched = controller.scheduler
+            tracker = sched.usage if sched is not None else None
+            if tracker is None or tracker.credits_cfg is None:
+                return None
+            return float(tracker.credit_of_node(name, cohort=cohort))
+
+        dashboard = cls(
+            DashboardSource(controller.cache, controller.cache_ready, lq_usage, credits)
+        )
+        controller.observers.append(dashboard.observe)
+        return dashboard
+
+    def observe(self, plural: str, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
+        self.recent.observe(plural, event, key, new, old)
+        self._changed.set()
+
+    def _fingerprint(self) -> tuple[int, ...]:
+        """Changes the scheduler makes before any event arrives (assumed admissions)."""
+        c = self.source.cache
+        return (len(c.admitted), len(c.evicting), sum(len(q) for q in c.queues.values()))
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/", self._index)
+        app.router.add_get("/static/{name}", self._static)
+        app.router.add_get("/api/summary", self._summary)
+        app.router.add_get("/api/pending", self._pending)
+        app.router.add_get("/api/admitted", self._admitted)
+        app.router.add_get("/events", self._events)
+        app.router.add_get("/healthz", _ok)
+        return app
+
+    async def _index(self, _request: web.Request) -> web.Response:
+        return web.Response(text=_asset("index.html"), content_type="text/html")
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        types = {"app.js": "application/javascript", "app.css": "text/css"}
+        if name not in types:
+            raise web.HTTPNotFound()
+        return web.Response(text=_asset(name), content_type=types[name])
+
+    async def _summary(self, _request: web.Request) -> web.Response:
+        await self.source.cache_ready()
+        return web.json_response(summary(self.source, self.recent))
+
+    def _page_args(self, request: web.Request) -> tuple[str, int, int]:
+        cq = request.query.get("cq", "")
+        if cq not in self.source.cache.cluster_queues:
+            raise web.HTTPNotFound(text=f"no ClusterQueue {cq!r}")
+        offset = max(0, _int(request, "offset", 0))
+        limit = min(MAX_PAGE, max(0, _int(request, "limit", 100)))
+        return cq, offset, limit
+
+    async def _pending(self, request: web.Request) -> web.Response:
+        await self.source.cache_ready()
+        return web.json_response(pending_page(self.source, *self._page_args(request)))
+
+    async def _admitted(self, request: web.Request) -> web.Response:
+        await self.source.cache_ready()
+        return web.json_response(admitted_page(self.source, *self._page_args(request)))
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        queue: asyncio.Queue[str] = asyncio.Queue(maxsize=2)
+        self._clients.add(queue)
+        try:
+            await self.source.cache_ready()
+            await resp.write(_sse(json.dumps(summary(self.source, self.recent))))
+            while True:
+                try:
+                    data = await asyncio.wait_for(queue.get(), timeout=15)
+                except TimeoutError:
+                    await resp.write(b": keep-alive\n\n")
+                    continue
+                await resp.write(_sse(data))
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self._clients.discard(queue)
+        return resp
+
+    async def _broadcast(self) -> None:
+        """Push a fresh summary to every client when the model changed (coalesced)."""
+        last = self._fingerprint()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=PUSH_INTERVAL)
+            fp = self._fingerprint()
+            if not self._changed.is_set() and fp == last:
+                continue
+            self._changed.clear()
+            last = fp
+            self.version += 1
+            if not self._clients:
+                continue
+            await self.source.cache_ready()
+            data = json.dumps(summary(self.source, self.recent))
+            self.pushes += 1
+            for q in list(self._clients):
+                if q.full():  # a slow client gets the newest state, not a backlog
+                    with contextlib.suppress(asyncio.QueueEmpty):
+                        q.get_nowait()
+                q.put_nowait(data)
+            await asyncio.sleep(PUSH_INTERVAL)
+
+    async def serve(
+        self, *, host: str, port: int, ready: Callable[[int], None] = lambda _p: None
+    ) -> None:
+        runner = web.AppRunner(
+            self.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
+        await runner.setup()
+        pusher = asyncio.create_task(self._broadcast(), name="dashboard-push")
+        try:
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+            ready(runner.addresses[0][1])
+            await asyncio.Event().wait()
+        finally:
+            pusher.cancel()
+            await asyncio.gather(pusher, return_exceptions=True)
+            await runner.cleanup()
+
+
+async def _ok(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def _sse(data: str) -> bytes:
+    return f"event: summary\ndata: {data}\n\n".encode()
+
+
+def _asset(name: str) -> str:
+    return resources.files("admission.serve").joinpath("static", name).read_text()
