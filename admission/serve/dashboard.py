@@ -40,6 +40,7 @@ from aiohttp import web
 
 from admission.config import Config
 from admission.engine.cache import Cache
+from admission.kube.controller import Controller
 from queues.fairshare import dominant_resource_share
 from queues.quantity import format_quantity
 from queues.tree import QuotaNode
@@ -243,10 +244,11 @@ class Dashboard:
         self.pushes = 0
 
     @classmethod
-    def of_controller(cls, controller: Any, *, config: Config) -> Dashboard:
+    def of_controller(cls, controller: Controller, *, config: Config) -> Dashboard:
         def lq_usage(cq: str) -> LqUsage:
             sched = controller.scheduler
-            return sched.lq_usage(cq) if sched is not None else None
+            tracker = sched.usage if sched is not None else None
+            return tracker.lq_order_function(cq) if tracker is not None else None
 
         def credits(name: str, cohort: bool) -> float | None:
             sched = controller.scheduler

@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from admission.engine.cache import Cache
+from admission.kube.controller import Controller
 from admission.kube.delegated import Attributes, DelegatedAuth, User
 from admission.kube.objects import rfc3339
 
@@ -394,7 +395,7 @@ def _trust(ctx: ssl.SSLContext, auth: DelegatedAuth) -> None:
         ctx.verify_mode = ssl.CERT_OPTIONAL
 
 
-def source_of(controller: Any) -> VisibilitySource:
+def source_of(controller: Controller) -> VisibilitySource:
     """The visibility source of a running :class:`admission.kube.controller.Controller`:
     its cache, its scheduler's admission-fair-sharing order (the leader's; a follower,
     which runs no scheduler, orders without it), the Workload informer's owners."""
@@ -402,7 +403,8 @@ def source_of(controller: Any) -> VisibilitySource:
 
     def lq_usage(cq: str) -> LqUsage:
         sched = controller.scheduler
-        return sched.lq_usage(cq) if sched is not None else None
+        tracker = sched.usage if sched is not None else None
+        return tracker.lq_order_function(cq) if tracker is not None else None
 
     def owners(key: str) -> list[Obj]:
         obj = workloads.get(key) or {}
