@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
@@ -85,7 +86,8 @@ class IntegrationError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """An API resource an integration reads or writes (group, version, plural, kind)."""
+    """One API resource: where it lives and how it is addressed (the job kinds', and
+    every other resource ``admission.kube`` reads or writes)."""
 
     group: str
     version: str
@@ -96,6 +98,30 @@ class Resource:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        """The REST path (``/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>[/<sub>]]``)."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+    def key_of(self, obj: Mapping[str, Any]) -> str:
+        """``namespace/name`` for namespaced resources, ``name`` otherwise."""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or ""
+        return f"{meta.get('namespace') or ''}/{name}" if self.namespaced else name
 
 
 @dataclass(slots=True)

@@ -25,13 +25,12 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
 from kubernetes.aio import config as kube_config
 from kubernetes.aio.client import ApiClient, Configuration
 
-from admission.integrations.base import Integration
+from admission.integrations.base import Integration, Resource
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 
 from .ratelimit import TokenBucket
@@ -55,44 +54,6 @@ FIELD_MANAGER = "quartermaster"
 product token): without it the client's default, ``OpenAPI-Generator``, shows up."""
 USER_AGENT = f"{FIELD_MANAGER}/0.1.0"
 WRITE_QUERY = (("fieldManager", FIELD_MANAGER),)
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """One API resource: where it lives and how it is addressed."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(
-        self,
-        *,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str | None = None,
-    ) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-            if subresource:
-                base += f"/{subresource}"
-        return base
-
-    def key_of(self, obj: Obj) -> str:
-        """``namespace/name`` for namespaced resources, ``name`` otherwise."""
-        meta = obj.get("metadata") or {}
-        name = meta.get("name") or ""
-        return f"{meta.get('namespace') or ''}/{name}" if self.namespaced else name
 
 
 KUEUE = "kueue.x-k8s.io"
@@ -150,8 +111,7 @@ QUEUE_WATCHED: tuple[Resource, ...] = (
 
 def resource_of(integration: Integration) -> Resource:
     """The adapter's address of an integration's kind."""
-    r = integration.resource
-    return Resource(r.group, r.version, r.plural, r.kind, r.namespaced)
+    return integration.resource
 
 
 def watched(frameworks: Frameworks = ALL) -> tuple[Resource, ...]:
