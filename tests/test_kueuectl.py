@@ -197,10 +197,12 @@ def test_create_stop_and_resume_change_the_objects_the_service_acts_on(tmp_path:
             )
             code, out, err = await cli(kc, "stop", "lq", "lq")
             assert s.get("localqueues", "lq", "team-a")["spec"]["stopPolicy"] == "HoldAndDrain"
-            # a held LocalQueue admits nothing new (the service does not drain yet: the
-            # eviction half of HoldAndDrain is not implemented, see the report)
-            code, out, err = await cli(kc, "stop", "cq", "cq")  # free a slot: w0 and w1 hold 2
-            code, out, err = await cli(kc, "resume", "cq", "cq")
+            # HoldAndDrain evicts what the LocalQueue admitted, and admits nothing new
+            await eventually(
+                lambda: not any(admitted(w) for w in s.workloads("team-a")),
+                what="the LocalQueue drained",
+            )
+            assert evicted_reason(s.get("workloads", "w0", "team-a")) == "LocalQueueStopped"
             await s.user.delete(k.WORKLOADS, "w1", namespace="team-a")
             extra = workload("team-a", "w9", queue="lq", pod_sets=[("main", 1, "1")])
             await s.user.create(k.WORKLOADS, extra, namespace="team-a")
@@ -208,6 +210,21 @@ def test_create_stop_and_resume_change_the_objects_the_service_acts_on(tmp_path:
             assert not admitted(s.get("workloads", "w9", "team-a"))
             code, out, err = await cli(kc, "resume", "localqueue", "lq", "-o", "yaml")
             assert code == 0 and "stopPolicy: None" in out
+            await eventually(
+                lambda: all(admitted(s.get("workloads", n, "team-a")) for n in ("w0", "w9")),
+                what="w0 and w9 admitted once the LocalQueue resumed",
+            )
+            code, out, err = await cli(kc, "stop", "cq", "cq")  # HoldAndDrain
+            await eventually(
+                lambda: not any(admitted(w) for w in s.workloads("team-a")),
+                what="the ClusterQueue drained",
+            )
+            assert evicted_reason(s.get("workloads", "w9", "team-a")) == "ClusterQueueStopped"
+            code, out, err = await cli(kc, "resume", "cq", "cq")
+            await eventually(
+                lambda: all(admitted(s.get("workloads", n, "team-a")) for n in ("w0", "w9")),
+                what="w0 and w9 admitted once the ClusterQueue resumed",
+            )
             code, out, err = await cli(kc, "stop", "wl", "w0", "--keep-already-running")
             assert code == 2
             code, out, err = await cli(kc, "stop", "cq", "nope")
@@ -217,6 +234,13 @@ def test_create_stop_and_resume_change_the_objects_the_service_acts_on(tmp_path:
             assert (code, out) == (0, "Client Version: v0.1.0\n"), err  # no Deployment here
 
     asyncio.run(main())
+
+
+def evicted_reason(wl: dict[str, Any] | None) -> str | None:
+    for c in ((wl or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Evicted":
+            return c.get("reason")
+    return None
 
 
 def plugin_shim(directory: Path) -> Path:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from admission.engine.cache import Cache
 from admission.engine.scheduler import CycleResult, Scheduler
 
+from queues.model import HOLD_AND_DRAIN
+
 from . import objects as o
 from .admit import Applier
 from .cachesync import QUEUE_KINDS, CacheSync
@@ -156,8 +158,30 @@ class Controller:
 
         def on_queue_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
             self.sync.queue_object(kind, key, None if event == DELETED else new)
+            if kind in ("ClusterQueue", "LocalQueue") and event != DELETED:
+                self._drain_if_stopped(kind, key, new)
 
         return on_queue_object
+
+    def _drain_if_stopped(self, kind: str, key: str, obj: o.Obj | None) -> None:
+        """``stopPolicy: HoldAndDrain`` on a queue: reconcile each workload it admitted,
+        which evicts it (``jobs.drained_queue``)."""
+        if ((obj or {}).get("spec") or {}).get("stopPolicy") != HOLD_AND_DRAIN:
+            return
+        cache = self.ctx.cache
+        if kind == "ClusterQueue":
+            keys = list(cache.by_cq.get(key, ()))
+        else:
+            ns, name = o.split_key(key)
+            keys = [
+                k
+                for k in cache.admitted
+                if (wl := cache.workloads.get(k)) is not None
+                and wl.namespace == ns
+                and wl.queue_name == name
+            ]
+        for wkey in keys:
+            self.enqueue("wl", wkey)
 
     def _on_workload(self, event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
         if event == DELETED:

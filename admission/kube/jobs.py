@@ -42,7 +42,7 @@ from admission.integrations.base import (
 )
 from admission.integrations.pod import is_group_workload
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
-from queues.model import Workload
+from queues.model import HOLD_AND_DRAIN, Workload
 
 from . import objects as o
 from .client import WORKLOADS, ApiError, Resource, resource_of
@@ -443,11 +443,29 @@ class JobReconciler:
         if not o.is_active(wl) and not o.is_true(wl, o.EVICTED):
             await evict(ctx, wkey, reason="Deactivated", message="The workload is deactivated")
             return
+        drained = drained_queue(ctx, wl)
+        if drained is not None and not o.is_true(wl, o.EVICTED):
+            await evict(ctx, wkey, reason=f"{drained}Stopped", message=f"The {drained} is stopped")
+            return
         if owner is not None and job_key:
             ctx.enqueue(owner[0].what, job_key)
             return
         if o.is_true(wl, o.EVICTED) or not o.is_active(wl):
             await finish_eviction(ctx, wkey)
+
+
+def drained_queue(ctx: Context, wl: Obj) -> str | None:
+    """``"ClusterQueue"`` or ``"LocalQueue"`` when the queue holding this workload's quota
+    has ``stopPolicy: HoldAndDrain``: Kueue evicts its admitted workloads (reasons
+    ``ClusterQueueStopped`` / ``LocalQueueStopped``); ``Hold`` keeps them running."""
+    cq = ctx.sync.cluster_queues.get((o.admission_of(wl) or {}).get("clusterQueue", ""))
+    if cq is not None and cq.stop_policy == HOLD_AND_DRAIN:
+        return "ClusterQueue"
+    queue = (wl.get("spec") or {}).get("queueName")
+    lq = ctx.sync.local_queues.get(f"{o.meta(wl).get('namespace')}/{queue}")
+    if lq is not None and lq.stop_policy == HOLD_AND_DRAIN:
+        return "LocalQueue"
+    return None
 
 
 async def evict(
