@@ -81,6 +81,8 @@ def test_real_kubectl_explain_reads_the_crd_schema(empty_cluster: ControlPlane) 
 
 def test_real_examples_pass_server_side_validation(empty_cluster: ControlPlane) -> None:
     crds = sorted(str(p) for p in (MANIFESTS / "crd").glob("kueue.x-k8s.io_*.yaml"))
+    # the examples' JobSet and PyTorchJob need their operators' CRDs (our test fixtures)
+    crds += sorted(str(p) for p in (MANIFESTS.parent / "tests" / "crds").glob("*.yaml"))
     kubectl(empty_cluster, "apply", "--server-side", *sum((["-f", c] for c in crds), []))
     kubectl(empty_cluster, "wait", "--for=condition=Established", "crd", "--all")
     examples = MANIFESTS / "examples"
