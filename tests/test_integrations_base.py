@@ -22,7 +22,7 @@ json_values = st.recursive(
 objects = st.dictionaries(st.sampled_from("abcde"), json_values, max_size=4)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(objects, objects)
 def test_the_merge_patch_takes_the_old_object_to_the_new_one(old: Any, new: Any) -> None:
     """What the API server makes of our start/stop patches is the object we computed
