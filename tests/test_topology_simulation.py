@@ -154,3 +154,20 @@ def test_the_bundled_gpu_topology_scenario_is_what_its_generator_writes() -> Non
     with contextlib.redirect_stdout(buf):
         module.main()
     assert buf.getvalue() == (SCENARIOS / "gpu-topology.yaml").read_text()
+
+
+def test_report_and_table_show_the_placement_comparison(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = trace(
+        tmp_path, [entry("small", 0, 1, 1, None), entry("gang", 1, 2, 4, {"required": RACK})]
+    )
+    out_dir = tmp_path / "report"
+    assert main(["simulate", str(path), "-o", "table", "--report", str(out_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "TOPOLOGY PLACEMENT (aware vs the same workload topology-blind)" in text
+    row = next(line for line in text.splitlines() if line.startswith(RACK))
+    assert row.split()[1:2] == ["1/1"] and row.split()[3:4] == ["0/1"]
+    html = (out_dir / "index.html").read_text()
+    assert "<h2>Topology placement</h2>" in html
+    assert json.loads((out_dir / "summary.json").read_text())["topology"]["aware"]

@@ -23,6 +23,7 @@ from admission.sim.placement import (
     has_topology,
     intended_levels,
     placement_quality,
+    placement_table,
     topology_blind,
 )
 from admission.sim.scenario import (
@@ -111,6 +112,7 @@ def run_simulate_command(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(summary_table(summary))
+        sys.stdout.write(placement_table(summary))
         if args.report:
             sys.stdout.write(f"\nReport: {os.path.join(args.report, 'index.html')}\n")
     return EXIT_OK

@@ -177,3 +177,69 @@ def placement_quality(
             }
         out["fragmentation"] = frag
     return out
+
+
+def _rows(summary: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    topo = summary.get("topology")
+    if not topo:
+        return []
+    rows: list[tuple[str, ...]] = []
+    levels = sorted(set(topo["aware"]["insideOneDomain"]) | set(topo["blind"]["insideOneDomain"]))
+    for level in levels:
+        cells = []
+        for side in ("aware", "blind"):
+            q = topo[side]
+            one = q["insideOneDomain"].get(level, {})
+            frag = q.get("fragmentation", {}).get(level, {})
+            cells += [
+                f"{one.get('inside', 0)}/{one.get('gangs', 0)}",
+                f"{frag.get('blockedByFragmentationShare', 0.0):.0%}",
+            ]
+        rows.append((level, *cells))
+    for side in ("aware", "blind"):
+        lg = topo[side]["largeGangs"]
+        rows.append(
+            (
+                f"gangs of >= {lg['minPods']} pods ({side})",
+                f"mean {lg['meanTimeToAdmissionS']} s",
+                f"p95 {lg['p95TimeToAdmissionS']} s",
+                f"never {lg['neverAdmitted']}",
+                "",
+            )
+        )
+    return rows
+
+
+HEADER = ("LEVEL", "AWARE IN ONE", "AWARE FRAGMENTED", "BLIND IN ONE", "BLIND FRAGMENTED")
+
+
+def placement_table(summary: Mapping[str, Any]) -> str:
+    """The topology comparison for ``simulate -o table`` ("" without topology)."""
+    rows = _rows(summary)
+    if not rows:
+        return ""
+    table = [HEADER, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    lines = ["", "TOPOLOGY PLACEMENT (aware vs the same workload topology-blind)"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    return "\n".join(lines) + "\n"
+
+
+def placement_html(summary: Mapping[str, Any]) -> str:
+    """The same comparison as an HTML section of the report ("" without topology)."""
+    import html
+
+    rows = _rows(summary)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    )
+    return (
+        "<h2>Topology placement</h2>\n<p>Gangs whose pods all landed in one domain of the level "
+        "they require or prefer, and the share of samples where enough GPUs were free for the "
+        "smallest waiting gang but no domain of its level held them (fragmented), for this run "
+        "and for the same workload with its topology requests removed.</p>\n"
+        f"<table><tr>{head}</tr>{body}</table>\n"
+    )

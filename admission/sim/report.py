@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from admission.sim.metrics import LowerBound
+from admission.sim.placement import placement_html
 from admission.sim.scenario import US_PER_MS, US_PER_S
 from admission.sim.simulator import SimResult
 
@@ -335,7 +336,7 @@ Engine: {eng["cycles"]} cycles, {eng["admissions"]} admissions, {eng["preemption
 <table><tr><th>class</th><th>queues</th><th>usage %</th><th>resource</th><th>nominal quota</th></tr>{qrows}</table>
 <p>Usage is Kueue's formula: ∫ admitted usage dt × 100 ÷ (Σ nominal quota × elapsed time), from the
 creation of the queues to the class's last event; borrowing lets a single queue exceed 100 %.</p>
-{figures}
+{placement_html(summary)}{figures}
 <h2>How the lower bound is computed</h2>
 <p><code>lowerBoundMs</code> is a makespan no scheduler can beat on this scenario: the largest of</p>
 <ol>
