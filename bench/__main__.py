@@ -29,6 +29,8 @@ BENCHMARKS = {
     "webhook-impact": "bench.whatif_bench:run",
     "stack-baseline": "bench.stack:run_baseline",
     "stack-large": "bench.stack:run_large",
+    "kueue-harness-baseline": "bench.stack:run_kueue_baseline",
+    "kueue-harness-large": "bench.stack:run_kueue_large",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 

@@ -1,21 +1,25 @@
-"""``stack-baseline`` / ``stack-large``: Kueue's scheduler-performance scenarios in real
-time through the whole service (docs/benchmarks.md).
+"""Kueue's scheduler-performance harness around the whole service (docs/benchmarks.md).
 
-Three processes on the machine, like Kueue's minimalkueue-against-envtest setup:
+Three processes, like Kueue's ``minimalkueue`` against envtest:
 
-* this process runs the in-repo API-server double (HTTP, in a thread) holding the
-  scenario's namespaces, ResourceFlavor, ClusterQueues and LocalQueues;
-* ``python -m admission serve`` — the real service (informers, scheduler, controller,
-  webhook server, metrics) talking to it through the official ``kubernetes`` client;
-* ``python -m bench.stack_runner`` — creates the Workloads at their intervals and
-  finishes each one ``runtimeMs`` after it sees it admitted.
+* an API server — the in-repo double (``double``: in this process, in a thread) or a
+  real kube-apiserver + etcd from ``KUBEBUILDER_ASSETS`` (``real``: the test harness's
+  control plane, CRDs and RBAC installed as ``manifests/README.md`` says);
+* ``python -m admission serve`` — the real service, under its service-account identity
+  on the real server, with ``clientConnection.qps/burst`` from a Configuration file;
+* ``python -m bench.kueue_runner`` — Kueue's runner (generator, reconciler, recorder),
+  started the moment the service process is (as Kueue's runner starts minimalkueue and
+  its generator together).
 
-The double does not call the webhooks here (Workloads are created by the runner, as
-Kueue's runner does; the webhook server still runs inside ``serve``). Keys: the
-runner's wallMs, per-class averageTimeToAdmissionMs, usagePercent; apiRequests (every
-request the double served, runner's included), serviceApiRequests and
-apiRequestsPerAdmission (the service's own requests per admission), and the service
-process's peakRssMiB.
+``wallMs`` is Kueue's: from the service process's start to the recorder's stop
+condition. The service's requests come from its own metrics
+(``quartermaster_api_requests_total`` by call): ``serviceRequestsPerWorkload`` counts
+all of them, ``budgetedRequestsPerWorkload`` those through the client's token bucket
+(Events have their own bucket, as client-go's recorder has its own client — Kueue's
+published wall time is bounded by its bucket alone), and ``impliedFloorMs`` is
+``workloads × budgeted requests per workload ÷ qps``: no run under that bucket can be
+shorter. Kueue's published numbers ride along **only** for the real backend at Kueue's
+50 QPS / 100 burst (the one like-for-like row); the double is a regression benchmark.
 """
 
 from __future__ import annotations
@@ -30,83 +34,31 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from admission.sim.scenario import Scenario, parse_generator
 from bench.sim import scenario_dir
-from queues.quantity import format_quantity
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-controller"
 USERNAME = "system:serviceaccount:quartermaster-system:quartermaster"
+EVENT_CALL = "create core/events"
+KUEUE_BUDGET = (50.0, 100)  # minimalkueue's client (the published runs)
+KUEUE_DEFAULT_BUDGET = (300.0, 500)  # Kueue's Configuration default since kueue#12440
 KUEUE = {
     "baseline": {"wallMs": 351116, "usagePercent": 55.9,
                  "averageTimeToAdmissionMs": {"large": 16501, "medium": 76768, "small": 215468}},
     "large-scale": {"wallMs": 1179411, "usagePercent": 38.64,
                     "averageTimeToAdmissionMs": {"large": 105604, "medium": 256413, "small": 700379}},
 }  # fmt: skip
-
-
-def queue_objects(sc: Scenario) -> list[dict[str, Any]]:
-    """The scenario's queue objects as Kubernetes objects (what Kueue's runner creates)."""
-    objs: list[dict[str, Any]] = []
-    for name in sc.flavors:
-        objs.append(
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": name},
-            }
-        )
-    for name, cq in sc.cluster_queues.items():
-        groups = []
-        for g in cq.resource_groups:
-            flavors = []
-            for f in g.flavors:
-                rs = []
-                for r, q in f.resources.items():
-                    entry: dict[str, Any] = {
-                        "name": r,
-                        "nominalQuota": format_quantity(r, q.nominal),
-                    }
-                    if q.borrowing_limit is not None:
-                        entry["borrowingLimit"] = format_quantity(r, q.borrowing_limit)
-                    rs.append(entry)
-                flavors.append({"name": f.name, "resources": rs})
-            groups.append({"coveredResources": list(g.covered_resources), "flavors": flavors})
-        spec: dict[str, Any] = {
-            "namespaceSelector": {},
-            "resourceGroups": groups,
-            "preemption": {
-                "withinClusterQueue": cq.preemption.within_cluster_queue,
-                "reclaimWithinCohort": cq.preemption.reclaim_within_cohort,
-            },
-        }
-        if cq.cohort:
-            spec["cohortName"] = cq.cohort
-        objs.append(
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ClusterQueue",
-                "metadata": {"name": name},
-                "spec": spec,
-            }
-        )
-    for lq in sc.local_queues.values():
-        objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lq.namespace}})
-        objs.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-                     "metadata": {"name": lq.name, "namespace": lq.namespace},
-                     "spec": {"clusterQueue": lq.cluster_queue}})  # fmt: skip
-    return objs
+"""Kueue's published means (``*.rangespec.yaml`` comments): minimalkueue, envtest, 50/100."""
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -117,40 +69,42 @@ def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, ""
 
 
-def _peak_rss_mib(pid: int) -> float:
+def _proc_status(pid: int) -> tuple[float, float]:
+    """(peak RSS MiB, CPU seconds) of a running process."""
+    rss = 0.0
+    cpu = 0.0
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
+                rss = round(int(line.split()[1]) / 1024, 1)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
         pass
-    return 0.0
+    return rss, round(cpu, 3)
 
 
-def _metric_sum(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+def labelled(text: str, name: str) -> dict[str, float]:
+    """``{labels: value}`` of one labelled counter in a Prometheus text page."""
+    return {
+        line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{")
+    }
 
 
-def run_scenario(name: str, *, budget_seconds: float) -> dict[str, Any]:
+def _total(text: str, name: str) -> float:
+    return sum(labelled(text, name).values())
+
+
+@contextlib.contextmanager
+def double_backend() -> Iterator[dict[str, Any]]:
     from tests.apiserver import start_apiserver
 
-    path = scenario_dir() / f"{name}.yaml"
-    sc = parse_generator(yaml.safe_load(path.read_text()), source=str(path))
-    objects = queue_objects(sc)
-    keep = os.environ.get("QM_STACK_KEEP")  # keep the work directory (serve.log) for a look
-    tmpdir = tempfile.mkdtemp(prefix="qm-stack-") if keep else None
     with (
-        (
-            contextlib.nullcontext(tmpdir)
-            if keep
-            else tempfile.TemporaryDirectory(prefix="qm-stack-")
-        ) as tmp,
+        tempfile.TemporaryDirectory(prefix="qm-stack-") as tmp,
         start_apiserver(
-            objects=objects,
+            objects=[],
             tokens={TOKEN: USERNAME},
             watch_window=500_000,
             record_requests=False,
@@ -158,69 +112,165 @@ def run_scenario(name: str, *, budget_seconds: float) -> dict[str, Any]:
         ) as api,
     ):
         kubeconfig = api.write_kubeconfig(Path(tmp) / "kubeconfig", token=TOKEN)
+        yield {"name": "double", "url": api.url, "kubeconfig": kubeconfig, "token": None,
+               "ca_file": None, "tmp": Path(tmp)}  # fmt: skip
+
+
+@contextlib.contextmanager
+def real_backend() -> Iterator[dict[str, Any]]:
+    from tests.realserver.cluster import RealCluster
+    from tests.realserver.controlplane import ADMIN_TOKEN, SERVICE_TOKEN, assets_dir, skip_reason
+
+    assets = assets_dir()
+    if assets is None:
+        raise RuntimeError(f"the real backend needs a control plane: {skip_reason()}")
+    cluster = RealCluster(assets)
+    try:
+        cp = cluster.cp
+        yield {"name": "real", "url": cp.url,
+               "kubeconfig": cp.kubeconfig(SERVICE_TOKEN, name="service"),
+               "token": ADMIN_TOKEN, "ca_file": str(cp.workdir / "ca.crt"),
+               "tmp": cp.workdir}  # fmt: skip
+    finally:
+        cluster.stop()
+
+
+def run_harness(
+    scenario: str,
+    *,
+    backend: str = "double",
+    qps: float = KUEUE_BUDGET[0],
+    burst: int = KUEUE_BUDGET[1],
+    budget_seconds: float = 3600,
+) -> dict[str, Any]:
+    """One run of Kueue's harness: ``scenario`` (baseline | large-scale) on ``backend``."""
+    config_path = scenario_dir() / f"{scenario}.yaml"
+    with double_backend() if backend == "double" else real_backend() as be:
+        tmp: Path = be["tmp"]
+        cfg = tmp / "config.yaml"
+        cfg.write_text(
+            "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+            f"clientConnection:\n  qps: {qps}\n  burst: {burst}\n"
+        )
         health, metrics = _free_port(), _free_port()
         env = {**os.environ, "QUARTERMASTER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+        log_path = tmp / "serve.log"
+        keep = os.environ.get("QM_STACK_KEEP")
+        if keep:
+            log_path = Path(keep) / f"serve-{scenario}-{backend}-{int(qps)}.log"
+        started = time.time()
         serve = subprocess.Popen(
-            [sys.executable, "-m", "admission", "serve", "--kubeconfig", str(kubeconfig),
-             "--cert-dir", str(Path(tmp) / "certs"), "--host", "127.0.0.1",
+            [sys.executable, "-m", "admission", "serve", "--kubeconfig", str(be["kubeconfig"]),
+             "--config", str(cfg), "--cert-dir", str(tmp / "certs"), "--host", "127.0.0.1",
              "--webhook-port", str(_free_port()), "--metrics-port", str(metrics),
              "--health-port", str(health)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "serve.log", "wb"),
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"),
         )  # fmt: skip
         try:
-            deadline = time.monotonic() + 120
-            while _get(f"http://127.0.0.1:{health}/readyz")[0] != 200:
-                if serve.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "serve did not become ready:\n"
-                        + (Path(tmp) / "serve.log").read_text()[-2000:]
-                    )
-                time.sleep(0.1)
-            api.clear_requests()
+            runner_cmd = [sys.executable, "-m", "bench.kueue_runner", "--url", be["url"],
+                          "--config", str(config_path), "--timeout", str(budget_seconds)]  # fmt: skip
+            if be["token"]:
+                runner_cmd += ["--token", be["token"]]
+            if be["ca_file"]:
+                runner_cmd += ["--ca-file", be["ca_file"]]
             runner = subprocess.run(
-                [sys.executable, "-m", "bench.stack_runner", "--url", api.url, "--scenario", str(path)],
-                cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget_seconds,
+                runner_cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                timeout=budget_seconds + 300,
             )  # fmt: skip
             if runner.returncode != 0:
-                raise RuntimeError(f"runner failed:\n{runner.stderr[-3000:]}")
+                raise RuntimeError(
+                    f"runner failed:\n{runner.stderr[-3000:]}\nserve:\n"
+                    + log_path.read_text(errors="replace")[-2000:]
+                )
             result = json.loads(runner.stdout.strip().splitlines()[-1])
             _, text = _get(f"http://127.0.0.1:{metrics}/metrics", timeout=30)
-            peak = _peak_rss_mib(serve.pid)
+            peak, cpu = _proc_status(serve.pid)
         finally:
             serve.send_signal(signal.SIGTERM)
             try:
                 serve.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 serve.kill()
-        total = api.request_count()
-        admissions = _metric_sum(text, "kueue_admitted_workloads_total")
-        service_requests = _metric_sum(text, "quartermaster_api_requests_total")
-        writes = {
-            line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("quartermaster_api_writes_total{")
-        }
-    ref = KUEUE[name]
-    return {
-        **result,
-        "apiRequests": total,
-        "serviceApiRequests": int(service_requests),
-        "admissions": int(admissions),
-        "apiRequestsPerAdmission": round(service_requests / admissions, 2) if admissions else None,
-        "serviceWrites": writes,
+    by_call = labelled(text, "quartermaster_api_requests_total")
+    requests = sum(by_call.values())
+    events = by_call.get(f'call="{EVENT_CALL}"', 0.0)
+    budgeted = requests - events
+    workloads = result["workloads"] or 1
+    per_workload = budgeted / workloads
+    out: dict[str, Any] = {
+        "backend": backend,
+        "clientConnection": {"qps": qps, "burst": burst},
+        "wallMs": round((result["stopEpoch"] - started) * 1000),
+        "timedOut": result["timedOut"],
+        "workloads": result["workloads"],
+        "workloadClasses": result["workloadClasses"],
+        "clusterQueueClasses": result["clusterQueueClasses"],
+        "admissions": int(_total(text, "kueue_admitted_workloads_total")),
+        "preemptions": int(_total(text, "kueue_preempted_workloads_total")),
+        "evictions": labelled(text, "kueue_evicted_workloads_total"),
+        "serviceRequests": int(requests),
+        "serviceRequestsPerWorkload": round(requests / workloads, 3),
+        "budgetedRequestsPerWorkload": round(per_workload, 3),
+        "eventsPerWorkload": round(events / workloads, 3),
+        "impliedFloorMs": round(workloads * per_workload / qps * 1000),
+        "serviceWrites": labelled(text, "quartermaster_api_writes_total"),
+        "serviceRequestsByCall": by_call,
+        "runnerRequests": result["runnerRequests"],
+        "runnerErrors": result["runnerErrors"],
+        "cpuSeconds": cpu,  # the service process's (the runner and API server excluded)
         "peakRssMiB": peak,
-        "kueueEnvtest": ref,
     }
+    if backend == "real" and (qps, burst) == KUEUE_BUDGET:
+        kueue = KUEUE[scenario]
+        out["kueue"] = {
+            **kueue,
+            "requestsPerWorkloadAtMost": round(kueue["wallMs"] / 1000 * qps / workloads, 3),
+        }
+    return out
 
 
 def run_baseline() -> dict[str, Any]:
-    return run_scenario("baseline", budget_seconds=1200)
+    return run_harness("baseline", budget_seconds=1800)
 
 
 def run_large() -> dict[str, Any]:
-    return run_scenario("large-scale", budget_seconds=3600)
+    return run_harness("large-scale", budget_seconds=5400)
+
+
+def _kueue_rows(scenario: str, budget: float) -> dict[str, Any]:
+    rows = {
+        "kueueBudget": run_harness(scenario, backend="real", qps=KUEUE_BUDGET[0],
+                                   burst=KUEUE_BUDGET[1], budget_seconds=budget),
+        "kueueDefault": run_harness(scenario, backend="real", qps=KUEUE_DEFAULT_BUDGET[0],
+                                    burst=KUEUE_DEFAULT_BUDGET[1], budget_seconds=budget),
+    }  # fmt: skip
+    return {"rows": rows, "cpuSeconds": sum(r["cpuSeconds"] for r in rows.values()),
+            "peakRssMiB": max(r["peakRssMiB"] for r in rows.values())}  # fmt: skip
+
+
+def run_kueue_baseline() -> dict[str, Any]:
+    return _kueue_rows("baseline", 1800)
+
+
+def run_kueue_large() -> dict[str, Any]:
+    return _kueue_rows("large-scale", 5400)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m bench.stack")
+    p.add_argument("scenario", choices=["baseline", "large-scale"])
+    p.add_argument("--backend", choices=["double", "real"], default="double")
+    p.add_argument("--qps", type=float, default=KUEUE_BUDGET[0])
+    p.add_argument("--burst", type=int, default=KUEUE_BUDGET[1])
+    p.add_argument("--budget-seconds", type=float, default=5400)
+    args = p.parse_args(argv)
+    out = run_harness(args.scenario, backend=args.backend, qps=args.qps, burst=args.burst,
+                      budget_seconds=args.budget_seconds)  # fmt: skip
+    print(json.dumps(out))
+    return 0
 
 
 if __name__ == "__main__":
-    which = sys.argv[1] if len(sys.argv) > 1 else "baseline"
-    print(json.dumps(run_baseline() if which == "baseline" else run_large()))
+    sys.exit(main())

@@ -117,7 +117,8 @@ def test_the_service_keeps_to_its_budget(tmp_path: Path, backend: Any) -> None:
             counted = s.service.client.on_request
 
             def on_request(call: str) -> None:
-                stamps.append(loop.time())
+                if call not in s.service.client.own_budget:  # Events have their own bucket
+                    stamps.append(loop.time())
                 if counted is not None:
                     counted(call)
 

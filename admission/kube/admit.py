@@ -202,8 +202,15 @@ class Applier:
     # -- pending statuses --------------------------------------------------------------------
 
     def note_pending(self, key: str, status: PendingStatus) -> None:
-        """Write this reason unless it changes or the workload is admitted within
-        ``pending_delay`` (most heads that miss a cycle are admitted moments later)."""
+        """Write this reason once it has held for ``pending_delay`` (most heads that miss
+        a cycle are admitted moments later). A newer status with the same reason only
+        replaces the message: the hold is measured from when the reason first appeared,
+        so a head re-evaluated every few milliseconds is still written; a new reason
+        starts a new hold."""
+        prev = self.pending.get(key)
+        if prev is not None and prev[0].reason == status.reason:
+            self.pending[key] = (status, prev[1])
+            return
         self.pending.pop(key, None)
         self.pending[key] = (status, time.monotonic() + self.ctx.options.pending_delay)
         self._pending_ready.set()
@@ -230,30 +237,21 @@ class Applier:
                 continue
             if key not in ctx.cache.workloads and key not in ctx.cache.unroutable:
                 continue
-            now = ctx.clock()
-
             last = self.pending_written.get(key)
-            refresh = ctx.options.pending_refresh
-            recent = last is not None and time.monotonic() - last < refresh
+            recent = last is not None and time.monotonic() - last < ctx.options.pending_refresh
+            sent = [False]  # whether the last compute asked for a write
 
             def compute(
-                w: Obj,
-                key: str = key,
-                status: PendingStatus = status,
-                now: float = now,
-                recent: bool = recent,
-            ) -> Obj | None:
-                if o.has_quota(w) or o.is_finished(w) or key in ctx.cache.admitted:
-                    return None
-                current = o.condition(w, o.QUOTA_RESERVED) or {}
-                if recent and current.get("reason") == status.reason:
-                    return None  # only the numbers moved: refreshed at most every pending_refresh
-                return o.pending_status(w, reason=status.reason, message=status.message, now=now)
+                w: Obj, key: str = key, status: PendingStatus = status, recent: bool = recent,
+                sent: list[bool] = sent,
+            ) -> Obj | None:  # fmt: skip
+                body = self._pending_body(w, key, status, recent=recent)
+                sent[0] = body is not None
+                return body
 
             try:
-                before = ctx.writer.workload(key)
                 after = await ctx.writer.update_status(key, compute, attempts=2)
-                if after is not None and after is not before:
+                if after is not None and sent[0]:
                     self.pending_written[key] = time.monotonic()
                     ctx.metrics.api_writes.labels("pending", "ok").inc()
             except ApiError as err:
@@ -261,3 +259,25 @@ class Applier:
                 log.debug("pending status of %s not written: %s", key, err)
                 if err.retryable:
                     await asyncio.sleep(0.1)
+
+    def _pending_body(self, w: Obj, key: str, status: PendingStatus, *, recent: bool) -> Obj | None:
+        """The pending-status write for ``w``, decided once its turn at the rate limit
+        came (None: nothing to write). A newer reason noted meanwhile replaces the one
+        taken from the queue, so one wait never leads to two writes."""
+        ctx = self.ctx
+        newer = self.pending.pop(key, None)
+        if newer is not None:
+            status = newer[0]
+        if o.has_quota(w) or o.is_finished(w) or key in ctx.cache.admitted:
+            return None  # admitted (or being admitted) while it waited
+        if key in ctx.sync.inflight:
+            return None
+        now = ctx.clock()
+        current = o.condition(w, o.QUOTA_RESERVED) or {}
+        if current.get("status") == "False" and current.get("reason") == status.reason:
+            # only the message moved: at most every pending_refresh per workload, counting
+            # from our last pending write or from the eviction that set the condition
+            since = o.parse_time(current.get("lastTransitionTime"))
+            if recent or (since is not None and now - since < ctx.options.pending_refresh):
+                return None
+        return o.pending_status(w, reason=status.reason, message=status.message, now=now)

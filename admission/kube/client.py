@@ -18,6 +18,8 @@ construction and the RBAC manifest can be checked against it.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -41,6 +43,18 @@ except ImportError:  # pragma: no cover - orjson is installed with aiohttp extra
     _loads = json.loads  # type: ignore[assignment]
 
 log = logging.getLogger("quartermaster.kube.client")
+
+
+class _PaidTurn:
+    """A token taken by :meth:`KubeClient.turn`, spent by the first request after it."""
+
+    __slots__ = ("spent",)
+
+    def __init__(self) -> None:
+        self.spent = False
+
+
+_turn: contextvars.ContextVar[_PaidTurn | None] = contextvars.ContextVar("paid_turn", default=None)
 
 Obj = dict[str, Any]
 
@@ -261,6 +275,9 @@ class KubeClient:
         self.errors: Counter[int] = Counter()
         self.on_request: Callable[[str], None] | None = None  # e.g. a metrics counter
         self.limiter: TokenBucket | None = None  # clientConnection.qps/burst (see .ratelimit)
+        # calls with a budget of their own, outside ``limiter`` (client-go gives the
+        # event recorder its own client and rate limit: Events never delay decisions)
+        self.own_budget: frozenset[str] = frozenset()
 
     # -- construction -------------------------------------------------------------------
 
@@ -313,10 +330,37 @@ class KubeClient:
             raise UndeclaredCall(f"{call} is not declared in admission.kube.client.API_CALLS")
         return str(call)
 
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Wait for the rate limit *before* deciding what to send.
+
+        Inside the block the first request goes without waiting again; if none is sent
+        (the caller found, on the state it sees once its turn came, that nothing needs
+        writing), the token is refunded. A decision taken before a long wait for the
+        budget is a decision on stale state: this is how a waiting write is replaced by
+        a newer one, or dropped."""
+        if self.limiter is None:
+            yield
+            return
+        await self.limiter.acquire()
+        paid = _PaidTurn()
+        token = _turn.set(paid)
+        try:
+            yield
+        finally:
+            _turn.reset(token)
+            if not paid.spent:
+                self.limiter.refund()
+
     async def _admit(self, call: str) -> None:
-        """Wait for the rate limit, then count the request as sent."""
-        if self.limiter is not None:
-            await self.limiter.acquire()
+        """Wait for the rate limit (unless a :meth:`turn` paid for it), then count the
+        request as sent."""
+        if self.limiter is not None and call not in self.own_budget:
+            paid = _turn.get()
+            if paid is not None and not paid.spent:
+                paid.spent = True  # one token, one request (a task spawned inside shares it)
+            else:
+                await self.limiter.acquire()
         self.counts[call] += 1
         if self.on_request is not None:
             self.on_request(call)

@@ -55,7 +55,9 @@ class ControllerOptions:
     workers: int = 8
     pending_writers: int = 4
     pending_delay: float = 1.0  # seconds a pending reason must hold before it is written
-    pending_refresh: float = 10.0  # a changed message with the same reason: at most this often
+    # a changed message with the same reason (only the numbers moved): at most this often
+    # per workload; a changed reason is written once it held for pending_delay
+    pending_refresh: float = 60.0
     schedule_batch: float = 0.01  # coalesce events this long before a scheduling pass
     cycle_in_thread: bool = True  # run schedule() in a worker thread (the loop stays live)
     status_interval: float = 1.0
@@ -70,6 +72,9 @@ class ControllerOptions:
 
 async def _ready() -> None:
     return None
+
+
+CONFLICT_WAIT = 1.0  # seconds a 409 waits for the watch before reading the object
 
 
 class Abandon(Exception):
@@ -203,40 +208,65 @@ class Writer:
         obj.setdefault("kind", WORKLOADS.kind)
         return newer(obj, self.workload(key))
 
+    async def _newer_than(self, key: str, stale: Obj) -> Obj | None:
+        """The Workload after a 409 on ``stale``: the server holds a newer version, which
+        our watch delivers moments later at no cost; only when it does not within
+        ``CONFLICT_WAIT`` is it read (a GET spends a token of the rate limit)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONFLICT_WAIT
+        while loop.time() < deadline:
+            await asyncio.sleep(0.01)
+            current = self.workload(key)
+            if current is None:
+                break  # deleted, or never delivered: ask the server
+            if o.rv(current) != o.rv(stale):
+                return current
+        return await self.reread(key)
+
     async def update_status(
         self, key: str, compute: Callable[[Obj], Obj | None], *, attempts: int = 3
     ) -> Obj | None:
         """Write ``compute(obj)`` as the Workload's status (merge patch pinned to obj's RV).
 
-        Returns the written object, or the current one when ``compute`` returned None,
-        or None when the Workload is gone. ``compute`` may raise :class:`Abandon`.
-        Raises :class:`ApiError` on other failures (409 after ``attempts``).
+        ``compute`` runs once this write's turn at the client's rate limit has come
+        (``KubeClient.turn``), on the freshest copy we have then: a write that became
+        unnecessary while it waited (the victim finished, the workload was admitted)
+        is never sent, and its token goes back. Returns the written object, or the
+        current one when ``compute`` returned None, or None when the Workload is gone.
+        ``compute`` may raise :class:`Abandon`. Raises :class:`ApiError` on other
+        failures (409 after ``attempts``).
         """
-        obj = self.workload(key)
         ns, name = o.split_key(key)
+        reread: Obj | None = None
         for attempt in range(attempts):
-            if obj is None:
-                return None
-            status = compute(obj)
-            if status is None:
-                return obj
-            body = {"metadata": {"resourceVersion": o.rv(obj)}, "status": status}
-            try:
-                new = await self.client.patch(
-                    WORKLOADS,
-                    name,
-                    body,
-                    namespace=ns,
-                    subresource="status",
-                    content_type=MERGE_PATCH,
-                )
-            except ApiError as err:
-                if err.not_found:
+            async with self.client.turn():
+                obj = self.workload(key) if reread is None else newer(reread, self.workload(key))
+                if obj is None:
                     return None
-                if err.conflict and attempt + 1 < attempts:
-                    obj = await self.reread(key)
-                    continue
-                raise
+                status = compute(obj)
+                if status is None:
+                    return obj
+                body = {"metadata": {"resourceVersion": o.rv(obj)}, "status": status}
+                try:
+                    new = await self.client.patch(
+                        WORKLOADS,
+                        name,
+                        body,
+                        namespace=ns,
+                        subresource="status",
+                        content_type=MERGE_PATCH,
+                    )
+                except ApiError as err:
+                    if err.not_found:
+                        return None
+                    if not (err.conflict and attempt + 1 < attempts):
+                        raise
+                    new = None
+            if new is None:  # 409: our copy was stale; get the current one, decide again
+                reread = await self._newer_than(key, obj)
+                if reread is None:
+                    return None
+                continue
             new.setdefault("apiVersion", WORKLOADS.api_version)
             new.setdefault("kind", WORKLOADS.kind)
             self.remember(WORKLOADS, key, new)

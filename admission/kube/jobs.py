@@ -468,6 +468,19 @@ def drained_queue(ctx: Context, wl: Obj) -> str | None:
     return None
 
 
+def runs_nothing(wl: Obj) -> bool:
+    """A standalone Workload (no owner, no job-uid label or owner annotation, not a pod
+    group): nothing runs on its admission that has to be stopped first, so an eviction
+    can release its quota in the same write (one request instead of two)."""
+    meta = o.meta(wl)
+    return (
+        not meta.get("ownerReferences")
+        and not (meta.get("labels") or {}).get(JOB_UID_LABEL)
+        and not (meta.get("annotations") or {}).get(OWNER_GVK_ANNOTATION)
+        and not is_group_workload(wl)
+    )
+
+
 async def evict(
     ctx: Context,
     wkey: str,
@@ -478,17 +491,24 @@ async def evict(
     requeue_state: Obj | None = None,
     deactivate: bool = False,
 ) -> bool:
-    """Write Evicted=True (the admission stays until the job is inactive)."""
+    """Write Evicted=True (the admission stays until the job is inactive; a standalone
+    Workload's is cleared in the same write). Nothing is written for a Workload that
+    finished or lost its quota meanwhile."""
     now = ctx.clock()
+    held: dict[str, str] = {}  # the ClusterQueue it held quota in (the write may clear it)
 
     def compute(w: Obj) -> Obj | None:
-        if not o.has_quota(w) or o.is_true(w, o.EVICTED):
+        if not o.has_quota(w) or o.is_true(w, o.EVICTED) or o.is_finished(w):
             return None
+        held["cq"] = str((o.admission_of(w) or {}).get("clusterQueue", ""))
         status = o.evicted_status(
             w, reason=reason, message=message, now=now, preempted_reason=preempted_reason
         )
         if requeue_state is not None:
             status["requeueState"] = requeue_state
+        if runs_nothing(w) and not deactivate:  # deactivation releases after spec.active lands
+            evicted = {**w, "status": {**(w.get("status") or {}), **status}}
+            status = o.cleared_status(evicted, now=now, requeue_state=requeue_state)
         return status
 
     try:
@@ -501,9 +521,11 @@ async def evict(
     if new is None or not o.is_true(new, o.EVICTED):
         ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))
         return False
-    ctx.sync.apply(lambda: ctx.cache.mark_evicting(wkey))
-    adm = o.admission_of(new) or {}
-    ctx.metrics.evicted_total.labels(adm.get("clusterQueue", ""), reason).inc()
+    if o.has_quota(new):
+        ctx.sync.apply(lambda: ctx.cache.mark_evicting(wkey))
+    else:
+        _released(ctx, wkey, new)
+    ctx.metrics.evicted_total.labels(held.get("cq", ""), reason).inc()
     ctx.metrics.api_writes.labels("evict", "ok").inc()
     ctx.record_event(new, "Normal", f"EvictedDueTo{reason}", message)
     if deactivate:
@@ -526,18 +548,28 @@ async def finish_eviction(ctx: Context, wkey: str) -> None:
     now = ctx.clock()
     try:
         new = await ctx.writer.update_status(
-            wkey, lambda w: o.cleared_status(w, now=now) if o.has_quota(w) else None
+            wkey,
+            lambda w: (
+                o.cleared_status(w, now=now)
+                if o.has_quota(w) and not o.is_finished(w)  # a finished one keeps it
+                else None
+            ),
         )
     except ApiError as err:
         log.warning("clearing the admission of %s failed: %s", wkey, err)
         raise
     if new is None or o.has_quota(new):
         return
+    _released(ctx, wkey, new)
+    ctx.metrics.api_writes.labels("clear-admission", "ok").inc()
+
+
+def _released(ctx: Context, wkey: str, new: Obj) -> None:
+    """The admission is cleared in the API: release the quota, requeue the workload."""
 
     def release() -> None:
         ctx.cache.evicted(wkey)
         ctx.sync.workload(wkey, new)
 
     ctx.sync.apply(release)
-    ctx.metrics.api_writes.labels("clear-admission", "ok").inc()
     ctx.wake()

@@ -6,6 +6,12 @@ Kueue's manager talks to the API server through a token bucket (``clientConnecti
 addition: waiting requests are served by **priority**, so when the budget is spent,
 admissions and evictions go before pending-reason, queue-status and Event writes
 (:func:`low_priority` marks the latter; the mark follows the task through its awaits).
+
+A write that waited for its token may no longer be needed (the victim finished, the
+pending workload was admitted, a newer queue status replaced the one computed before
+the wait). So writers take their turn *first* and decide what to send once they hold
+it (``KubeClient.turn``); a turn that ends up sending nothing gives its token back
+(:meth:`TokenBucket.refund`).
 """
 
 from __future__ import annotations
@@ -98,6 +104,13 @@ class TokenBucket:
             self._tokens -= 1
             fut.set_result(None)
         self._schedule()
+
+    def refund(self) -> None:
+        """Give back a token that was acquired but not spent (the request proved unneeded)."""
+        self._refill()
+        self._tokens = min(float(self.burst), self._tokens + 1)
+        if self._waiters:
+            self._schedule()
 
     @property
     def waiting(self) -> int:

@@ -9,6 +9,7 @@ milliseconds, and rewriting every queue on each change would be a write storm.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from admission.engine.cache import Cache
@@ -193,6 +194,15 @@ def cache_invalid_cluster_queues(ctx: Context) -> list[str]:
 
 
 class StatusWriter:
+    """Writes ClusterQueue and LocalQueue status: only what changed, newest first.
+
+    Each write takes its turn at the client's rate limit (low priority, behind
+    admissions and evictions) *before* it is composed: when the turn comes after a
+    long wait, the statuses are recomputed (at most once per ``status_interval``), so
+    a queue's waiting write is replaced by its newer status, and a status that went
+    back to what the API already holds is not written at all (the token is refunded).
+    """
+
     def __init__(self, ctx: Context, *, fair_sharing: bool) -> None:
         self.ctx = ctx
         self.fair_sharing = fair_sharing
@@ -202,46 +212,56 @@ class StatusWriter:
         self._offset = 0  # round-robin start, so a write budget reaches every queue
         self._budget = 0
 
-    async def refresh(self) -> None:
-        """Write changed queue statuses (within the budget) and update the queue metrics."""
+    def desired(self) -> dict[tuple[str, str], Obj]:
+        """What every queue's status should say now (read the cache when no cycle runs)."""
         ctx = self.ctx
         cache = ctx.cache
-        await ctx.cache_ready()
-        self._metrics()
-        todo: list[tuple[str, str, Obj]] = []
+        out: dict[tuple[str, str], Obj] = {}
         cq_extra, lq_extra = usage_extras(self.tracker, cache)
         for name in sorted(cache.cluster_queues):
             if ctx.informers["clusterqueues"].get(name) is not None:
                 status = cluster_queue_status(cache, name, fair_sharing=self.fair_sharing)
                 if name in cq_extra:
                     status["fairSharing"] = {**status.get("fairSharing", {}), **cq_extra[name]}
-                todo.append(("cq", name, status))
+                out[("cq", name)] = status
         for name in sorted(cache_invalid_cluster_queues(ctx)):
-            todo.append(
-                ("cq", name, invalid_cluster_queue_status(ctx.sync.invalid[f"ClusterQueue {name}"]))
+            out[("cq", name)] = invalid_cluster_queue_status(
+                ctx.sync.invalid[f"ClusterQueue {name}"]
             )
         for key, status in sorted(local_queue_statuses(cache).items()):
             if ctx.informers["localqueues"].get(key) is not None:
                 if key in lq_extra:
                     status["fairSharing"] = lq_extra[key]
-                todo.append(("lq", key, status))
+                out[("lq", key)] = status
+        return out
+
+    async def refresh(self) -> None:
+        """Write changed queue statuses (within the budget) and update the queue metrics."""
+        ctx = self.ctx
+        cache = ctx.cache
+        await ctx.cache_ready()
+        self._metrics()
+        want = self.desired()
+        taken = time.monotonic()
+        todo = [k for k, status in want.items() if self.written.get(k) != status]
         if todo:
             self._offset %= len(todo)
             todo = todo[self._offset :] + todo[: self._offset]
         self._budget = ctx.options.status_budget
-        for i, (kind, key, status) in enumerate(todo):
+        for i, item in enumerate(todo):
             if self._budget <= 0:
                 self._offset += i
                 break
-            await self._write(kind, key, status)
+            with low_priority():  # queue status waits behind admissions and evictions
+                async with ctx.client.turn():
+                    if time.monotonic() - taken >= ctx.options.status_interval:
+                        await ctx.cache_ready()  # the wait was long: write what is true now
+                        want, taken = self.desired(), time.monotonic()
+                    status = want.get(item)
+                    if status is not None and self.written.get(item) != status:
+                        await self._write_now(*item, status)
         for k in [k for k in self.written if k[1] not in cache.cluster_queues and k[0] == "cq"]:
             del self.written[k]
-
-    async def _write(self, kind: str, key: str, status: Obj) -> None:
-        if self.written.get((kind, key)) == status:
-            return
-        with low_priority():  # queue status waits behind admissions and evictions
-            await self._write_now(kind, key, status)
 
     async def _write_now(self, kind: str, key: str, status: Obj) -> None:
         res = CLUSTER_QUEUES if kind == "cq" else LOCAL_QUEUES

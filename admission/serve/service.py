@@ -73,6 +73,7 @@ WEBHOOK_CONFIGURATIONS = (
     (VALIDATING_WEBHOOKS, "quartermaster-validating-webhook-configuration"),
 )
 EVENT_BURST, EVENT_QPS = 50, 10.0
+EVENT_CALL = "create core/events"
 
 
 @dataclass(slots=True)
@@ -192,6 +193,9 @@ class Service:
             conn.burst,
             on_wait=lambda s, p: waited.labels("low" if p else "high").observe(s),
         )
+        # Events are rate-limited (and dropped) by _record_event's own bucket, as
+        # client-go's recorder has its own client: they never take a decision's token
+        self.client.own_budget = frozenset({EVENT_CALL})
         tasks: list[asyncio.Task[Any]] = []
         leader_task: asyncio.Task[Any] | None = None
         try:
@@ -532,7 +536,7 @@ class Service:
             "count": 1,
             "reportingComponent": "quartermaster",
         }
-        with low_priority():  # the task copies the context: Events wait behind decisions
+        with low_priority():  # (when events share the decisions' budget, they wait behind)
             task = asyncio.ensure_future(self.client.create(EVENTS, body, namespace=ns))
         self._events.add(task)
         task.add_done_callback(_event_done(self._events))
