@@ -22,6 +22,7 @@ from pathlib import Path
 BENCHMARKS = {
     "plan-50k": "bench.plan50k:run",
     "plan-tas": "bench.plan_tas:run",
+    "cycle-5k": "bench.cycle5k:run",
     "sim-baseline": "bench.sim:run_baseline",
     "sim-large": "bench.sim:run_large",
     "webhook": "bench.webhook_bench:run_webhook",

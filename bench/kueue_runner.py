@@ -496,11 +496,26 @@ class Reconciler:
         return await self._patch(path, wl, {"conditions": conds})
 
     async def _patch(self, path: str, wl: Obj, status: Obj) -> bool:
-        body = {"metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]},
-                "status": status}  # fmt: skip
+        body = {
+            "metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]},
+            "status": status,
+        }
         code, _ = await self.api.send(
             "PATCH", path, body, content_type="application/merge-patch+json"
         )
+        if code == 409:
+            # Kueue's reconciler retries from its informer cache, which a Go process keeps
+            # current; this Python runner's watch can lag under load, so it reads the
+            # object instead (its own request, not the service's) before the backoff
+            code, fresh = await self.api.send("GET", path.rsplit("/status", 1)[0])
+            if code == 200 and fresh:
+                key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+                mine = self.store.get(key)
+                if mine is None or int(fresh["metadata"]["resourceVersion"]) > int(
+                    mine["metadata"]["resourceVersion"]
+                ):
+                    self.store[key] = fresh
+            return False
         return code == 200 or code == 404
 
 
@@ -590,6 +605,7 @@ async def run(url: str, config: Obj, *, token: str | None, ca_file: str | None,
         "timedOut": timed_out,
         "workloads": len(recorder.wls),
         "runnerRequests": api.requests,
+        "runnerCpuSeconds": round(time.process_time(), 3),
         "runnerErrors": api.errors,
     }
 

@@ -379,3 +379,49 @@ def test_events_do_not_spend_the_decisions_budget(tmp_path: Path) -> None:
             )
 
     asyncio.run(main())
+
+
+def test_queue_status_yields_to_waiting_decisions_for_a_bounded_time(tmp_path: Path) -> None:
+    """While an admission waits for the budget, status passes are put off (their
+    tokens are the admission's), but at most ``STALE_PASSES`` in a row."""
+    from admission.kube.ratelimit import LOW
+    from admission.kube.status import STALE_PASSES
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=objects()) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            interval = ctrl.options.status_interval
+            await eventually(
+                lambda: ((s.get("clusterqueues", "cq") or {}).get("status") or {}).get(
+                    "conditions"
+                ),
+                what="the first ClusterQueue status",
+            )
+            gate = shut(s)
+            await create(s, standalone("w"))
+            await eventually(
+                lambda: gate.decisions_waiting, what="the admission waits for its turn"
+            )
+
+            def status_waiting() -> bool:
+                return any(p == LOW for p, _, _ in gate._waiters)
+
+            await asyncio.sleep(interval * STALE_PASSES / 2)
+            assert not status_waiting()  # put off while the admission waits
+            await eventually(
+                status_waiting, what="a status pass after STALE_PASSES", timeout=interval * 30
+            )
+            gate.open()
+            await eventually(lambda: admitted(s.get("workloads", "w", NS)), what="w admitted")
+            await eventually(
+                lambda: (
+                    ((s.get("clusterqueues", "cq") or {}).get("status") or {}).get(
+                        "admittedWorkloads"
+                    )
+                    == 1
+                ),
+                what="the status catches up",
+            )
+
+    asyncio.run(main())

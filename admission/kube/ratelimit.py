@@ -113,5 +113,10 @@ class TokenBucket:
             self._schedule()
 
     @property
+    def decisions_waiting(self) -> bool:
+        """Whether a high-priority request (an admission, an eviction) waits for a token."""
+        return any(p == HIGH and not f.done() for p, _, f in self._waiters)
+
+    @property
     def waiting(self) -> int:
         return len(self._waiters)

@@ -23,6 +23,7 @@ from .context import Context
 from .ratelimit import low_priority
 
 log = logging.getLogger("quartermaster.kube.status")
+STALE_PASSES = 10  # status passes put off at most this many in a row (budget spent)
 
 
 Obj = dict[str, Any]
@@ -211,6 +212,7 @@ class StatusWriter:
         self._known_cqs: dict[str, list[tuple[str, str]]] = {}
         self._offset = 0  # round-robin start, so a write budget reaches every queue
         self._budget = 0
+        self._put_off = 0  # passes put off in a row while decisions waited for tokens
 
     def desired(self) -> dict[tuple[str, str], Obj]:
         """What every queue's status should say now (read the cache when no cycle runs)."""
@@ -236,11 +238,21 @@ class StatusWriter:
         return out
 
     async def refresh(self) -> None:
-        """Write changed queue statuses (within the budget) and update the queue metrics."""
+        """Write changed queue statuses (within the budget) and update the queue metrics.
+
+        While decisions wait for the client's budget, a pass is put off (the statuses
+        would be stale by the time their turn came, and every token they take is one an
+        admission waits for), but never for more than ``STALE_PASSES`` intervals in a row:
+        a queue's status is at most that far behind even when the budget stays spent."""
         ctx = self.ctx
         cache = ctx.cache
         await ctx.cache_ready()
         self._metrics()
+        limiter = ctx.client.limiter
+        if limiter is not None and limiter.decisions_waiting and self._put_off < STALE_PASSES:
+            self._put_off += 1
+            return
+        self._put_off = 0
         want = self.desired()
         taken = time.monotonic()
         todo = [k for k, status in want.items() if self.written.get(k) != status]

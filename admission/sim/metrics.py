@@ -288,11 +288,17 @@ def summarize(
             "cpuSeconds": round(
                 result.cpu_seconds if engine_cpu_seconds is None else engine_cpu_seconds, 3
             ),
+            "cycleCpuSeconds": round(getattr(result, "cycle_cpu_seconds", 0.0), 3),
         },
         "neverAdmitted": never,
     }
     if bound.ms:
         summary["makespanOverLowerBound"] = round(result.end_us / bound.us, 3)
+    if getattr(result, "api_writes", 0):
+        summary["api"] = {
+            "writes": result.api_writes,
+            "waitSeconds": round(result.api_wait_seconds, 3),
+        }
     if result.truncated:
         summary["truncated"] = True
     if getattr(result, "livelock_breaks", 0):

@@ -29,6 +29,19 @@ sees ``epoch + t`` float seconds through its injectable clock):
   credits, the scheduler's usage tracker is sampled every ``usageSamplingInterval``
   (``scheduler.usage.sample(now)``), as the service's sampling loop does.
 
+Two options charge the costs a real service pays (``sim-*`` benchmarks use both kinds
+of figure; the default is the pure policy clock above):
+
+* ``cycle_cost="measured"`` — each cycle costs the CPU time ``schedule()`` actually
+  took (``time.thread_time``), not ``cycle_latency``: a policy that makes cycles slow
+  makes the simulated cluster wait for it, as the service's would;
+* ``api=ApiModel(qps, burst, latency)`` — every decision is a write through a
+  client-side token bucket (FIFO, ``qps`` / ``burst``) that lands ``latency`` after it
+  is sent: an admission takes effect (its runtime starts, its queue's usage counts)
+  when its write lands, a preempted workload's quota is released when its eviction
+  lands. Finishes are free, as the runner's are. A run with this model is bounded by
+  ``admissions ÷ qps``, not by the policy.
+
 If cycles keep "changing something" for ``livelock_cycles`` cycles in a row with
 nothing arriving or finishing, the engine is going round in circles (mutual
 preemption, say); the simulator then waits for the next event instead of spinning
@@ -58,7 +71,52 @@ DEFAULT_MAX_CYCLES = 5_000_000
 DEFAULT_LIVELOCK_CYCLES = 10_000
 WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
 
-_FINISH, _EVICTED = 0, 1
+_FINISH, _EVICTED, _ADMITTED = 0, 1, 2
+CYCLE_COSTS = ("fixed", "measured")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiModel:
+    """The API as the simulated service sees it: a token bucket and a write latency."""
+
+    qps: float = 50.0
+    burst: int = 100
+    latency: float = 0.005  # seconds from sending a write to the API answering it
+
+    def __post_init__(self) -> None:
+        if self.qps <= 0 or self.burst < 1 or self.latency < 0:
+            raise ValueError(
+                f"api model needs qps > 0, burst >= 1, latency >= 0 (got {self.qps}, "
+                f"{self.burst}, {self.latency})"
+            )
+
+
+class _Bucket:
+    """A FIFO token bucket on the simulated clock: when a write issued at t is sent."""
+
+    def __init__(self, model: ApiModel) -> None:
+        self.per_token_us = US_PER_S / model.qps
+        self.burst = model.burst
+        self.latency_us = round(model.latency * US_PER_S)
+        self.tokens = float(model.burst)
+        self.stamp_us = 0
+        self.writes = 0
+        self.waited_us = 0
+
+    def done_at(self, issued_us: int) -> int:
+        """Issue one write at ``issued_us`` (non-decreasing): when its answer arrives."""
+        t = max(issued_us, self.stamp_us)
+        self.tokens = min(self.burst, self.tokens + (t - self.stamp_us) / self.per_token_us)
+        self.stamp_us = t
+        if self.tokens < 1:
+            wait = round((1 - self.tokens) * self.per_token_us)
+            t += wait
+            self.tokens = 1.0
+            self.stamp_us = t
+        self.tokens -= 1
+        self.writes += 1
+        self.waited_us += t - issued_us
+        return t + self.latency_us
 
 
 @dataclass(slots=True)
@@ -75,6 +133,7 @@ class WorkloadRecord:
     usage: dict[str, int] = field(default_factory=dict)  # per resource, while admitted
     # podSet -> its topology assignment at the first admission (placement quality)
     placement: dict[str, TopologyAssignment] | None = None
+    running: bool = False  # its admission landed (counted in its queue's usage)
 
     @property
     def key(self) -> str:
@@ -137,6 +196,9 @@ class SimResult:
     cpu_seconds: float
     truncated: bool = False
     livelock_breaks: int = 0
+    cycle_cpu_seconds: float = 0.0  # CPU time inside schedule(), all cycles
+    api_writes: int = 0  # with an API model: decision writes sent
+    api_wait_seconds: float = 0.0  # ... and the simulated time they waited for tokens
 
 
 class Simulator:
@@ -155,7 +217,11 @@ class Simulator:
         epoch: float = EPOCH,
         on_sample: Callable[[float], None] | None = None,
         progress: Callable[[int, int, int], None] | None = None,
+        cycle_cost: str = "fixed",
+        api: ApiModel | None = None,
     ) -> None:
+        if cycle_cost not in CYCLE_COSTS:
+            raise ValueError(f"cycle_cost must be one of {', '.join(CYCLE_COSTS)}")
         if cycle_latency <= 0:
             raise ValueError("cycle_latency must be positive (simulated time must move)")
         if eviction_latency < 0:
@@ -171,6 +237,8 @@ class Simulator:
         self.progress = progress
         self.now_us = 0
         self._sample_interval = sample_interval
+        self.measured = cycle_cost == "measured"
+        self.api = api
 
     # -- clock ----------------------------------------------------------------------
 
@@ -251,6 +319,8 @@ class Simulator:
         events_seen = 0
         streak = 0  # cycles since the last arrival or finish
         livelock_breaks = 0
+        cycle_cpu = 0.0
+        bucket = _Bucket(self.api) if self.api is not None else None
 
         def take_sample(at_us: int) -> None:
             samples.times_us.append(at_us)
@@ -269,11 +339,25 @@ class Simulator:
                 self.on_sample(self.now())
                 self.now_us = saved
 
+        def land(rec: WorkloadRecord) -> None:
+            nonlocal seq
+            rec.admitted_us = self.now_us
+            rec.running = True
+            if rec.first_admitted_us is None:
+                rec.first_admitted_us = self.now_us
+            queues[rec.cluster_queue].add(self.now_us, rec.usage, +1)  # type: ignore[index]
+            seq += 1
+            heapq.heappush(
+                heap,
+                (self.now_us + rec.sim.runtime_us, seq, _FINISH, rec.key, rec.generation),
+            )
+
         def release(rec: WorkloadRecord) -> None:
             cq = rec.cluster_queue
-            if cq is not None and rec.usage:
+            if cq is not None and rec.usage and rec.running:
                 queues[cq].add(self.now_us, rec.usage, -1)
             rec.usage = {}
+            rec.running = False
 
         while True:
             t_arr = records[order[next_arrival]].sim.arrival_us if next_arrival < total else inf
@@ -309,6 +393,10 @@ class Simulator:
                 while heap and heap[0][0] == now:
                     _, _, kind, key, gen = heapq.heappop(heap)
                     rec = by_key[key]
+                    if kind == _ADMITTED:
+                        if gen == rec.generation and key in cache.admitted:
+                            land(rec)  # the admission write landed: it runs from now
+                        continue
                     if kind == _FINISH:
                         if gen != rec.generation or key not in cache.admitted:
                             continue  # preempted meanwhile
@@ -333,16 +421,18 @@ class Simulator:
             if self.scheduler.cycle_count >= self.max_cycles:
                 truncated = True
                 break
-            busy_until = now + self.cycle_us
+            started = time.thread_time()
             r = scheduler.schedule()
+            spent = time.thread_time() - started
+            cycle_cpu += spent
+            cycle_us = max(1, round(spent * US_PER_S)) if self.measured else self.cycle_us
+            busy_until = now + cycle_us
             for d in r.admitted:
                 key = d.workload.key
                 rec = by_key[key]
                 rec.generation += 1
                 rec.cluster_queue = d.cluster_queue
-                rec.admitted_us = now
-                if rec.first_admitted_us is None:
-                    rec.first_admitted_us = now
+                if rec.first_admitted_us is None and rec.placement is None:
                     rec.placement = {
                         p.name: p.topology_assignment
                         for p in d.admission.pod_set_assignments
@@ -352,9 +442,12 @@ class Simulator:
                 for (_flavor, res), v in cache.usage_of[key].items():
                     usage[res] = usage.get(res, 0) + v
                 rec.usage = usage
-                queues[d.cluster_queue].add(now, usage, +1)
-                seq += 1
-                heapq.heappush(heap, (now + rec.sim.runtime_us, seq, _FINISH, key, rec.generation))
+                if bucket is None:
+                    land(rec)  # decisions are stamped with the cycle's start
+                else:  # the write is sent when the cycle returns; it runs once it lands
+                    seq += 1
+                    at = bucket.done_at(busy_until)
+                    heapq.heappush(heap, (at, seq, _ADMITTED, key, rec.generation))
             for p in r.preempted:
                 key = p.workload.key
                 if key in evicting:
@@ -363,7 +456,11 @@ class Simulator:
                 rec.generation += 1  # its run is cut short: the pending finish is void
                 rec.evictions += 1
                 evicting.add(key)
-                if self.eviction_us == 0:
+                if bucket is not None:  # released when the eviction write lands
+                    seq += 1
+                    at = max(bucket.done_at(busy_until), now + self.eviction_us)
+                    heapq.heappush(heap, (at, seq, _EVICTED, key, rec.generation))
+                elif self.eviction_us == 0:
                     evicting.discard(key)
                     if key in cache.admitted:
                         release(rec)
@@ -405,6 +502,9 @@ class Simulator:
             cpu_seconds=time.process_time() - t0,
             truncated=truncated,
             livelock_breaks=livelock_breaks,
+            cycle_cpu_seconds=cycle_cpu,
+            api_writes=bucket.writes if bucket is not None else 0,
+            api_wait_seconds=bucket.waited_us / US_PER_S if bucket is not None else 0.0,
         )
 
     def _auto_interval(self, records: list[WorkloadRecord]) -> int:
@@ -439,6 +539,8 @@ def simulate(
     sample_interval: float | None = None,
     on_sample: Callable[[float], None] | None = None,
     progress: Callable[[int, int, int], None] | None = None,
+    cycle_cost: str = "fixed",
+    api: ApiModel | None = None,
 ) -> SimResult:
     """Run ``scenario`` through the engine once (see ``Simulator``)."""
     return Simulator(
@@ -449,4 +551,6 @@ def simulate(
         sample_interval=sample_interval,
         on_sample=on_sample,
         progress=progress,
+        cycle_cost=cycle_cost,
+        api=api,
     ).run()

@@ -1,0 +1,90 @@
+"""The simulator's real-cost options: measured cycle CPU and an API budget/latency model."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from admission.config import Config
+from admission.engine.cache import Cache
+from admission.sim.simulator import ApiModel, Simulator, simulate
+from queues.model import LOWER_PRIORITY
+from tests.sim_helpers import cq, scenario, wl
+
+MS = 1_000  # µs
+
+
+def by_name(result: Any) -> dict[str, Any]:
+    return {r.sim.workload.name: r for r in result.records}
+
+
+def test_an_admission_runs_from_when_its_write_lands() -> None:
+    sc = scenario([cq("a", 4)], [wl("w", "a", arrival=0, runtime=10)])
+    r = by_name(simulate(sc, api=ApiModel(qps=50, burst=10, latency=0.25)))["w"]
+    # decided at t=0, sent when the 1 ms cycle returns, answered 250 ms later
+    assert r.admitted_us == 251 * MS
+    assert r.finished_us == 10_251 * MS
+
+
+def test_the_client_budget_spaces_the_admissions() -> None:
+    sc = scenario([cq("a", 10)], [wl(f"w{i}", "a", arrival=0, runtime=100) for i in range(10)])
+    result = simulate(sc, api=ApiModel(qps=10, burst=2, latency=0.0))
+    landed = sorted(r.admitted_us for r in result.records)
+    # two from the burst, then one every 100 ms: 10 writes need at least 0.8 s
+    assert landed[-1] - landed[0] >= 800 * MS
+    assert result.api_writes == 10
+    assert result.api_wait_seconds > 0
+
+
+def test_a_victim_releases_its_quota_when_its_eviction_lands() -> None:
+    sc = scenario(
+        [cq("a", 2, within=LOWER_PRIORITY)],
+        [
+            wl("low", "a", arrival=0, runtime=100, cpu=2, priority=0),
+            wl("high", "a", arrival=5, runtime=1, cpu=2, priority=10),
+        ],
+    )
+    r = by_name(simulate(sc, api=ApiModel(qps=100, burst=10, latency=0.5)))
+    # preempted in the cycle at t=5, the eviction is sent when it returns (5.001 s) and
+    # lands at 5.501 s; high's admission is decided in the cycle then, sent at 5.502 s,
+    # and lands at 6.002 s
+    assert r["low"].evictions == 1
+    assert r["high"].admitted_us == 6_002 * MS
+
+
+class _SlowConfig:
+    """The real engine, each cycle burning 20 ms of CPU first (a slow policy)."""
+
+    def make_scheduler(self, cache: Cache, *, clock: Any) -> Any:
+        sched = Config().make_scheduler(cache, clock=clock)
+        inner = sched.schedule
+
+        def schedule() -> Any:
+            end = time.thread_time() + 0.02
+            while time.thread_time() < end:
+                pass
+            return inner()
+
+        sched.schedule = schedule  # type: ignore[method-assign]
+        return sched
+
+
+def test_measured_cycle_cost_makes_a_slow_policy_cost_simulated_time() -> None:
+    sc = scenario([cq("a", 3)], [wl(f"w{i}", "a", arrival=0, runtime=1) for i in range(3)])
+    fixed = by_name(Simulator(sc, config=_SlowConfig()).run())  # type: ignore[arg-type]
+    measured = Simulator(sc, config=_SlowConfig(), cycle_cost="measured").run()  # type: ignore[arg-type]
+    slow = by_name(measured)
+    # one head per cycle, back to back: the third waits for two cycles of >= 20 ms, not 1 ms
+    assert fixed["w2"].admitted_us == 2 * MS
+    assert slow["w2"].admitted_us >= 2 * 20 * MS
+    assert measured.cycle_cpu_seconds >= 0.02 * measured.stats["cycles"]
+
+
+def test_bad_cost_options_are_refused() -> None:
+    sc = scenario([cq("a", 1)], [])
+    with pytest.raises(ValueError, match="cycle_cost"):
+        Simulator(sc, cycle_cost="wall")
+    with pytest.raises(ValueError, match="qps"):
+        ApiModel(qps=0)
