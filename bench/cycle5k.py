@@ -128,8 +128,7 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
     )
     cq_names = list(cache.cluster_queues)
     now = [1_767_225_600.0]
-    scheduler = Config().make_scheduler(cache, clock=lambda: now[0])
-    scheduler.explain = False
+    scheduler = Config().make_scheduler(cache, clock=lambda: now[0], explain=False)
     serial = iter(range(10**9))
 
     def arrive(count: int) -> None:

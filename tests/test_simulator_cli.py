@@ -24,6 +24,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def strip_cpu(doc: dict) -> dict:
     doc["engine"].pop("cpuSeconds")
+    doc["engine"].pop("cycleCpuSeconds")
     return doc
 
 

@@ -54,21 +54,25 @@ def test_a_victim_releases_its_quota_when_its_eviction_lands() -> None:
     assert r["high"].admitted_us == 6_002 * MS
 
 
-class _SlowConfig:
+class _Slow:
     """The real engine, each cycle burning 20 ms of CPU first (a slow policy)."""
 
-    def make_scheduler(self, cache: Cache, *, clock: Any) -> Any:
-        sched = Config().make_scheduler(cache, clock=clock)
-        inner = sched.schedule
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
 
-        def schedule() -> Any:
-            end = time.thread_time() + 0.02
-            while time.thread_time() < end:
-                pass
-            return inner()
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
-        sched.schedule = schedule  # type: ignore[method-assign]
-        return sched
+    def schedule(self) -> Any:
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:
+            pass
+        return self._inner.schedule()
+
+
+class _SlowConfig:
+    def make_scheduler(self, cache: Cache, *, clock: Any, explain: bool = True) -> Any:
+        return _Slow(Config().make_scheduler(cache, clock=clock, explain=explain))
 
 
 def test_measured_cycle_cost_makes_a_slow_policy_cost_simulated_time() -> None:
