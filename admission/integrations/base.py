@@ -531,6 +531,12 @@ def workload_model(
     )
 
 
+SLIM_DIGEST = "x-quartermaster-digest"
+"""Key of a pod template the service's informers slimmed (admission/kube/slim.py): the
+digest of the whole template. Carried into the Workload body built from it, which is
+then compared with the stored Workload, never written."""
+
+
 def pod_set_json(role: Role, topology: TopologyRequest | None = None) -> Obj:
     """A Workload ``spec.podSets[]`` entry: the template's labels, annotations and spec,
     and the ``topologyRequest`` its annotations make (``pod_set_model``'s)."""
@@ -539,6 +545,8 @@ def pod_set_json(role: Role, topology: TopologyRequest | None = None) -> Obj:
     kept = {k: copy.deepcopy(tmeta[k]) for k in ("labels", "annotations") if tmeta.get(k)}
     if kept:
         pod_template["metadata"] = kept
+    if SLIM_DIGEST in role.template:
+        pod_template[SLIM_DIGEST] = role.template[SLIM_DIGEST]
     out: Obj = {"name": role.name, "count": role.count, "template": pod_template}
     if role.min_count is not None:
         out["minCount"] = role.min_count

@@ -69,7 +69,8 @@ class JobIntegration(Integration):
     resource = Resource("batch", "v1", "jobs", "Job")
     # start/stop patches; stopping a started Job clears status.startTime so the
     # API server lets its pod template's scheduling directives be restored
-    writes = (("patch", ""), ("patch", "status"))
+    # get: the whole Job when its Workload is built (the informer keeps a slim copy)
+    writes = (("get", ""), ("patch", ""), ("patch", "status"))
     pod_index_label = JOB_COMPLETION_INDEX_LABEL
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:

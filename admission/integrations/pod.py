@@ -76,7 +76,8 @@ class PodIntegration(Integration):
     reconciler = "pods"
     # ungate (flavors' nodeSelector/tolerations), lift the finalizer, delete the pods
     # of an evicted group
-    writes = (("patch", ""), ("delete", ""))
+    # get: a whole pod when its group's Workload is built (the informer keeps it slim)
+    writes = (("get", ""), ("patch", ""), ("delete", ""))
     # only pods that name a LocalQueue (or, on UPDATE, did): with both replicas down,
     # pod creation elsewhere must not be blocked (remove with manageJobsWithoutQueueName)
     webhook_object_selector = {

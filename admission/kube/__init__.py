@@ -4,7 +4,8 @@
 
 * :mod:`.client` — a ``kubernetes.aio`` ApiClient with a small raw-dict request layer
   and :data:`.client.API_CALLS`, the one table of every API call the service makes;
-* :mod:`.informer` — list-then-watch caches per resource;
+* :mod:`.informer` — list-then-watch caches per resource, and :mod:`.slim`, what the
+  informers of Jobs, Workloads and Pods keep of each object;
 * :mod:`.objects` — pure helpers on raw objects (conditions, Job ⇄ Workload bodies);
 * :mod:`.cachesync` — informer events → the engine's ``Cache``;
 * :mod:`.context` (options, work queue, the RV-pinned :class:`.context.Writer`),

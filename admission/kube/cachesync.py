@@ -36,6 +36,7 @@ from queues.api import InputError, parse_model
 
 from . import objects as o
 from .informer import rv_at_least
+from .slim import ModelInterner, without_digests
 
 log = logging.getLogger("quartermaster.kube.cache")
 
@@ -83,6 +84,8 @@ class CacheSync:
         self.admitted_gen: dict[str, int] = {}  # charged workload -> generation last parsed
         self.backoff: dict[str, float] = {}
         self.stale_events = 0
+        self.share = ModelInterner()  # equal podSets and names stored once
+        self._sigs_seen: dict[tuple, tuple] = {}
         # While a scheduling cycle runs off the event loop, cache changes wait here.
         self.paused = False
         self._deferred: list[Callable[[], object]] = []
@@ -216,7 +219,7 @@ class CacheSync:
         ):
             return  # unchanged pending workload (e.g. our own condition write)
         try:
-            wl = parse_model(obj)
+            wl = self.share(parse_model(without_digests(obj)))
         except InputError as err:
             self.invalid[f"Workload {key}"] = str(err)
             log.error("ignoring invalid Workload %s: %s", key, err)
@@ -239,7 +242,9 @@ class CacheSync:
         self.admitted_gen.pop(key, None)
         if key in cache.admitted:
             cache.finish(key)  # its admission was cleared: release, then queue again
-        self.wl_sigs[key] = sig
+        if len(self._sigs_seen) > 10_000:
+            self._sigs_seen.clear()
+        self.wl_sigs[key] = self._sigs_seen.setdefault(sig, sig)  # most are alike
         at = o.requeue_at(obj)
         if at is not None and at > self.clock() and wl.active:
             cache.park(key)

@@ -190,7 +190,9 @@ class Writer:
         return self.current(WORKLOADS, key)
 
     def remember(self, res: Resource, key: str, obj: Obj) -> None:
-        self.latest[(res.plural, key)] = obj
+        informer = self._stores.get(res.plural)
+        slim = getattr(informer, "slim", None)  # kept as the informer keeps it (.slim)
+        self.latest[(res.plural, key)] = slim(obj) if slim is not None else obj
         if res is WORKLOADS:
             self.sync.expect_written(key, obj)
 
@@ -295,6 +297,32 @@ class Writer:
         return new
 
 
+class JobIndex:
+    """(kind, object key) -> the keys of its Workloads: one, nearly always, kept as a
+    plain string then (a set per pending job costs more than the rest of the entry)."""
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[str, str], str | set[str]] = {}
+
+    def add(self, job: tuple[str, str], wkey: str) -> None:
+        have = self._index.get(job)
+        if have is None or have == wkey:
+            self._index[job] = wkey
+        elif isinstance(have, str):
+            self._index[job] = {have, wkey}
+        else:
+            have.add(wkey)
+
+    def pop(self, job: tuple[str, str]) -> set[str]:
+        have = self._index.pop(job, None)
+        if have is None:
+            return set()
+        return {have} if isinstance(have, str) else have
+
+    def __contains__(self, job: object) -> bool:
+        return job in self._index
+
+
 @dataclass(slots=True)
 class Context:
     """The shared pieces every controller part works with."""
@@ -316,7 +344,7 @@ class Context:
     fence: Callable[[], bool] = lambda: True
     cache_ready: Callable[[], Awaitable[None]] = field(default=lambda: _ready())
     # (job kind's plural, job key) -> the keys of its Workloads
-    job_index: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    job_index: JobIndex = field(default_factory=JobIndex)
 
     def informer(self, res: Resource) -> Informer:
         return self.informers[res.plural]

@@ -194,7 +194,7 @@ class Controller:
         obj = new or old
         owner = owner_of(self.ctx, obj) if obj is not None else None
         if owner is not None and owner[1]:
-            self.ctx.job_index.setdefault((owner[0].what, owner[1]), set()).add(key)
+            self.ctx.job_index.add((owner[0].what, owner[1]), key)
             self.enqueue(owner[0].what, owner[1])
         if event != DELETED:
             self.enqueue("wl", key)
@@ -205,7 +205,7 @@ class Controller:
         def on_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
             if event == DELETED:
                 self.writer.forget_object(res, key)
-                for wkey in self.ctx.job_index.pop((what, key), set()):
+                for wkey in self.ctx.job_index.pop((what, key)):
                     self.enqueue("wl", wkey)
                 return
             self.writer.current(res, key)

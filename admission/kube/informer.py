@@ -10,7 +10,10 @@ handlers never miss a deletion. Errors back off exponentially with jitter (from 
 seeded ``random.Random`` so tests are deterministic) and reset after progress.
 
 Objects stay raw dicts (the client's typed models cost 5-10x ``json.loads``); handlers
-parse what they need.
+parse what they need. The informers of the kinds that come in large numbers (Jobs,
+Workloads, Pods) keep a slim, packed copy of each object (:mod:`.slim`): handlers and
+``get`` see the slim dict, and :meth:`Informer.full` gives the whole object to the few
+places that need it.
 """
 
 from __future__ import annotations
@@ -18,23 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .client import ApiError, KubeClient, Obj, Resource
+from .slim import PackedStore, Slimmer, WorkloadSlimmer
 
-try:
-    from orjson import OPT_SORT_KEYS
-    from orjson import dumps as _orjson_dumps
-
-    def _dumps(value: Any) -> bytes:
-        return _orjson_dumps(value, option=OPT_SORT_KEYS)
-except ImportError:  # pragma: no cover
-    import json
-
-    def _dumps(value: Any) -> bytes:
-        return json.dumps(value, sort_keys=True).encode()
+__all__ = ["WorkloadSlimmer", "Informer", "strip_managed_fields"]
 
 
 log = logging.getLogger("quartermaster.kube.informer")
@@ -88,14 +84,22 @@ class Informer:
         watch_timeout: int = 300,
         page_size: int = 500,
         transform: Callable[[Obj], Obj] | None = None,
+        slimmer: Slimmer | None = None,
+        keep_recent: int = 0,
     ) -> None:
         self.client = client
         self.transform = transform  # applied to each object before it is stored
+        self.slimmer = slimmer  # stores slim packed copies (see .slim)
         self.resource = resource
         self.handler = handler
         self.label_selector = label_selector
         self.field_selector = field_selector
-        self.store: dict[str, Obj] = {}
+        self.store: MutableMapping[str, Obj] = self._new_store()
+        # the last full objects seen, for full(): building a Workload from a new Job
+        # needs its whole template, and it usually comes right after the Job's event
+        self.keep_recent = keep_recent if slimmer is not None else 0
+        self._recent: OrderedDict[str, Obj] = OrderedDict()
+        self.full_reads = 0  # full() calls answered by a GET
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.stats = InformerStats()
@@ -111,6 +115,57 @@ class Informer:
 
     def get(self, key: str) -> Obj | None:
         return self.store.get(key)
+
+    def _new_store(self) -> MutableMapping[str, Obj]:
+        if self.slimmer is None:
+            return {}
+        return PackedStore(
+            self.slimmer, api_version=self.resource.api_version, kind=self.resource.kind
+        )
+
+    def slim(self, obj: Obj) -> Obj:
+        """What this informer stores of ``obj`` (``obj`` itself when nothing is slimmed)."""
+        return obj if self.slimmer is None else self.slimmer.slim(obj)
+
+    def _ingest(self, obj: Obj) -> tuple[str, Obj]:
+        """(key, stored form) of an object from a list or watch."""
+        obj.setdefault("apiVersion", self.resource.api_version)
+        obj.setdefault("kind", self.resource.kind)
+        if self.transform is not None:
+            obj = self.transform(obj)
+        # one string per key, shared by every table keyed by it (stores, indexes, queues)
+        key = sys.intern(self.resource.key_of(obj))
+        if self.keep_recent:
+            self._recent[key] = obj
+            self._recent.move_to_end(key)
+            while len(self._recent) > self.keep_recent:
+                self._recent.popitem(last=False)
+        return key, self.slim(obj)
+
+    async def full(self, key: str, *, at_least: str = "") -> Obj | None:
+        """The whole object (not the slim copy): the last one seen when it is at least
+        as new as resourceVersion ``at_least`` (and as the stored one), else read from
+        the API. None when it does not exist."""
+        if self.slimmer is None:
+            return self.store.get(key)
+        stored = self.store.get(key)
+        want = at_least or _rv(stored)
+        recent = self._recent.get(key)
+        if recent is not None and (not want or rv_at_least(recent, want)):
+            return recent
+        ns, _, name = key.rpartition("/")
+        self.full_reads += 1
+        try:
+            obj = await self.client.get(
+                self.resource, name, namespace=ns if self.resource.namespaced else None
+            )
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
+        obj.setdefault("apiVersion", self.resource.api_version)
+        obj.setdefault("kind", self.resource.kind)
+        return strip_managed_fields(obj)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -144,7 +199,7 @@ class Informer:
                 await asyncio.sleep(delay)
 
     async def _relist(self) -> None:
-        items: dict[str, Obj] = {}
+        items = self._new_store()
         token: str | None = None
         rv = ""
         while True:
@@ -159,11 +214,8 @@ class Informer:
             meta = page.get("metadata") or {}
             rv = rv or str(meta.get("resourceVersion") or "")
             for obj in page.get("items") or []:
-                obj.setdefault("apiVersion", self.resource.api_version)
-                obj.setdefault("kind", self.resource.kind)
-                if self.transform is not None:
-                    obj = self.transform(obj)
-                items[self.resource.key_of(obj)] = obj
+                key, stored = self._ingest(obj)
+                items[key] = stored
             token = meta.get("continue") or None
             if not token:
                 break
@@ -209,16 +261,13 @@ class Informer:
             if kind == "BOOKMARK":
                 continue
             self._backoff.reset()
-            obj.setdefault("apiVersion", self.resource.api_version)
-            obj.setdefault("kind", self.resource.kind)
-            if self.transform is not None:
-                obj = self.transform(obj)
-            key = self.resource.key_of(obj)
+            key, obj = self._ingest(obj)
             if kind in (ADDED, MODIFIED):
                 prev = self.store.get(key)
                 self.store[key] = obj
                 self._emit(MODIFIED if prev is not None else ADDED, key, obj, prev)
             elif kind == DELETED:
+                self._recent.pop(key, None)
                 prev = self.store.pop(key, None)
                 self._emit(DELETED, key, None, prev or obj)
 
@@ -238,47 +287,6 @@ def strip_managed_fields(obj: Obj) -> Obj:
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
     return obj
-
-
-class WorkloadSlimmer:
-    """The Workload informer's transform: much of a large cluster's memory is Workloads.
-
-    * ``managedFields`` go;
-    * identical ``spec.podSets`` (jobs of one kind share their templates) are stored
-      once and shared — stored objects are never modified in place;
-    * a ``Finished`` Workload keeps only what is still read (metadata, queue name,
-      conditions): it holds no quota and is never scheduled again.
-    """
-
-    def __init__(self, max_shared: int = 10_000) -> None:
-        self._shared: dict[bytes, Any] = {}
-        self.max_shared = max_shared
-
-    def __call__(self, obj: Obj) -> Obj:
-        strip_managed_fields(obj)
-        status = obj.get("status") or {}
-        for c in status.get("conditions") or []:
-            if isinstance(c, dict) and c.get("type") == "Finished" and c.get("status") == "True":
-                return {
-                    "apiVersion": obj.get("apiVersion"),
-                    "kind": obj.get("kind"),
-                    "metadata": obj.get("metadata"),
-                    "spec": {"queueName": (obj.get("spec") or {}).get("queueName")},
-                    "status": {"conditions": status.get("conditions")},
-                }
-        spec = obj.get("spec")
-        if isinstance(spec, dict) and isinstance(spec.get("podSets"), list):
-            try:
-                raw = _dumps(spec["podSets"])
-            except TypeError:
-                return obj
-            shared = self._shared.get(raw)
-            if shared is None:
-                if len(self._shared) >= self.max_shared:
-                    self._shared.clear()
-                shared = self._shared[raw] = spec["podSets"]
-            spec["podSets"] = shared
-        return obj
 
 
 def _rv(obj: Any) -> str:

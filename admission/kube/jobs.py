@@ -227,7 +227,7 @@ class JobReconciler:
             self._equivalent.pop((what, key), None)
             return
         wkey = self.workload_key(integ, obj)
-        ctx.job_index.setdefault((what, key), set()).add(wkey)
+        ctx.job_index.add((what, key), wkey)
         wl = ctx.writer.workload(wkey)
         finished = integ.finished(obj)
         if finished is not None:
@@ -297,8 +297,19 @@ class JobReconciler:
         await evict(self.ctx, wkey, reason="NoMatchingWorkload", message=message)
         return True
 
+    async def _whole(self, integ: Integration, key: str, obj: Obj) -> Obj | None:
+        """``obj`` whole: the informers of the numerous kinds keep slim copies
+        (:mod:`.slim`), and a Workload carries its job's whole pod templates."""
+        inf = self.ctx.informers.get(self.resources[integ.what].plural)
+        if inf is None or inf.slimmer is None:
+            return obj
+        return await inf.full(key, at_least=o.rv(obj))
+
     async def _create(self, integ: Integration, key: str, obj: Obj, wkey: str) -> None:
-        composed = self._compose(integ, key, obj)
+        whole = await self._whole(integ, key, obj)
+        if whole is None:
+            return  # gone: its deletion event follows
+        composed = self._compose(integ, key, whole)
         if composed is not None:
             await create_workload(
                 self.ctx, wkey, composed[1], owner=obj, errors=self.errors[integ.what]
@@ -312,6 +323,12 @@ class JobReconciler:
         drift = o.workload_spec_drift(wl, composed[1])
         if drift is None:
             return
+        if o.carries_slim_template(drift):  # a changed template is written whole
+            whole = await self._whole(integ, key, obj)
+            composed = self._compose(integ, key, whole) if whole is not None else None
+            drift = o.workload_spec_drift(wl, composed[1]) if composed is not None else None
+            if drift is None:
+                return
         ns, name = o.split_key(wkey)
         drift["metadata"] = {"resourceVersion": o.rv(wl)}
         try:

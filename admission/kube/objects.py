@@ -17,6 +17,8 @@ from queues.model import Admission, PodSetAssignment
 from queues.quantity import format_quantity
 from queues.topology_assignment import to_v1beta2
 
+from .slim import DIGEST, template_digest
+
 Obj = dict[str, Any]
 
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -338,11 +340,18 @@ def workload_spec_drift(wl_obj: Mapping[str, Any], desired: Mapping[str, Any]) -
             patch[key] = want.get(key)
     if [p.get("count") for p in have.get("podSets") or []] != [
         p.get("count") for p in want.get("podSets") or []
-    ] or [p.get("template") for p in have.get("podSets") or []] != [
-        p.get("template") for p in want.get("podSets") or []
+    ] or [template_digest(p.get("template")) for p in have.get("podSets") or []] != [
+        template_digest(p.get("template")) for p in want.get("podSets") or []
     ]:
         patch["podSets"] = want.get("podSets")
     return {"spec": patch} if patch else None
+
+
+def carries_slim_template(body: Mapping[str, Any]) -> bool:
+    """Whether a Workload body (or spec patch) holds a slim template, built from an
+    informer's copy: such a body is for comparing, never for writing."""
+    spec = body.get("spec") or {}
+    return any(DIGEST in (p.get("template") or {}) for p in spec.get("podSets") or [])
 
 
 def _admitted_counts(wl_obj: Mapping[str, Any]) -> dict[str, int]:

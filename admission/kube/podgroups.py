@@ -234,9 +234,12 @@ class PodGroupReconciler:
             total = totals.pop()
             if len(live) < total:
                 return  # the gang is not complete yet
+            members = await self._whole_templates(sorted(live, key=o.ns_key)[:total])
+            if members is None:
+                return  # a pod went away: reconciled again on its event
             body = workload_for_group(
                 gkey,
-                sorted(live, key=o.ns_key)[:total],
+                members,
                 workload_priority_classes=ctx.sync.workload_priority_classes,
                 priority_classes=ctx.sync.priority_classes,
             )
@@ -245,6 +248,23 @@ class PodGroupReconciler:
             return
         self.errors.clear(gkey)
         await create_workload(ctx, gkey, body, owner=live[0], errors=self.errors)
+
+    async def _whole_templates(self, pods: list[Obj]) -> list[Obj] | None:
+        """``pods`` with the first of each shape whole: its spec becomes the podSet's
+        template, and the informer keeps slim pods (:mod:`.slim`)."""
+        inf = self.ctx.informers[PODS.plural]
+        seen: set[str] = set()
+        out: list[Obj] = []
+        for pod in pods:
+            shape = shape_of(pod)
+            if shape not in seen:
+                seen.add(shape)
+                full = await inf.full(o.ns_key(pod), at_least=o.rv(pod))
+                if full is None:
+                    return None
+                pod = full
+            out.append(pod)
+        return out
 
     async def _ungate(self, gkey: str, wl: Obj, live: list[Obj]) -> None:
         ctx = self.ctx

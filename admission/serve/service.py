@@ -50,14 +50,14 @@ from admission.kube.client import (
     PODS,
     QUEUE_WATCHED,
     VALIDATING_WEBHOOKS,
-    WORKLOADS,
     ApiError,
     KubeClient,
     resource_of,
 )
 from admission.kube.context import ControllerOptions
 from admission.kube.controller import Controller
-from admission.kube.informer import Informer, WorkloadSlimmer, strip_managed_fields
+from admission.kube.informer import Informer, strip_managed_fields
+from admission.kube.slim import slimmer_for
 from admission.kube.leader import DEFAULT_LEASE_NAME, LeaderElector
 from admission.kube.metrics import Metrics
 from admission.kube.topology import BOUND_POD_SELECTOR, BOUND_PODS, slim_node, slim_pod
@@ -267,11 +267,9 @@ class Service:
                 res,
                 label_selector=selector,
                 rng=random.Random(rng.random()),
-                transform=WorkloadSlimmer()
-                if res is WORKLOADS
-                else slim_node
-                if res is NODES
-                else strip_managed_fields,
+                transform=slim_node if res is NODES else strip_managed_fields,
+                slimmer=slimmer_for(res.plural, res.group),
+                keep_recent=256 if res.plural in ("jobs", "pods") else 0,
             )
         # Topology-aware scheduling: every bound pod uses its node (slimmed to its usage).
         self.informers[BOUND_PODS] = Informer(
