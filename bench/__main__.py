@@ -32,6 +32,9 @@ BENCHMARKS = {
     "stack-large": "bench.stack:run_large",
     "kueue-harness-baseline": "bench.stack:run_kueue_baseline",
     "kueue-harness-large": "bench.stack:run_kueue_large",
+    "serve-memory": "bench.serve_memory:run",
+    "stress": "bench.stress:run",
+    "invariants": "bench.invariants:run",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
