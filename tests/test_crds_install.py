@@ -126,6 +126,7 @@ TESTED_COMMANDS = {
     "kubectl kustomize manifests/overlays/cert-manager": "test_readme_kustomize_commands_render",
     "kubectl kustomize manifests/overlays/prometheus": "test_readme_kustomize_commands_render",
     "kubectl kustomize my-install/": "test_readme_image_overlay_renders_with_the_new_image",
+    "kubectl kustomize my-cluster/": "test_readme_network_policy_patch_sets_the_pod_cidr",
     "python hack/gen_crds.py": "test_check_mode_reports_stale_missing_and_extra_files",
     "python hack/gen_crds.py --check": "test_script_runs_from_the_command_line_in_check_mode",
     "quartermaster plan -f manifests/examples/ --config manifests/base/config/config.yaml": (
@@ -194,6 +195,24 @@ def test_readme_image_overlay_renders_with_the_new_image(tmp_path: Path) -> None
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/platform/quartermaster:0.1.0"
     assert sum(o["kind"] == "CustomResourceDefinition" for o in objs) == len(SERVED_KINDS)
+
+
+def test_readme_network_policy_patch_sets_the_pod_cidr(tmp_path: Path) -> None:
+    """The README's one-value patch keeps the pod network off the webhook port and
+    changes nothing else."""
+    text = README.read_text(encoding="utf-8")
+    (snippet,) = re.findall(r"```yaml\n# my-cluster/kustomization.yaml\n(.*?)```", text, re.S)
+    shutil.copytree(MANIFESTS, tmp_path / "quartermaster" / "manifests")
+    install = tmp_path / "my-cluster"
+    install.mkdir()
+    (install / "kustomization.yaml").write_text(snippet, encoding="utf-8")
+    (patched,) = [o for o in _kustomize(install) if o["kind"] == "NetworkPolicy"]
+    (shipped,) = [o for o in _kustomize(MANIFESTS) if o["kind"] == "NetworkPolicy"]
+    webhook = patched["spec"]["ingress"][0]
+    assert [p["port"] for p in webhook["ports"]] == ["webhook", "visibility"]
+    assert webhook["from"][0]["ipBlock"] == {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}
+    patched["spec"]["ingress"][0]["from"][0]["ipBlock"]["except"] = []
+    assert patched == shipped
 
 
 def test_readme_offline_validation_command_passes() -> None:

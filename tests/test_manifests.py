@@ -54,6 +54,7 @@ BASE_KINDS = {
     ("v1", "ConfigMap"): 1,
     ("apps/v1", "Deployment"): 1,
     ("policy/v1", "PodDisruptionBudget"): 1,
+    ("networking.k8s.io/v1", "NetworkPolicy"): 1,
     # the manager's, plus the two pending-workloads viewer roles for users
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): 3,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): 1,
@@ -397,6 +398,65 @@ def test_webhook_service_reaches_the_webhook_port_of_the_deployment() -> None:
     assert _selector_matches({"matchLabels": metrics["spec"]["selector"]}, pod_labels)
     (port,) = metrics["spec"]["ports"]
     assert ports[port["targetPort"]] == 8080
+
+
+def _policy_rule(policy: dict[str, Any], port: str) -> dict[str, Any]:
+    (rule,) = [r for r in policy["spec"]["ingress"] if port in [p["port"] for p in r["ports"]]]
+    return rule
+
+
+def test_network_policy_admits_only_the_api_server_and_monitoring_to_the_pods() -> None:
+    """NetworkPolicy is not enforced without a network plugin (neither the double nor
+    the real-server harness has one), so its structure is what is checked: it selects
+    the Deployment's pods, names the container's ports, admits every address but the
+    pod network (the ``except`` a cluster admin sets) to the webhook port, and only the
+    monitoring namespace to the metrics port."""
+    objs = _base_objects()
+    policy = _one(objs, "NetworkPolicy")
+    dep = _one(objs, "Deployment")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert _selector_matches(policy["spec"]["podSelector"], pod_labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    container_ports = {
+        p["name"]: p for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }
+    rules = policy["spec"]["ingress"]
+    assert len(rules) == 2  # nothing else: every other connection is refused
+    for rule in rules:
+        for port in rule["ports"]:
+            assert port["port"] in container_ports
+            assert port["protocol"] == container_ports[port["port"]]["protocol"]
+    # every port of the Service the API server calls (webhooks, the visibility API) is
+    # opened to the API server's rule, and nothing else is
+    webhook_svc = _one(objs, "Service", "quartermaster-webhook-service")
+    api_server_rule = _policy_rule(policy, "webhook")
+    assert sorted(p["port"] for p in api_server_rule["ports"]) == sorted(
+        p["targetPort"] for p in webhook_svc["spec"]["ports"]
+    )
+    peers = api_server_rule["from"]
+    assert [p["ipBlock"]["cidr"] for p in peers] == ["0.0.0.0/0", "::/0"]
+    assert all(p["ipBlock"]["except"] == [] for p in peers)  # the one value to set
+    metrics_svc = _one(objs, "Service", "quartermaster-metrics-service")
+    assert [p["targetPort"] for p in metrics_svc["spec"]["ports"]] == ["metrics"]
+    (peer,) = _policy_rule(policy, "metrics")["from"]
+    assert set(peer) == {"namespaceSelector"}  # pods of that namespace, not of this one
+    assert _selector_matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": "monitoring"})
+    assert not _selector_matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": NAMESPACE})
+    # the health port is not opened: the kubelet's probes come from the node
+    assert "health" not in {p["port"] for r in rules for p in r["ports"]}
+
+
+def test_prometheus_overlay_names_the_namespace_the_network_policy_admits() -> None:
+    objs = _kustomize(MANIFESTS / "overlays" / "prometheus")
+    policy = _one(objs, "NetworkPolicy")
+    (patch,) = [
+        op
+        for op in _load_all(MANIFESTS / "overlays" / "prometheus" / "networkpolicy-metrics.yaml")[0]
+        if op["op"] == "replace"
+    ]
+    (peer,) = _policy_rule(policy, "metrics")["from"]
+    assert peer["namespaceSelector"]["matchLabels"] == patch["value"]
+    assert policy == _one(_kustomize(MANIFESTS), "NetworkPolicy")  # as shipped: monitoring
 
 
 def test_deployment_is_highly_available_and_hardened() -> None:
