@@ -1,0 +1,445 @@
+"""``invariants``: a long randomized run of the whole service with faults, SIGKILLs and two
+replicas, checked continuously (issue 13; a benchmark, not a test: it reports figures).
+
+The in-repo API-server double holds 30 ClusterQueues in cohorts (3 trees: a root cohort
+with two child cohorts of 5 ClusterQueues each), one LocalQueue each, three priority
+classes, and receives 2,000 Jobs over time (1-3 cpu, 3-12 s of work, more than the quota serves: created suspended
+as the mutating webhook leaves them). Two ``serve`` replicas with leader election run
+as subprocesses. This process plays the Job controller (a started Job runs for its
+time, then completes; a stopped one has no pods), injects API faults (500/409/429/503
+on Workload, Job and Lease writes, abrupt watch drops, watch-window compaction) and
+SIGKILLs a replica (the Lease holder, mostly) 20 times, restarting it a second later.
+
+Every Workload write is checked as the double stores it, from the Workload objects
+alone (``QuotaReserved=True`` with ``status.admission`` and not ``Finished`` holds
+quota — evicting ones included):
+
+* ``overAdmission`` — a ClusterQueue above nominal + borrowingLimit, or a cohort tree
+  above the quota of its whole tree (the cohorts here have no limits of their own, so
+  every node's bound follows from these two);
+* ``doubleAdmission`` — a Workload whose admission is replaced by another without being
+  cleared, or a Job with two Workloads holding quota at once;
+* ``releasedTwice`` — the service's ClusterQueue status showing less in use than the
+  Workloads hold (a quota released twice), checked whenever the run is idle and at
+  the end;
+* ``lost`` — a Job not finished (or a Workload not ``Finished``) once the faults stop.
+
+``QM_INVARIANTS_STRICT=1`` runs with ``reserveEvictingCapacity: true`` in the
+Configuration (capacity held by evicting workloads usable only by their preemptors).
+``QM_INVARIANTS_JOBS``, ``QM_INVARIANTS_KILLS``, ``QM_INVARIANTS_SEED`` change the run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.serve_process import ServeProcess
+from bench.stack import TOKEN, USERNAME
+
+JOBS = 2000
+KILLS = 20
+SEED = 13
+TREES = 3
+CQS_PER_COHORT = 5
+ARRIVALS_PER_SECOND = 20.0  # demand above the 176 cpu of quota: queues, preemption
+SERVICE_NS = "quartermaster-system"
+LEASE = "quartermaster-leader-election"
+PRIORITIES = (("low", 10), ("mid", 100), ("high", 1000))
+
+Obj = dict[str, Any]
+
+
+def topology(rng: random.Random) -> tuple[list[Obj], dict[str, Any]]:
+    """The queue objects, and the tree: cq -> (cohort path to root, nominal, borrowingLimit)."""
+    from tests.kube_harness import cluster_queue, flavor, local_queue, namespace, priority_class
+
+    objs: list[Obj] = [flavor("f")]
+    objs += [priority_class(n, v) for n, v in PRIORITIES]
+    tree: dict[str, Any] = {}
+    for t in range(TREES):
+        root = f"org-{t}"
+        objs.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort",
+                     "metadata": {"name": root}, "spec": {}})  # fmt: skip
+        for c in range(2):
+            cohort = f"{root}-team-{c}"
+            objs.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort",
+                         "metadata": {"name": cohort}, "spec": {"parentName": root}})  # fmt: skip
+            for q in range(CQS_PER_COHORT):
+                name = f"cq-{t}-{c}-{q}"
+                nominal = rng.choice((4, 6, 8))
+                limit = rng.choice((None, 2, 4))
+                objs.append(
+                    cluster_queue(
+                        name,
+                        {"f": {"cpu": nominal}},
+                        cohort=cohort,
+                        borrowing_limit=None if limit is None else str(limit),
+                        preemption={
+                            "withinClusterQueue": "LowerPriority",
+                            "reclaimWithinCohort": "Any",
+                            "borrowWithinCohort": {"policy": "LowerPriority"},
+                        },
+                    )
+                )
+                objs.append(namespace(f"ns-{name}"))
+                objs.append(local_queue(f"ns-{name}", "lq", name))
+                tree[name] = (
+                    (cohort, root),
+                    nominal * 1000,
+                    None if limit is None else limit * 1000,
+                )
+    return objs, tree
+
+
+class Checker:
+    """Hooked on the double's store: every Workload event is checked (server's loop)."""
+
+    def __init__(self, tree: dict[str, Any]) -> None:
+        self.tree = tree
+        self.roots: dict[str, int] = defaultdict(int)
+        for _, (path, nominal, _) in tree.items():
+            self.roots[path[-1]] += nominal
+        self.violations: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
+        self.events = 0
+        self.admissions = 0
+        self.releases = 0
+        self.peak_tree_use: dict[str, int] = defaultdict(int)
+
+    def _violate(self, kind: str, what: str) -> None:
+        self.violations[kind] += 1
+        self.examples.setdefault(kind, what)
+
+    def install(self, server: Any) -> Checker:
+        store = server.store
+        rt = server.registry.resolve("workloads")
+        emit = store._emit
+
+        def checked(rtype: Any, event: Any) -> None:
+            emit(rtype, event)
+            if rtype.key == rt.key:
+                self.on_event(event.type, event.obj, event.old, store.list(rt))
+
+        store._emit = checked
+        return self
+
+    def on_event(self, kind: str, new: Obj | None, old: Obj | None, everything: list[Obj]) -> None:
+        from tests.kube_invariants import holds_quota, usage_by_cq
+
+        self.events += 1
+        before = ((old or {}).get("status") or {}).get("admission")
+        after = ((new or {}).get("status") or {}).get("admission") if kind != "DELETED" else None
+        name = ((new or old or {}).get("metadata") or {}).get("name", "?")
+        if before and after and before != after:
+            self._violate("doubleAdmission", f"{name}: admission {before} replaced by {after}")
+        was, now = holds_quota(old), kind != "DELETED" and holds_quota(new)
+        self.admissions += int(now and not was)
+        self.releases += int(was and not now)
+        usage = usage_by_cq(everything)
+        per_tree: dict[str, int] = defaultdict(int)
+        for cq, used in usage.items():
+            path, nominal, limit = self.tree[cq]
+            cpu = sum(v for (_, r), v in used.items() if r == "cpu")
+            per_tree[path[-1]] += cpu
+            if limit is not None and cpu > nominal + limit:
+                self._violate(
+                    "overAdmission", f"{cq}: {cpu}m > nominal {nominal}m + limit {limit}m"
+                )
+        for root, cpu in per_tree.items():
+            self.peak_tree_use[root] = max(self.peak_tree_use[root], cpu)
+            if cpu > self.roots[root]:
+                self._violate(
+                    "overAdmission", f"cohort {root}: {cpu}m > tree quota {self.roots[root]}m"
+                )
+        owners: Counter[str] = Counter()
+        for wl in everything:
+            if holds_quota(wl):
+                for ref in wl["metadata"].get("ownerReferences") or []:
+                    owners[ref.get("uid", "")] += 1
+        for uid, n in owners.items():
+            if n > 1:
+                self._violate("doubleAdmission", f"job {uid}: {n} Workloads hold quota")
+
+
+class JobController:
+    """Started Jobs run for their time and complete; stopped ones lose their pods."""
+
+    def __init__(self, api: Any, runtime: dict[str, float]) -> None:
+        self.api = api
+        self.runtime = runtime  # job name -> seconds of work
+        self.started: dict[str, float] = {}
+        self.completed = 0
+        self.restarts = 0
+
+    def tick(self) -> None:
+        self.api.call(self._tick)
+
+    def _tick(self, server: Any) -> None:
+        rt = server.registry.resolve("jobs")
+        now = time.monotonic()
+        for job in list(server.store.list(rt)):
+            meta, spec, status = job["metadata"], job["spec"], job.get("status") or {}
+            name = meta["name"]
+            if any(c.get("type") in ("Complete", "Failed") for c in status.get("conditions") or []):
+                continue
+            if spec.get("suspend"):
+                if self.started.pop(name, None) is not None:
+                    self.restarts += 1
+                if status.get("active"):
+                    self._status(server, job, {**status, "active": 0})
+                continue
+            if name not in self.started:
+                self.started[name] = now
+                self._status(server, job, {**status, "active": spec.get("parallelism", 1)})
+            elif now - self.started[name] >= self.runtime.get(name, 1.0):
+                done = {"conditions": [{"type": "Complete", "status": "True"}],
+                        "succeeded": spec.get("parallelism", 1), "active": 0}  # fmt: skip
+                self._status(server, job, {**status, **done})
+                self.completed += 1
+                self.started.pop(name, None)
+
+    @staticmethod
+    def _status(server: Any, job: Obj, status: Obj) -> None:
+        import copy
+
+        body = copy.deepcopy(job)
+        body["status"] = status
+        body["metadata"].pop("resourceVersion", None)
+        try:
+            server.put_object(body)
+        except Exception:  # noqa: BLE001 - the next tick tries again
+            pass
+
+
+def _config(strict: bool) -> Obj:
+    doc: Obj = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "clientConnection": {"qps": 200, "burst": 400},
+        "leaderElection": {"leaderElect": True},
+    }
+    if strict:
+        doc["reserveEvictingCapacity"] = True
+    return doc
+
+
+def run() -> dict[str, Any]:
+    from tests.apiserver import DEFAULT_NAMESPACES, start_apiserver
+    from tests.kube_harness import job as make_job
+
+    n_jobs = int(os.environ.get("QM_INVARIANTS_JOBS", JOBS))
+    n_kills = int(os.environ.get("QM_INVARIANTS_KILLS", KILLS))
+    seed = int(os.environ.get("QM_INVARIANTS_SEED", SEED))
+    strict = os.environ.get("QM_INVARIANTS_STRICT") == "1"
+    if strict:
+        from admission.config import ConfigError, parse_config
+
+        try:
+            parse_config(_config(strict))
+        except ConfigError as err:
+            raise RuntimeError(f"strict mode is not in this build: {err}") from err
+    rng = random.Random(seed)
+    objects, tree = topology(rng)
+    cqs = sorted(tree)
+    runtime: dict[str, float] = {}
+    jobs: list[Obj] = []
+    for i in range(n_jobs):
+        cq = rng.choice(cqs)
+        name = f"job-{i}"
+        prio = rng.choices([p for p, _ in PRIORITIES], weights=(6, 3, 1))[0]
+        jobs.append(make_job(f"ns-{cq}", name, queue="lq", cpu=str(rng.choice((1, 1, 2, 3))),
+                             priority_class=prio, suspend=True))  # fmt: skip
+        runtime[name] = rng.uniform(3.0, 12.0)
+    faults: Counter[str] = Counter()
+    kills = 0
+    wall0 = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="qm-invariants-") as tmp,
+        start_apiserver(
+            objects=objects,
+            tokens={TOKEN: USERNAME},
+            namespaces=(*DEFAULT_NAMESPACES, SERVICE_NS),
+            record_requests=False,
+            watch_window=5000,
+            bookmark_interval=5.0,
+        ) as api,
+    ):
+        work = Path(tmp)
+        checker = api.call(lambda s: Checker(tree).install(s))
+        kubeconfig = api.write_kubeconfig(work / "kubeconfig", token=TOKEN)
+        replicas = [
+            ServeProcess(
+                kubeconfig=kubeconfig,
+                workdir=work,
+                name=f"replica-{i}",
+                config=_config(strict),
+                args=("--leader-elect",),
+                env={"POD_NAME": f"replica-{i}"},
+                log_level="ERROR",
+            )  # fmt: skip
+            for i in range(2)
+        ]
+        for r in replicas:
+            r.start(ready_timeout=600)
+        controller = JobController(api, runtime)
+        stop = threading.Event()
+
+        def play() -> None:
+            while not stop.is_set():
+                try:
+                    controller.tick()
+                except Exception:  # noqa: BLE001 - a busy double: next tick
+                    pass
+                stop.wait(0.2)
+
+        player = threading.Thread(target=play, daemon=True)
+        player.start()
+
+        def leader() -> ServeProcess:
+            lease = api.call(lambda s: s.get_object("leases", LEASE, SERVICE_NS)) or {}
+            holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+            return next((r for r in replicas if r.name == holder), rng.choice(replicas))
+
+        def inject() -> None:
+            kind = rng.choice(("status", "status", "create", "job", "lease", "watch", "compact"))
+            code = rng.choice((500, 409, 429, 503))
+            if kind == "status":
+                api.fail_next(
+                    rng.randint(1, 3), code=code, verb="patch", resource="workloads/status"
+                )
+            elif kind == "create":
+                api.fail_next(1, code=code, verb="create", resource="workloads")
+            elif kind == "job":
+                api.fail_next(rng.randint(1, 2), code=code, verb="patch", resource="jobs")
+            elif kind == "lease":
+                api.fail_next(1, code=rng.choice((500, 503)), verb="update", resource="leases")
+            elif kind == "watch":
+                api.drop_watches(abrupt=rng.random() < 0.5)
+            else:
+                api.compact()
+            faults[kind] += 1
+
+        created = 0
+        arrival_s = n_jobs / ARRIVALS_PER_SECOND
+        kill_at = sorted(rng.uniform(5.0, arrival_s + 20.0) for _ in range(n_kills))
+        next_fault = time.monotonic() + rng.uniform(0.5, 2.0)
+        t0 = time.monotonic()
+        restarts: list[tuple[float, ServeProcess]] = []
+        while created < n_jobs or kill_at or restarts:
+            now = time.monotonic()
+            due = min(n_jobs, int((now - t0) * ARRIVALS_PER_SECOND))
+            if due > created:
+                batch = jobs[created:due]
+                api.call(lambda s, b=batch: [s.put_object(j) for j in b])
+                created = due
+            if kill_at and now - t0 >= kill_at[0]:
+                kill_at.pop(0)
+                victim = leader() if rng.random() < 0.75 else rng.choice(replicas)
+                if victim.alive():
+                    victim.kill()
+                    kills += 1
+                    restarts.append((now + rng.uniform(0.5, 2.0), victim))
+            for when, r in list(restarts):
+                if now >= when:
+                    restarts.remove((when, r))
+                    r.start(wait_ready=False)
+            if now >= next_fault:
+                inject()
+                next_fault = now + rng.uniform(0.5, 2.0)
+            for r in replicas:  # a replica that lost its Lease exits (by design): restart
+                if not r.alive() and all(r is not x for _, x in restarts):
+                    faults["exits"] += 1
+                    r.start(wait_ready=False)
+            time.sleep(0.05)
+        faults_stopped = time.monotonic()
+        api.clear_faults()
+        deadline = time.monotonic() + float(os.environ.get("QM_INVARIANTS_DRAIN", 900))
+        unfinished: list[str] = []
+        while time.monotonic() < deadline:
+            unfinished = api.call(_unfinished)
+            if not unfinished:
+                break
+            for r in replicas:
+                if not r.alive():
+                    faults["exits"] += 1
+                    r.start(wait_ready=False)
+            time.sleep(1.0)
+        drain = time.monotonic() - faults_stopped
+        time.sleep(3.0)  # the leader's last queue status writes
+        released_twice = api.call(lambda s: _released_twice(s, tree))
+        stop.set()
+        player.join(timeout=10)
+        logs = {r.name: r.log_tail(1500) for r in replicas}
+        for r in replicas:
+            r.stop()
+    violations = dict(checker.violations)
+    violations["releasedTwice"] = len(released_twice)
+    violations["lost"] = len(unfinished)
+    return {
+        "mode": "strict (reserveEvictingCapacity)" if strict else "default (Kueue's)",
+        "seed": seed,
+        "jobs": n_jobs,
+        "clusterQueues": len(tree),
+        "cohorts": TREES * 3,
+        "replicas": 2,
+        "kills": kills,
+        "faultsInjected": sum(v for k, v in faults.items() if k != "exits"),
+        "faultsByKind": dict(faults),
+        "wallSeconds": round(time.monotonic() - wall0, 1),
+        "drainSeconds": round(drain, 1),
+        "workloadEventsChecked": checker.events,
+        "admissions": checker.admissions,
+        "releases": checker.releases,
+        "jobsCompleted": controller.completed,
+        "jobsStoppedAndRequeued": controller.restarts,
+        "violations": violations,
+        "violationExamples": checker.examples
+        | ({"releasedTwice": released_twice[0]} if released_twice else {})
+        | ({"lost": ", ".join(unfinished[:5])} if unfinished else {}),
+        "peakTreeUseMilliCpu": dict(checker.peak_tree_use),
+        "treeQuotaMilliCpu": dict(checker.roots),
+        **({"logTails": logs} if unfinished else {}),
+    }
+
+
+def _unfinished(server: Any) -> list[str]:
+    jobs = server.store.list(server.registry.resolve("jobs"))
+    out = []
+    for j in jobs:
+        conds = (j.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Complete" and c.get("status") == "True" for c in conds):
+            out.append(j["metadata"]["name"])
+    wls = server.store.list(server.registry.resolve("workloads"))
+    for w in wls:
+        conds = (w.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Finished" and c.get("status") == "True" for c in conds):
+            out.append("workload/" + w["metadata"]["name"])
+    return out
+
+
+def _released_twice(server: Any, tree: dict[str, Any]) -> list[str]:
+    """ClusterQueues whose status (the service's view) shows less cpu in use than their
+    Workloads hold: a quota released twice."""
+    from queues.quantity import to_units
+    from tests.kube_invariants import usage_by_cq
+
+    actual = usage_by_cq(server.store.list(server.registry.resolve("workloads")))
+    out = []
+    for cq in server.store.list(server.registry.resolve("clusterqueues")):
+        name = cq["metadata"]["name"]
+        reported = 0
+        for fu in (cq.get("status") or {}).get("flavorsReservation") or []:
+            for r in fu.get("resources") or []:
+                if r.get("name") == "cpu":
+                    reported += to_units("cpu", r.get("total") or "0")
+        held = sum(v for (_, r), v in actual.get(name, {}).items() if r == "cpu")
+        if reported < held or reported < 0:
+            out.append(f"{name}: status {reported}m < held {held}m")
+    return out
