@@ -84,14 +84,14 @@ def cel_rules_off() -> Iterator[None]:
 def _seed(server: Any, chunk: list[dict[str, Any]], *, with_workloads: bool) -> None:
     """Store ``chunk``'s Jobs, and with ``with_workloads`` the Workload the service
     would create for each (what a restarted replica finds)."""
-    from admission.integrations.job import workload_from_job
-    from admission.kube.objects import workload_for_job
+    from admission.integrations.base import compose
+    from admission.integrations.job import JOB
 
     for job in chunk:
         stored = server.put_object(job)
         if with_workloads:
-            model = workload_from_job(stored, workload_priority_classes={}, priority_classes={})
-            server.put_object(workload_for_job(stored, model))
+            _, body = compose(JOB, stored, workload_priority_classes={}, priority_classes={})
+            server.put_object(body)
 
 
 def _count_workloads(server: Any) -> tuple[int, int]:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.job import workload_from_job
+from admission.integrations.base import compose
+from admission.integrations.job import JOB, workload_from_job
 from admission.kube import client as k
 from admission.kube import objects as o
 from admission.kube.slim import (
@@ -39,6 +40,11 @@ from tests.kube_harness import (
 )
 
 NO_CLASSES: dict[str, Any] = {"workload_priority_classes": {}, "priority_classes": {}}
+
+
+def body_of(job: dict[str, Any]) -> dict[str, Any]:
+    """The Workload the service creates for ``job``."""
+    return compose(JOB, job, **NO_CLASSES)[1]
 
 
 def stored(job: dict[str, Any], i: int = 0) -> dict[str, Any]:
@@ -146,19 +152,19 @@ def test_workload_and_job_digests_agree_and_see_an_unkept_change() -> None:
     jslim, wslim = job_slimmer(), WorkloadSlimmer()
     job = varied_jobs(1)[0]
     model = workload_from_job(job, **NO_CLASSES)
-    created = o.workload_for_job(job, model)  # what the service writes (whole template)
+    created = body_of(job)  # what the service writes (whole template)
     assert DIGEST not in created["spec"]["podSets"][0]["template"]
     slim_wl = wslim.slim(created)
-    desired = o.workload_for_job(jslim.slim(job), model)
+    desired = body_of(jslim.slim(job))
     assert o.workload_spec_drift(slim_wl, desired) is None
     assert o.workload_spec_drift(created, desired) is None  # a whole copy compares the same
     edited = copy.deepcopy(job)
     edited["spec"]["template"]["spec"]["containers"][0]["image"] = "registry/other:v2"
     # (the API allows this edit on a suspended Job only for its scheduling fields and
     # labels/annotations; Kueue's EquivalentToWorkload compares containers whole too)
-    drift = o.workload_spec_drift(slim_wl, o.workload_for_job(jslim.slim(edited), model))
+    drift = o.workload_spec_drift(slim_wl, body_of(jslim.slim(edited)))
     assert drift is not None and o.carries_slim_template(drift)  # must not be written as is
-    whole = o.workload_spec_drift(slim_wl, o.workload_for_job(edited, model))
+    whole = o.workload_spec_drift(slim_wl, body_of(edited))
     assert whole is not None and not o.carries_slim_template(whole)
     assert (
         whole["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["image"]
@@ -169,7 +175,7 @@ def test_workload_and_job_digests_agree_and_see_an_unkept_change() -> None:
 def test_a_slim_workload_parses_to_the_same_engine_workload() -> None:
     wslim, share = WorkloadSlimmer(), ModelInterner()
     for job in varied_jobs(40):
-        body = o.workload_for_job(job, workload_from_job(job, **NO_CLASSES))
+        body = body_of(job)
         body["metadata"].update(
             uid="w", resourceVersion="1", creationTimestamp="2026-01-01T00:00:00Z"
         )
@@ -186,7 +192,7 @@ def test_equal_podsets_are_shared_between_engine_workloads() -> None:
     for i in range(2):
         job = stored(realistic_job(7, namespace="ns", queue="lq"), i)
         job["metadata"]["name"] = f"j{i}"
-        bodies.append(o.workload_for_job(job, workload_from_job(job, **NO_CLASSES)))
+        bodies.append(body_of(job))
     a, b = (share(parse_model(x)) for x in bodies)
     assert a.pod_sets is b.pod_sets and a.name != b.name
 

@@ -367,7 +367,7 @@ def test_the_job_integrations_manifests_are_generated_from_the_registry(tmp_path
     shutil.copytree(BASE, tmp_path / "base")
     rbac = tmp_path / "base" / "rbac.yaml"
     rbac.write_text(rbac.read_text().replace(
-        "resources: [jobs]\n  verbs: [list, watch, patch]", "resources: [jobs]\n  verbs: [list]"
+        "resources: [jobs]\n  verbs: [list, watch, get, patch]", "resources: [jobs]\n  verbs: [list]"
     ))
     out: list[str] = []
     assert gen.main(["--check", "--dir", str(tmp_path / "base")], out=out.append) == 1
