@@ -10,17 +10,41 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bench.stack import ROOT, _free_port, _get, _metric_sum
-
+ROOT = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback
+            return int(resp.status), resp.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _metric_sum(text: str, name: str) -> float:
+    """The sum of a Prometheus metric's samples over all its label sets."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def proc_status_kib(pid: int, field: str) -> int:

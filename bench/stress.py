@@ -38,8 +38,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from bench.serve_process import ServeProcess
-from bench.stack import ROOT, TOKEN, USERNAME
+from bench.serve_process import ROOT, ServeProcess
+from bench.stack import TOKEN, USERNAME
 
 ATTACK_SECONDS = 60.0
 BASELINE_SECONDS = 10.0
