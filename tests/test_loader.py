@@ -143,7 +143,7 @@ def test_given_namespaces_are_the_only_ones(tmp_path: Path) -> None:
     }
 
 
-def test_directory_loads_yaml_files_sorted_and_not_recursively(tmp_path: Path) -> None:
+def test_directory_loads_yaml_and_json_files_sorted_and_not_recursively(tmp_path: Path) -> None:
     write(tmp_path / "b.yml", workload_doc("second"))
     write(tmp_path / "a.yaml", workload_doc("first"))
     (tmp_path / "notes.txt").write_text("not yaml: [")
@@ -237,9 +237,9 @@ def test_non_mapping_document(tmp_path: Path) -> None:
             "Required value",
         ),
         (
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
-            "kind",
-            'unsupported kind "Deployment"',
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {}\n",
+            "metadata.name",
+            "Required value",
         ),
         (
             "apiVersion: batch/v2\nkind: Job\nmetadata: {name: x}\n",
@@ -254,11 +254,11 @@ def test_missing_identity_fields(tmp_path: Path, doc: str, path: str, message: s
     assert message in str(err)
 
 
-def test_unsupported_kind_lists_job(tmp_path: Path) -> None:
-    err = load_error(
-        [write(tmp_path / "a.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: p}\n")]
-    )
-    assert "Job" in str(err) and "ClusterQueue" in str(err) and "Node" in str(err)
+def test_another_version_of_a_kind_read_is_an_error_not_a_skip(tmp_path: Path) -> None:
+    doc = CLUSTER_QUEUE.replace("v1beta2", "v1alpha1")
+    err = load_error([write(tmp_path / "a.yaml", doc)])
+    assert err.path == "apiVersion" and err.kind == "ClusterQueue"
+    assert '"kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"' in str(err)
 
 
 def test_duplicate_objects_across_files(tmp_path: Path) -> None:
@@ -353,13 +353,6 @@ def test_empty_inputs_merge_to_empty() -> None:
     assert merged == Inputs()
 
 
-def test_generate_name_alone_is_not_enough(tmp_path: Path) -> None:
-    doc = job_doc("x").replace("  name: x\n", "  generateName: train-\n")
-    err = load_error([write(tmp_path / "a.yaml", doc)])
-    assert err.path == "metadata.name"
-    assert "generateName is not enough" in str(err)
-
-
 # -- the event-level fast path gives what yaml.safe_load_all gives ---------------------
 
 FAST_PATH_SAMPLES = [
@@ -433,3 +426,9 @@ def test_bad_node_allocatable_names_the_node_and_field(tmp_path: Path) -> None:
     bad = NODE.replace('pods: "110"', "pods: lots")
     err = load_error([write(tmp_path / "a.yaml", bad)])
     assert f"{tmp_path / 'a.yaml'}: document 0: Node gpu-1: status.allocatable.pods:" in str(err)
+
+
+def test_a_pod_is_strictly_decoded_too(tmp_path: Path) -> None:
+    bad = POD.replace("  nodeName: gpu-1\n", "  nodeName: gpu-1\n  nodeNmae: gpu-2\n")
+    err = load_error([write(tmp_path / "a.yaml", bad)])
+    assert (err.kind, err.name, err.path) == ("Pod", "kube-system/ds-1", "spec.nodeNmae")

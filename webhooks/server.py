@@ -708,16 +708,20 @@ def serve_webhooks_only(
     port: int,
     host: str,
     config: WebhookConfig | None = None,
+    inputs: Any = None,
 ) -> None:
     """``quartermaster serve --webhooks-only``: model from YAML, self-signed certs.
 
-    Loads the objects with ``admission.drivers.loader.load_paths``, writes a CA and serving
+    Loads the objects with ``admission.drivers.loader.load_paths`` (or takes ``inputs``
+    the caller already loaded, e.g. from standard input), writes a CA and serving
     certificate to ``cert_dir`` unless present, prints ``ready`` once listening and
     serves until SIGINT/SIGTERM.
     """
-    from admission.drivers.loader import load_paths
+    if inputs is None:
+        from admission.drivers.loader import load_paths
 
-    view = InMemoryView.from_inputs(load_paths(paths))
+        inputs = load_paths(paths)
+    view = InMemoryView.from_inputs(inputs)
     ensure_cert_dir(cert_dir)
 
     async def main() -> None:

@@ -1,28 +1,47 @@
-"""Reading Kubernetes objects from YAML files into the engine's model.
+"""Reading Kubernetes objects from files into the engine's model, as kubectl reads them.
 
 ``quartermaster plan``, ``serve --webhooks-only`` and the simulator take their queues,
-flavors and workloads from YAML files (CLI.md). This module is the file side of that:
-it expands paths (a file, or every ``*.yaml``/``*.yml`` in a directory, sorted by
-name), splits multi-document YAML, hands each object to ``queues.api`` for validation,
-turns job objects (batch/v1 Jobs and every other kind of
-``admission.integrations.registry``) into Workloads the way Kueue's job controllers do,
-and collects everything in an ``Inputs``.
+flavors and workloads from the files a user would ``kubectl apply`` (CLI.md). This
+module is the file side of that, with kubectl's habits:
+
+* a path is a file, ``-`` (standard input) or a directory: every ``*.yaml``, ``*.yml``
+  and ``*.json`` in it, sorted by name, and with ``recursive`` its subdirectories too;
+* a file is a YAML stream (``---`` separated) or a JSON stream; ``kind: List`` documents
+  (what ``kubectl get -o yaml`` prints) are unwrapped into their ``items``;
+* ``metadata.generateName`` gets a name as the API server gives one (the prefix and
+  five random characters), drawn from the document itself so the same input always
+  gets the same names; namespaced objects without a namespace get the default one;
+* kinds Quartermaster does not read (AdmissionCheck, CronJob, ConfigMap, …) are
+  skipped with one warning each, never an abort; an input without a single object is
+  an error, as ``kubectl apply`` says "no objects passed to apply";
+* the kinds it reads are checked as strictly as the API server checks them: Kueue's
+  kinds by ``queues.api`` (CRD schema, CEL rules, webhooks), built-in kinds by their
+  OpenAPI fields (``admission.drivers.strict``), so a misspelt field is refused.
+
+Job objects (batch/v1 Jobs and every other kind of ``admission.integrations.registry``
+with one Workload per object) become Workloads the way Kueue's job controllers build
+them; objects of an integration the Configuration does not enable are not managed and
+are left out, with a warning. Everything ends in an ``Inputs``.
 
 Any bad input stops the load with a ``LoadError``: one paragraph naming the file, the
-0-based document index, the object and the field. A loader that skipped bad documents
-would plan against a cluster nobody wrote down.
+0-based document index (and the item of a List), the object and the field. A loader
+that skipped bad documents would plan against a cluster nobody wrote down.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
+from admission.drivers import strict
 from admission.integrations.base import Integration, IntegrationError, workload_model
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from queues import api
@@ -39,15 +58,58 @@ from queues.model import (
 from queues.topology import Node, PodUsage
 from queues.topology_nodes import NodeInputError, node_from_object, pod_usage_from_object
 
-__all__ = ["Inputs", "LoadError", "load_paths", "merge", "default_namespaces"]
+__all__ = [
+    "GeneratedName",
+    "Inputs",
+    "LoadError",
+    "STDIN",
+    "default_namespaces",
+    "load_paths",
+    "merge",
+]
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-YAML_SUFFIXES = (".yaml", ".yml")
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+YAML_SUFFIXES = FILE_SUFFIXES  # kept for callers of the old name
+STDIN = "-"
+CONFIG_GROUP = "config.kueue.x-k8s.io"
+STDIN_LABEL = "<stdin>"
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
-# the job kinds plan reads: every integration with one Workload per object
-JOB_KINDS: dict[str, Integration] = {i.kind: i for i in INTEGRATIONS if i.reconciler == "object"}
-CORE_KINDS = ("Node", "Pod")  # read for topology-aware scheduling, v1 only
+
+# The API server's name generator (k8s.io/apiserver/pkg/storage/names): the prefix cut to
+# 58 characters, then five characters of an alphabet without vowels and look-alikes.
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_GENERATED_SUFFIX = 5
+_MAX_GENERATED_PREFIX = 63 - _GENERATED_SUFFIX
+
+# The job kinds read besides Kueue's own (queues.api.KINDS): every integration with one
+# Workload per object, by (apiVersion, kind). Pod groups are a gang of pods, not read.
+_JOB_KINDS: dict[tuple[str, str], Integration] = {
+    (i.api_version, i.kind): i for i in INTEGRATIONS if i.reconciler == "object"
+}
+JOB_KINDS: dict[str, Integration] = {i.kind: i for i in _JOB_KINDS.values()}
+# v1 kinds read for topology-aware scheduling: Nodes (capacity) and bound Pods (its use)
+CORE_KINDS = ("Node", "Pod")
+_CORE_KINDS = {("v1", k) for k in CORE_KINDS}
 SUPPORTED_KINDS = tuple(sorted({kind for _, kind in api.KINDS} | set(JOB_KINDS) | set(CORE_KINDS)))
+NAMESPACED = frozenset(
+    {
+        *api.NAMESPACED_KINDS,
+        *(i.kind for i in _JOB_KINDS.values() if i.resource.namespaced),
+        "Pod",
+    }
+)
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+# (group, kind) of every kind read, whatever the version: another version of one of
+# them is an error (a typo, or an API this release does not speak), not a skip.
+_READ_GROUP_KINDS = frozenset(
+    {(_group(v), k) for v, k in (*api.KINDS, *_JOB_KINDS, *_CORE_KINDS)}
+)
 
 
 class LoadError(Exception):
@@ -62,21 +124,35 @@ class LoadError(Exception):
         kind: str = "",
         name: str = "",
         path: str = "",
+        item: int | None = None,
     ) -> None:
         self.file = file
         self.document = document
+        self.item = item
         self.kind = kind
         self.name = name
         self.path = path
         self.detail = message
-        where = [part for part in (file, _doc(document)) if part]
+        where = [part for part in (file, _doc(document, item)) if part]
         what = " ".join(part for part in (kind, name) if part)
         parts = [*where, what, path, message]
         super().__init__(": ".join(part for part in parts if part))
 
 
-def _doc(index: int | None) -> str:
-    return "" if index is None else f"document {index}"
+def _doc(index: int | None, item: int | None = None) -> str:
+    if index is None:
+        return ""
+    return f"document {index}" + ("" if item is None else f" items[{item}]")
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedName:
+    """A name given to an object that had only ``metadata.generateName``."""
+
+    where: str  # "file document N"
+    kind: str
+    generate_name: str
+    name: str  # namespace/name for namespaced kinds
 
 
 @dataclass
@@ -87,6 +163,8 @@ class Inputs:
     Namespace documents given, or (``namespaces_given`` false) one per namespace used by
     a LocalQueue or Workload, labelled only ``kubernetes.io/metadata.name=<name>``.
     Finished workloads are left out (their keys are in ``finished_workloads``).
+    ``warnings`` are one line each (skipped kinds); ``generated_names`` the names given
+    for ``generateName``.
     """
 
     flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
@@ -96,30 +174,39 @@ class Inputs:
     workload_priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     namespaces: dict[str, Namespace] = field(default_factory=dict)
-    workloads: list[Workload] = field(default_factory=list)
-    namespaces_given: bool = False
-    finished_workloads: set[str] = field(default_factory=set)
-    """Keys of the Finished workloads left out (an overlay's finish its base's ones)."""
     topologies: dict[str, Topology] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     pods: dict[str, PodUsage] = field(default_factory=dict)
     """Bound, running pods not placed by TAS (their requests use their nodes)."""
+    workloads: list[Workload] = field(default_factory=list)
+    namespaces_given: bool = False
+    finished_workloads: set[str] = field(default_factory=set)
+    """Keys of the Finished workloads left out (an overlay's finish its base's ones)."""
+    warnings: list[str] = field(default_factory=list)
+    generated_names: list[GeneratedName] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class _Origin:
-    """Where a document came from: file, index in the file, index across all files."""
+    """Where a document came from: file, index in the file (and in a List), position."""
 
     file: str
     document: int
     position: int
+    item: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.file} document {self.document}"
+        return f"{self.file} {_doc(self.document, self.item)}"
 
     def error(self, message: str, *, kind: str = "", name: str = "", path: str = "") -> LoadError:
         return LoadError(
-            message, file=self.file, document=self.document, kind=kind, name=name, path=path
+            message,
+            file=self.file,
+            document=self.document,
+            item=self.item,
+            kind=kind,
+            name=name,
+            path=path,
         )
 
 
@@ -128,37 +215,91 @@ class _Origin:
 # --------------------------------------------------------------------------------------
 
 
-def load_paths(paths: list[str], *, frameworks: Frameworks = ALL) -> Inputs:
-    """Load YAML files and directories (non-recursive) into one ``Inputs``.
+def load_paths(
+    paths: list[str],
+    *,
+    recursive: bool = False,
+    namespace: str | None = None,
+    stdin: TextIO | None = None,
+    frameworks: Frameworks = ALL,
+) -> Inputs:
+    """Load files, directories and standard input (``-``) into one ``Inputs``.
 
-    Job objects are converted after every file is read, so they see all priority
-    classes; objects of an integration ``frameworks`` does not enable are not managed
-    and are left out.
+    ``recursive`` descends into subdirectories (kubectl's ``-R``); ``namespace`` is the
+    namespace of namespaced objects that name none (kubectl's ``-n``; ``default``
+    otherwise); ``stdin`` is read for ``-`` (``sys.stdin`` when not given). Job objects
+    are converted after every file is read, so they see all priority classes; objects
+    of an integration ``frameworks`` does not enable are not managed and left out.
     """
+    documents: list[tuple[str, int, Any]] = []
+    for path in paths:
+        found = 0
+        for file, text in _sources(path, recursive=recursive, stdin=stdin):
+            for index, doc in _documents_of(file, text):
+                documents.append((file, index, doc))
+                found += 1
+        if not found:
+            where = STDIN_LABEL if path == STDIN else path
+            raise LoadError(
+                "no objects found (a YAML or JSON file, or a directory of *.yaml, *.yml "
+                "and *.json files" + ("" if recursive else "; -R reads subdirectories") + ")",
+                file=where,
+            )
+    return load_documents(documents, namespace=namespace, frameworks=frameworks)
+
+
+def load_documents(
+    documents: list[tuple[str, int, Any]],
+    *,
+    namespace: str | None = None,
+    frameworks: Frameworks = ALL,
+) -> Inputs:
+    """``Inputs`` from documents already read: (file label, index in the file, object)."""
     inputs = Inputs()
     seen: dict[tuple[str, str], _Origin] = {}
     workloads: list[tuple[_Origin, Workload]] = []
     jobs: list[tuple[_Origin, Integration, dict[str, Any]]] = []
-    documents = ((file, index, doc) for file in _expand(paths) for index, doc in _documents(file))
-    for position, (file, index, doc) in enumerate(documents):
-        origin = _Origin(file, index, position)
-        kind, name = _identify(doc, origin)
-        if kind in JOB_KINDS:
-            _claim(seen, (kind, name), origin, kind=kind, name=name)
-            if frameworks.is_enabled(JOB_KINDS[kind]) and not JOB_KINDS[kind].skip(doc):
-                jobs.append((origin, JOB_KINDS[kind], doc))
-            continue
-        if kind in CORE_KINDS:
-            _claim(seen, (kind, name), origin, kind=kind, name=name)
-            _core_object(doc, kind, name, origin, inputs)
-            continue
-        obj = _parse(doc, origin)
-        key = obj.key if isinstance(obj, LocalQueue | Workload) else obj.name
-        _claim(seen, (kind, key), origin, kind=kind, name=key)
-        if isinstance(obj, Workload):
-            workloads.append((origin, obj))
-        else:
-            _store(inputs, obj)
+    names = _NameGenerator()
+    default_ns = namespace or api.DEFAULT_NAMESPACE
+    position = 0
+    for file, index, top in documents:
+        for origin, doc in _unwrap(file, index, top, position):
+            position = origin.position + 1
+            if not _reads(doc, origin, inputs):
+                continue
+            doc = _with_name(doc, origin, names, seen, inputs, default_ns)
+            kind, name = _identify(doc, origin)
+            integration = _JOB_KINDS.get((doc["apiVersion"], kind))
+            if integration is not None:
+                root = f"{integration.api_version} {kind}"
+                if root in strict.known_roots():
+                    _strict(doc, root, origin, kind=kind, name=name)
+                _claim(seen, (kind, name), origin, kind=kind, name=name)
+                if frameworks.is_enabled(integration):
+                    if not integration.skip(doc):
+                        jobs.append((origin, integration, doc))
+                else:
+                    inputs.warnings.append(
+                        f"{origin}: {kind} {name} is not managed: the {integration.framework} "
+                        "integration is not enabled (integrations.frameworks)"
+                    )
+                continue
+            if (doc["apiVersion"], kind) in _CORE_KINDS:
+                root = f"v1 {kind}"
+                if root in strict.known_roots():
+                    _strict(doc, root, origin, kind=kind, name=name)
+                _claim(seen, (kind, name), origin, kind=kind, name=name)
+                _core_object(doc, kind, name, origin, inputs)
+                continue
+            if kind == "Workload":
+                _strict_templates(doc, origin, name)
+            obj = _parse(doc, origin, inputs)
+            key = obj.key if isinstance(obj, LocalQueue | Workload) else obj.name
+            _claim(seen, (kind, key), origin, kind=kind, name=key)
+            if isinstance(obj, Workload):
+                workloads.append((origin, obj))
+            else:
+                _store(inputs, obj)
     for origin, integration, job in jobs:
         wl = _job_workload(integration, job, origin, inputs)
         if not wl.queue_name:
@@ -188,6 +329,162 @@ def load_paths(paths: list[str], *, frameworks: Frameworks = ALL) -> Inputs:
     return inputs
 
 
+def _unwrap(file: str, index: int, doc: Any, position: int) -> Iterator[tuple[_Origin, Any]]:
+    """The document, or the items of a ``List`` (``kind: List`` or ``<Kind>List``)."""
+    if isinstance(doc, dict) and _is_list(doc):
+        items = doc.get("items")
+        if items is None:
+            return
+        if not isinstance(items, list):
+            raise LoadError(
+                f"must be of type array, got {_json_type(items)}",
+                file=file,
+                document=index,
+                kind=str(doc.get("kind")),
+                path="items",
+            )
+        for i, item in enumerate(items):
+            origin = _Origin(file, index, position + i, item=i)
+            if not isinstance(item, dict):
+                raise origin.error(
+                    f"is not a mapping (got {_json_type(item)}); every item must be a "
+                    "Kubernetes object"
+                )
+            yield origin, item
+        return
+    yield _Origin(file, index, position), doc
+
+
+def _is_list(doc: dict[str, Any]) -> bool:
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or not kind.endswith("List"):
+        return False
+    # kubectl unwraps any list type: kind *List with items (meta.IsListType)
+    return kind == "List" or "items" in doc
+
+
+def _reads(doc: dict[str, Any], origin: _Origin, inputs: Inputs) -> bool:
+    """Whether the document is of a kind read; a skipped kind gets its warning line.
+
+    A document without the identity every object needs (apiVersion, kind, a name or a
+    generateName) is an error whatever its kind: it is not an object at all.
+    """
+    kind = doc.get("kind")
+    api_version = doc.get("apiVersion")
+    meta = doc.get("metadata")
+    kind_text = kind if isinstance(kind, str) else ""
+    name = _display(kind_text, meta)
+
+    def fail(path: str, message: str = "Required value") -> LoadError:
+        return origin.error(message, kind=kind_text, name=name, path=path)
+
+    if not isinstance(api_version, str) or not api_version:
+        raise fail("apiVersion")
+    if not kind_text:
+        raise fail("kind")
+    if kind_text == "Configuration" and _group(api_version) == CONFIG_GROUP:
+        inputs.warnings.append(
+            f"{origin}: skipped {kind_text} ({api_version}): the service configuration is "
+            "not an object to plan; pass it with --config"
+        )
+        return False
+    pair = (api_version, kind_text)
+    if pair in api.KINDS or pair in _JOB_KINDS or pair in _CORE_KINDS:
+        return True
+    if (_group(api_version), kind_text) in _READ_GROUP_KINDS:
+        versions = sorted({v for v, k in (*api.KINDS, *_JOB_KINDS, *_CORE_KINDS) if k == kind_text})
+        supported = ", ".join(f'"{v}"' for v in versions)
+        raise fail(
+            "apiVersion",
+            f'Unsupported value: "{api_version}": supported values for {kind_text}: {supported}',
+        )
+    if meta is not None and not isinstance(meta, dict):
+        raise fail("metadata", "must be of type object")
+    if not name:
+        raise fail("metadata.name")
+    inputs.warnings.append(
+        f"{origin}: skipped {kind_text} {name} ({api_version}): "
+        "Quartermaster does not read this kind"
+    )
+    return False
+
+
+def _display(kind: str, meta: Any) -> str:
+    """How messages name an object: namespace/name, or the generateName prefix + '*'."""
+    if not isinstance(meta, dict):
+        return ""
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        prefix = meta.get("generateName")
+        if not isinstance(prefix, str) or not prefix:
+            return ""
+        name = prefix + "*"
+    if kind in ("Namespace",) or (kind not in NAMESPACED and "namespace" not in meta):
+        return name
+    ns = meta.get("namespace")
+    return f"{ns}/{name}" if isinstance(ns, str) and ns else name
+
+
+class _NameGenerator:
+    """Names for ``generateName``: prefix + 5 characters, the same for the same input.
+
+    The characters come from a hash of the document and of how many identical documents
+    came before it (``kubectl create`` twice gives two Jobs), so runs are reproducible
+    and adding an unrelated file renames nothing.
+    """
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = {}
+
+    def name(self, prefix: str, doc: dict[str, Any], taken: Callable[[str], bool]) -> str:
+        base = prefix[:_MAX_GENERATED_PREFIX]
+        digest_of = json.dumps(doc, sort_keys=True, default=str)
+        n = self.count.get(digest_of, 0)
+        while True:
+            self.count[digest_of] = n + 1
+            digest = hashlib.sha256(f"{n}\n{digest_of}".encode()).digest()
+            suffix = "".join(
+                _NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:_GENERATED_SUFFIX]
+            )
+            if not taken(base + suffix):
+                return base + suffix
+            n += 1  # the API server retries a taken name too
+
+
+def _with_name(
+    doc: dict[str, Any],
+    origin: _Origin,
+    names: _NameGenerator,
+    seen: dict[tuple[str, str], _Origin],
+    inputs: Inputs,
+    default_ns: str,
+) -> dict[str, Any]:
+    """The document with a generated name and the default namespace, if it needs them."""
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):
+        return doc
+    kind = doc["kind"]
+    updates: dict[str, Any] = {}
+    namespaced = kind in NAMESPACED
+    ns = meta.get("namespace")
+    if namespaced and (ns is None or ns == ""):
+        ns = updates["namespace"] = default_ns
+    name = meta.get("name")
+    prefix = meta.get("generateName")
+    if (name is None or name == "") and isinstance(prefix, str) and prefix:
+
+        def taken(candidate: str) -> bool:
+            key = f"{ns}/{candidate}" if namespaced else candidate
+            return (kind, key) in seen
+
+        name = updates["name"] = names.name(prefix, doc, taken)
+        shown = f"{ns}/{name}" if namespaced else name
+        inputs.generated_names.append(GeneratedName(str(origin), kind, prefix, shown))
+    if not updates:
+        return doc
+    return {**doc, "metadata": {**meta, **updates}}
+
+
 def _core_object(
     doc: dict[str, Any], kind: str, name: str, origin: _Origin, inputs: Inputs
 ) -> None:
@@ -214,25 +511,9 @@ def _job_workload(
             priority_classes=inputs.priority_classes,
         )
     except IntegrationError as exc:
-        raise origin.error(
-            str(exc), kind=integration.kind, name=_namespaced(job.get("metadata"))
-        ) from None
-
-
-def _expand(paths: list[str]) -> Iterator[str]:
-    for path in paths:
-        if os.path.isdir(path):
-            names = sorted(n for n in os.listdir(path) if n.endswith(YAML_SUFFIXES))
-            for name in names:
-                full = os.path.join(path, name)
-                if os.path.isfile(full):
-                    yield full
-        elif os.path.isfile(path):
-            yield path
-        elif os.path.exists(path):
-            raise LoadError("not a regular file or directory", file=path)
-        else:
-            raise LoadError("no such file or directory", file=path)
+        name = _display(integration.kind, job.get("metadata"))
+        message = str(exc).removeprefix(f"{integration.what} {name}: ")  # named once
+        raise origin.error(message, kind=integration.kind, name=name) from None
 
 
 class _NotPlain(Exception):
@@ -321,44 +602,110 @@ def _fast_documents(text: str) -> list[Any]:
 _NO_KEY = object()
 
 
-def _documents(file: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Non-empty documents of a YAML stream with their 0-based index in the file."""
+def _sources(path: str, *, recursive: bool, stdin: TextIO | None) -> Iterator[tuple[str, str]]:
+    """(file label, text) of every file a ``-f`` path names, in kubectl's order."""
+    if path == STDIN:
+        stream = stdin if stdin is not None else sys.stdin
+        try:
+            yield STDIN_LABEL, stream.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LoadError(f"cannot read: {exc}", file=STDIN_LABEL) from None
+        return
+    if os.path.isdir(path):
+        for file in _directory_files(path, recursive=recursive):
+            yield file, _read(file)
+    elif os.path.isfile(path):
+        yield path, _read(path)
+    elif os.path.exists(path):
+        raise LoadError("not a regular file or directory", file=path)
+    else:
+        raise LoadError("no such file or directory", file=path)
+
+
+def _directory_files(path: str, *, recursive: bool) -> Iterator[str]:
+    """``*.yaml``, ``*.yml`` and ``*.json`` files, by name; subdirectories in place."""
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError as exc:
+        raise LoadError(f"cannot read: {exc.strerror}", file=path) from None
+    for name in entries:
+        full = os.path.join(path, name)
+        if os.path.isdir(full):
+            if recursive:
+                yield from _directory_files(full, recursive=True)
+        elif name.endswith(FILE_SUFFIXES) and os.path.isfile(full):
+            yield full
+
+
+def _read(file: str) -> str:
     try:
         with open(file, encoding="utf-8") as stream:
-            text = stream.read()
+            return stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise LoadError(f"cannot read: {exc}", file=file) from None
-    try:
-        fast = _fast_documents(text)
-    except _NotPlain:
-        pass
+
+
+def _documents(file: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Non-empty documents of a file with their 0-based index in the file."""
+    return _documents_of(file, _read(file))
+
+
+def _documents_of(file: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Non-empty documents of a YAML or JSON stream with their 0-based index."""
+    if file.endswith(".json") or text.lstrip().startswith("{"):
+        docs: list[Any] = _json_documents(file, text)
     else:
-        for index, doc in enumerate(fast):
-            if doc is None:
-                continue
-            if not isinstance(doc, dict):
-                raise LoadError(
-                    f"is not a mapping (got {_json_type(doc)}); every document must be "
-                    "a Kubernetes object",
-                    file=file,
-                    document=index,
-                )
-            yield index, doc
-        return
+        try:
+            docs = _fast_documents(text)
+        except _NotPlain:
+            yield from _yaml_documents(file, text)
+            return
+    for index, doc in enumerate(docs):
+        if doc is None:
+            continue
+        yield index, _mapping(doc, file, index)
+
+
+def _mapping(doc: Any, file: str, index: int) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise LoadError(
+            f"is not a mapping (got {_json_type(doc)}); every document must be a Kubernetes object",
+            file=file,
+            document=index,
+        )
+    return doc
+
+
+def _json_documents(file: str, text: str) -> list[Any]:
+    """The values of a JSON stream (one object, or several one after the other)."""
+    decoder = json.JSONDecoder()
+    docs: list[Any] = []
+    pos = 0
+    end = len(text)
+    while True:
+        while pos < end and text[pos].isspace():
+            pos += 1
+        if pos >= end:
+            return docs
+        try:
+            doc, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise LoadError(
+                f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                file=file,
+                document=len(docs),
+            ) from None
+        docs.append(doc)
+
+
+def _yaml_documents(file: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
     index = 0
     loader = _SafeLoader(text)
     try:
         while loader.check_data():
             doc = loader.get_data()
             if doc is not None:
-                if not isinstance(doc, dict):
-                    raise LoadError(
-                        f"is not a mapping (got {_json_type(doc)}); every document must be "
-                        "a Kubernetes object",
-                        file=file,
-                        document=index,
-                    )
-                yield index, doc
+                yield index, _mapping(doc, file, index)
             index += 1
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -402,58 +749,46 @@ def _json_type(value: Any) -> str:
 
 
 def _identify(doc: dict[str, Any], origin: _Origin) -> tuple[str, str]:
-    """Kind and display name of a document that has a supported apiVersion, kind and name."""
-    kind = doc.get("kind")
-    kind_text = kind if isinstance(kind, str) else ""
+    """Kind and display name of a document of a kind read, once it has its name."""
+    kind: str = doc["kind"]
     meta = doc.get("metadata")
-    namespaced = (*api.NAMESPACED_KINDS, *JOB_KINDS, "Pod")
-    name = _namespaced(meta) if kind in namespaced else _plain(meta)
-
-    def fail(path: str, message: str = "Required value") -> LoadError:
-        return origin.error(message, kind=kind_text, name=name, path=path)
-
-    api_version = doc.get("apiVersion")
-    if not isinstance(api_version, str) or not api_version:
-        raise fail("apiVersion")
-    if not kind_text:
-        raise fail("kind")
-    if kind_text not in SUPPORTED_KINDS:
-        supported = ", ".join(SUPPORTED_KINDS)
-        raise fail("kind", f'unsupported kind "{kind_text}" (supported kinds: {supported})')
-    if kind_text in CORE_KINDS and api_version != "v1":
-        raise fail(
-            "apiVersion",
-            f'Unsupported value: "{api_version}": supported values for {kind_text}: "v1"',
-        )
-    job_kind = JOB_KINDS.get(kind_text)
-    if job_kind is not None and api_version != job_kind.api_version:
-        raise fail(
-            "apiVersion",
-            f'Unsupported value: "{api_version}": supported values for {kind_text}: '
-            f'"{job_kind.api_version}"',
-        )
+    name = _display(kind, meta)
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        if isinstance(meta, dict) and meta.get("generateName"):
-            raise fail(
-                "metadata.name",
-                "Required value: generateName is not enough, the object needs a fixed name",
+        raise origin.error("Required value", kind=kind, name=name, path="metadata.name")
+    return kind, name
+
+
+def _strict(doc: dict[str, Any], root: str, origin: _Origin, *, kind: str, name: str) -> None:
+    """Refuse unknown fields and mistyped values as the API server's strict decoding."""
+    problems = strict.check(doc, root)
+    if problems:
+        raise _strict_error(problems, origin, kind=kind, name=name)
+
+
+def _strict_templates(doc: dict[str, Any], origin: _Origin, name: str) -> None:
+    """A Workload's pod templates: Kueue's CRD gives them the full PodTemplateSpec schema."""
+    spec = doc.get("spec")
+    pod_sets = spec.get("podSets") if isinstance(spec, dict) else None
+    if not isinstance(pod_sets, list):
+        return  # the model reports it
+    problems: list[strict.FieldProblem] = []
+    for i, ps in enumerate(pod_sets):
+        if isinstance(ps, dict) and isinstance(ps.get("template"), dict):
+            problems += strict.check(
+                ps["template"], strict.POD_TEMPLATE_SPEC, path=f"spec.podSets[{i}].template"
             )
-        raise fail("metadata.name")
-    return kind_text, name
+    if problems:
+        raise _strict_error(problems, origin, kind="Workload", name=name)
 
 
-def _plain(meta: Any) -> str:
-    if isinstance(meta, dict) and isinstance(meta.get("name"), str):
-        return meta["name"]
-    return ""
-
-
-def _namespaced(meta: Any) -> str:
-    name = _plain(meta)
-    if not name:
-        return ""
-    ns = meta.get("namespace")
-    return f"{ns if isinstance(ns, str) and ns else api.DEFAULT_NAMESPACE}/{name}"
+def _strict_error(
+    problems: list[strict.FieldProblem], origin: _Origin, *, kind: str, name: str
+) -> LoadError:
+    path, message = problems[0]
+    unknown = [m.removeprefix("strict decoding error: ") for _, m in problems if "unknown" in m]
+    if len(unknown) > 1:  # the server lists every unknown field in one message
+        message = "strict decoding error: " + ", ".join(unknown)
+    return origin.error(message, kind=kind, name=name, path=path)
 
 
 def _claim(
@@ -475,11 +810,20 @@ def _claim(
     seen[key] = origin
 
 
-def _parse(doc: dict[str, Any], origin: _Origin) -> api.ModelObject:
+def _parse(doc: dict[str, Any], origin: _Origin, inputs: Inputs) -> api.ModelObject:
     try:
-        return api.to_model(api.parse_object(doc))
+        parsed = api.parse_object(doc)
+        model = api.to_model(parsed)
     except api.InputError as exc:
         raise origin.error(exc.message, kind=exc.kind, name=exc.name, path=exc.path) from None
+    if isinstance(parsed, api.ClusterQueue) and parsed.spec.admission_checks_strategy:
+        checks = ", ".join(c.name for c in parsed.spec.admission_checks_strategy.admission_checks)
+        inputs.warnings.append(
+            f"{origin}: ClusterQueue {parsed.metadata.name}: spec.admissionChecksStrategy has "
+            f"no effect: Quartermaster does not run admission checks ({checks}); Kueue "
+            "admits its workloads only once they pass, plan shows their quota reservation"
+        )
+    return model
 
 
 def _store(inputs: Inputs, obj: api.ModelObject) -> None:
@@ -540,13 +884,13 @@ def merge(base: Inputs, overlay: Inputs) -> Inputs:
             **overlay.workload_priority_classes,
         },
         priority_classes={**base.priority_classes, **overlay.priority_classes},
+        topologies={**base.topologies, **overlay.topologies},
+        nodes={**base.nodes, **overlay.nodes},
+        pods={**base.pods, **overlay.pods},
         workloads=list(workloads.values()),
         namespaces_given=base.namespaces_given or overlay.namespaces_given,
         finished_workloads=(base.finished_workloads - workloads.keys())
         | overlay.finished_workloads,
-        topologies={**base.topologies, **overlay.topologies},
-        nodes={**base.nodes, **overlay.nodes},
-        pods={**base.pods, **overlay.pods},
     )
     if merged.namespaces_given:
         for side in (base, overlay):
