@@ -1,11 +1,15 @@
 """The service configuration file (Kueue's ``Configuration`` plus our extensions).
 
 The same file is taken by ``plan --config``, ``simulate --config`` and
-``serve --config``. Field names are Kueue's where Kueue has the feature
-(``config.kueue.x-k8s.io/v1beta2``): ``fairSharing``, ``admissionFairSharing``,
-``waitForPodsReady``, ``manageJobsWithoutQueueName``, ``managedJobsNamespaceSelector``.
-``cohortCredits`` is this project's extension (usage-based credits between
+``serve --config``. It is Kueue's whole ``config.kueue.x-k8s.io`` ``Configuration``
+(v1beta2, and v1beta1's spellings): a Kueue user's file loads unchanged. Field names
+are Kueue's; ``cohortCredits`` is this project's extension (usage-based credits between
 ClusterQueues and Cohorts). Unknown fields are an error naming the path.
+
+Every field Kueue defines is parsed; the ones Quartermaster does not implement (yet)
+are listed in ``Config.warnings`` ("... has no effect"), which the commands print on
+stderr. ``resources`` (excluded prefixes and resource transformations) is turned into
+the ``queues.transformations.ResourceTransformer`` the engine's cache applies.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from pydantic import (
 )
 
 from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
-from admission.integrations.registry import Frameworks, FrameworksError, frameworks
+from admission.integrations.registry import BY_FRAMEWORK, Frameworks, FrameworksError, frameworks
+from queues.quantity import QuantityError, parse_quantity
+from queues.transformations import REPLACE, RETAIN, ResourceTransformation, ResourceTransformer
 
 if TYPE_CHECKING:
     from admission.engine.cache import Cache
@@ -177,6 +183,182 @@ class ClientConnection(_Strict):
     burst: int = Field(default=100, ge=1)
 
 
+class ControllerWebhook(_Strict):
+    """``webhook``: where the webhook server listens (``serve``'s defaults)."""
+
+    port: int | None = Field(default=None, ge=1, le=65535)
+    host: str | None = None
+    certDir: str | None = None
+    # This project's extension: how long a quota edit waits for its impact warnings.
+    impactDeadline: str | float | None = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Dict-style access, for readers of the extension fields."""
+        value = getattr(self, name, None)
+        return default if value is None else value
+
+
+class ControllerMetrics(_Strict):
+    bindAddress: str | None = None
+    enableClusterQueueResources: bool | None = None
+    customLabels: list[dict[str, Any]] | None = None
+    localQueueMetrics: dict[str, Any] | None = None
+
+
+class ControllerHealth(_Strict):
+    healthProbeBindAddress: str | None = None
+    readinessEndpointName: str | None = None
+    livenessEndpointName: str | None = None
+
+
+class ControllerConfigurationSpec(_Strict):
+    groupKindConcurrency: dict[str, int] | None = None
+    cacheSyncTimeout: str | None = None
+
+
+class TLSOptions(_Strict):
+    minVersion: str | None = None
+    cipherSuites: list[str] | None = None
+    curvePreferences: list[int] | None = None
+
+
+class InternalCertManagement(_Strict):
+    enable: bool | None = None
+    webhookServiceName: str | None = None
+    webhookSecretName: str | None = None
+
+
+class PodIntegrationOptions(_Strict):
+    """v1beta1's ``integrations.podOptions`` (dropped in v1beta2)."""
+
+    namespaceSelector: dict[str, Any] | None = None
+    podSelector: dict[str, Any] | None = None
+
+
+# Every framework name Kueue knows (apis/config/v1beta2 Integrations.Frameworks); a name
+# outside it is an error (Kueue: integration not found), a Kueue name this project has no
+# integration for yet has no effect.
+KUEUE_FRAMEWORKS = frozenset(
+    {
+        "batch/job",
+        "kubeflow.org/mpijob",
+        "ray.io/rayjob",
+        "ray.io/rayservice",
+        "ray.io/raycluster",
+        "jobset.x-k8s.io/jobset",
+        "kubeflow.org/paddlejob",
+        "kubeflow.org/pytorchjob",
+        "kubeflow.org/tfjob",
+        "kubeflow.org/xgboostjob",
+        "kubeflow.org/jaxjob",
+        "trainer.kubeflow.org/trainjob",
+        "workload.codeflare.dev/appwrapper",
+        "sparkoperator.k8s.io/sparkapplication",
+        "pod",
+        "deployment",
+        "statefulset",
+        "leaderworkerset.x-k8s.io/leaderworkerset",
+    }
+)
+
+
+class Integrations(_Strict):
+    frameworks: list[str] | None = None
+    externalFrameworks: list[str] | None = None
+    labelKeysToCopy: list[str] | None = None
+    podOptions: PodIntegrationOptions | None = None
+
+    def unregistered(self) -> list[str]:
+        """Kueue's framework names listed that Quartermaster has no integration for."""
+        return [f for f in self.frameworks or [] if f in KUEUE_FRAMEWORKS and f not in BY_FRAMEWORK]
+
+    def registry_section(self) -> dict[str, Any]:
+        """The section as the integrations registry reads it, without the frameworks
+        that have no effect (they are warned about)."""
+        section = self.model_dump(exclude_none=True)
+        if self.frameworks is not None:
+            skip = set(self.unregistered())
+            section["frameworks"] = [f for f in self.frameworks if f not in skip]
+        return section
+
+
+class ResourceTransformationDoc(_Strict):
+    """One ``resources.transformations`` entry (Kueue's ``ResourceTransformation``)."""
+
+    input: str = Field(min_length=1)
+    strategy: str = RETAIN  # Kueue's default (SetDefaults_Configuration)
+    multiplyBy: str | None = None
+    outputs: dict[str, str | int | float] = Field(default_factory=dict)
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, v: str) -> str:
+        if v not in (RETAIN, REPLACE):
+            raise ValueError(f'Unsupported value: "{v}": supported values: "Retain", "Replace"')
+        return v
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, v: dict[str, str | int | float]) -> dict[str, str | int | float]:
+        for name, qty in v.items():
+            if isinstance(qty, bool):
+                raise ValueError(f"{name}: must be a quantity, got a boolean")
+            try:
+                parse_quantity(qty)
+            except QuantityError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return v
+
+
+class Resources(_Strict):
+    quotaCheckStrategy: Literal["BlockUndeclared", "IgnoreUndeclared"] | None = None
+    excludeResourcePrefixes: list[str] = Field(default_factory=list)
+    transformations: list[ResourceTransformationDoc] = Field(default_factory=list)
+    deviceClassMappings: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _unique_inputs(self) -> Resources:
+        seen: set[str] = set()
+        for i, t in enumerate(self.transformations):
+            if t.input in seen:
+                raise ValueError(f'transformations[{i}].input: Duplicate value: "{t.input}"')
+            seen.add(t.input)
+        if self.excludeResourcePrefixes and self.quotaCheckStrategy == "IgnoreUndeclared":
+            raise ValueError(
+                "quotaCheckStrategy: excludeResourcePrefixes is not allowed when "
+                "quotaCheckStrategy is IgnoreUndeclared"
+            )
+        return self
+
+    def transformer(self) -> ResourceTransformer:
+        return ResourceTransformer.of(
+            excluded_prefixes=self.excludeResourcePrefixes,
+            transformations=(
+                ResourceTransformation(
+                    input=t.input,
+                    strategy=t.strategy,
+                    multiply_by=t.multiplyBy or None,
+                    outputs=tuple((n, parse_quantity(q)) for n, q in t.outputs.items()),
+                )
+                for t in self.transformations
+            ),
+        )
+
+
+class WorkloadRetentionPolicy(_Strict):
+    afterFinished: str | None = None
+    afterDeactivatedByKueue: str | None = None
+
+
+class ObjectRetentionPolicies(_Strict):
+    workloads: WorkloadRetentionPolicy | None = None
+
+
+class VisibilityServer(_Strict):
+    bindAddress: str | None = None
+    bindPort: int | None = Field(default=None, ge=1, le=65535)
+
+
 class ConfigurationDoc(_Strict):
     apiVersion: str | None = None
     kind: str | None = None
@@ -188,12 +370,30 @@ class ConfigurationDoc(_Strict):
     manageJobsWithoutQueueName: bool = False
     managedJobsNamespaceSelector: dict[str, Any] | None = None
     internalCertManagement: dict[str, Any] | None = None
-    webhook: dict[str, Any] | None = None
-    metrics: dict[str, Any] | None = None
-    health: dict[str, Any] | None = None
+    webhook: ControllerWebhook | None = None
+    metrics: ControllerMetrics | None = None
+    health: ControllerHealth | None = None
     leaderElection: LeaderElection | None = None
-    integrations: dict[str, Any] | None = None
+    integrations: Integrations | None = None
     clientConnection: ClientConnection = Field(default_factory=ClientConnection)
+    # The rest of Kueue's Configuration: parsed (typos are errors), implemented or
+    # reported as having no effect (see UNIMPLEMENTED).
+    resources: Resources | None = None
+    controller: ControllerConfigurationSpec | None = None
+    pprofBindAddress: str | None = None
+    tls: TLSOptions | None = None
+    multiKueue: dict[str, Any] | None = None
+    featureGates: dict[str, bool] | None = None
+    objectRetentionPolicies: ObjectRetentionPolicies | None = None
+    visibilityServer: VisibilityServer | None = None
+    queueVisibility: dict[str, Any] | None = None  # v1beta1 only
+
+    @field_validator("internalCertManagement")
+    @classmethod
+    def _icm(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            InternalCertManagement.model_validate(v)
+        return v
 
 
 @dataclass(slots=True)
@@ -202,6 +402,8 @@ class Config:
 
     doc: ConfigurationDoc = field(default_factory=ConfigurationDoc)
     now: float | None = None  # plan --now: evaluation time (epoch seconds)
+    warnings: list[str] = field(default_factory=list)  # fields that have no effect
+    resources: ResourceTransformer = field(default_factory=ResourceTransformer)
 
     @property
     def fair_sharing(self) -> FairSharingSection | None:
@@ -221,7 +423,8 @@ class Config:
     @property
     def frameworks(self) -> Frameworks:
         """The job integrations ``integrations.frameworks`` enables (all when unset)."""
-        return frameworks(self.doc.integrations)
+        section = self.doc.integrations
+        return frameworks(section.registry_section() if section is not None else None)
 
     def make_scheduler(
         self, cache: Cache, *, clock: Callable[[], float], explain: bool = True
@@ -301,7 +504,8 @@ def parse_config(doc: Any, *, source: str = "configuration") -> Config:
     try:
         parsed = ConfigurationDoc.model_validate(doc)
         try:
-            frameworks(parsed.integrations)
+            if parsed.integrations is not None:
+                frameworks(parsed.integrations.registry_section())
         except FrameworksError as e:
             raise ConfigError(f"{source}: {e}") from e
         for name in ("admissionFairSharing", "cohortCredits"):
@@ -317,4 +521,123 @@ def parse_config(doc: Any, *, source: str = "configuration") -> Config:
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         msg = msg.removeprefix("Value error, ")
         raise ConfigError(f"{source}: {path}: {msg}") from e
-    return Config(doc=parsed)
+    resources = parsed.resources.transformer() if parsed.resources else ResourceTransformer()
+    warnings = [f"{source}: {w}" for w in unimplemented(parsed)]
+    return Config(doc=parsed, warnings=warnings, resources=resources)
+
+
+def unimplemented(doc: ConfigurationDoc) -> list[str]:
+    """ "<field>: has no effect ..." for every field set that Quartermaster does not act on.
+
+    Kueue's defaults count as unset: a field written with the value Kueue would use
+    anyway changes nothing here either.
+    """
+    out: list[str] = []
+
+    def no_effect(path: str, why: str) -> None:
+        out.append(f"{path}: has no effect ({why})")
+
+    if doc.controller is not None:
+        no_effect("controller", "Quartermaster reconciles on one event loop, not per kind")
+    if doc.pprofBindAddress not in (None, "", "0"):
+        no_effect("pprofBindAddress", "no pprof; send SIGUSR1 for every thread's stack")
+    if doc.tls is not None:
+        no_effect("tls", "the webhook server uses Python's TLS defaults")
+    if doc.multiKueue is not None:
+        no_effect("multiKueue", "MultiKueue is not implemented")
+    for gate in sorted(doc.featureGates or {}):
+        no_effect(f"featureGates.{gate}", "Quartermaster has no feature gates")
+    if doc.objectRetentionPolicies is not None:
+        no_effect("objectRetentionPolicies", "Workloads are not deleted automatically")
+    if doc.visibilityServer is not None:
+        no_effect("visibilityServer", "not implemented")
+    if doc.queueVisibility is not None:
+        no_effect("queueVisibility", "removed in Kueue v1beta2")
+    m = doc.metrics
+    if m is not None:
+        if m.bindAddress is not None and _port_of(m.bindAddress) is None:
+            no_effect("metrics.bindAddress", f"{m.bindAddress!r}: metrics are always served")
+        if m.enableClusterQueueResources is False:
+            no_effect(
+                "metrics.enableClusterQueueResources",
+                "ClusterQueue resource metrics are always reported",
+            )
+        if m.customLabels:
+            no_effect("metrics.customLabels", "not implemented")
+        if m.localQueueMetrics is not None:
+            no_effect("metrics.localQueueMetrics", "not implemented")
+    h = doc.health
+    if h is not None:
+        if h.healthProbeBindAddress is not None and _port_of(h.healthProbeBindAddress) is None:
+            no_effect("health.healthProbeBindAddress", "health probes are always served")
+        for name, default in (
+            ("readinessEndpointName", "readyz"),
+            ("livenessEndpointName", "healthz"),
+        ):
+            value = getattr(h, name)
+            if value not in (None, default):
+                no_effect(f"health.{name}", f"the endpoint is /{default}")
+    w = doc.waitForPodsReady
+    if w is not None:
+        if w.blockAdmission:
+            no_effect("waitForPodsReady.blockAdmission", "admission is never blocked")
+        if w.recoveryTimeout is not None:
+            no_effect("waitForPodsReady.recoveryTimeout", "not implemented")
+    i = doc.integrations
+    if i is not None:
+        other = i.unregistered()
+        if other:
+            no_effect(
+                "integrations.frameworks",
+                f"{', '.join(other)}: Quartermaster has integrations for "
+                f"{', '.join(sorted(BY_FRAMEWORK))}",
+            )
+        if i.labelKeysToCopy:
+            no_effect("integrations.labelKeysToCopy", "labels are not copied to Workloads")
+        if i.podOptions is not None:
+            no_effect("integrations.podOptions", "use managedJobsNamespaceSelector")
+    r = doc.resources
+    if r is not None:
+        if r.quotaCheckStrategy == "IgnoreUndeclared":
+            no_effect(
+                "resources.quotaCheckStrategy",
+                "IgnoreUndeclared is not implemented: every resource is checked",
+            )
+        if r.deviceClassMappings:
+            no_effect(
+                "resources.deviceClassMappings", "dynamic resource allocation is not implemented"
+            )
+    return out
+
+
+def _port_of(address: str) -> int | None:
+    """The port of a Go listen address (":8080", "127.0.0.1:8080"); None for "0" or ""."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class ListenDefaults:
+    """Where ``serve`` listens when no flag says: from ``webhook``, ``metrics``, ``health``."""
+
+    webhook_port: int = 9443
+    metrics_port: int = 8080
+    health_port: int = 8081
+    cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
+    host: str = "0.0.0.0"
+
+
+def listen_defaults(config: Config) -> ListenDefaults:
+    doc = config.doc
+    base = ListenDefaults()
+    web, met, hea = doc.webhook, doc.metrics, doc.health
+    return ListenDefaults(
+        webhook_port=(web.port if web and web.port else base.webhook_port),
+        metrics_port=(_port_of(met.bindAddress or "") if met else None) or base.metrics_port,
+        health_port=(_port_of(hea.healthProbeBindAddress or "") if hea else None)
+        or base.health_port,
+        cert_dir=(web.certDir if web and web.certDir else base.cert_dir),
+        host=(web.host if web and web.host else base.host),
+    )

@@ -248,6 +248,9 @@ class PodSet:
     # Containers whose requests exceed their limits: (field, index, resources), e.g.
     # ("containers", 0, ("cpu",)). Such a workload is never admitted (Misconfigured).
     limit_violations: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+    # The requests the pod template declares, when ``requests`` is what Kueue's resource
+    # transformations made of them (queues.transformations); None: untransformed.
+    declared_requests: dict[str, int] | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -21,6 +21,7 @@ from admission.engine.scheduler import AdmittedDecision, PreemptedDecision, Sche
 from queues.model import Workload
 from queues.quantity import format_quantity
 from queues.topology_assignment import from_v1beta2, to_v1beta2
+from queues.transformations import ResourceTransformer
 
 MAX_CYCLES = 10_000
 
@@ -39,13 +40,15 @@ class PlanResult:
     scheduler: Scheduler | None = None
 
 
-def build_cache(inputs: Inputs) -> Cache:
+def build_cache(inputs: Inputs, *, resources: ResourceTransformer | None = None) -> Cache:
+    """A cache holding the inputs; ``resources`` is the Configuration's resources section."""
     cache = Cache(
         flavors=inputs.flavors,
         cluster_queues=inputs.cluster_queues,
         cohorts=inputs.cohorts,
         local_queues=inputs.local_queues,
         namespaces=inputs.namespaces if inputs.namespaces_given else None,
+        resources=resources,
     )
     cache.set_topologies(inputs.topologies)
     for name in sorted(inputs.nodes):
@@ -74,7 +77,7 @@ def run_plan(
     the run raise :class:`DeadlineExceeded` between cycles once passed.
     """
     config = config or Config()
-    cache = build_cache(inputs)
+    cache = build_cache(inputs, resources=config.resources)
     if before_cycles is not None:
         before_cycles(cache)
     now = config.now if config.now is not None else 0.0
@@ -288,31 +291,61 @@ def _core(o: dict[str, Any]) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in o.items() if k != "message"))
 
 
-def plan_table(doc: dict[str, Any]) -> str:
-    """The plan for a person: admitted, preempted, pending and usage tables."""
+def plan_table(doc: dict[str, Any], *, wide: bool = False) -> str:
+    """The plan for a person: admitted, preempted, pending and usage tables.
+
+    ``wide`` (``-o wide``) gives every podSet of an admission its own row with its
+    count, flavors and usage in separate columns, and adds the preemption messages.
+    """
     lines = [f"Cycles: {doc['cycles']}", ""]
     lines.append("ADMITTED")
-    rows: list[tuple[str, ...]] = [("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "ASSIGNMENT")]
-    for a in doc["admitted"]:
-        assign = "; ".join(
-            f"{p['name']}×{p['count']} "
-            + ",".join(f"{r}={p['resourceUsage'][r]}@{f}" for r, f in p["flavors"].items())
-            + (
-                f" topology[{topology_text(p['topologyAssignment'])}]"
-                if "topologyAssignment" in p
-                else ""
-            )
-            for p in a["podSetAssignments"]
+    rows: list[tuple[str, ...]]
+    if wide:
+        rows = [("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "PODSET", "COUNT", "FLAVORS", "USAGE")]
+        topology = any(
+            "topologyAssignment" in p for a in doc["admitted"] for p in a["podSetAssignments"]
         )
-        rows.append((a["workload"], a["clusterQueue"], str(a["cycle"]), assign))
+        if topology:
+            rows[0] += ("TOPOLOGY",)
+        for a in doc["admitted"]:
+            for p in a["podSetAssignments"]:
+                flavors = ",".join(f"{r}@{f}" for r, f in p["flavors"].items())
+                usage = ",".join(f"{r}={q}" for r, q in p["resourceUsage"].items())
+                row: tuple[str, ...] = (
+                    a["workload"],
+                    a["clusterQueue"],
+                    str(a["cycle"]),
+                    p["name"],
+                    str(p["count"]),
+                    flavors,
+                    usage,
+                )
+                if topology:
+                    t = p.get("topologyAssignment")
+                    row += (topology_text(t) if t else "-",)
+                rows.append(row)
+    else:
+        rows = [("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "ASSIGNMENT")]
+        for a in doc["admitted"]:
+            assign = "; ".join(
+                f"{p['name']}×{p['count']} "
+                + ",".join(f"{r}={p['resourceUsage'][r]}@{f}" for r, f in p["flavors"].items())
+                + (
+                    f" topology[{topology_text(p['topologyAssignment'])}]"
+                    if "topologyAssignment" in p
+                    else ""
+                )
+                for p in a["podSetAssignments"]
+            )
+            rows.append((a["workload"], a["clusterQueue"], str(a["cycle"]), assign))
     lines += _table(rows)
     if doc["preempted"]:
         lines += ["", "PREEMPTED"]
-        rows = [("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "BY", "REASON")]
-        rows += [
-            (p["workload"], p["clusterQueue"], str(p["cycle"]), p["by"], p["reason"])
-            for p in doc["preempted"]
-        ]
+        header = ("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "BY", "REASON")
+        rows = [(*header, "MESSAGE") if wide else header]
+        for p in doc["preempted"]:
+            row = (p["workload"], p["clusterQueue"], str(p["cycle"]), p["by"], p["reason"])
+            rows.append((*row, p.get("message") or "") if wide else row)
         lines += _table(rows)
     lines += ["", "PENDING"]
     rows = [("WORKLOAD", "CLUSTERQUEUE", "REASON", "MESSAGE")]
@@ -332,6 +365,13 @@ def plan_table(doc: dict[str, Any]) -> str:
         rows = [("WORKLOAD", "BEFORE", "AFTER")]
         for c in doc["whatIf"]["changes"]:
             rows.append((c["workload"], _short(c["before"]), _short(c["after"])))
+        lines += _table(rows)
+    if doc.get("generatedNames"):
+        lines += ["", "GENERATED NAMES"]
+        rows = [("KIND", "NAME", "GENERATENAME", "SOURCE")]
+        rows += [
+            (g["kind"], g["name"], g["generateName"], g["source"]) for g in doc["generatedNames"]
+        ]
         lines += _table(rows)
     return "\n".join(lines) + "\n"
 

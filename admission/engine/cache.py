@@ -27,6 +27,7 @@ from queues.model import (
 )
 from queues.pending import PendingQueue, scheduling_hash
 from queues.topology import Node, PodUsage, TopologyState, Usage, add_usage
+from queues.transformations import ResourceTransformer
 from queues.tree import CohortTree
 
 if TYPE_CHECKING:
@@ -56,7 +57,11 @@ class Cache:
         cohorts: Mapping[str, Cohort],
         local_queues: Mapping[str, LocalQueue],
         namespaces: Mapping[str, Namespace] | None = None,
+        resources: ResourceTransformer | None = None,
     ) -> None:
+        # Kueue's workload info options (Configuration.resources): every workload's
+        # requests are what they are for quota once it enters the cache.
+        self.resources = resources if resources else None
         self.flavors: dict[str, ResourceFlavor] = dict(flavors)
         self.cluster_queues: dict[str, ClusterQueue] = dict(cluster_queues)
         self.cohorts: dict[str, Cohort] = dict(cohorts)
@@ -321,6 +326,8 @@ class Cache:
         path, including a cache rebuilt after a restart. An inactive workload without
         quota is only remembered, never queued.
         """
+        if self.resources is not None:
+            self.resources.apply(wl)  # idempotent: recomputed from the declared requests
         old = self.workloads.get(wl.key)
         if old is not None and wl.key in self.admitted:
             # Re-read while admitted (Kueue's cache UpdateWorkload: delete the old

@@ -257,6 +257,7 @@ class Simulator:
             cohorts=sc.cohorts,
             local_queues=sc.local_queues,
             namespaces=sc.namespaces,
+            resources=getattr(self.config, "resources", None),
         )
         if sc.topologies or sc.nodes:  # topology-aware scheduling: the cluster's nodes
             cache.set_topologies(sc.topologies)
