@@ -143,11 +143,14 @@ def check_cluster_queue(spec: ClusterQueueSpec) -> Problems:
             seen.add(rule.name)
             for j, flavor in enumerate(rule.on_flavors):
                 if flavor not in flavors:
+                    why = (
+                        f"supported values: {supported} (the flavors of spec.resourceGroups)"
+                        if flavors
+                        else "onFlavors can name only flavors of spec.resourceGroups, and "
+                        "this ClusterQueue has none"
+                    )
                     problems.append(
-                        (
-                            f"{rpath}.onFlavors[{j}]",
-                            f'Unsupported value: "{flavor}": supported values: {supported}',
-                        )
+                        (f"{rpath}.onFlavors[{j}]", f'Unsupported value: "{flavor}": {why}')
                     )
     return problems
 

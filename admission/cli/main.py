@@ -7,6 +7,7 @@ stderr naming the file, document and field), 1 internal error.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from datetime import datetime
@@ -15,52 +16,254 @@ from typing import Any
 from admission.cli import operator
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+PACKAGE = "quartermaster"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
 
 class BadInput(Exception):
     """Input the user can fix; printed as one paragraph, exit code 2."""
 
 
+def version() -> str:
+    """The installed package's version (the source tree's when run uninstalled)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        return "0.0.0+source"
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions keep their paragraphs; every option shows its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" not in text
+            and default not in (None, False, [], argparse.SUPPRESS)
+            and action.option_strings
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _add_filenames(
+    p: argparse.ArgumentParser, *, required: bool, what: str, namespace: bool = True
+) -> None:
+    p.add_argument(
+        "-f",
+        "--filename",
+        dest="paths",
+        action="append",
+        required=required,
+        default=None if required else [],
+        metavar="PATH",
+        help=f"{what}: a YAML or JSON file, a directory of *.yaml, *.yml and *.json files "
+        "(read in name order), or - for standard input; repeatable",
+    )
+    p.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="also read the subdirectories of directories given with -f",
+    )
+    if not namespace:
+        p.set_defaults(default_namespace=None)
+        return
+    p.add_argument(
+        "-n",
+        "--namespace",
+        dest="default_namespace",
+        default=None,
+        metavar="NAMESPACE",
+        help="namespace of namespaced objects (LocalQueues, Workloads, Jobs) that name none "
+        '(default: "default")',
+    )
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="the service configuration: a Kueue Configuration "
+        "(config.kueue.x-k8s.io/v1beta2) plus this project's extensions; without it "
+        "Kueue's defaults apply",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="quartermaster", description="Kueue-compatible GPU job admission"
+        prog=PACKAGE,
+        description="Kueue-compatible GPU job admission: queues, quotas and gang admission "
+        f"speaking Kueue's API ({KUEUE_API}).",
+        epilog="Exit codes: 0 success, 2 bad input (a message naming the file, document "
+        "and field), 1 internal error.",
+        formatter_class=_Formatter,
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"{PACKAGE} {version()} (Kueue API {KUEUE_API})",
+        help="print the version and exit",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    plan = sub.add_parser("plan", help="what the admission service would do now, offline")
+    plan = sub.add_parser(
+        "plan",
+        help="what the admission service would do now, offline",
+        description="Run the admission service's scheduling cycles over the objects in "
+        "the given files (queues, flavors, priority classes, Workloads, Jobs) and print "
+        "what would be admitted, preempted and left pending, and why.",
+        formatter_class=_Formatter,
+    )
+    _add_filenames(plan, required=True, what="the objects")
     plan.add_argument(
-        "-f", "--filename", dest="paths", action="append", required=True, metavar="PATH"
+        "--cycles",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run exactly N scheduling cycles (default: until one changes nothing)",
     )
-    plan.add_argument("--cycles", type=int, default=None)
-    plan.add_argument("--config", default=None)
-    plan.add_argument("--now", default=None, help="evaluation time (RFC 3339)")
-    plan.add_argument("--what-if", dest="what_if", action="append", default=[], metavar="FILE")
-    plan.add_argument("-o", "--output", choices=["json", "table"], default=None)
+    _add_config(plan)
+    plan.add_argument(
+        "--now",
+        default=None,
+        metavar="TIME",
+        help="evaluation time (RFC 3339) for usage decay (default: no time passes)",
+    )
+    plan.add_argument(
+        "--what-if",
+        dest="what_if",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="objects that replace or add to those of -f (a quota edit); prints what "
+        "changes; repeatable",
+    )
+    plan.add_argument(
+        "-o",
+        "--output",
+        choices=["json", "table", "wide", "yaml"],
+        default=None,
+        help="output format (default: table on a terminal, json otherwise; wide is the "
+        "table with every podSet and message)",
+    )
 
-    sim = sub.add_parser("simulate", help="run the engine over a scenario on a simulated clock")
-    sim.add_argument("scenario", nargs="?", default=None)
-    sim.add_argument("--config", default=None)
-    sim.add_argument("--report", default=None, metavar="DIR")
-    sim.add_argument("--seed", type=int, default=0)
+    sim = sub.add_parser(
+        "simulate",
+        help="run the engine over a scenario on a simulated clock",
+        description="Run the admission engine over a workload scenario on a simulated "
+        "clock, as Kueue's scheduler performance runner does, and summarise time to "
+        "admission, usage and evictions per class.",
+        formatter_class=_Formatter,
+    )
+    sim.add_argument(
+        "scenario",
+        nargs="?",
+        default=None,
+        metavar="SCENARIO",
+        help="a Kueue scheduler-performance generator config (cohorts[].queuesSets[]...) "
+        "or a trace (queue objects plus a trace: list); default: the bundled day in a "
+        "GPU cluster",
+    )
+    _add_config(sim)
+    sim.add_argument(
+        "--report",
+        default=None,
+        metavar="DIR",
+        help="write summary.json, per-workload and per-queue CSVs, charts and an index.html to DIR",
+    )
+    sim.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seed of the run's random draws: the UIDs that order workloads of equal "
+        "priority created at the same instant and, without SCENARIO, the bundled "
+        "GPU-cluster day itself (default: the checked-in day, ties broken by name)",
+    )
     sim.add_argument(
         "--trace", default=None, metavar="FILE", help="JSON-lines workloads for a trace scenario"
     )
-    sim.add_argument("-o", "--output", choices=["json", "table"], default=None)
-
-    serve = sub.add_parser("serve", help="run the admission service")
-    serve.add_argument("--config", default=None)
-    serve.add_argument("--kubeconfig", default=None)
-    serve.add_argument("--namespace", default="quartermaster-system")
-    serve.add_argument("--webhook-port", type=int, default=9443)
-    serve.add_argument("--metrics-port", type=int, default=8080)
-    serve.add_argument("--health-port", type=int, default=8081)
-    serve.add_argument("--cert-dir", default="/tmp/k8s-webhook-server/serving-certs")
-    serve.add_argument("--leader-elect", action="store_true")
-    serve.add_argument("--webhooks-only", action="store_true")
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument(
-        "-f", "--filename", dest="paths", action="append", default=[], metavar="PATH"
+    sim.add_argument(
+        "-o",
+        "--output",
+        choices=["json", "table", "yaml"],
+        default=None,
+        help="output format (default: table on a terminal, json otherwise)",
     )
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the admission service",
+        description="The admission service: webhook server, controller and scheduler "
+        "against a Kubernetes API server (kubeconfig, --kubeconfig or in-cluster).",
+        formatter_class=_Formatter,
+    )
+    _add_config(serve)
+    serve.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, then in-cluster)",
+    )
+    serve.add_argument(
+        "--namespace",
+        default="quartermaster-system",
+        metavar="NS",
+        help="the service's own namespace (Lease, certificate Secret, events)",
+    )
+    serve.add_argument(
+        "--webhook-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="webhook HTTPS port (default: the Configuration's, else 9443)",
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="Prometheus metrics port (default: the Configuration's, else 8080)",
+    )
+    serve.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="health port, /healthz and /readyz (default: the Configuration's "
+        "health.healthProbeBindAddress, else 8081)",
+    )
+    serve.add_argument(
+        "--cert-dir",
+        default=None,
+        metavar="DIR",
+        help="directory of the webhook's tls.crt and tls.key, and ca.crt (default: the "
+        "Configuration's webhook.certDir, else /tmp/k8s-webhook-server/serving-certs)",
+    )
+    serve.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="elect a leader through a Lease: only the leader schedules",
+    )
+    serve.add_argument(
+        "--webhooks-only",
+        action="store_true",
+        help="serve only the webhooks, without a cluster, validating against the "
+        "objects of -f (writes a self-signed CA to --cert-dir)",
+    )
+    serve.add_argument(
+        "--host",
+        default=None,
+        metavar="ADDRESS",
+        help="address the servers bind to (default: the Configuration's webhook.host, "
+        "else 0.0.0.0)",
+    )
+    _add_filenames(serve, required=False, what="with --webhooks-only, the objects", namespace=False)
     operator.register(sub, serve)  # kueuectl verbs; visibility/dashboard flags of serve
     return p
 
@@ -78,35 +281,78 @@ def _parse_time(text: str, flag: str) -> float:
         raise BadInput(f"{flag}: {text!r} is not an RFC 3339 time") from e
 
 
+def warn(command: str, lines: list[str]) -> None:
+    """Warnings on stderr, one line each; they never change the exit code (CLI.md)."""
+    for line in lines:
+        print(f"quartermaster {command}: warning: {line}", file=sys.stderr)
+
+
+def _load(args: argparse.Namespace, paths: list[str], config: Any) -> Any:
+    from admission.drivers.loader import load_paths
+
+    return load_paths(
+        paths,
+        recursive=args.recursive,
+        namespace=args.default_namespace,
+        stdin=sys.stdin,
+        frameworks=config.frameworks,
+    )
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from admission.config import ConfigError, load_config
-    from admission.drivers.loader import LoadError, load_paths, merge
+    from admission.drivers.lint import input_warnings
+    from admission.drivers.loader import LoadError, merge
     from admission.drivers.plan import plan_json, plan_table, run_plan, what_if_diff
     from admission.drivers.whatif import what_if
 
     if args.cycles is not None and args.cycles < 0:
         raise BadInput(f"--cycles: must be a non-negative integer, got {args.cycles}")
+    if sum(p == "-" for p in [*args.paths, *args.what_if]) > 1:
+        raise BadInput("-f -: standard input can be read only once")
     try:
         config = load_config(args.config)
-        inputs = load_paths(args.paths, frameworks=config.frameworks)
-        overlay = load_paths(args.what_if, frameworks=config.frameworks) if args.what_if else None
+        inputs = _load(args, args.paths, config)
+        overlay = _load(args, args.what_if, config) if args.what_if else None
     except (LoadError, ConfigError) as e:
         raise BadInput(str(e)) from e
+    warn("plan", config.warnings)
+    warn("plan", inputs.warnings + input_warnings(inputs))
     if args.now:
         config.now = _parse_time(args.now, "--now")
     if overlay is None:
         doc: dict[str, Any] = plan_json(run_plan(inputs, cycles=args.cycles, config=config))
     else:
+        warn("plan", overlay.warnings)
+        merged = merge(inputs, overlay)
+        known = set(input_warnings(inputs))
+        warn("plan", [w for w in input_warnings(merged) if w not in known])
         # The webhook's impact warnings run this same what-if (admission.drivers.whatif).
-        w = what_if(inputs, merge(inputs, overlay), config=config, cycles=args.cycles)
+        w = what_if(inputs, merged, config=config, cycles=args.cycles)
         before, doc = plan_json(w.before), plan_json(w.after)
         doc["whatIf"] = {"files": list(args.what_if), "changes": what_if_diff(before, doc)}
-    if _output_format(args.output) == "json":
+    generated = [*inputs.generated_names, *(overlay.generated_names if overlay else [])]
+    if generated:
+        doc["generatedNames"] = [
+            {"kind": g.kind, "generateName": g.generate_name, "name": g.name, "source": g.where}
+            for g in generated
+        ]
+    fmt = _output_format(args.output)
+    if fmt == "json":
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
+    elif fmt == "yaml":
+        write_yaml(doc)
     else:
-        sys.stdout.write(plan_table(doc))
+        sys.stdout.write(plan_table(doc, wide=fmt == "wide"))
     return EXIT_OK
+
+
+def write_yaml(doc: Any) -> None:
+    """A JSON document as YAML, keys in the JSON's order (what ``-o yaml`` prints)."""
+    import yaml
+
+    yaml.safe_dump(doc, sys.stdout, sort_keys=False, allow_unicode=True, width=1_000_000)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -115,28 +361,52 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return run_simulate_command(args)
 
 
+def _listen_flags(args: argparse.Namespace) -> None:
+    """Ports, host and certificate directory: the flag, else the Configuration's, else
+    the built-in default (a broken configuration is reported by the command itself)."""
+    from admission.config import ConfigError, ListenDefaults, listen_defaults, load_config
+
+    try:
+        defaults = listen_defaults(load_config(args.config))
+    except ConfigError:
+        defaults = ListenDefaults()
+    for name in ("webhook_port", "metrics_port", "health_port", "cert_dir", "host"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(defaults, name))
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    _listen_flags(args)
     if args.webhooks_only:
         if not args.paths:
             raise BadInput("serve --webhooks-only: at least one -f PATH is required")
         from admission.config import ConfigError, load_config
-        from admission.drivers.loader import LoadError, load_paths
+        from admission.drivers.loader import LoadError
         from queues.api import InputError
         from webhooks.config import WebhookConfig
         from webhooks.server import serve_webhooks_only
 
         try:
-            config = WebhookConfig.from_config(load_config(args.config), namespace=args.namespace)
-            load_paths(args.paths)  # bad input is refused before anything listens
+            loaded = load_config(args.config)
+            config = WebhookConfig.from_config(loaded, namespace=args.namespace)
+            inputs = _load(args, args.paths, loaded)  # bad input is refused before anything listens
         except (LoadError, ConfigError, InputError) as e:
             raise BadInput(str(e)) from e
-        serve_webhooks_only(
-            args.paths,
-            cert_dir=args.cert_dir,
-            port=args.webhook_port,
-            host=args.host,
-            config=config,
-        )
+        warn("serve", loaded.warnings + inputs.warnings)
+        try:
+            serve_webhooks_only(
+                args.paths,
+                inputs=inputs,
+                cert_dir=args.cert_dir,
+                port=args.webhook_port,
+                host=args.host,
+                config=config,
+            )
+        except OSError as e:
+            if e.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+                raise
+            print(f"quartermaster serve: cannot listen: {e}", file=sys.stderr)
+            return EXIT_INTERNAL
         return EXIT_OK
     from admission.serve.service import run_service
 

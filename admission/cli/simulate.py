@@ -41,8 +41,19 @@ BUNDLED_SCENARIO = os.path.join(
 )
 
 
-def load_scenario(path: str | None, *, trace_path: str | None = None) -> Scenario:
-    """The scenario in ``path`` (generator format or trace), or the bundled one."""
+BUNDLED_GENERATOR = os.path.join(os.path.dirname(BUNDLED_SCENARIO), "generate_gpu_cluster.py")
+
+
+def load_scenario(
+    path: str | None, *, trace_path: str | None = None, seed: int | None = None
+) -> Scenario:
+    """The scenario in ``path`` (generator format or trace), or the bundled one.
+
+    Without ``path``, ``seed`` draws another day of the bundled GPU cluster from its
+    generator (the checked-in file is the day of the generator's own seed).
+    """
+    if path is None and seed is not None:
+        return _bundled_day(seed)
     if path is None:
         path = BUNDLED_SCENARIO
     if os.path.isdir(path):
@@ -63,6 +74,41 @@ def load_scenario(path: str | None, *, trace_path: str | None = None) -> Scenari
             )
         return parse_generator(present[0], source=path, name=name)
     return load_trace(path, docs, trace_path=trace_path)
+
+
+def _bundled_day(seed: int) -> Scenario:
+    """The bundled GPU-cluster scenario, generated with ``seed``."""
+    import importlib.util
+    import tempfile
+
+    spec = importlib.util.spec_from_file_location("_qm_gpu_cluster", BUNDLED_GENERATOR)
+    if spec is None or spec.loader is None:  # pragma: no cover - shipped with the package
+        raise ScenarioError(f"{BUNDLED_GENERATOR}: the bundled scenario's generator is missing")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    with tempfile.TemporaryDirectory(prefix="qm-day-") as tmp:
+        path = os.path.join(tmp, "gpu-cluster.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(generator.render(seed=seed))
+        scenario = load_trace(path, read_documents(path), trace_path=None)
+    scenario.source = f"{BUNDLED_SCENARIO} (seed {seed})"
+    return scenario
+
+
+def seed_uids(scenario: Scenario, seed: int) -> None:
+    """Give every workload a UID drawn from ``seed``, as the API server gives random ones.
+
+    The engine orders pending workloads by priority, then creation time, then UID: in a
+    cluster, which of two equal workloads created in the same instant goes first is
+    luck. Without a seed the simulator breaks such ties by name; with one, by the drawn
+    UIDs, so several seeds show how much an outcome depends on that luck.
+    """
+    import random
+    import uuid
+
+    rng = random.Random(seed)
+    for s in scenario.workloads:
+        s.workload.uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
 class ProgressBar:
@@ -96,10 +142,15 @@ def run_simulate_command(args: argparse.Namespace) -> int:
     from admission.cli.main import EXIT_OK, BadInput
 
     try:
-        scenario = load_scenario(args.scenario, trace_path=getattr(args, "trace", None))
+        scenario = load_scenario(
+            args.scenario, trace_path=getattr(args, "trace", None), seed=args.seed
+        )
         config = load_config(args.config)
     except (ScenarioError, ConfigError) as e:
         raise BadInput(str(e)) from e
+    from admission.cli.main import warn
+
+    warn("simulate", config.warnings)
     bar = ProgressBar(sys.stderr) if sys.stdout.isatty() else None
     summary, _ = simulate_summary(
         scenario, config=config, report=args.report, progress=bar, seed=args.seed
@@ -110,6 +161,10 @@ def run_simulate_command(args: argparse.Namespace) -> int:
     if fmt == "json":
         json.dump(summary, sys.stdout, indent=2)
         sys.stdout.write("\n")
+    elif fmt == "yaml":
+        from admission.cli.main import write_yaml
+
+        write_yaml(summary)
     else:
         sys.stdout.write(summary_table(summary))
         sys.stdout.write(placement_table(summary))
@@ -124,14 +179,16 @@ def simulate_summary(
     config: Any = None,
     report: str | None = None,
     progress: Callable[[int, int, int], None] | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     **options: Any,
 ) -> tuple[dict[str, Any], Any]:
     """Run ``scenario``; return (summary, SimResult), writing the report if asked.
 
-    ``seed`` is recorded in the summary; the simulation itself draws no random numbers
-    (ties are broken by arrival order and name), so runs are reproducible as they are.
+    ``seed`` (recorded in the summary) draws the workloads' UIDs (:func:`seed_uids`);
+    without it ties are broken by name. Either way a run is reproducible.
     """
+    if seed is not None:
+        seed_uids(scenario, seed)
     bound = lower_bound(scenario)
     tas = has_topology(scenario) and "on_sample" not in options
     probe = FragmentationProbe(scenario, intended_levels(scenario)) if tas else None

@@ -606,9 +606,10 @@ def explain_available(node: QuotaNode, fr: FlavorResource) -> str:
             used = max(0, n.usage.get(fr, 0) - local)
             cap = stored - used + quota.borrowing_limit
             if cap < parent.available(fr):
+                borrowable = max(0, cap - max(0, stored - used))
                 parts.append(
-                    f"borrowingLimit {q(quota.borrowing_limit)} of {kind} {n.name} binds "
-                    f"({q(max(0, cap))} more may come from Cohort {parent.name})"
+                    f"borrowingLimit {q(quota.borrowing_limit)} of {kind} {n.name} binds: "
+                    f"at most {q(borrowable)} more can be borrowed from Cohort {parent.name}"
                 )
                 return "; ".join(parts)
         n = parent

@@ -262,6 +262,49 @@ _REASONS = {
 }
 
 
+class KubeconfigError(ValueError):
+    """No usable client configuration: the message says which file and what is wrong."""
+
+
+async def _load_configuration(
+    configuration: Configuration, *, kubeconfig: str | None, context: str | None
+) -> None:
+    if kubeconfig is not None:
+        if not os.path.isfile(kubeconfig):
+            raise FileNotFoundError(f"{kubeconfig}: no such file")
+        await kube_config.load_kube_config(
+            config_file=kubeconfig,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+        return
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    except kube_config.ConfigException:
+        paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        if not any(os.path.isfile(p) for p in paths.split(os.pathsep) if p):
+            raise FileNotFoundError("no such file") from None
+        await kube_config.load_kube_config(
+            context=context, client_configuration=configuration, persist_config=False
+        )
+
+
+def _kubeconfig_problem(kubeconfig: str | None, err: BaseException) -> str:
+    """One line: which kubeconfig, and what is wrong with it."""
+    detail = str(err).strip().rstrip(".") or type(err).__name__
+    if kubeconfig is not None:
+        if isinstance(err, FileNotFoundError):
+            return f"--kubeconfig {kubeconfig}: no such file"
+        return f"--kubeconfig {kubeconfig}: not a usable kubeconfig: {detail}"
+    env = os.environ.get("KUBECONFIG")
+    where = f"KUBECONFIG={env}" if env else "~/.kube/config"
+    return (
+        f"no cluster to talk to: not running in a pod (no service account) and {where} "
+        f"is not a usable kubeconfig ({detail}); pass --kubeconfig FILE"
+    )
+
+
 class KubeClient:
     """Dict-in, dict-out requests over one ``kubernetes.aio`` ApiClient."""
 
@@ -294,20 +337,10 @@ class KubeClient:
         or the in-cluster service account (in that order of preference)."""
         if configuration is None:
             configuration = Configuration()
-            if kubeconfig is not None:
-                await kube_config.load_kube_config(
-                    config_file=kubeconfig,
-                    context=context,
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-            else:
-                try:
-                    kube_config.load_incluster_config(client_configuration=configuration)
-                except kube_config.ConfigException:
-                    await kube_config.load_kube_config(
-                        context=context, client_configuration=configuration, persist_config=False
-                    )
+            try:
+                await _load_configuration(configuration, kubeconfig=kubeconfig, context=context)
+            except (kube_config.ConfigException, OSError, ValueError) as err:
+                raise KubeconfigError(_kubeconfig_problem(kubeconfig, err)) from None
         if (
             not any(os.environ.get(v) for v in _PROXY_ENV)
             and getattr(configuration, "client_session_kwargs", None) is None

@@ -20,6 +20,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import errno
 import faulthandler
 import json
 import logging
@@ -52,6 +53,7 @@ from admission.kube.client import (
     VALIDATING_WEBHOOKS,
     ApiError,
     KubeClient,
+    KubeconfigError,
     resource_of,
 )
 from admission.kube.context import ControllerOptions
@@ -171,6 +173,7 @@ class Service:
         self.exit_code = EXIT_OK
         self.visibility: Any = None  # the VisibilityServer, when enabled
         self.dashboard: Any = None  # the Dashboard, when enabled
+        self._background: list[asyncio.Task[Any]] = []
 
     def stop(self) -> None:
         self._stop.set()
@@ -209,6 +212,7 @@ class Service:
                 tasks.append(asyncio.create_task(self._serve_webhooks(), name="webhooks"))
             else:
                 self.certs_loaded = True
+            self._background = tasks
             await self._wait(self._all_synced())
             if self._stop.is_set():
                 return self.exit_code
@@ -224,11 +228,23 @@ class Service:
         return self.exit_code
 
     async def _wait(self, aw: Any, *, stop_on_done: bool = False) -> None:
-        """Wait for ``aw`` or a stop request, whichever comes first."""
+        """Wait for ``aw`` or a stop request, whichever comes first.
+
+        A background task (informer, HTTP server, webhook server) that fails meanwhile
+        ends the wait with its exception: a port already in use must stop the service,
+        not leave it running without its health endpoint.
+        """
         task = aw if isinstance(aw, asyncio.Task) else asyncio.ensure_future(aw)
         stopper = asyncio.ensure_future(self._stop.wait())
         try:
-            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            while not task.done() and not stopper.done():
+                watched = {t for t in self._background if not t.done()}
+                await asyncio.wait({task, stopper, *watched}, return_when=asyncio.FIRST_COMPLETED)
+                for t in self._background:
+                    if t.done() and not t.cancelled() and t.exception() is not None:
+                        if not task.done():
+                            task.cancel()
+                        raise t.exception()  # type: ignore[misc]
         finally:
             stopper.cancel()
             if not task.done() and not stop_on_done and self._stop.is_set():
@@ -279,8 +295,15 @@ class Service:
             rng=random.Random(rng.random()),
             transform=slim_pod,
         )
-        cache = Cache(flavors={}, cluster_queues={}, cohorts={}, local_queues={}, namespaces={})
         config = opts.config
+        cache = Cache(
+            flavors={},
+            cluster_queues={},
+            cohorts={},
+            local_queues={},
+            namespaces={},
+            resources=config.resources,  # Kueue's cache WithResourceTransformations
+        )
         clock = opts.clock
         self.controller = Controller(
             client=self.client,
@@ -370,7 +393,10 @@ class Service:
                 await runner.setup()
                 runners.append(runner)
                 site = web.TCPSite(runner, opts.host, port)
-                await site.start()
+                try:
+                    await site.start()
+                except OSError as err:
+                    raise ListenError(f"{name} port", opts.host, port, err) from None
                 self.ports[name] = runner.addresses[0][1]
             await asyncio.Event().wait()
         finally:
@@ -611,6 +637,26 @@ def cert_options(config: Config) -> dict[str, Any]:
     return out
 
 
+class ListenError(OSError):
+    """A server could not bind its address: which server, where, and why."""
+
+    def __init__(self, what: str, host: str, port: int, err: OSError) -> None:
+        reason = os.strerror(err.errno) if err.errno else str(err)
+        super().__init__(err.errno, f"cannot listen on {host}:{port} ({what}): {reason}")
+
+
+_LISTEN_ERRNOS = {errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL}
+
+
+def listen_problem(err: OSError) -> str | None:
+    """The one-line message for a failure to bind (ours or aiohttp's), else None."""
+    if isinstance(err, ListenError):
+        return err.strerror
+    if err.errno in _LISTEN_ERRNOS:
+        return f"cannot listen: {err}"
+    return None
+
+
 def run_service(args: Any) -> int:
     """``quartermaster serve`` (without ``--webhooks-only``): run until SIGTERM/SIGINT."""
     logging.basicConfig(
@@ -645,6 +691,16 @@ def run_service(args: Any) -> int:
             return profiler.runcall(asyncio.run, main())
         finally:
             profiler.dump_stats(profile_to)
+    except KubeconfigError as err:
+        print(f"quartermaster serve: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as err:
+        line = listen_problem(err)
+        if line is None:
+            log.exception("quartermaster serve failed")
+            line = str(err)
+        print(f"quartermaster serve: {line}", file=sys.stderr)
+        return EXIT_INTERNAL
     except Exception as err:  # noqa: BLE001 - the CLI contract: exit 1 with the reason
         log.exception("quartermaster serve failed")
         print(f"quartermaster serve: {err}", file=sys.stderr)

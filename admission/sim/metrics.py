@@ -310,7 +310,7 @@ def summary_table(summary: dict[str, Any]) -> str:
     """The summary for a person."""
     lines = [
         f"Scenario: {summary['scenario']} ({summary['workloads']} workloads)",
-        f"Makespan: {_dur(summary['makespanMs'])}   lower bound: {_dur(summary['lowerBoundMs'])}"
+        f"Makespan: {format_duration(summary['makespanMs'])}   lower bound: {format_duration(summary['lowerBoundMs'])}"
         + (
             f"   ratio: {summary['makespanOverLowerBound']}"
             if "makespanOverLowerBound" in summary
@@ -334,8 +334,8 @@ def summary_table(summary: dict[str, Any]) -> str:
             (
                 c,
                 str(w["count"]),
-                _dur(w["averageTimeToAdmissionMs"]),
-                _dur(w["p95TimeToAdmissionMs"]),
+                format_duration(w["averageTimeToAdmissionMs"]),
+                format_duration(w["p95TimeToAdmissionMs"]),
                 str(w["totalEvictions"]),
                 str(w["neverAdmitted"]),
             )
@@ -364,7 +364,8 @@ def summary_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _dur(ms: int) -> str:
+def format_duration(ms: int) -> str:
+    """A duration for a person, as the terminal summary and the report print it."""
     if ms < 1_000:
         return f"{ms}ms"
     s = ms / 1000

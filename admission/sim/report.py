@@ -15,11 +15,13 @@ from __future__ import annotations
 import csv
 import html
 import json
+import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from admission.sim.metrics import LowerBound
+from admission.sim.metrics import LowerBound, format_duration
 from admission.sim.placement import placement_html
 from admission.sim.scenario import US_PER_MS, US_PER_S
 from admission.sim.simulator import SimResult
@@ -27,7 +29,7 @@ from admission.sim.simulator import SimResult
 Chart = tuple[str, str, str]  # file name, title, caption
 CHART_HOOKS: list[Callable[[SimResult, str], list[Chart]]] = []
 MAX_LINES = 12  # more queues than this are charted per ClusterQueue class
-FLOOR_S = 0.001  # the time-to-admission chart's log axis starts at 1 ms
+LINE_STYLES = ("-", "--", "-.", ":")  # lines that coincide stay distinguishable
 
 
 def write_report(
@@ -222,24 +224,15 @@ def _charts(result: SimResult, out_dir: str) -> list[Chart]:
         ("pending.png", f"Pending workloads per {per}", "Workloads queued and not admitted.")
     )
 
-    by_class: dict[str, list[float]] = {}
-    for rec in result.records:
-        if rec.admitted_us is not None:
-            by_class.setdefault(rec.sim.wl_class, []).append(
-                (rec.admitted_us - rec.sim.arrival_us) / US_PER_S
-            )
+    axis = time_to_admission_axis(result)
     fig, ax = plt.subplots(figsize=(10, 5))
-    for c in sorted(by_class):
-        xs = sorted(max(v, FLOOR_S) for v in by_class[c])
-        n = len(xs)
-        ax.step(
-            [FLOOR_S] + xs,
-            [0.0] + [(k + 1) / n * 100 for k in range(n)],
-            where="post",
-            label=f"{c} (n={n})",
-        )
+    for k, (label, xs, ys) in enumerate(axis.lines):
+        ax.step(xs, ys, where="post", label=label, linestyle=LINE_STYLES[k % len(LINE_STYLES)])
     ax.set_xscale("log")
-    ax.set_xlabel("time to admission (seconds, log scale; 1 ms or less is drawn at 1 ms)")
+    ax.set_xlim(*axis.xlim)
+    ticks = [t for t in ax.get_xticks() if axis.xlim[0] < t <= axis.xlim[1] and t > axis.zero_x]
+    ax.set_xticks([axis.zero_x, *ticks], ["0", *(f"{t:g}" for t in ticks)])
+    ax.set_xlabel("time to admission (seconds, log scale; admitted at once is drawn at 0)")
     ax.set_ylabel("% of the class admitted within")
     ax.set_title("Time to admission per workload class (cumulative distribution)")
     ax.legend(loc="lower right", fontsize="small")
@@ -257,6 +250,41 @@ def _charts(result: SimResult, out_dir: str) -> list[Chart]:
     if result.samples.credits:
         charts.append(_credits_chart(result, out_dir, times, unit))
     return charts
+
+
+@dataclass(slots=True)
+class TimeToAdmissionAxis:
+    """What the time-to-admission chart draws: one cumulative line per class.
+
+    The log axis starts one decade below the shortest non-zero wait (never at a fixed
+    1 ms that leaves half the chart empty), and waits of zero — admitted in the cycle
+    they arrived — are drawn at ``zero_x``, one more decade down, inside the axis and
+    labelled 0, so a class admitted at once is a visible line, not one hidden on the
+    axis.
+    """
+
+    zero_x: float
+    xlim: tuple[float, float]
+    lines: list[tuple[str, list[float], list[float]]]
+
+
+def time_to_admission_axis(result: SimResult) -> TimeToAdmissionAxis:
+    by_class: dict[str, list[float]] = {}
+    for rec in result.records:
+        if rec.admitted_us is not None:
+            by_class.setdefault(rec.sim.wl_class, []).append(
+                (rec.admitted_us - rec.sim.arrival_us) / US_PER_S
+            )
+    positive = [v for vs in by_class.values() for v in vs if v > 0]
+    low = 10 ** math.floor(math.log10(min(positive))) if positive else 1.0
+    high = max(positive) if positive else 1.0
+    zero_x = low / 10
+    lines = []
+    for c in sorted(by_class):
+        xs = sorted(v if v > 0 else zero_x for v in by_class[c])
+        n = len(xs)
+        lines.append((f"{c} (n={n})", [zero_x, *xs], [0.0] + [(k + 1) / n * 100 for k in range(n)]))
+    return TimeToAdmissionAxis(zero_x=zero_x, xlim=(zero_x / 2, high * 2), lines=lines)
 
 
 def _credits_chart(result: SimResult, out_dir: str, times: list[float], unit: str) -> Chart:
@@ -292,12 +320,18 @@ def _credits_chart(result: SimResult, out_dir: str, times: list[float], unit: st
     )
 
 
+def _d(ms: int) -> str:
+    """A duration as the terminal prints it ("29.3h"), the exact milliseconds on hover."""
+    return f'<span title="{ms} ms">{format_duration(ms)}</span>'
+
+
 def _index_html(summary: dict[str, Any], bound: LowerBound, charts: list[Chart]) -> str:
     e = html.escape
     lb = summary["lowerBound"]
     rows = "".join(
-        f"<tr><td>{e(c)}</td><td>{w['count']}</td><td>{w['averageTimeToAdmissionMs']}</td>"
-        f"<td>{w['p95TimeToAdmissionMs']}</td><td>{w['totalEvictions']}</td><td>{w['neverAdmitted']}</td></tr>"
+        f"<tr><td>{e(c)}</td><td>{w['count']}</td><td>{_d(w['averageTimeToAdmissionMs'])}</td>"
+        f"<td>{_d(w['p95TimeToAdmissionMs'])}</td><td>{w['totalEvictions']}</td>"
+        f"<td>{w['neverAdmitted']}</td></tr>"
         for c, w in summary["workloadClasses"].items()
     )
     qrows = "".join(
@@ -324,13 +358,13 @@ figure {{ margin: 2em 0; }} img {{ max-width: 100%; border: 1px solid #eee; }}
 code {{ background: #f6f6f6; padding: 0 3px; }}
 </style></head><body>
 <h1>Simulation of {e(summary["scenario"])}</h1>
-<p>{summary["workloads"]} workloads. Makespan <b>{summary["makespanMs"]} ms</b>;
-lower bound <b>{summary["lowerBoundMs"]} ms</b>{f" (ratio {ratio})" if ratio else ""}.
+<p>{summary["workloads"]} workloads. Makespan <b>{_d(summary["makespanMs"])}</b>;
+lower bound <b>{_d(summary["lowerBoundMs"])}</b>{f" (ratio {ratio})" if ratio else ""}.
 Engine: {eng["cycles"]} cycles, {eng["admissions"]} admissions, {eng["preemptions"]} preemptions,
 {eng["cpuSeconds"]} CPU seconds. Raw data: <a href="summary.json">summary.json</a>,
 <a href="workloads.csv">workloads.csv</a>, <a href="queues.csv">queues.csv</a>.</p>
 <h2>Workload classes</h2>
-<table><tr><th>class</th><th>count</th><th>avg time to admission (ms)</th><th>p95 (ms)</th>
+<table><tr><th>class</th><th>count</th><th>avg time to admission</th><th>p95</th>
 <th>evictions</th><th>never admitted</th></tr>{rows}</table>
 <h2>ClusterQueue classes</h2>
 <table><tr><th>class</th><th>queues</th><th>usage %</th><th>resource</th><th>nominal quota</th></tr>{qrows}</table>
@@ -340,12 +374,12 @@ creation of the queues to the class's last event; borrowing lets a single queue 
 <h2>How the lower bound is computed</h2>
 <p><code>lowerBoundMs</code> is a makespan no scheduler can beat on this scenario: the largest of</p>
 <ol>
-<li><b>{lb["arrivalPlusRuntimeMs"]} ms</b>: the latest <code>arrival + runtime</code> of any workload —
+<li><b>{_d(lb["arrivalPlusRuntimeMs"])}</b>: the latest <code>arrival + runtime</code> of any workload —
 each must run whole after it arrives;</li>
-<li><b>{lb["cohortWorkMs"]} ms</b>: for each independent cohort tree, resource and arrival time
+<li><b>{_d(lb["cohortWorkMs"])}</b>: for each independent cohort tree, resource and arrival time
 <i>t</i>: <i>t</i> + (request × runtime of the workloads arriving at or after <i>t</i>) ÷ the sum of all
 nominal quotas in the tree — with borrowing, the most the tree can hold at once;</li>
-<li><b>{lb["clusterQueueWorkMs"]} ms</b>: the same per ClusterQueue, dividing by the most that queue
+<li><b>{_d(lb["clusterQueueWorkMs"])}</b>: the same per ClusterQueue, dividing by the most that queue
 can ever hold (nominal plus what its borrowing limit and the cohort allow).</li>
 </ol>
 <p>Here it is set by {e(bound.binding)}. Workloads that can never be admitted are left out
