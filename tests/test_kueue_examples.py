@@ -4,7 +4,7 @@ The fixtures are Kueue's (``tests/data/kueue-examples/README.md`` says where eac
 from). Every folder is run through the real command line, ``quartermaster plan -f
 FOLDER``, as a Kueue user would run it; each test states what Kueue's documentation says
 happens and checks that Quartermaster does the same. Where Quartermaster does not yet do
-what Kueue does (kinds of integrations not built yet, topology-aware placement), the
+what Kueue does (plain pods in plan, topology-aware placement), the
 test of Kueue's outcome is a strict xfail naming the gap, so it turns into a failure
 the day the gap closes and the mark must go; the folder still loads, with one warning
 per object it skips.
@@ -23,6 +23,7 @@ from admission.cli.main import main
 from admission.cli.simulate import load_scenario, simulate_summary
 from admission.config import listen_defaults, load_config
 from admission.drivers.loader import load_paths
+from admission.integrations.registry import BY_FRAMEWORK
 from admission.sim.scenario import ScenarioError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -242,12 +243,16 @@ def test_a_cronjob_is_skipped(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["admitted"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="JobSet and PyTorchJob integrations are not built yet")
 def test_jobset_and_pytorchjob_are_admitted(capsys: pytest.CaptureFixture[str]) -> None:
     """docs/tasks/run/jobsets.md, kubeflow/pytorchjobs.md: both are admitted in
-    cluster-queue."""
+    cluster-queue, one podSet per replicated job / replica type."""
     _, doc, _ = plan(capsys, "-f", str(EXAMPLES / "otherjobs"))
-    assert len(doc["admitted"]) == 2
+    podsets = {
+        a["workload"].split("/")[1].split("-")[0]: [p["name"] for p in a["podSetAssignments"]]
+        for a in doc["admitted"]
+    }
+    assert podsets == {"jobset": ["workers", "driver"], "pytorchjob": ["master", "worker"]}
+    assert {a["clusterQueue"] for a in doc["admitted"]} == {"cluster-queue"}
 
 
 @pytest.mark.xfail(strict=True, reason="plan does not read plain Pods (pod groups) yet")
@@ -332,7 +337,13 @@ def test_the_default_controller_configuration_loads_with_what_has_no_effect() ->
     assert all("has no effect" in w for w in config.warnings)
     frameworks = config.warnings[1].split("(", 1)[1].split(":")[0]  # the names without effect
     assert "ray.io/rayjob" in frameworks and "batch/job" not in frameworks
-    assert config.frameworks.enabled == {"batch/job", "pod"}
+    listed = set(
+        yaml.safe_load((EXAMPLES / "kueue-controller-manager-config.yaml").read_text())[
+            "integrations"
+        ]["frameworks"]
+    )
+    assert config.frameworks.enabled == listed & set(BY_FRAMEWORK)  # the registered ones run
+    assert {"batch/job", "pod", "jobset.x-k8s.io/jobset"} <= config.frameworks.enabled
     doc = config.doc
     assert (doc.clientConnection.qps, doc.clientConnection.burst) == (300, 500)
     assert doc.leaderElection is not None and doc.leaderElection.resourceName == (
