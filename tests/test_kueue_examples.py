@@ -4,7 +4,7 @@ The fixtures are Kueue's (``tests/data/kueue-examples/README.md`` says where eac
 from). Every folder is run through the real command line, ``quartermaster plan -f
 FOLDER``, as a Kueue user would run it; each test states what Kueue's documentation says
 happens and checks that Quartermaster does the same. Where Quartermaster does not yet do
-what Kueue does (plain pods in plan, topology-aware placement), the
+what Kueue does (plain pods in plan), the
 test of Kueue's outcome is a strict xfail naming the gap, so it turns into a failure
 the day the gap closes and the mark must go; the folder still loads, with one warning
 per object it skips.
@@ -262,26 +262,32 @@ def test_plain_pods_are_admitted(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(doc["admitted"]) == 2
 
 
-def test_pods_are_skipped_with_a_warning_meanwhile(capsys: pytest.CaptureFixture[str]) -> None:
-    _, _, err = plan(capsys, "-f", str(EXAMPLES / "pods"))
-    assert sum("skipped Pod " in w for w in warnings(err)) == 3
+def test_queued_pods_are_named_in_a_warning_meanwhile(capsys: pytest.CaptureFixture[str]) -> None:
+    _, doc, err = plan(capsys, "-f", str(EXAMPLES / "pods"))
+    lines = [w for w in warnings(err) if "does not admit plain pods" in w]
+    assert len(lines) == 3 and "names LocalQueue user-queue" in lines[0]
+    assert doc["admitted"] == doc["pending"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="topology-aware admission is not built yet")
-def test_tas_job_is_admitted_inside_one_block(capsys: pytest.CaptureFixture[str]) -> None:
-    """docs/concepts/topology_aware_scheduling.md: the Job is admitted with a topology
-    assignment in one block."""
-    _, doc, _ = plan(capsys, "-f", str(EXAMPLES / "tas"))
-    (job,) = doc["admitted"]
-    assert job["podSetAssignments"][0]["topologyAssignment"]
+def test_tas_job_is_admitted_inside_one_rack(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/concepts/topology_aware_scheduling.md, sample-job-required.yaml on the kind
+    cluster of tas/kind-cluster.yaml (two 8-cpu workers per rack): the 10 pods requiring
+    one rack are admitted, all in one rack."""
+    from queues.topology_assignment import from_v1beta2
 
-
-def test_tas_job_is_pending_with_the_reason_meanwhile(capsys: pytest.CaptureFixture[str]) -> None:
     _, doc, err = plan(capsys, "-f", str(EXAMPLES / "tas"))
-    (pending,) = doc["pending"]
-    assert pending["reason"] == "NoMatchingFlavor"
-    assert "topology-aware placement is not implemented" in pending["message"]
-    assert not any("skipped Topology" in w for w in warnings(err))  # the Topology is read
+    (job,) = doc["admitted"]
+    (psa,) = job["podSetAssignments"]
+    assignment = from_v1beta2(psa["topologyAssignment"])
+    assert assignment.pod_count == 10
+    nodes = load_paths([str(EXAMPLES / "tas")]).nodes
+    racks = {
+        (nodes[values[-1]].labels["cloud.provider.com/topology-block"],
+         nodes[values[-1]].labels["cloud.provider.com/topology-rack"])
+        for values, _ in assignment.domains
+    }  # fmt: skip
+    assert len(racks) == 1
+    assert not warnings(err)
 
 
 # -- resource transformations (Configuration.resources) ------------------------------------------
@@ -336,7 +342,12 @@ def test_the_default_controller_configuration_loads_with_what_has_no_effect() ->
     ]
     assert all("has no effect" in w for w in config.warnings)
     frameworks = config.warnings[1].split("(", 1)[1].split(":")[0]  # the names without effect
-    assert "ray.io/rayjob" in frameworks and "batch/job" not in frameworks
+    assert "batch/job" not in frameworks and "jobset.x-k8s.io/jobset" not in frameworks
+    assert set(frameworks.split(", ")) == set(
+        yaml.safe_load((EXAMPLES / "kueue-controller-manager-config.yaml").read_text())[
+            "integrations"
+        ]["frameworks"]
+    ) - set(BY_FRAMEWORK)
     listed = set(
         yaml.safe_load((EXAMPLES / "kueue-controller-manager-config.yaml").read_text())[
             "integrations"

@@ -45,6 +45,7 @@ from admission.drivers import strict
 from admission.integrations.base import Integration, IntegrationError, workload_model
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from queues import api
+from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import (
     ClusterQueue,
     Cohort,
@@ -107,9 +108,7 @@ def _group(api_version: str) -> str:
 
 # (group, kind) of every kind read, whatever the version: another version of one of
 # them is an error (a typo, or an API this release does not speak), not a skip.
-_READ_GROUP_KINDS = frozenset(
-    {(_group(v), k) for v, k in (*api.KINDS, *_JOB_KINDS, *_CORE_KINDS)}
-)
+_READ_GROUP_KINDS = frozenset({(_group(v), k) for v, k in (*api.KINDS, *_JOB_KINDS, *_CORE_KINDS)})
 
 
 class LoadError(Exception):
@@ -496,6 +495,12 @@ def _core_object(
             pod = pod_usage_from_object(doc)
             if pod is not None:
                 inputs.pods[pod.key] = pod
+            labels = (doc.get("metadata") or {}).get("labels") or {}
+            if isinstance(labels, dict) and labels.get(QUEUE_NAME_LABEL):
+                inputs.warnings.append(
+                    f"{origin}: Pod {name} names LocalQueue {labels[QUEUE_NAME_LABEL]}: plan "
+                    "does not admit plain pods (pod groups) yet; serve does"
+                )
     except NodeInputError as exc:
         raise origin.error(exc.message, kind=kind, name=name, path=exc.path) from None
 
