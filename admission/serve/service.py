@@ -207,12 +207,14 @@ class Service:
             for inf in self.informers.values():
                 tasks.append(asyncio.create_task(inf.run(), name=f"informer-{inf.name}"))
             tasks.append(asyncio.create_task(self._serve_http(), name="health-metrics"))
-            tasks += self._operator_endpoints()
             if opts.webhooks:
                 tasks.append(asyncio.create_task(self._serve_webhooks(), name="webhooks"))
             else:
                 self.certs_loaded = True
-            self._background = tasks
+            # The service's own servers and watches: one that fails stops the service.
+            # The optional visibility API and dashboard log their failures and stay out.
+            self._background = list(tasks)
+            tasks += self._operator_endpoints()
             await self._wait(self._all_synced())
             if self._stop.is_set():
                 return self.exit_code
