@@ -298,7 +298,7 @@ def load_documents(
             if isinstance(obj, Workload):
                 workloads.append((origin, obj))
             else:
-                _store(inputs, obj)
+                store(inputs, obj)
     for origin, integration, job in jobs:
         wl = _job_workload(integration, job, origin, inputs)
         if not wl.queue_name:
@@ -831,7 +831,8 @@ def _parse(doc: dict[str, Any], origin: _Origin, inputs: Inputs) -> api.ModelObj
     return model
 
 
-def _store(inputs: Inputs, obj: api.ModelObject) -> None:
+def store(inputs: Inputs, obj: api.ModelObject) -> None:
+    """File a parsed queue object (not a Workload) in its table of ``inputs``."""
     if isinstance(obj, ResourceFlavor):
         inputs.flavors[obj.name] = obj
     elif isinstance(obj, ClusterQueue):

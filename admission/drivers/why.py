@@ -21,16 +21,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from admission.config import Config
-from admission.drivers.loader import Inputs, default_namespaces
+from admission.drivers.loader import Inputs, default_namespaces, store
 from admission.drivers.plan import PlanResult, run_plan
 from queues import api
 from queues.model import (
-    ClusterQueue,
-    Cohort,
-    LocalQueue,
-    Namespace,
-    PriorityClass,
-    ResourceFlavor,
     ResourceGroup,
     ResourceQuota,
     Workload,
@@ -76,24 +70,8 @@ def inputs_from_objects(docs: Iterable[dict[str, Any]]) -> Inputs:
                 inputs.finished_workloads.add(obj.key)
             else:
                 inputs.workloads.append(obj)
-        elif isinstance(obj, ResourceFlavor):
-            inputs.flavors[obj.name] = obj
-        elif isinstance(obj, ClusterQueue):
-            inputs.cluster_queues[obj.name] = obj
-        elif isinstance(obj, Cohort):
-            inputs.cohorts[obj.name] = obj
-        elif isinstance(obj, LocalQueue):
-            inputs.local_queues[obj.key] = obj
-        elif isinstance(obj, PriorityClass):
-            table = (
-                inputs.priority_classes
-                if obj.kind == "PriorityClass"
-                else inputs.workload_priority_classes
-            )
-            table[obj.name] = obj
-        elif isinstance(obj, Namespace):
-            inputs.namespaces[obj.name] = obj
-            inputs.namespaces_given = True
+        else:
+            store(inputs, obj)
     if not inputs.namespaces_given:
         inputs.namespaces = default_namespaces(inputs)
     return inputs
