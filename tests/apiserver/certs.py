@@ -59,16 +59,10 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def make_serving_cert(
-    dns_names: Sequence[str],
-    *,
-    ip_addresses: Sequence[str] = ("127.0.0.1",),
-    ca_name: str = "apiserver-double-ca",
-) -> ServingCert:
-    """A fresh CA and a serving certificate for ``dns_names`` and ``ip_addresses``."""
-    if not dns_names and not ip_addresses:
-        raise ValueError("a serving certificate needs at least one DNS name or IP address")
-    now = datetime.now(UTC)
+def _self_signed_ca(
+    ca_name: str, now: datetime
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A fresh CA key and its self-signed certificate, valid for 30 days."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
         x509.CertificateBuilder()
@@ -98,6 +92,20 @@ def make_serving_cert(
         )
         .sign(ca_key, hashes.SHA256())
     )
+    return ca_key, ca
+
+
+def make_serving_cert(
+    dns_names: Sequence[str],
+    *,
+    ip_addresses: Sequence[str] = ("127.0.0.1",),
+    ca_name: str = "apiserver-double-ca",
+) -> ServingCert:
+    """A fresh CA and a serving certificate for ``dns_names`` and ``ip_addresses``."""
+    if not dns_names and not ip_addresses:
+        raise ValueError("a serving certificate needs at least one DNS name or IP address")
+    now = datetime.now(UTC)
+    ca_key, ca = _self_signed_ca(ca_name, now)
     key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
@@ -134,18 +142,7 @@ def make_client_cert(
     """A fresh CA and a *client* certificate (CN ``common_name``, O ``organizations``):
     the front-proxy PKI of the aggregation layer, or a user's x509 identity."""
     now = datetime.now(UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(_name(ca_name))
-        .issuer_name(_name(ca_name))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=5))
-        .not_valid_after(now + timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_key, ca = _self_signed_ca(ca_name, now)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name(
         [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
