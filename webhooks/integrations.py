@@ -6,7 +6,8 @@ its own beyond Kueue's generic ones has its handlers here by framework name
 (batch/v1 Job: :mod:`.jobs`, with its fast path; plain pods: :mod:`.pods`); every other
 kind gets the generic pair:
 
-* mutating (CREATE): unless the controller owner is a kind of an enabled integration,
+* mutating (CREATE): unless a managed ancestor up the controller-owner chain admits the
+  object (:mod:`.owners`),
   default the LocalQueue ``default`` and the WorkloadPriorityClass ``default``, and
   suspend (at the kind's ``suspend`` field) an object that names a queue (or any
   object, with ``manageJobsWithoutQueueName``, in a managed namespace);

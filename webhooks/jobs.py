@@ -1,16 +1,15 @@
 """batch/v1 Job admission, as Kueue's JobWebhook (docs/semantics.md §3.3).
 
 Mutating (CREATE): default LocalQueue ``default``, default WorkloadPriorityClass
-``default``, ``spec.suspend=true`` for queue-managed jobs — all skipped when the Job's
-controller owner is a Kueue-integrated kind (that owner's integration manages it).
+``default``, ``spec.suspend=true`` for queue-managed jobs — all skipped when a managed
+ancestor up the Job's controller-owner chain admits it (:mod:`.owners`).
 Validating (CREATE, UPDATE): queue-name and prebuilt-workload labels, max execution
 time, partial admission and completions-equal-parallelism annotations, and the update
 rules that keep a running job's queue, priority class and parallelism stable.
 
 The TAS pod-template annotations are checked with Kueue's rules
 (``queues.topology_request``). Documented gaps against Kueue: ``spec.managedBy``
-defaulting for MultiKueue is not handled (no AdmissionChecks in our model yet); "owner is managed" checks the owner's kind only, like ``IsOwnerManagedByKueue``,
-without fetching the owner to see whether it carries a queue name.
+defaulting for MultiKueue is not handled (no AdmissionChecks in our model yet).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 
 from admission.integrations.base import Integration
 from admission.integrations.job import JOB
+from admission.integrations.ownership import OwnershipError
 from queues.labels import ELASTIC_JOB as ELASTIC_JOB_ANNOTATION
 from queues.labels import (
     JOB_COMPLETIONS_EQUAL_PARALLELISM as JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
@@ -31,6 +31,7 @@ from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_LABEL
 from queues.topology_request import topology_annotation_errors
 
+from .owners import has_managed_ancestor
 from .review import (
     DEFAULT_LOCAL_QUEUE,
     DEFAULT_PRIORITY_CLASS,
@@ -43,13 +44,13 @@ from .review import (
     Verdict,
     allow,
     atoi,
+    deny,
     dns1123_subdomain_errors,
     key_path,
     metadata_of,
     opt_bool,
     opt_int,
     opt_str,
-    owner_is_managed,
     parse_bool,
     string_map,
 )
@@ -168,13 +169,19 @@ def validate_on_update(
 
 def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     """``BaseWebhook.Default`` for any job kind: queue and priority defaults, then
-    suspend at the kind's ``suspend`` field — skipped when the controller owner is of
-    an enabled integration (that owner's integration manages it)."""
+    suspend at the kind's ``suspend`` field — skipped when a managed ancestor admits
+    the object (Kueue's ``WorkloadShouldBeSuspended``: a JobSet's Jobs, a TrainJob's
+    JobSet)."""
     if req.operation != "CREATE" or req.object is None:
         return allow()
     obj = req.object
-    if owner_is_managed(obj, ctx.config) or integ.skip(obj):
+    if integ.skip(obj):
         return allow()
+    try:
+        if has_managed_ancestor(obj, ctx):
+            return allow()
+    except OwnershipError as err:
+        return deny(str(err), code=500, reason="InternalError")
     namespace = request_namespace(req, obj)
     ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
     m = Mutation(obj)

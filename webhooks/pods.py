@@ -8,7 +8,8 @@ finalizer and a role hash), and the controller lifts the gate once the whole gro
 Workload is admitted. Validation keeps the group metadata consistent.
 
 Gaps against Kueue: the legacy ``podOptions`` selectors and the TAS gate/annotations
-are not handled; "owner is managed" checks the controller owner's kind only.
+are not handled. A pod with a managed ancestor up its owner chain (a Job's, a JobSet's)
+is left alone (:mod:`.owners`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from admission.integrations.ownership import OwnershipError
 from queues.labels import ADMISSION_GATE, TOPOLOGY_GATE
 from queues.labels import MANAGED as MANAGED_LABEL
 from queues.labels import MANAGED as POD_FINALIZER
@@ -35,6 +37,7 @@ from .jobs import (
     validate_on_create,
     validate_on_update,
 )
+from .owners import has_managed_ancestor
 from .review import (
     MANAGED_LABEL_VALUE,
     AdmissionRequest,
@@ -45,6 +48,7 @@ from .review import (
     Verdict,
     allow,
     atoi,
+    deny,
     get_list,
     get_map,
     key_path,
@@ -112,8 +116,11 @@ def mutate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         namespace = request_namespace(req, obj)
         if not ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace)):
             return allow()
-        if owner_is_managed(obj, ctx.config):
-            return allow()
+        try:
+            if has_managed_ancestor(obj, ctx):
+                return allow()  # Kueue: "Do not suspend a Pod whose owner is already managed"
+        except OwnershipError as err:
+            return deny(str(err), code=500, reason="InternalError")
         apply_queue_defaults(m, namespace=namespace, ctx=ctx, default_queue=True)
         suspend = bool(m.labels().get(QUEUE_LABEL)) or ctx.config.manage_jobs_without_queue_name
         if suspend:

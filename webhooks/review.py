@@ -68,6 +68,15 @@ class AdmissionRequest:
 class HandlerContext:
     view: ModelView
     config: WebhookConfig
+    #: the owners of the object under review, read before it is decided
+    #: (:mod:`webhooks.owners`); None: no owner can be read (``--webhooks-only``)
+    owners: OwnerReads | None = None
+
+
+class OwnerReads(Protocol):
+    """Owner objects read for one review: ``get`` answers from them (None: not there)."""
+
+    def get(self, ref: Any) -> JsonObj | None: ...
 
 
 @dataclass(slots=True)
@@ -341,7 +350,9 @@ def controller_owner(obj: JsonObj) -> JsonObj | None:
 
 
 def owner_is_managed(obj: JsonObj, config: WebhookConfig) -> bool:
-    """IsOwnerManagedByKueueForObject: the controller owner is a Kueue-integrated kind."""
+    """IsOwnerManagedByKueueForObject: the controller owner is a Kueue-integrated kind
+    (the pod webhook's warning; whether Kueue manages the object is
+    :func:`webhooks.owners.has_managed_ancestor`)."""
     ref = controller_owner(obj)
     if ref is None:
         return False

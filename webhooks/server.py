@@ -42,6 +42,7 @@ from .certs import ReloadingSSLContext, ensure_cert_dir
 from .config import WebhookConfig
 from .integrations import integration_webhooks
 from .offloop import OffLoopRunner, run_inline
+from .owners import OwnerSource, needs_owners, read_owners
 from .review import (
     AdmissionRequest,
     HandlerContext,
@@ -394,10 +395,12 @@ def process_review(
 
 
 def begin_review(
-    body: bytes, spec: WebhookSpec, ctx: HandlerContext
+    body: bytes, spec: WebhookSpec, ctx: HandlerContext, *, owners: OwnerSource | None = None
 ) -> tuple[int, bytes, AdmissionRequest | None, Verdict | None]:
     """Parse and decide: a 400's status and body, or the request and its verdict (whose
-    ``deferred`` warnings, if any, are still to be computed)."""
+    ``deferred`` warnings, if any, are still to be computed). With ``owners``, a
+    mutating review whose object has an owner chain to walk is parsed only (verdict
+    None): the caller reads the owners and decides."""
     try:
         req = parse_review(body, spec)
     except BadReview as exc:
@@ -407,6 +410,13 @@ def begin_review(
         why = f"unreadable AdmissionReview: {type(exc).__name__}"
         bad_request(spec.path, f"{why}: {_one_line(str(exc), 120)}")
         return 400, f"{why}\n".encode(), None, None
+    if (
+        owners is not None
+        and spec.mutating
+        and req.operation == "CREATE"
+        and needs_owners(req.object, ctx)
+    ):
+        return 200, b"", req, None
     return 200, b"", req, run_handler(spec, req, ctx)
 
 
@@ -474,8 +484,13 @@ def build_app(
     registry: CollectorRegistry | None = None,
     webhooks: list[WebhookSpec] | None = None,
     limits: ServerLimits | None = None,
+    owners: OwnerSource | None = None,
 ) -> web.Application:
-    """The aiohttp application with every webhook route and the health endpoints."""
+    """The aiohttp application with every webhook route and the health endpoints.
+
+    ``owners`` reads the owners of an object under review (:mod:`.owners`): a mutating
+    review of an object with a controller owner of a known kind reads its owner chain
+    before it is decided."""
     specs = webhooks if webhooks is not None else all_webhooks(config.frameworks)
     limits = limits or ServerLimits()
     ctx = HandlerContext(view=view, config=config)
@@ -525,7 +540,11 @@ def build_app(
             except TimeoutError:
                 observe(path, 408, perf_counter() - start, False)
                 return refuse(path, 408, slow)
-            status, body, req, verdict = begin_review(raw, spec, ctx)
+            status, body, req, verdict = begin_review(raw, spec, ctx, owners=owners)
+            if req is not None and verdict is None:  # its owners are read first
+                assert owners is not None
+                rctx = await read_owners(req.object or {}, ctx, owners)
+                verdict = run_handler(spec, req, rctx)
             if req is not None and verdict is not None:
                 if verdict.deferred is not None:
                     more = await runner.run(verdict.deferred)
@@ -665,6 +684,7 @@ async def run_webhook_server(
     registry: CollectorRegistry | None = None,
     cert_check_interval: float = 10.0,
     limits: ServerLimits | None = None,
+    owners: OwnerSource | None = None,
 ) -> None:
     """Serve the webhooks over TLS until cancelled.
 
@@ -678,7 +698,9 @@ async def run_webhook_server(
     soft, _hard = raise_open_files_limit()
     tls = ReloadingSSLContext(cert_dir)
     state.certs_loaded = True
-    app = build_app(view=view, config=config, state=state, registry=registry, limits=limits)
+    app = build_app(
+        view=view, config=config, state=state, registry=registry, limits=limits, owners=owners
+    )
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **limits.handler_kwargs())
     await runner.setup()
     try:

@@ -228,10 +228,12 @@ class Integration:
         return f"/mutate-{tail}", f"/validate-{tail}"
 
     def api_uses(self) -> tuple[ApiUse, ...]:
-        """Every call the service makes on the kind (the informer's list/watch included)."""
-        by_sub: dict[str, list[str]] = {"": ["list", "watch"]}
+        """Every call the service makes on the kind: the informer's list/watch, the get
+        of an owner up a chain (:mod:`.ownership`) and the writes."""
+        by_sub: dict[str, list[str]] = {"": ["list", "watch", "get"]}
         for verb, sub in self.writes:
-            by_sub.setdefault(sub, []).append(verb)
+            if verb not in by_sub.setdefault(sub, []):
+                by_sub[sub].append(verb)
         return tuple(ApiUse(self.resource, tuple(v), sub) for sub, v in by_sub.items())
 
     def label_selector(self, *, manage_without_queue_name: bool) -> str | None:

@@ -85,6 +85,7 @@ PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "Prior
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 TOPOLOGIES = Resource(KUEUE, "v1beta2", "topologies", "Topology", False)
 NODES = Resource("", "v1", "nodes", "Node", False)
+REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet", True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = Resource("", "v1", "events", "Event", True)
 SECRETS = Resource("", "v1", "secrets", "Secret", True)
@@ -173,6 +174,8 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *_calls(("list", "watch"), PODS),
         # every registered integration (enabled or not: the RBAC is static)
         *integration_calls(),
+        # the owner chain of a Pod runs through its Deployment's ReplicaSet (.owners)
+        *_calls(("get",), REPLICA_SETS),
         # job -> Workload: create, keep in sync, delete with the job, admit via status
         *_calls(("get", "create", "patch", "delete"), WORKLOADS),
         *_calls(("get", "patch"), WORKLOADS, "status"),

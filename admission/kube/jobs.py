@@ -20,8 +20,10 @@ at any point is harmless:
   admission is cleared and the quota released exactly once (``Cache.evicted``);
 * a finished object finishes its Workload (``Finished``) and releases the quota at once;
 * a Workload whose object is gone is deleted;
-* an object whose controller owner is of an enabled integration is left to it (a
-  JobSet's Jobs are admitted once, as the JobSet).
+* an object with a managed ancestor up its controller-owner chain is left to that
+  ancestor's integration (a JobSet's Jobs are admitted once, as the JobSet; a
+  TrainJob's JobSet as the TrainJob), and suspended while it runs without the
+  ancestor being admitted (:mod:`admission.integrations.ownership`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ from admission.integrations.base import (
     compose,
     flavor_info,
     original_info,
+    set_path,
+)
+from admission.integrations.ownership import (
+    OwnershipError,
+    controller_ref,
+    managed_ancestor_async,
 )
 from admission.integrations.pod import is_group_workload
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
@@ -47,6 +55,7 @@ from queues.model import HOLD_AND_DRAIN, Workload
 from . import objects as o
 from .client import WORKLOADS, ApiError, Resource, resource_of
 from .context import Context, Obj
+from .owners import OwnerReader
 
 log = logging.getLogger("quartermaster.kube.jobs")
 
@@ -59,11 +68,13 @@ class ComposeErrors:
         self.what = what
         self._last: dict[str, str] = {}
 
-    def report(self, key: str, obj: Obj, err: Exception) -> None:
+    def report(
+        self, key: str, obj: Obj, err: Exception, *, reason: str = "ErrWorkloadCompose"
+    ) -> None:
         if self._last.get(key) != str(err):
             self._last[key] = str(err)
             log.warning("cannot build a Workload for %s %s: %s", self.what, key, err)
-            self.ctx.record_event(obj, "Warning", "ErrWorkloadCompose", str(err))
+            self.ctx.record_event(obj, "Warning", reason, str(err))
 
     def clear(self, key: str) -> None:
         self._last.pop(key, None)
@@ -161,6 +172,9 @@ class JobReconciler:
         }
         self.resources: dict[str, Resource] = {w: resource_of(i) for w, i in self.kinds.items()}
         self.errors = {w: ComposeErrors(ctx, w) for w in self.kinds}
+        self.owners = OwnerReader(
+            client=ctx.client, informers=ctx.informers, frameworks=ctx.options.frameworks
+        )
         # object key -> (uid, generation, workload uid, workload generation) last found
         # equivalent: status events (pods starting, ready) do not re-compose it
         self._equivalent: dict[tuple[str, str], tuple[str, int, str, int]] = {}
@@ -179,20 +193,48 @@ class JobReconciler:
             have = {"kubernetes.io/metadata.name": ns, **(labels.labels if labels else {})}
             if not opts.managed_namespaces.matches(have):
                 return False
-        if self.owned_by_integration(obj):
-            return False  # its parent's integration manages it (a JobSet's Jobs)
         if (o.meta(obj).get("labels") or {}).get(QUEUE_NAME_LABEL):
             return True
         return opts.manage_jobs_without_queue_name
 
-    def owned_by_integration(self, obj: Obj) -> bool:
-        """Whether the controller owner is of an enabled integration (Kueue's
-        ``IsOwnerManagedByKueueForObject``): that integration admits the whole."""
-        kinds = self.ctx.options.frameworks.managed_owner_kinds()
-        for ref in o.meta(obj).get("ownerReferences") or []:
-            if isinstance(ref, dict) and ref.get("controller"):
-                return (ref.get("apiVersion"), ref.get("kind")) in kinds
-        return False
+    async def ancestor(self, integ: Integration, key: str, obj: Obj) -> Obj | None | bool:
+        """The top-level managed ancestor that admits ``obj`` (Kueue's
+        ``FindAncestorJobManagedByKueue``); None: ``obj`` is top-level; False: the chain
+        cannot be decided (reported on the object)."""
+        if controller_ref(obj) is None:
+            return None
+        opts = self.ctx.options
+        try:
+            found = await managed_ancestor_async(
+                obj,
+                self.owners,
+                frameworks=opts.frameworks,
+                manage_without_queue_name=opts.manage_jobs_without_queue_name,
+            )
+        except OwnershipError as err:
+            self.errors[integ.what].report(key, obj, err, reason=err.reason)
+            return False
+        return dict(found) if found is not None else None
+
+    async def _suspend_child(self, integ: Integration, key: str, obj: Obj, ancestor: Obj) -> None:
+        """Kueue's ``shouldSuspendChildJob``: a running child whose managed ancestor has
+        no admitted (not finished) Workload must not run outside quota: suspend it."""
+        if integ.is_suspended(obj) or integ.finished(obj) is not None:
+            return
+        parent = self.ctx.options.frameworks.integration_for(
+            str(ancestor.get("apiVersion") or ""), str(ancestor.get("kind") or "")
+        )
+        if parent is None:
+            return  # an external framework's: its controller decides
+        wl = self.ctx.writer.workload(
+            f"{o.meta(ancestor).get('namespace') or 'default'}/{parent.workload_name(ancestor)}"
+        )
+        if wl is not None and not o.is_finished(wl) and o.is_true(wl, o.ADMITTED):
+            return
+        patch: Obj = {}
+        set_path(patch, integ.suspend_path, True)
+        if await self._patch(integ, key, patch) is not None:
+            self.ctx.record_event(obj, "Normal", "Suspended", "Kueue managed child job suspended")
 
     def current(self, what: str, key: str) -> Obj | None:
         return self.ctx.writer.current(self.resources[what], key)
@@ -225,6 +267,13 @@ class JobReconciler:
         obj = self.current(what, key)
         if obj is None or not self.managed(integ, obj):
             self._equivalent.pop((what, key), None)
+            return
+        ancestor = await self.ancestor(integ, key, obj)
+        if ancestor is not None:  # its ancestor's integration admits it (a JobSet's Jobs)
+            self._equivalent.pop((what, key), None)
+            if ancestor is not False:
+                assert isinstance(ancestor, dict)
+                await self._suspend_child(integ, key, obj, ancestor)
             return
         wkey = self.workload_key(integ, obj)
         ctx.job_index.add((what, key), wkey)

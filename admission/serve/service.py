@@ -464,6 +464,7 @@ class Service:
             ready_callback=ready,
             state=state,
             registry=self.metrics.registry,
+            owners=self.controller.jobs.owners,
         )
 
     async def _sync_certificates(self, *, first: bool = False) -> bool:
