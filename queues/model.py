@@ -329,6 +329,27 @@ class Workload:
         """Last ordering key: the UID, or the name when no UID is known."""
         return self.uid or self.key
 
+    def admitted_usage(self) -> dict[FlavorResource, int]:
+        """Quota the admission holds now (Kueue's ``totalRequestsFromAdmission``): a
+        podSet with ``reclaimablePods`` holds only for its other pods — its usage is
+        divided by the admitted count and multiplied by ``count - reclaimable``."""
+        assert self.admission is not None
+        if not self.reclaimable_pods:
+            return self.admission.usage()
+        counts = {ps.name: ps.count for ps in self.pod_sets}
+        out: dict[FlavorResource, int] = {}
+        for psa in self.admission.pod_set_assignments:
+            after = max(0, counts.get(psa.name, psa.count) - self.reclaimable_pods.get(psa.name, 0))
+            for res, val in psa.resource_usage.items():
+                flv = psa.flavors.get(res)
+                if flv is None:
+                    continue
+                if after < psa.count:
+                    val = val // psa.count * after
+                fr = (flv, res)
+                out[fr] = out.get(fr, 0) + val
+        return out
+
 
 @dataclass(slots=True)
 class Namespace:

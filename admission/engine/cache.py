@@ -329,15 +329,17 @@ class Cache:
         if self.resources is not None:
             self.resources.apply(wl)  # idempotent: recomputed from the declared requests
         old = self.workloads.get(wl.key)
+        held: dict[FlavorResource, int] | None = None
         if old is not None and wl.key in self.admitted:
             # Re-read while admitted (Kueue's cache UpdateWorkload: delete the old
             # object, add the new one): charge the new object, so a priority change is
             # what preemption sees, without charging twice. An eviction in progress stays.
+            held = self.usage_of[wl.key]
             self._uncharge(wl.key, old)
         self.workloads[wl.key] = wl
         if wl.admission is not None:
             cq = wl.admission.cluster_queue
-            usage = wl.admission.usage()
+            usage = wl.admitted_usage()  # less the reclaimable pods (docs/semantics.md §4.1)
             self.admitted[wl.key] = cq
             self.usage_of[wl.key] = usage
             self.by_cq.setdefault(cq, {})[wl.key] = None
@@ -345,6 +347,10 @@ class Cache:
             if cq in self.tree.queues:
                 self.tree.add_usage(cq, usage)
             self._charge_tas(wl, +1)
+            if held is not None and cq in self.tree.queues and any(
+                usage.get(fr, 0) < v for fr, v in held.items()
+            ):
+                self.capacity_event(cq)  # its reclaimable pods gave quota back
             return
         if wl.active:
             self._route(wl)

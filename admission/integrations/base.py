@@ -270,6 +270,13 @@ class Integration:
         """Whether all ``count`` admitted pods are ready (waitForPodsReady); None: unknown."""
         return None
 
+    def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """podSet name -> pods that finished and will not run again, whose quota the
+        Workload gives back before the whole object finishes (Kueue's
+        ``JobWithReclaimablePods``, written to ``status.reclaimablePods``); ``{}`` for a
+        kind that cannot tell."""
+        return {}
+
     def priority_class_name(self, obj: Mapping[str, Any], roles: Sequence[Role]) -> tuple[str, str]:
         """The pod PriorityClass the Workload's priority comes from when no
         WorkloadPriorityClass label is set, and the field it is read from: the first

@@ -104,6 +104,26 @@ class JobIntegration(Integration):
     def is_active(self, obj: Mapping[str, Any]) -> bool:
         return job_active(obj) > 0
 
+    def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """Kueue's ``Job.ReclaimablePods``: once fewer completions remain than
+        ``parallelism``, the difference is reclaimable (an Indexed Job counts its
+        completed and failed indexes below ``completions``)."""
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        parallelism = _int(spec.get("parallelism"), 1)
+        completions = _int(spec.get("completions"), parallelism)
+        if spec.get("completionMode") == "Indexed":
+            terminal = terminal_indexes(
+                str(status.get("completedIndexes") or ""),
+                str(status.get("failedIndexes") or ""),
+                completions,
+            )
+        else:
+            terminal = _int(status.get("succeeded"), 0)
+        if parallelism <= 1 or terminal <= 0:
+            return {}
+        remaining = max(completions - terminal, 0)
+        return {DEFAULT_POD_SET_NAME: parallelism - remaining} if remaining < parallelism else {}
+
     def pods_ready(self, obj: Mapping[str, Any], count: int) -> bool | None:
         status = obj.get("status") or {}
         ready = sum(v for k in ("ready", "succeeded") if isinstance(v := status.get(k), int))
@@ -224,3 +244,21 @@ def _min_count(raw: str | None, count: int, ref: str) -> int | None:
         )
         raise JobError(f"job {ref}: {field}: must be {bounds}, got {raw!r}")
     return value
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def terminal_indexes(completed: str, failed: str, completions: int) -> int:
+    """Kueue's ``terminalIndexesCount``: the indexes below ``completions`` in the union
+    of the completed and failed interval lists (``"1,3-5"``); bad intervals are skipped."""
+    done: set[int] = set()
+    for text in (completed, failed):
+        for part in filter(None, text.split(",")):
+            first, sep, last = part.partition("-")
+            if not first.isdigit() or (sep and not last.isdigit()):
+                continue
+            lo, hi = int(first), int(last) if sep else int(first)
+            done.update(range(lo, min(hi, completions - 1) + 1))
+    return len(done)

@@ -101,6 +101,24 @@ class JobSetIntegration(Integration):
         return ready >= replicas
 
 
+    def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """Kueue's ``JobSet.ReclaimablePods``: a replicated Job's succeeded replicas
+        (at most its ``replicas``) times its pods per replica."""
+        statuses = {s.get("name"): s for s in _replicated_job_statuses(obj)}
+        out: dict[str, int] = {}
+        try:
+            roles = {r.name: r for r in self.roles(obj)}
+        except IntegrationError:
+            return out
+        for rj in (obj.get("spec") or {}).get("replicatedJobs") or []:
+            name = rj.get("name") if isinstance(rj, Mapping) else None
+            replicas = _int(rj.get("replicas"), 1) if isinstance(rj, Mapping) else 0
+            succeeded = _int((statuses.get(name) or {}).get("succeeded"))
+            if name in roles and replicas > 0 and 0 < succeeded <= replicas:
+                out[name] = succeeded * (roles[name].count // replicas)
+        return out
+
+
 def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 

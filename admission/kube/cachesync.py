@@ -203,6 +203,7 @@ class CacheSync:
             holds
             and key in cache.admitted
             and self.admitted_gen.get(key, o.generation(obj)) == o.generation(obj)
+            and _reclaimable(obj) == _reclaimable(cache.workloads.get(key))
         ):  # already charged and its spec unchanged (status writes): nothing to parse
             self.backoff.pop(key, None)
             if o.is_true(obj, o.EVICTED):
@@ -272,6 +273,7 @@ class CacheSync:
             ev.get("status"),
             ev.get("lastTransitionTime"),
             ((obj.get("status") or {}).get("requeueState") or {}).get("requeueAt"),
+            _reclaimable(obj),
         )
 
     def due_backoffs(self, now: float) -> list[str]:
@@ -280,6 +282,20 @@ class CacheSync:
         for k in due:
             self.wl_sigs.pop(k, None)
         return due
+
+
+def _reclaimable(wl: Obj | m.Workload | None) -> tuple[tuple[str, int], ...]:
+    """``status.reclaimablePods`` (of an API object or a model): a change re-charges an
+    admitted workload — the pods that finished no longer hold quota."""
+    if isinstance(wl, m.Workload):
+        return tuple(sorted(wl.reclaimable_pods.items()))
+    items = ((wl or {}).get("status") or {}).get("reclaimablePods") or []
+    return tuple(sorted(
+        (i["name"], i["count"]) for i in items
+        if isinstance(i, dict) and isinstance(i.get("name"), str)
+        and isinstance(i.get("count"), int) and not isinstance(i.get("count"), bool)
+        and i["count"] > 0
+    ))  # fmt: skip
 
 
 class CacheView:

@@ -288,6 +288,8 @@ class JobReconciler:
             if wl is None:
                 await self._create(integ, key, obj, wkey)
             return
+        if await self._sync_reclaimable(integ, obj, wkey, wl):
+            return
         originals = [original_info(ps) for ps in (wl.get("spec") or {}).get("podSets") or []]
         if (
             o.has_quota(wl)
@@ -315,6 +317,32 @@ class JobReconciler:
             return
         if wkey not in ctx.sync.inflight:
             await self._sync_spec(integ, key, obj, wkey, wl)
+
+    async def _sync_reclaimable(self, integ: Integration, obj: Obj, wkey: str, wl: Obj) -> bool:
+        """Kueue's reconciler step 4: ``status.reclaimablePods`` as the object reports its
+        finished pods (capped at each podSet's count), so their quota is released before
+        the whole object finishes. True when it was written."""
+        counts = {str(ps.get("name")): int(ps.get("count") or 0)
+                  for ps in (wl.get("spec") or {}).get("podSets") or []}  # fmt: skip
+        want = [
+            {"name": name, "count": min(n, counts[name])}
+            for name, n in integ.reclaimable_pods(obj).items()
+            if name in counts and n > 0
+        ]
+        have = [
+            {"name": r.get("name"), "count": r.get("count")}
+            for r in (wl.get("status") or {}).get("reclaimablePods") or []
+            if isinstance(r, dict)
+        ]
+        if sorted(want, key=str) == sorted(have, key=str) or o.is_finished(wl):
+            return False
+        new = await self.ctx.writer.update_status(
+            wkey, lambda w: None if o.is_finished(w) else {"reclaimablePods": want or None}
+        )
+        if new is None:
+            return False
+        self.ctx.sync.workload(wkey, new)
+        return True
 
     async def _evict_if_changed(
         self, integ: Integration, key: str, obj: Obj, wkey: str, wl: Obj
