@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,11 @@ class KindCase:
     #: None for a kind that never finishes (a RayCluster serves until deleted): the
     #: lifecycle then deletes the object, which deletes its Workload
     finished_status: Callable[[Obj], Obj] | None
+    #: objects the kind's objects need besides the queues (a TrainJob's runtime)
+    extra_objects: list[Obj] = field(default_factory=list)
+    #: podSet name -> where the object keeps the started pod template (None: the roles'
+    #: templates; a TrainJob: the replicated Job patches of Kueue's runtime patch)
+    started_templates: Callable[[Obj], dict[str, Obj]] | None = None
 
     @property
     def resource(self) -> k.Resource:
@@ -98,6 +103,8 @@ class KindCase:
 
     def templates(self, obj: Obj) -> dict[str, Obj]:
         """podSet name -> the object's pod template of that role."""
+        if self.started_templates is not None:
+            return self.started_templates(obj)
         return {r.name: dict(r.template) for r in self.integration.roles(obj)}
 
 
@@ -152,6 +159,7 @@ def lifecycle_objects(case: KindCase) -> list[Obj]:
             "metadata": {"name": "high"},
             "value": 1000,
         },  # fmt: skip
+        *case.extra_objects,
     ]
 
 

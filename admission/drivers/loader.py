@@ -42,7 +42,13 @@ from typing import Any, TextIO
 import yaml
 
 from admission.drivers import strict
-from admission.integrations.base import Integration, IntegrationError, workload_model
+from admission.integrations.base import (
+    Integration,
+    IntegrationError,
+    ReferenceLookup,
+    Resource,
+    workload_model,
+)
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from queues import api
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
@@ -89,14 +95,26 @@ _JOB_KINDS: dict[tuple[str, str], Integration] = {
     (i.api_version, i.kind): i for i in INTEGRATIONS if i.reconciler == "object"
 }
 JOB_KINDS: dict[str, Integration] = {i.kind: i for i in _JOB_KINDS.values()}
+# Kinds job objects take podSets from (a TrainJob's TrainingRuntime), kept whole for them
+_REFERENCED: dict[tuple[str, str], Resource] = {
+    (r.api_version, r.kind): r for i in _JOB_KINDS.values() for r in i.references
+}
 # v1 kinds read for topology-aware scheduling: Nodes (capacity) and bound Pods (its use)
 CORE_KINDS = ("Node", "Pod")
 _CORE_KINDS = {("v1", k) for k in CORE_KINDS}
-SUPPORTED_KINDS = tuple(sorted({kind for _, kind in api.KINDS} | set(JOB_KINDS) | set(CORE_KINDS)))
+SUPPORTED_KINDS = tuple(
+    sorted(
+        {kind for _, kind in api.KINDS}
+        | set(JOB_KINDS)
+        | set(CORE_KINDS)
+        | {k for _, k in _REFERENCED}
+    )
+)
 NAMESPACED = frozenset(
     {
         *api.NAMESPACED_KINDS,
         *(i.kind for i in _JOB_KINDS.values() if i.resource.namespaced),
+        *(r.kind for r in _REFERENCED.values() if r.namespaced),
         "Pod",
     }
 )
@@ -108,7 +126,9 @@ def _group(api_version: str) -> str:
 
 # (group, kind) of every kind read, whatever the version: another version of one of
 # them is an error (a typo, or an API this release does not speak), not a skip.
-_READ_GROUP_KINDS = frozenset({(_group(v), k) for v, k in (*api.KINDS, *_JOB_KINDS, *_CORE_KINDS)})
+_READ_GROUP_KINDS = frozenset(
+    {(_group(v), k) for v, k in (*api.KINDS, *_JOB_KINDS, *_CORE_KINDS, *_REFERENCED)}
+)
 
 
 class LoadError(Exception):
@@ -258,6 +278,7 @@ def load_documents(
     seen: dict[tuple[str, str], _Origin] = {}
     workloads: list[tuple[_Origin, Workload]] = []
     jobs: list[tuple[_Origin, Integration, dict[str, Any]]] = []
+    referenced: dict[tuple[str, str | None, str], dict[str, Any]] = {}
     names = _NameGenerator()
     default_ns = namespace or api.DEFAULT_NAMESPACE
     position = 0
@@ -283,6 +304,13 @@ def load_documents(
                         "integration is not enabled (integrations.frameworks)"
                     )
                 continue
+            ref_res = _REFERENCED.get((doc["apiVersion"], kind))
+            if ref_res is not None:
+                _claim(seen, (kind, name), origin, kind=kind, name=name)
+                meta = doc.get("metadata") or {}
+                ns = (meta.get("namespace") or default_ns) if ref_res.namespaced else None
+                referenced[(ref_res.plural, ns, str(meta.get("name") or ""))] = doc
+                continue
             if (doc["apiVersion"], kind) in _CORE_KINDS:
                 root = f"v1 {kind}"
                 if root in strict.known_roots():
@@ -299,8 +327,12 @@ def load_documents(
                 workloads.append((origin, obj))
             else:
                 store(inputs, obj)
+
+    def lookup(res: Resource, ns: str | None, name: str) -> dict[str, Any] | None:
+        return referenced.get((res.plural, ns, name))
+
     for origin, integration, job in jobs:
-        wl = _job_workload(integration, job, origin, inputs)
+        wl = _job_workload(integration, job, origin, inputs, lookup)
         if not wl.queue_name:
             # Kueue's defaulting: the LocalQueue named "default" in the namespace, if any;
             # otherwise the Job is not queue-managed and the service leaves it alone.
@@ -388,10 +420,11 @@ def _reads(doc: dict[str, Any], origin: _Origin, inputs: Inputs) -> bool:
         )
         return False
     pair = (api_version, kind_text)
-    if pair in api.KINDS or pair in _JOB_KINDS or pair in _CORE_KINDS:
+    if pair in api.KINDS or pair in _JOB_KINDS or pair in _CORE_KINDS or pair in _REFERENCED:
         return True
     if (_group(api_version), kind_text) in _READ_GROUP_KINDS:
-        versions = sorted({v for v, k in (*api.KINDS, *_JOB_KINDS, *_CORE_KINDS) if k == kind_text})
+        read = (*api.KINDS, *_JOB_KINDS, *_CORE_KINDS, *_REFERENCED)
+        versions = sorted({v for v, k in read if k == kind_text})
         supported = ", ".join(f'"{v}"' for v in versions)
         raise fail(
             "apiVersion",
@@ -506,12 +539,16 @@ def _core_object(
 
 
 def _job_workload(
-    integration: Integration, job: dict[str, Any], origin: _Origin, inputs: Inputs
+    integration: Integration,
+    job: dict[str, Any],
+    origin: _Origin,
+    inputs: Inputs,
+    lookup: ReferenceLookup,
 ) -> Workload:
     try:
         return workload_model(
             integration,
-            job,
+            integration.resolve(job, lookup),
             workload_priority_classes=inputs.workload_priority_classes,
             priority_classes=inputs.priority_classes,
         )

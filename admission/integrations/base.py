@@ -29,7 +29,7 @@ import copy
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -168,6 +168,10 @@ class Step:
     subresource: str | None = None
 
 
+ReferenceLookup = Callable[[Resource, str | None, str], Mapping[str, Any] | None]
+"""(resource, namespace or None, name) -> the object, None when there is none."""
+
+
 @dataclass(frozen=True, slots=True)
 class ApiUse:
     """A verb on a resource (or one of its subresources) an integration needs."""
@@ -205,6 +209,9 @@ class Integration:
     #: the label numbering the kind's pods (topology-aware placement hands out domains
     #: in its order; Kueue's PodIndexLabel)
     pod_index_label: ClassVar[str | None] = None
+    #: other kinds whose objects supply part of an object's podSets (a TrainJob's
+    #: TrainingRuntime): watched whole by the service, read by :meth:`resolve`
+    references: ClassVar[tuple[Resource, ...]] = ()
 
     # -- identity ------------------------------------------------------------------------
 
@@ -234,7 +241,8 @@ class Integration:
         for verb, sub in self.writes:
             if verb not in by_sub.setdefault(sub, []):
                 by_sub[sub].append(verb)
-        return tuple(ApiUse(self.resource, tuple(v), sub) for sub, v in by_sub.items())
+        uses = tuple(ApiUse(self.resource, tuple(v), sub) for sub, v in by_sub.items())
+        return uses + tuple(ApiUse(r, ("list", "watch")) for r in self.references)
 
     def label_selector(self, *, manage_without_queue_name: bool) -> str | None:
         """The informer's label selector: objects that name a queue, unless every
@@ -251,6 +259,12 @@ class Integration:
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         """The podSets of ``obj``'s Workload; IntegrationError naming the field on bad input."""
         raise NotImplementedError
+
+    def resolve(self, obj: Mapping[str, Any], lookup: ReferenceLookup) -> Mapping[str, Any]:
+        """``obj`` with the objects it references (:attr:`references`) at hand for
+        :meth:`roles` and :meth:`run_patch`, read with ``lookup``; IntegrationError
+        naming the field when one is missing. The default: ``obj`` itself."""
+        return obj
 
     def is_suspended(self, obj: Mapping[str, Any]) -> bool:
         node: Any = obj

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from admission.engine.cache import Cache
 from admission.engine.scheduler import CycleResult, Scheduler
+from admission.integrations.base import Integration
 
 from queues.model import HOLD_AND_DRAIN
 
@@ -154,6 +155,11 @@ class Controller:
         for what, integ in self.jobs.kinds.items():
             if integ.resource.plural == plural:
                 return self._on_object(what)
+        referencing = [
+            i for i in self.jobs.kinds.values() if plural in {r.plural for r in i.references}
+        ]
+        if referencing:
+            return self._on_reference(referencing)
         kind = KIND_OF_PLURAL[plural]
 
         def on_queue_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
@@ -162,6 +168,19 @@ class Controller:
                 self._drain_if_stopped(kind, key, new)
 
         return on_queue_object
+
+    def _on_reference(
+        self, referencing: list[Integration]
+    ) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
+        """An object other objects take podSets from changed (a TrainingRuntime): their
+        Workloads are built from it, so reconcile every object of the kinds that refer."""
+
+        def on_reference(_event: str, _key: str, _new: o.Obj | None, _old: o.Obj | None) -> None:
+            for integ in referencing:
+                for key in list(self.informers[integ.resource.plural].store):
+                    self.enqueue(integ.what, key)
+
+        return on_reference
 
     def _drain_if_stopped(self, kind: str, key: str, obj: o.Obj | None) -> None:
         """``stopPolicy: HoldAndDrain`` on a queue: reconcile each workload it admitted,

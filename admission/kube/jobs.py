@@ -197,6 +197,24 @@ class JobReconciler:
             return True
         return opts.manage_jobs_without_queue_name
 
+    def lookup(self, res: Resource, namespace: str | None, name: str) -> Obj | None:
+        """An object a job references (``Integration.references``), from its informer."""
+        inf = self.ctx.informers.get(res.plural)
+        if inf is None:
+            return None
+        return inf.store.get(f"{namespace}/{name}" if res.namespaced else name)
+
+    def resolved(self, integ: Integration, key: str, obj: Obj) -> Obj | None:
+        """``obj`` with what it references at hand (``Integration.resolve``); None (the
+        error reported on the object) when a reference is missing."""
+        if not integ.references:
+            return obj
+        try:
+            return dict(integ.resolve(obj, self.lookup))
+        except IntegrationError as err:
+            self.errors[integ.what].report(key, obj, err)
+            return None
+
     async def ancestor(self, integ: Integration, key: str, obj: Obj) -> Obj | None | bool:
         """The top-level managed ancestor that admits ``obj`` (Kueue's
         ``FindAncestorJobManagedByKueue``); None: ``obj`` is top-level; False: the chain
@@ -268,6 +286,10 @@ class JobReconciler:
         if obj is None or not self.managed(integ, obj):
             self._equivalent.pop((what, key), None)
             return
+        resolved = self.resolved(integ, key, obj)
+        if resolved is None:
+            return
+        obj = resolved
         ancestor = await self.ancestor(integ, key, obj)
         if ancestor is not None:  # its ancestor's integration admits it (a JobSet's Jobs)
             self._equivalent.pop((what, key), None)
@@ -380,7 +402,8 @@ class JobReconciler:
         inf = self.ctx.informers.get(self.resources[integ.what].plural)
         if inf is None or inf.slimmer is None:
             return obj
-        return await inf.full(key, at_least=o.rv(obj))
+        whole = await inf.full(key, at_least=o.rv(obj))
+        return self.resolved(integ, key, whole) if whole is not None else None
 
     async def _create(self, integ: Integration, key: str, obj: Obj, wkey: str) -> None:
         whole = await self._whole(integ, key, obj)

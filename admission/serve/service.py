@@ -278,6 +278,8 @@ class Service:
             )
             for i in copts.frameworks.integrations()
         ]
+        for i in copts.frameworks.integrations():  # what their objects reference, whole
+            watched += [(r, None) for r in i.references if all(r != w for w, _ in watched)]
         watched += [(res, None) for res in QUEUE_WATCHED]
         for res, selector in watched:
             self.informers[res.plural] = Informer(
