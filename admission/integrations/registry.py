@@ -30,6 +30,7 @@ from .pod import POD
 from .pytorchjob import PYTORCHJOB
 from .raycluster import RAYCLUSTER
 from .rayjob import RAYJOB
+from .trainjob import TRAINJOB
 
 INTEGRATIONS: tuple[Integration, ...] = (
     JOB,
@@ -39,6 +40,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     MPIJOB,
     RAYCLUSTER,
     RAYJOB,
+    TRAINJOB,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 
