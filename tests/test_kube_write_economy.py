@@ -103,6 +103,21 @@ def shut(s: Stack) -> Gate:
     return gate
 
 
+async def pending_reason_waiting(s: Stack, name: str) -> Gate:
+    """Shut the budget, create a Workload that does not fit (2 cpu), and return once its
+    pending reason was taken from the queue and waits for its turn."""
+    ctrl = s.service.controller
+    assert ctrl is not None
+    key = f"{NS}/{name}"
+    gate = shut(s)
+    await create(s, standalone(name, cpu="2"))
+    await eventually(
+        lambda: key in ctrl.cache.workloads and key not in ctrl.applier.pending and gate.waiting,
+        what="its pending reason waits for its turn",
+    )
+    return gate
+
+
 async def create(s: Stack, obj: dict[str, Any]) -> None:
     await s.user.create(k.WORKLOADS, obj, namespace=NS)
 
@@ -212,16 +227,7 @@ def test_no_pending_reason_is_written_for_a_workload_admitted_while_it_waited(
             ctrl = s.service.controller
             assert ctrl is not None
             key = f"{NS}/w"
-            gate = shut(s)
-            await create(s, standalone("w", cpu="2"))
-            await eventually(
-                lambda: (
-                    key in ctrl.cache.workloads
-                    and key not in ctrl.applier.pending
-                    and gate.waiting >= 1
-                ),
-                what="its pending reason waits for its turn",
-            )
+            gate = await pending_reason_waiting(s, "w")
             cq = s.get("clusterqueues", "cq")
             assert cq is not None
             cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "4"
@@ -242,16 +248,7 @@ def test_a_newer_pending_reason_replaces_the_one_waiting(tmp_path: Path) -> None
             ctrl = s.service.controller
             assert ctrl is not None
             key = f"{NS}/w"
-            gate = shut(s)
-            await create(s, standalone("w", cpu="2"))
-            await eventually(
-                lambda: (
-                    key in ctrl.cache.workloads
-                    and key not in ctrl.applier.pending
-                    and gate.waiting >= 1
-                ),
-                what="its pending reason waits for its turn",
-            )
+            gate = await pending_reason_waiting(s, "w")
             ctrl.applier.note_pending(key, PendingStatus("Newer", "the newest reason"))
             gate.open()
             await eventually(
@@ -422,6 +419,50 @@ def test_queue_status_yields_to_waiting_decisions_for_a_bounded_time(tmp_path: P
                     == 1
                 ),
                 what="the status catches up",
+            )
+
+    asyncio.run(main())
+
+
+def test_pending_reasons_yield_to_waiting_decisions_for_a_bounded_time(tmp_path: Path) -> None:
+    """A due pending reason waits while an admission waits for the budget (the head may
+    be admitted meanwhile), but no longer than ``pending_max_hold``."""
+    from admission.kube.ratelimit import LOW
+
+    cqs = [
+        *objects(cpu=4),
+        cluster_queue("small", {"f": {"cpu": 1}}),
+        local_queue(NS, "lq2", "small"),
+    ]
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=cqs, controller=options(pending_max_hold=1.5)) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            gate = shut(s)
+            await create(s, standalone("fits"))  # its admission waits for the budget
+            await eventually(lambda: gate.decisions_waiting, what="the admission waits")
+            big = workload(NS, "big", queue="lq2", pod_sets=[("main", 1, "2")])
+            await create(s, big)  # never fits: its reason is due after pending_delay
+            await eventually(lambda: f"{NS}/big" in ctrl.applier.pending, what="reason noted")
+
+            def reason_waiting() -> bool:
+                return any(p == LOW for p, _, _ in gate._waiters) or (
+                    f"{NS}/big" not in ctrl.applier.pending
+                )
+
+            await asyncio.sleep(0.5)
+            assert not reason_waiting()  # held back while the admission waits
+            await eventually(reason_waiting, what="the reason goes after pending_max_hold")
+            gate.open()
+            await eventually(
+                lambda: (
+                    (o.condition(s.get("workloads", "big", NS) or {}, o.QUOTA_RESERVED) or {}).get(
+                        "status"
+                    )
+                    == "False"
+                ),
+                what="the reason is written",
             )
 
     asyncio.run(main())

@@ -35,6 +35,7 @@ from .ratelimit import low_priority
 log = logging.getLogger("quartermaster.kube.admit")
 
 VERIFY_ATTEMPTS = 5
+YIELD_POLL = 0.2  # seconds between looks at the budget while pending reasons yield
 FAILURE_BACKOFF_MAX = 60.0
 
 
@@ -226,11 +227,14 @@ class Applier:
                 self._pending_ready.clear()
                 await self._pending_ready.wait()
                 continue
-            key = next(iter(self.pending))
+            key = next(iter(self.pending))  # the oldest reason noted
             status, due = self.pending[key]
             wait = due - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
+                continue
+            if self._yield_to_decisions(due):
+                await asyncio.sleep(YIELD_POLL)
                 continue
             del self.pending[key]
             if key in ctx.sync.inflight or key in ctx.cache.admitted:
@@ -259,6 +263,18 @@ class Applier:
                 log.debug("pending status of %s not written: %s", key, err)
                 if err.retryable:
                     await asyncio.sleep(0.1)
+
+    def _yield_to_decisions(self, due: float) -> bool:
+        """Whether due pending reasons wait while admissions and evictions wait for the
+        client's budget: a head admitted meanwhile needs no reason at all, and a token a
+        reason takes is one a decision waits for. The oldest reason waits at most
+        ``pending_max_hold`` since it was noted, so reasons are never held indefinitely."""
+        opts = self.ctx.options
+        limiter = self.ctx.client.limiter
+        if limiter is None or not limiter.decisions_waiting:
+            return False
+        noted = due - opts.pending_delay
+        return time.monotonic() - noted < opts.pending_max_hold
 
     def _pending_body(self, w: Obj, key: str, status: PendingStatus, *, recent: bool) -> Obj | None:
         """The pending-status write for ``w``, decided once its turn at the rate limit

@@ -58,6 +58,8 @@ class ControllerOptions:
     # cycle are admitted within a second or two (Kueue's baseline on the simulator with
     # its 50 QPS budget: 4,318 first reasons written with 1 s, 856 with 2 s, 305 with 5 s)
     pending_delay: float = 2.0
+    # ... and, while decisions wait for the client's budget, at most this long
+    pending_max_hold: float = 30.0
     # a changed message with the same reason (only the numbers moved): at most this often
     # per workload; a changed reason is written once it held for pending_delay
     pending_refresh: float = 60.0
