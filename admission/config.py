@@ -36,6 +36,7 @@ from queues.transformations import REPLACE, RETAIN, ResourceTransformation, Reso
 
 if TYPE_CHECKING:
     from admission.engine.cache import Cache
+    from admission.engine.checkpoint import ProgressPolicy, QueuePolicy, RequeuePolicy
     from admission.engine.scheduler import Scheduler
 
 STRATEGIES = tuple(str(s) for s in DEFAULT_FAIR_SHARING_STRATEGIES)
@@ -137,6 +138,138 @@ class WaitForPodsReady(_Strict):
     blockAdmission: bool = False
     recoveryTimeout: str | None = None
     requeuingStrategy: RequeuingStrategy = Field(default_factory=RequeuingStrategy)
+
+
+class RequeueAfterPreemption(_Strict):
+    """Kueue's ``requeuingStrategy`` shape, for requeues after a preemption:
+    ``backoffLimitCount: 0`` never requeues (the workload is deactivated)."""
+
+    backoffLimitCount: int | None = Field(default=None, ge=0)
+    backoffBaseSeconds: int = Field(default=60, ge=0)
+    backoffMaxSeconds: int = Field(default=3600, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RequeueAfterPreemption:
+        if self.backoffMaxSeconds < self.backoffBaseSeconds:
+            raise ValueError(
+                f"backoffMaxSeconds ({self.backoffMaxSeconds}) must not be less than "
+                f"backoffBaseSeconds ({self.backoffBaseSeconds})"
+            )
+        return self
+
+    def policy(self) -> RequeuePolicy:
+        from admission.engine.checkpoint import RequeuePolicy
+
+        return RequeuePolicy(
+            backoff_base=float(self.backoffBaseSeconds),
+            backoff_max=float(self.backoffMaxSeconds),
+            backoff_limit=self.backoffLimitCount,
+        )
+
+
+def _bounded_window(v: str | float | None) -> str | float | None:
+    from admission.engine.checkpoint import MAX_NOTICE_SECONDS
+
+    if v is not None and parse_duration(v) > MAX_NOTICE_SECONDS:
+        raise ValueError(f"{v!r} is longer than the bound of {MAX_NOTICE_SECONDS / 3600:g}h")
+    return v
+
+
+class LocalQueueProgress(_Strict):
+    requeuingStrategy: RequeueAfterPreemption | None = None
+
+
+class QueueProgress(_Strict):
+    """The per-ClusterQueue rules of ``progressAwarePreemption`` (also its defaults)."""
+
+    noticeWindow: str | float | None = None
+    minimumRuntime: str | float | None = None
+    minimumRuntimeWithinClusterQueue: bool | None = None
+    requeuingStrategy: RequeueAfterPreemption | None = None
+
+    @field_validator("noticeWindow")
+    @classmethod
+    def _notice(cls, v: str | float | None) -> str | float | None:
+        if v is not None:
+            parse_duration(v)
+        return _bounded_window(v)
+
+    @field_validator("minimumRuntime")
+    @classmethod
+    def _runtime(cls, v: str | float | None) -> str | float | None:
+        if v is not None:
+            parse_duration(v)
+        return v
+
+    def resolve(self, base: QueuePolicy) -> QueuePolicy:
+        from admission.engine.checkpoint import QueuePolicy
+
+        return QueuePolicy(
+            notice=parse_duration(self.noticeWindow)
+            if self.noticeWindow is not None
+            else base.notice,
+            minimum_runtime=(
+                parse_duration(self.minimumRuntime)
+                if self.minimumRuntime is not None
+                else base.minimum_runtime
+            ),
+            minimum_runtime_within_cq=(
+                self.minimumRuntimeWithinClusterQueue
+                if self.minimumRuntimeWithinClusterQueue is not None
+                else base.minimum_runtime_within_cq
+            ),
+            requeue=(
+                self.requeuingStrategy.policy()
+                if self.requeuingStrategy is not None
+                else base.requeue
+            ),
+        )
+
+
+class ProgressAwarePreemption(QueueProgress):
+    """This project's extension (admission.engine.checkpoint): checkpoint-aware victims,
+    notice windows, minimum runtime and requeue policies after preemption."""
+
+    victimOrder: Literal["Kueue", "LostWork"] = "Kueue"
+    lostWorkResources: list[str] | None = None
+    clusterQueues: dict[str, QueueProgress] = Field(default_factory=dict)
+    localQueues: dict[str, LocalQueueProgress] = Field(default_factory=dict)
+
+    @field_validator("localQueues")
+    @classmethod
+    def _lq_keys(cls, v: dict[str, LocalQueueProgress]) -> dict[str, LocalQueueProgress]:
+        for key in v:
+            ns, sep, name = key.partition("/")
+            if not sep or not ns or not name or "/" in name:
+                raise ValueError(f"{key!r}: LocalQueues are keyed <namespace>/<name>")
+        return v
+
+    @field_validator("lostWorkResources")
+    @classmethod
+    def _resources(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or any(not r for r in v)):
+            raise ValueError("must list at least one resource name")
+        return v
+
+    def policy(self) -> ProgressPolicy:
+        from admission.engine.checkpoint import (
+            DEFAULT_LOST_WORK_RESOURCES,
+            ProgressPolicy,
+            QueuePolicy,
+        )
+
+        default = self.resolve(QueuePolicy())
+        return ProgressPolicy(
+            victim_order=self.victimOrder,
+            resources=tuple(self.lostWorkResources or DEFAULT_LOST_WORK_RESOURCES),
+            default=default,
+            cluster_queues={n: q.resolve(default) for n, q in self.clusterQueues.items()},
+            local_queues={
+                k: q.requeuingStrategy.policy()
+                for k, q in self.localQueues.items()
+                if q.requeuingStrategy is not None
+            },
+        )
 
 
 class LeaderElection(_Strict):
@@ -366,6 +499,7 @@ class ConfigurationDoc(_Strict):
     fairSharing: FairSharingSection | None = None
     admissionFairSharing: UsageSection | None = None
     cohortCredits: UsageSection | None = None
+    progressAwarePreemption: ProgressAwarePreemption | None = None
     waitForPodsReady: WaitForPodsReady | None = None
     manageJobsWithoutQueueName: bool = False
     managedJobsNamespaceSelector: dict[str, Any] | None = None
@@ -421,6 +555,12 @@ class Config:
         return self.doc.cohortCredits
 
     @property
+    def progress(self) -> ProgressPolicy | None:
+        """Progress-aware preemption (``progressAwarePreemption``), None when absent."""
+        section = self.doc.progressAwarePreemption
+        return section.policy() if section is not None else None
+
+    @property
     def frameworks(self) -> Frameworks:
         """The job integrations ``integrations.frameworks`` enables (all when unset)."""
         section = self.doc.integrations
@@ -442,6 +582,7 @@ def build_scheduler(
     Every policy object is built here, once, and handed to ``Scheduler(...)``; nothing
     is changed on the scheduler afterwards. ``explain=False`` skips the numeric pending
     messages (the simulator, which never shows them)."""
+    from admission.engine.checkpoint import ProgressAware
     from admission.engine.fair_sharing import FairPreemptor, Tournament, parse_strategies
     from admission.engine.ordering import EntryOrder, classical_order, credit_order
     from admission.engine.preemption import Preemptor
@@ -457,22 +598,33 @@ def build_scheduler(
             evaluated_at=config.now,
             now=config.now if config.now is not None else clock(),
         )
+    policy = config.progress
+    progress = ProgressAware(cache, policy, clock) if policy is not None else None
     fs = config.fair_sharing
     preemptor: Preemptor
     order: EntryOrder
     if fs is not None:
         preemptor = FairPreemptor(
-            cache, strategies=parse_strategies(fs.preemptionStrategies), tracker=tracker
+            cache,
+            strategies=parse_strategies(fs.preemptionStrategies),
+            tracker=tracker,
+            progress=progress,
         )
         order = Tournament(tracker=tracker)
     else:
-        preemptor = Preemptor(cache, tracker=tracker)
+        preemptor = Preemptor(cache, tracker=tracker, progress=progress)
         if tracker is not None and config.cohort_credits is not None:
             order = credit_order(tracker)
         else:
             order = classical_order
     return Scheduler(
-        cache, clock=clock, preemptor=preemptor, order=order, usage=tracker, explain=explain
+        cache,
+        clock=clock,
+        preemptor=preemptor,
+        order=order,
+        usage=tracker,
+        explain=explain,
+        progress=progress,
     )
 
 

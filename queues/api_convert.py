@@ -22,6 +22,7 @@ from queues.api_types import (
     quantity_value,
 )
 from queues.pods import podset_from_template
+from queues.progress import ProgressError, WorkloadProgress, workload_progress
 from queues.quantity import to_units
 from queues.topology_assignment import AssignmentFormError, from_v1beta2
 
@@ -264,6 +265,7 @@ def workload(wl: Workload) -> m.Workload:
     ):
         requeue_time = epoch(evicted.last_transition_time)
     finished = wl.condition("Finished")
+    progress = _progress(wl)
     return m.Workload(
         namespace=wl.metadata.namespace or DEFAULT_NAMESPACE,
         name=wl.metadata.name or "",
@@ -282,7 +284,35 @@ def workload(wl: Workload) -> m.Workload:
         annotations=dict(wl.metadata.annotations),
         finished=finished is not None and finished.status == "True",
         reclaimable_pods=_reclaimable_pods(status),
+        last_checkpoint=progress.checkpoint,
+        noticed_at=progress.noticed_at,
+        eviction_deadline=progress.deadline,
+        requeue_count=_requeue_count(status),
     )
+
+
+def _progress(wl: Workload) -> WorkloadProgress:
+    """The Workload's checkpoint and notice signals (queues.progress)."""
+    conditions = [
+        {"type": c.type, "status": c.status, "lastTransitionTime": c.last_transition_time}
+        for c in (wl.status.conditions if wl.status is not None else [])
+    ]
+    try:
+        return workload_progress(
+            {
+                "metadata": {"annotations": wl.metadata.annotations},
+                "status": {"conditions": conditions},
+            }
+        )
+    except ProgressError as exc:
+        raise ConvertError(exc.field, str(exc).removeprefix(f"{exc.field}: ")) from None
+
+
+def _requeue_count(status: Any) -> int:
+    """status.requeueState.count (read leniently, like reclaimablePods)."""
+    extra = getattr(status, "model_extra", None) or {}
+    count = (extra.get("requeueState") or {}).get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def _reclaimable_pods(status: Any) -> dict[str, int]:

@@ -315,6 +315,12 @@ class Workload:
     finished: bool = False  # Finished=True condition: holds no quota, never admitted again
     # status.reclaimablePods: podSet name -> pods that finished and need no quota.
     reclaimable_pods: dict[str, int] = field(default_factory=dict)
+    # Training progress (queues.progress): the last checkpoint the Workload reports, and
+    # a preemption notice in flight (when it was given, the eviction deadline).
+    last_checkpoint: float | None = None
+    noticed_at: float | None = None
+    eviction_deadline: float | None = None
+    requeue_count: int = 0  # status.requeueState.count
 
     @property
     def key(self) -> str:

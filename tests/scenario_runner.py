@@ -11,7 +11,10 @@ objects: [ {...}, {...} ]        # Kubernetes objects, as plan reads them
 workloads:                       # optional shorthand, expanded to kueue Workload objects
   - {name: a, ns: team-a, queue: lq, priority: 10, created: 1,
      podSets: [{count: 2, requests: {cpu: 1}, minCount: 1, nodeSelector: {...}, tolerations: [...]}],
-     admitted: {clusterQueue: cq, flavors: {cpu: default}, at: 0}}
+     admitted: {clusterQueue: cq, flavors: {cpu: default}, at: 0},
+     # progress signals (queues.progress), times in seconds like ``created``:
+     checkpoint: 3500, checkpointCondition: 3500, notice: {at: 3500, deadline: 3800},
+     requeueCount: 1, finished: true}
 whatIf: [ {...} ]                # optional: objects for --what-if
 expect:
   exit: 0                        # optional (2 for bad input)
@@ -21,7 +24,9 @@ expect:
   pending:                       # exactly these are pending
     ns/name: {reason: WaitingForQuota, message: ["substring", ...], clusterQueue: cq}
   preempted:                     # exactly these are preempted (any cycle)
-    ns/name: {by: ns/other, reason: InClusterQueue}
+    ns/name: {by: ns/other, reason: InClusterQueue,
+              noticeDeadline: "1970-01-01T01:05:00Z", evicted: false,   # notice window
+              requeue: {action: Backoff, count: 2, requeueAt: "..."}}  # requeue policy
   usage: {cq: {flavor: {resource: {total: "3", borrowed: "0"}}}}   # partial check
   whatIf: {ns/name: {before: admitted, after: pending}}            # outcome kinds
   left: {cq: [ns/name, ...]}              # Kueue's wantLeft: still in the heap at the end
@@ -116,6 +121,7 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
         obj["spec"]["active"] = w["active"]
     if "reclaimablePods" in w:
         obj["status"] = {"reclaimablePods": w["reclaimablePods"]}
+    _progress_signals(w, obj)
     adm = w.get("admitted")
     if adm:
         psas = []
@@ -141,19 +147,64 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
                 )
                 psa["topologyAssignment"] = to_v1beta2(TopologyAssignment(levels, domains))
             psas.append(psa)
-        obj["status"] = {
-            "admission": {"clusterQueue": adm["clusterQueue"], "podSetAssignments": psas},
-            "conditions": [
-                {
-                    "type": "QuotaReserved",
-                    "status": "True",
-                    "reason": "QuotaReserved",
-                    "message": "",
-                    "lastTransitionTime": _iso(adm.get("at", 0)),
-                }
-            ],
-        }
+        status = obj.setdefault("status", {})
+        status["admission"] = {"clusterQueue": adm["clusterQueue"], "podSetAssignments": psas}
+        status["conditions"] = [
+            {
+                "type": "QuotaReserved",
+                "status": "True",
+                "reason": "QuotaReserved",
+                "message": "",
+                "lastTransitionTime": _iso(adm.get("at", 0)),
+            },
+            *status.get("conditions", []),
+        ]
     return obj
+
+
+def _progress_signals(w: dict[str, Any], obj: dict[str, Any]) -> None:
+    """The shorthand's checkpoint, notice, requeue count and Finished (queues.progress)."""
+    from queues.progress import (
+        CHECKPOINT_ANNOTATION,
+        CHECKPOINTED_CONDITION,
+        DEADLINE_ANNOTATION,
+        NOTICE_CONDITION,
+    )
+
+    annotations: dict[str, str] = {}
+    conditions: list[dict[str, Any]] = []
+
+    def condition(kind: str, at: float, reason: str) -> None:
+        conditions.append(
+            {
+                "type": kind,
+                "status": "True",
+                "reason": reason,
+                "message": "",
+                "lastTransitionTime": _iso(at),
+            }
+        )
+
+    if "checkpoint" in w:
+        annotations[CHECKPOINT_ANNOTATION] = (
+            w["checkpoint"] if isinstance(w["checkpoint"], str) else _iso(w["checkpoint"])
+        )
+    if "checkpointCondition" in w:
+        condition(CHECKPOINTED_CONDITION, w["checkpointCondition"], "CheckpointSaved")
+    if "notice" in w:
+        condition(NOTICE_CONDITION, w["notice"]["at"], "PreemptionNoticed")
+        annotations[DEADLINE_ANNOTATION] = _iso(w["notice"]["deadline"])
+    if w.get("finished"):
+        condition("Finished", w.get("created", 0), "Succeeded")
+    if annotations:
+        obj["metadata"]["annotations"] = annotations
+    status = obj.setdefault("status", {})
+    if conditions:
+        status["conditions"] = conditions
+    if "requeueCount" in w:
+        status["requeueState"] = {"count": w["requeueCount"]}
+    if not status:
+        del obj["status"]
 
 
 NODE_KEYS = {"names", "labels", "allocatable", "taints", "ready", "unschedulable"}
@@ -238,6 +289,11 @@ WORKLOAD_KEYS = {
     "active",
     "admitted",
     "reclaimablePods",
+    "checkpoint",
+    "checkpointCondition",
+    "notice",
+    "requeueCount",
+    "finished",
 }
 POD_SET_KEYS = {
     "name",
@@ -266,7 +322,16 @@ EXPECT_KEYS = {
 EXPECT_ENTRY_KEYS = {
     "admitted": {"clusterQueue", "cycle", "flavors", "podSetFlavors", "counts", "topology"},
     "pending": {"reason", "clusterQueue", "message"},
-    "preempted": {"by", "reason", "clusterQueue", "cycle", "message"},
+    "preempted": {
+        "by",
+        "reason",
+        "clusterQueue",
+        "cycle",
+        "message",
+        "noticeDeadline",
+        "evicted",
+        "requeue",
+    },
     "whatIf": {"before", "after"},
 }
 
@@ -406,9 +471,17 @@ def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
         want = expect["preempted"] or {}
         assert set(got) == set(want), f"preempted {sorted(got)}, want {sorted(want)}"
         for key, w in want.items():
-            for field in ("by", "reason", "clusterQueue", "cycle"):
+            for field in ("by", "reason", "clusterQueue", "cycle", "noticeDeadline", "evicted"):
                 if field in (w or {}):
-                    assert got[key][field] == w[field], (key, got[key])
+                    assert got[key].get(field) == w[field], (key, got[key])
+            if "requeue" in (w or {}):
+                rq = got[key].get("requeue")
+                assert rq is not None, (key, got[key])
+                for field, want_value in w["requeue"].items():
+                    if field == "message":
+                        assert want_value in rq["message"], (key, rq)
+                    else:
+                        assert rq.get(field) == want_value, (key, rq)
             for text in (w or {}).get("message", []):
                 assert text in got[key]["message"], (key, got[key]["message"])
     if "usage" in expect:

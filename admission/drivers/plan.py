@@ -2,7 +2,8 @@
 
 A driver of the same scheduler the service runs: it loads objects into a ``Cache``,
 runs cycles (between cycles, workloads preempted in the previous cycle are treated as
-fully evicted), and reports admissions, preemptions, pending reasons and usage in
+fully evicted — except victims given a notice window, which keep running until their
+deadline or a checkpoint newer than the notice, both read from the inputs), and reports admissions, preemptions, pending reasons and usage in
 the JSON contract of CLI.md. ``--what-if`` runs the same plan on the inputs with
 some objects replaced or added and lists the workloads whose outcome differs.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from admission.config import Config
 from admission.drivers.loader import Inputs
 from admission.engine.cache import Cache, PendingStatus
+from admission.engine.checkpoint import RequeueDecision
 from admission.engine.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
 from queues.model import Workload
 from queues.quantity import format_quantity
@@ -36,6 +38,8 @@ class PlanResult:
     admitted: list[AdmittedDecision] = field(default_factory=list)
     preempted: list[PreemptedDecision] = field(default_factory=list)
     pending: dict[str, tuple[str | None, PendingStatus]] = field(default_factory=dict)
+    # progressAwarePreemption: what the requeue policy decided for each evicted victim
+    requeues: dict[str, RequeueDecision] = field(default_factory=dict)
     cache: Cache | None = None
     scheduler: Scheduler | None = None
 
@@ -89,6 +93,7 @@ def run_plan(
         admitted=result.admitted,
         preempted=result.preempted,
         deadline=deadline,
+        requeues=result.requeues,
     )
     result.pending = pending_report(cache)
     return result
@@ -101,28 +106,74 @@ def run_cycles(
     admitted: list[AdmittedDecision],
     preempted: list[PreemptedDecision],
     deadline: float | None = None,
+    requeues: dict[str, RequeueDecision] | None = None,
 ) -> int:
     """The plan loop: cycles until one changes nothing (or exactly ``cycles``);
-    workloads preempted in a cycle are fully evicted before the next one."""
+    workloads preempted in a cycle are fully evicted before the next one, noticed ones
+    once due (``ProgressBook.due``: deadline passed or a newer checkpoint)."""
     cache = scheduler.cache
     to_evict: list[str] = []
     limit = cycles if cycles is not None else MAX_CYCLES
     ran = 0
+    last_pending: dict[str, PendingStatus] | None = None
     while ran < limit:
         if deadline is not None and time.monotonic() > deadline:
             raise DeadlineExceeded(f"not quiescent after {ran} scheduling cycle(s)")
+        if scheduler.progress is not None:
+            to_evict += [k for k in cache.progress.due(scheduler.clock()) if k not in to_evict]
         for key in to_evict:
-            cache.evicted(key)
+            evict_preempted(scheduler, key, requeues)
         released = bool(to_evict)
         r = scheduler.schedule()
         ran += 1
         admitted.extend(r.admitted)
         preempted.extend(r.preempted)
-        to_evict = [p.workload.key for p in r.preempted]
+        to_evict = [p.workload.key for p in r.preempted if p.notice_deadline is None]
         if cycles is None and not r.changed and not released and not to_evict:
             ran -= 1  # the idle cycle that proved quiescence is not counted
             break
+        if (
+            cycles is None
+            and scheduler.progress is not None
+            and not (r.admitted or r.preempted or released)
+            and r.pending == last_pending
+        ):
+            # Preemptors waiting on noticed victims (which run until their deadline,
+            # beyond this instant) repeat the same decision: that is quiescence too.
+            ran -= 1
+            break
+        last_pending = r.pending
     return ran
+
+
+def evict_preempted(
+    scheduler: Scheduler, key: str, requeues: dict[str, RequeueDecision] | None = None
+) -> RequeueDecision | None:
+    """A preempted workload's eviction completes; with a requeue policy after
+    preemption (progressAwarePreemption) it is deactivated, or kept out of the queue
+    until its backoff ends (beyond this plan's instant), instead of requeued at once."""
+    cache = scheduler.cache
+    wl = cache.workloads.get(key)
+    progress = scheduler.progress
+    policy = (
+        progress.policy.requeue_for(wl, cache.admitted.get(key))
+        if progress is not None and wl is not None
+        else None
+    )
+    if policy is None or wl is None:
+        cache.evicted(key)
+        return None
+    decision = policy.after_preemption(wl.requeue_count, scheduler.clock())
+    wl.requeue_count = decision.requeue_count
+    if decision.deactivate:
+        wl.active = False
+        cache.evicted(key)  # not queued: inactive
+    else:
+        cache.evicted(key)
+        cache.park(key)  # back once its backoff ends
+    if requeues is not None:
+        requeues[key] = decision
+    return decision
 
 
 def pending_report(cache: Cache) -> dict[str, tuple[str | None, PendingStatus]]:
@@ -220,6 +271,7 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
                     "by": p.by,
                     "reason": p.reason,
                     "message": p.message,
+                    **_progress_json(result, p),
                 }
                 for p in result.preempted
             ),
@@ -232,6 +284,25 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
         "usage": usage_report(result.cache),
         **fair_sharing_report(result),
     }
+
+
+def _progress_json(result: PlanResult, p: PreemptedDecision) -> dict[str, Any]:
+    """A victim's notice deadline and requeue decision (progressAwarePreemption)."""
+    from queues.progress import format_time
+
+    out: dict[str, Any] = {}
+    if p.notice_deadline is not None:
+        out["noticeDeadline"] = format_time(p.notice_deadline)
+        out["evicted"] = p.workload.key not in (result.cache.admitted if result.cache else {})
+    r = result.requeues.get(p.workload.key)
+    if r is not None:
+        out["requeue"] = {
+            "action": "Deactivate" if r.deactivate else "Backoff",
+            "count": r.requeue_count,
+            **({"requeueAt": format_time(r.requeue_at)} if r.requeue_at is not None else {}),
+            "message": r.message,
+        }
+    return out
 
 
 def fair_sharing_report(result: PlanResult) -> dict[str, Any]:
@@ -269,6 +340,10 @@ def outcomes(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         }
     for p in doc["preempted"]:
         out[p["workload"]] = {"outcome": "preempted", "by": p["by"], "reason": p["reason"]}
+        if "noticeDeadline" in p:  # progressAwarePreemption: noticed, evicted later
+            out[p["workload"]]["noticeDeadline"] = p["noticeDeadline"]
+        if "requeue" in p:
+            out[p["workload"]]["requeue"] = p["requeue"]["action"]
     for p in doc["pending"]:
         out.setdefault(
             p["workload"], {"outcome": "pending", "reason": p["reason"], "message": p["message"]}
@@ -341,10 +416,36 @@ def plan_table(doc: dict[str, Any], *, wide: bool = False) -> str:
     lines += _table(rows)
     if doc["preempted"]:
         lines += ["", "PREEMPTED"]
-        header = ("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "BY", "REASON")
+        header: tuple[str, ...] = ("WORKLOAD", "CLUSTERQUEUE", "CYCLE", "BY", "REASON")
+        noticed = any("noticeDeadline" in p or "requeue" in p for p in doc["preempted"])
+        if noticed:
+            header += ("NOTICE DEADLINE", "REQUEUE")
         rows = [(*header, "MESSAGE") if wide else header]
         for p in doc["preempted"]:
-            row = (p["workload"], p["clusterQueue"], str(p["cycle"]), p["by"], p["reason"])
+            row = (
+                p["workload"],
+                p["clusterQueue"],
+                str(p["cycle"]),
+                p["by"],
+                p["reason"],
+            )
+            if noticed:
+                rq = p.get("requeue")
+                row += (
+                    p.get("noticeDeadline", "-")
+                    + (
+                        ""
+                        if "noticeDeadline" not in p
+                        else (" (evicted)" if p.get("evicted") else " (running)")
+                    ),
+                    "-"
+                    if rq is None
+                    else (
+                        "deactivate"
+                        if rq["action"] == "Deactivate"
+                        else f"backoff until {rq['requeueAt']}"
+                    ),
+                )
             rows.append((*row, p.get("message") or "") if wide else row)
         lines += _table(rows)
     lines += ["", "PENDING"]
@@ -382,7 +483,9 @@ def _short(o: dict[str, Any] | None) -> str:
     if o["outcome"] == "admitted":
         return f"admitted in {o['clusterQueue']} on {','.join(o['flavors'])}"
     if o["outcome"] == "preempted":
-        return f"preempted by {o['by']} ({o['reason']})"
+        notice = f", noticed until {o['noticeDeadline']}" if "noticeDeadline" in o else ""
+        requeue = f", then {o['requeue'].lower()}" if "requeue" in o else ""
+        return f"preempted by {o['by']} ({o['reason']}{notice}{requeue})"
     return f"pending: {o['reason']}"
 
 

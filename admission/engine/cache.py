@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from admission.engine.checkpoint import WORKLOAD_SOURCE, Notice, ProgressBook
 from queues.model import (
     STOP_NONE,
     STRICT_FIFO,
@@ -94,6 +95,9 @@ class Cache:
         # workload's topology assignments hold (released exactly as charged).
         self.topology = TopologyState()
         self.tas_charged: dict[str, list[TasCharge]] = {}
+        # Checkpoints and preemption notices (admission.engine.checkpoint): only read
+        # when progress-aware preemption is configured.
+        self.progress = ProgressBook()
         self._refresh_derived()
 
     # -- objects ----------------------------------------------------------------
@@ -337,7 +341,13 @@ class Cache:
             held = self.usage_of[wl.key]
             self._uncharge(wl.key, old)
         self.workloads[wl.key] = wl
+        if wl.last_checkpoint is not None:
+            self.progress.report(wl.key, WORKLOAD_SOURCE, wl.last_checkpoint)
         if wl.admission is not None:
+            if wl.noticed_at is not None and wl.eviction_deadline is not None:
+                # a notice in flight (read back from the Workload): never given twice
+                self.progress.notice(wl.key, Notice(wl.noticed_at, wl.eviction_deadline))
+                self.evicting.setdefault(wl.key, "")
             cq = wl.admission.cluster_queue
             usage = wl.admitted_usage()  # less the reclaimable pods (docs/semantics.md §4.1)
             self.admitted[wl.key] = cq
@@ -436,6 +446,7 @@ class Cache:
         self.workloads.pop(key, None)
         self.status.pop(key, None)
         self.preemptors.discard(key)
+        self.progress.forget(key)
         if wl is not None:
             wl.admission = None
 
@@ -454,6 +465,7 @@ class Cache:
         cq = self.admitted[key]
         self._uncharge(key, self.workloads.get(key))
         self.evicting.pop(key, None)
+        self.progress.released(key)
         if cq in self.tree.queues:
             self.capacity_event(cq)
 

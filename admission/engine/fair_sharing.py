@@ -48,6 +48,7 @@ from queues.model import (
 from queues.tree import CohortTree, QuotaNode
 
 if TYPE_CHECKING:
+    from admission.engine.checkpoint import ProgressAware
     from admission.engine.usage import UsageTracker
 
 ShareRule = Callable[[Share, Share, Share | None], bool]
@@ -202,10 +203,11 @@ class FairPreemptor(Preemptor):
         *,
         strategies: Sequence[ShareRule],
         tracker: UsageTracker | None = None,
+        progress: ProgressAware | None = None,
     ) -> None:
         """``strategies``: the rules of ``fairSharing.preemptionStrategies``, in order
         (:func:`parse_strategies`); the second, if any, is Kueue's retry pass."""
-        super().__init__(cache, tracker=tracker)
+        super().__init__(cache, tracker=tracker, progress=progress)
         if not strategies:
             raise ValueError("fair-sharing preemption needs at least one strategy")
         self._strategies = tuple(strategies)
@@ -247,6 +249,9 @@ class FairPreemptor(Preemptor):
                             continue
                         if uses_resources(cache.usage_of[key], frs):
                             out.append(_Candidate(key, cand, other.name, None, _FAIR))
+        progress = self.progress
+        if progress is not None:  # minimumRuntime (admission.engine.checkpoint)
+            out = [c for c in out if not progress.protected(c.wl, c.cq, cq.name)]
         out.sort(key=self.candidate_order(cq.name))
         return out
 

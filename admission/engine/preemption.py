@@ -43,6 +43,7 @@ from queues.model import (
 from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
+    from admission.engine.checkpoint import ProgressAware
     from admission.engine.usage import UsageTracker
 
 HUMAN_REASON = {
@@ -146,9 +147,18 @@ class Preemptor:
 
     fair_sharing = False
 
-    def __init__(self, cache: Cache, *, tracker: UsageTracker | None = None) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        tracker: UsageTracker | None = None,
+        progress: ProgressAware | None = None,
+    ) -> None:
         self.cache = cache
         self.tracker = tracker  # admission fair sharing: victims from heavy LocalQueues first
+        # Progress-aware preemption (admission.engine.checkpoint): minimum runtime and
+        # lost-work victim choice; None is Kueue's behaviour.
+        self.progress = progress
         # During one ``targets`` search: the TAS placement the victims must make possible.
         self.placement: Callable[[Sequence[str]], bool] | None = None
 
@@ -212,12 +222,17 @@ class Preemptor:
     ) -> list[_Candidate]:
         out = []
         excluded = snap.victims
+        progress = self.progress
         for key in self.cache.by_cq.get(cand_cq, {}):
             if key in excluded:
                 continue
             v = self._classify(wl, cq_name, key, cand_cq, frs, advantage)
-            if v != Variant.NEVER:
-                out.append(_Candidate(key, self.cache.workloads[key], cand_cq, lca, v))
+            if v == Variant.NEVER:
+                continue
+            cand = self.cache.workloads[key]
+            if progress is not None and progress.protected(cand, cand_cq, cq_name):
+                continue  # minimumRuntime
+            out.append(_Candidate(key, cand, cand_cq, lca, v))
         return out
 
     def _collect_in_subtree(
@@ -285,6 +300,29 @@ class Preemptor:
         """Kueue's CandidatesOrdering as a sort key."""
         evicting = self.cache.evicting
         tracker = self.tracker
+        progress = self.progress
+        if progress is not None and progress.order != "Kueue":
+            # A lost-work order (admission.engine.checkpoint): after priority, least
+            # lost work first instead of most recently admitted first.
+            lost = progress.order_key
+
+            def lost_key(c: _Candidate) -> tuple:
+                heavy = (
+                    -tracker.afs_usage_of(c.wl, c.cq)
+                    if tracker is not None and c.cq == cq_name
+                    else 0.0
+                )
+                return (
+                    c.key not in evicting,
+                    c.cq == cq_name,
+                    heavy,
+                    c.wl.priority,
+                    lost(c.key),
+                    -(c.wl.admission_time or 0.0),
+                    c.wl.uid or c.key,
+                )
+
+            return lost_key
 
         def key(c: _Candidate) -> tuple:
             t = c.wl.admission_time or 0.0
@@ -471,8 +509,13 @@ class Preemptor:
         ``placement`` (TAS podSets) only victims after whose removal the topology
         placement succeeds (freeing capacity scattered over domains does not count)."""
         self.placement = placement
+        node = snap.tree.queues[cq_name]
         try:
-            return self.minimal_targets(snap, wl, snap.tree.queues[cq_name], frs, usage)
+            if self.progress is not None:
+                return self.progress.choose(
+                    wl, lambda: self.minimal_targets(snap, wl, node, frs, usage)
+                )
+            return self.minimal_targets(snap, wl, node, frs, usage)
         finally:
             self.placement = None
 

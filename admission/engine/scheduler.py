@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from admission.engine.cache import MISCONFIGURED, SUSPENDED, Cache, PendingStatus
+from admission.engine.checkpoint import Notice
 from admission.engine.flavors import (
     FIT,
     NO_CANDIDATES,
@@ -50,6 +51,7 @@ from queues.quantity import format_quantity
 from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
+    from admission.engine.checkpoint import ProgressAware
     from admission.engine.usage import UsageTracker
 
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
@@ -76,6 +78,9 @@ class PreemptedDecision:
     reason: str
     message: str
     cycle: int
+    # Progress-aware preemption: the victim is noticed and evicted by this deadline
+    # (or when it checkpoints); None: evicted at once (Kueue).
+    notice_deadline: float | None = None
 
 
 @dataclass(slots=True)
@@ -119,6 +124,7 @@ class Scheduler:
         "_usage",
         "_lq_order",
         "_explain",
+        "_progress",
         "cycle_count",
         "stats",
     )
@@ -132,6 +138,7 @@ class Scheduler:
         order: EntryOrder = classical_order,
         usage: UsageTracker | None = None,
         explain: bool = True,
+        progress: ProgressAware | None = None,
     ) -> None:
         """``explain``: format numeric explanations for pending workloads (drivers that
         never show them, the simulator, save the formatting)."""
@@ -144,6 +151,7 @@ class Scheduler:
             usage.lq_order_function if usage is not None else _no_lq_order
         )
         self._explain = explain
+        self._progress = progress  # notice windows and lost-work explanations
         self.cycle_count = 0
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
 
@@ -171,6 +179,11 @@ class Scheduler:
     @property
     def explain(self) -> bool:
         return self._explain
+
+    @property
+    def progress(self) -> ProgressAware | None:
+        """Progress-aware preemption (None when not configured: Kueue's behaviour)."""
+        return self._progress
 
     # -- the cycle ----------------------------------------------------------------
 
@@ -430,11 +443,22 @@ class Scheduler:
         a = e.assignment
         assert a is not None
         issued: list[PreemptedDecision] = []
+        progress = self._progress
+        deadlines: dict[str, float] = {}
         for t in e.targets:
+            new = t.key not in cache.evicting
+            deadline = None
+            if progress is not None and new:
+                deadline = progress.notice_deadline(t.cluster_queue)
+                if deadline is not None:
+                    deadlines[t.key] = deadline
             if t.key not in snap.victims:
                 snap.victims.add(t.key)
-                snap.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
-            if t.key in cache.evicting:
+                if deadline is None and t.key not in cache.progress.notices:
+                    snap.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
+                # A noticed victim keeps running, and so stays charged: what it holds
+                # beyond the preemptor's need goes to nobody else until it is evicted.
+            if not new:
                 continue  # already being evicted: never issue twice
             msg = self._preemptor.message(
                 preemptor=wl,
@@ -442,16 +466,19 @@ class Scheduler:
                 victim_cq=t.cluster_queue,
                 reason=t.reason,
             )
+            if progress is not None:
+                msg += progress.explain(wl, t.key)
             issued.append(
                 PreemptedDecision(
-                    cache.workloads[t.key], t.cluster_queue, wl.key, t.reason, msg, cycle
+                    cache.workloads[t.key], t.cluster_queue, wl.key, t.reason, msg, cycle, deadline
                 )
             )
         self._hold(snap, e.cluster_queue, a.usage)
         names = ", ".join(sorted(t.key for t in e.targets))
+        waiting = progress.waiting_message(e.targets, deadlines) if progress is not None else ""
         e.status = PendingStatus(
             "WaitingForPreemptedWorkloads",
-            f"Pending the preemption of {len(e.targets)} workload(s): {names}",
+            f"Pending the preemption of {len(e.targets)} workload(s): {names}{waiting}",
         )
         return _Preempt(issued)
 
@@ -476,6 +503,10 @@ class Scheduler:
         if isinstance(outcome, _Preempt):
             for d in outcome.issued:
                 cache.evicting[d.workload.key] = wl.key
+                if d.notice_deadline is not None:
+                    cache.progress.notice(
+                        d.workload.key, Notice(self._clock(), d.notice_deadline, wl.key)
+                    )
                 result.preempted.append(d)
                 self.stats["preemptions"] += 1
             cache.preemptors.add(wl.key)
