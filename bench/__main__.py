@@ -35,6 +35,7 @@ BENCHMARKS = {
     "serve-memory": "bench.serve_memory:run",
     "stress": "bench.stress:run",
     "invariants": "bench.invariants:run",
+    "preemption-loss": "bench.preemption_loss:run",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 

@@ -292,6 +292,9 @@ def summarize(
         },
         "neverAdmitted": never,
     }
+    loss = getattr(result, "loss", None)
+    if loss is not None:  # checkpoints or progressAwarePreemption (admission.sim.progress)
+        summary["preemptionLoss"] = preemption_loss(result)
     if bound.ms:
         summary["makespanOverLowerBound"] = round(result.end_us / bound.us, 3)
     if getattr(result, "api_writes", 0):
@@ -304,6 +307,23 @@ def summarize(
     if getattr(result, "livelock_breaks", 0):
         summary["livelockBreaks"] = result.livelock_breaks
     return summary
+
+
+def preemption_loss(result: Any) -> dict[str, Any]:
+    """Work lost to preemption, the preemptors' time to admission and notice time."""
+    loss = result.loss
+    waits = [
+        rec.first_admitted_us - rec.sim.arrival_us
+        for rec in result.records
+        if rec.key in loss.preemptors and rec.first_admitted_us is not None
+    ]
+    return {
+        **loss.as_json(),
+        "preemptors": len(loss.preemptors),
+        "preemptorAverageTimeToAdmissionMs": (sum(waits) // len(waits)) // US_PER_MS
+        if waits
+        else 0,
+    }
 
 
 def summary_table(summary: dict[str, Any]) -> str:
@@ -355,6 +375,16 @@ def summary_table(summary: dict[str, Any]) -> str:
             )
         )
     lines += _table(rows)
+    pl = summary.get("preemptionLoss")
+    if pl is not None:
+        lines += [
+            "",
+            f"Preemption: {pl['evictions']} evictions, {pl['gpuHoursLost']} GPU-hours lost "
+            f"({', '.join(pl['resources'])}); preemptors wait "
+            f"{format_duration(pl['preemptorAverageTimeToAdmissionMs'])} on average; "
+            f"{pl['notices']} notices ({pl['yieldedOnCheckpoint']} yielded on a checkpoint), "
+            f"{pl['noticeWaitSeconds']:g}s noticed, {pl['wastedNoticeSeconds']:g}s wasted",
+        ]
     e = summary["engine"]
     lines += [
         "",

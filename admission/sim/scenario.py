@@ -65,6 +65,14 @@ class SimWorkload:
     arrival_us: int
     runtime_us: int
     wl_class: str
+    # It saves a checkpoint every interval of run time (each one up to ±jitter off,
+    # deterministically per workload); once readmitted after an eviction it resumes
+    # from its last checkpoint. 0: no checkpoints, it reruns from the start.
+    checkpoint_interval_us: int = 0
+    checkpoint_jitter_us: int = 0
+    # Given a preemption notice, it saves a checkpoint this long after it (and so
+    # yields); 0: it ignores notices.
+    checkpoint_on_notice_us: int = 0
 
 
 @dataclass(slots=True)

@@ -62,6 +62,13 @@ from dataclasses import dataclass, field
 
 from admission.config import Config
 from admission.engine.cache import Cache
+from admission.sim.progress import (
+    SIM_SOURCE,
+    LossReport,
+    RunProgress,
+    checkpoint_offset,
+    units,
+)
 from admission.sim.scenario import US_PER_S, Scenario, SimWorkload
 from queues.model import ClusterQueue, TopologyAssignment
 
@@ -71,7 +78,7 @@ DEFAULT_MAX_CYCLES = 5_000_000
 DEFAULT_LIVELOCK_CYCLES = 10_000
 WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
 
-_FINISH, _EVICTED, _ADMITTED = 0, 1, 2
+_FINISH, _EVICTED, _ADMITTED, _CHECKPOINT, _DEADLINE, _REQUEUE = 0, 1, 2, 3, 4, 5
 CYCLE_COSTS = ("fixed", "measured")
 
 
@@ -134,6 +141,7 @@ class WorkloadRecord:
     # podSet -> its topology assignment at the first admission (placement quality)
     placement: dict[str, TopologyAssignment] | None = None
     running: bool = False  # its admission landed (counted in its queue's usage)
+    progress: RunProgress = field(default_factory=RunProgress)  # checkpoints, notices
 
     @property
     def key(self) -> str:
@@ -199,6 +207,9 @@ class SimResult:
     cycle_cpu_seconds: float = 0.0  # CPU time inside schedule(), all cycles
     api_writes: int = 0  # with an API model: decision writes sent
     api_wait_seconds: float = 0.0  # ... and the simulated time they waited for tokens
+    # Work lost to preemption, notices (admission.sim.progress); None when the scenario
+    # has no checkpoints and the configuration no progressAwarePreemption.
+    loss: LossReport | None = None
 
 
 class Simulator:
@@ -322,6 +333,10 @@ class Simulator:
         livelock_breaks = 0
         cycle_cpu = 0.0
         bucket = _Bucket(self.api) if self.api is not None else None
+        aware = getattr(scheduler, "progress", None)  # progressAwarePreemption
+        loss = LossReport(resources=aware.policy.resources) if aware is not None else LossReport()
+        track_loss = aware is not None or any(r.sim.checkpoint_interval_us for r in records)
+        book = cache.progress
 
         def take_sample(at_us: int) -> None:
             samples.times_us.append(at_us)
@@ -347,11 +362,92 @@ class Simulator:
             if rec.first_admitted_us is None:
                 rec.first_admitted_us = self.now_us
             queues[rec.cluster_queue].add(self.now_us, rec.usage, +1)  # type: ignore[index]
+            pr = rec.progress
+            pr.run_start_us, pr.run_base_us, pr.last_checkpoint_us = self.now_us, pr.saved_us, None
+            ends = self.now_us + max(0, rec.sim.runtime_us - pr.saved_us)
             seq += 1
-            heapq.heappush(
-                heap,
-                (self.now_us + rec.sim.runtime_us, seq, _FINISH, rec.key, rec.generation),
+            heapq.heappush(heap, (ends, seq, _FINISH, rec.key, rec.generation))
+            next_checkpoint(rec, ends)
+
+        def next_checkpoint(rec: WorkloadRecord, ends: int) -> None:
+            nonlocal seq
+            s = rec.sim
+            if not s.checkpoint_interval_us:
+                return
+            at = self.now_us + checkpoint_offset(
+                rec.key, rec.progress.checkpoints, s.checkpoint_interval_us, s.checkpoint_jitter_us
             )
+            if at < ends:
+                seq += 1
+                heapq.heappush(heap, (at, seq, _CHECKPOINT, rec.key, rec.generation))
+
+        def run_ends(rec: WorkloadRecord) -> int:
+            pr = rec.progress
+            assert pr.run_start_us is not None
+            return pr.run_start_us + max(0, rec.sim.runtime_us - pr.run_base_us)
+
+        def start_eviction(rec: WorkloadRecord, *, yielded: bool = False) -> None:
+            """The workload stops: its run is cut short (the pending finish is void)
+            and what it did since its last checkpoint is lost."""
+            nonlocal seq
+            key = rec.key
+            rec.generation += 1
+            rec.evictions += 1
+            evicting.add(key)
+            pr = rec.progress
+            now_us = self.now_us
+            if pr.noticed_us is not None:
+                loss.notice_wait_us += now_us - pr.noticed_us
+                if yielded:
+                    loss.yielded += 1
+                else:
+                    loss.wasted_notice_us += now_us - pr.noticed_us
+                pr.noticed_us = None
+            if pr.run_start_us is not None:
+                since = max(pr.run_start_us, pr.last_checkpoint_us or pr.run_start_us)
+                loss.lost_unit_us += units(rec.usage, loss.resources) * (now_us - since)
+                pr.run_start_us = None
+            loss.evictions += 1
+            if bucket is not None:  # released when the eviction write lands
+                seq += 1
+                at = max(bucket.done_at(max(now_us, busy_until)), now_us + self.eviction_us)
+                heapq.heappush(heap, (at, seq, _EVICTED, key, rec.generation))
+            elif self.eviction_us == 0:
+                complete_eviction(rec)
+            else:
+                seq += 1
+                heapq.heappush(
+                    heap, (now_us + self.eviction_us, seq, _EVICTED, key, rec.generation)
+                )
+
+        def complete_eviction(rec: WorkloadRecord) -> None:
+            """The eviction completed: release, then requeue (or, with a requeue policy
+            after preemption, back off or deactivate)."""
+            nonlocal seq
+            key = rec.key
+            evicting.discard(key)
+            if key not in cache.admitted:
+                return
+            cq = cache.admitted[key]
+            release(rec)
+            wl = rec.sim.workload
+            policy = aware.policy.requeue_for(wl, cq) if aware is not None else None
+            if policy is None:
+                cache.evicted(key)
+                return
+            d = policy.after_preemption(wl.requeue_count, self.now())
+            wl.requeue_count = d.requeue_count
+            if d.deactivate:
+                wl.active = False
+                loss.deactivated += 1
+                cache.evicted(key)  # inactive: not queued again
+                return
+            cache.evicted(key)
+            cache.park(key)
+            assert d.requeue_at is not None
+            seq += 1
+            at = max(self.now_us, round((d.requeue_at - self.epoch) * US_PER_S))
+            heapq.heappush(heap, (at, seq, _REQUEUE, key, rec.generation))
 
         def release(rec: WorkloadRecord) -> None:
             cq = rec.cluster_queue
@@ -401,18 +497,39 @@ class Simulator:
                     if kind == _FINISH:
                         if gen != rec.generation or key not in cache.admitted:
                             continue  # preempted meanwhile
+                        if rec.progress.noticed_us is not None:  # finished during its notice
+                            loss.notice_wait_us += now - rec.progress.noticed_us
+                            rec.progress.noticed_us = None
                         release(rec)
                         cache.finish(key)
                         rec.finished_us = now
                         changed = True
                         done += 1
                         end_us = now
-                    else:
-                        evicting.discard(key)
-                        if key in cache.admitted:
-                            release(rec)
-                            cache.evicted(key)
+                    elif kind == _CHECKPOINT:
+                        if gen != rec.generation or not rec.running or key in evicting:
+                            continue
+                        pr = rec.progress
+                        assert pr.run_start_us is not None
+                        pr.checkpoints += 1
+                        pr.saved_us = pr.run_base_us + (now - pr.run_start_us)
+                        pr.last_checkpoint_us = now
+                        if book.report(key, SIM_SOURCE, self.now()):
+                            start_eviction(rec, yielded=True)  # checkpoint-and-yield
                             changed = True
+                        else:
+                            next_checkpoint(rec, run_ends(rec))
+                    elif kind == _DEADLINE:
+                        if gen == rec.generation and key in book.notices and key not in evicting:
+                            start_eviction(rec)  # it ran out its notice
+                            changed = True
+                    elif kind == _REQUEUE:
+                        cache.add_workload(rec.sim.workload)
+                        changed = True
+                    else:
+                        was = key in cache.admitted
+                        complete_eviction(rec)
+                        changed = changed or was
                 if changed:
                     streak = 0
                     if next_cycle is None:
@@ -454,23 +571,19 @@ class Simulator:
                 if key in evicting:
                     continue
                 rec = by_key[key]
-                rec.generation += 1  # its run is cut short: the pending finish is void
-                rec.evictions += 1
-                evicting.add(key)
-                if bucket is not None:  # released when the eviction write lands
+                loss.preemptors.add(p.by)
+                if p.notice_deadline is not None:  # noticed: it runs on until due
+                    rec.progress.noticed_us = now
+                    loss.notices += 1
                     seq += 1
-                    at = max(bucket.done_at(busy_until), now + self.eviction_us)
-                    heapq.heappush(heap, (at, seq, _EVICTED, key, rec.generation))
-                elif self.eviction_us == 0:
-                    evicting.discard(key)
-                    if key in cache.admitted:
-                        release(rec)
-                        cache.evicted(key)
-                else:
-                    seq += 1
-                    heapq.heappush(
-                        heap, (now + self.eviction_us, seq, _EVICTED, key, rec.generation)
-                    )
+                    at = max(now, round((p.notice_deadline - self.epoch) * US_PER_S))
+                    heapq.heappush(heap, (at, seq, _DEADLINE, key, rec.generation))
+                    save = rec.sim.checkpoint_on_notice_us
+                    if save and rec.running:  # it saves on notice, then yields
+                        seq += 1
+                        heapq.heappush(heap, (now + save, seq, _CHECKPOINT, key, rec.generation))
+                    continue
+                start_eviction(rec)
             progressed = bool(r.admitted or r.preempted)
             if not progressed and r.changed:
                 # A moved head is progress; re-waiting on the same preemptions is not.
@@ -506,6 +619,7 @@ class Simulator:
             cycle_cpu_seconds=cycle_cpu,
             api_writes=bucket.writes if bucket is not None else 0,
             api_wait_seconds=bucket.waited_us / US_PER_S if bucket is not None else 0.0,
+            loss=loss if track_loss else None,
         )
 
     def _auto_interval(self, records: list[WorkloadRecord]) -> int:

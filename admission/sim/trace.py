@@ -13,6 +13,10 @@ Cohort, LocalQueue, WorkloadPriorityClass, PriorityClass, Namespace) are loaded 
       runtime: 7200             # seconds, after admission
       priorityClass: research   # or priority: 100 (or neither: the default class)
       class: training           # optional workload class (default: the class name)
+      checkpointInterval: 600   # optional: seconds of run time between checkpoints
+      checkpointJitter: 60      # optional: each checkpoint up to ±this many seconds off
+      checkpointOnNotice: 90    # optional: given a preemption notice, it saves this
+                                # many seconds later (and yields); default: ignores it
       podSets:
       - {name: workers, count: 8, requests: {nvidia.com/gpu: 8, cpu: "96"},
          nodeSelector: {...}, minCount: 4,   # optional
@@ -55,6 +59,9 @@ _ENTRY = {
     "priorityClass",
     "class",
     "podSets",
+    "checkpointInterval",
+    "checkpointJitter",
+    "checkpointOnNotice",
 }
 _POD_SET = {"name", "count", "requests", "nodeSelector", "minCount", "topologyRequest"}
 _TOPOLOGY_REQUEST = {
@@ -281,7 +288,25 @@ def _entry(
         priority_class=pclass.name if pclass is not None else None,
         priority_class_kind=pclass.kind if pclass is not None else None,
     )
-    return SimWorkload(workload=wl, arrival_us=arrival, runtime_us=runtime, wl_class=wl_class)
+    interval = _seconds(where, "checkpointInterval", e.get("checkpointInterval", 0))
+    jitter = _seconds(where, "checkpointJitter", e.get("checkpointJitter", 0))
+    if "checkpointInterval" in e and interval == 0:
+        raise _fail(where, "checkpointInterval", "must be positive (leave it out for none)")
+    if jitter and not interval:
+        raise _fail(where, "checkpointJitter", "needs a checkpointInterval")
+    if jitter >= interval > 0:
+        raise _fail(where, "checkpointJitter", "must be less than checkpointInterval")
+    return SimWorkload(
+        workload=wl,
+        arrival_us=arrival,
+        runtime_us=runtime,
+        wl_class=wl_class,
+        checkpoint_interval_us=interval,
+        checkpoint_jitter_us=jitter,
+        checkpoint_on_notice_us=_seconds(
+            where, "checkpointOnNotice", e.get("checkpointOnNotice", 0)
+        ),
+    )
 
 
 def _pod_sets(where: str, value: Any) -> list[PodSet]:
