@@ -92,6 +92,32 @@ class WorkloadProgress(NamedTuple):
     deadline: float | None
 
 
+def without_progress(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A shallow copy of a Workload without its progress signals (for a reader that
+    must not drop the Workload over a bad one)."""
+    meta = dict(obj.get("metadata") or {})
+    meta["annotations"] = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k not in (CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION)
+    }
+    out = {**obj, "metadata": meta}
+    status = obj.get("status")
+    if isinstance(status, Mapping):
+        out["status"] = {
+            **status,
+            "conditions": [
+                c
+                for c in status.get("conditions") or []
+                if not (
+                    isinstance(c, Mapping)
+                    and c.get("type") in (CHECKPOINTED_CONDITION, NOTICE_CONDITION)
+                )
+            ],
+        }
+    return out
+
+
 def _condition(conditions: Iterable[Mapping[str, Any]], kind: str) -> tuple[int, Mapping] | None:
     for i, c in enumerate(conditions):
         if isinstance(c, Mapping) and c.get("type") == kind:

@@ -152,6 +152,8 @@ class Notice:
     noticed_at: float
     deadline: float
     preemptor: str = ""
+    reason: str = ""  # the preemption's reason and message, for the eviction to come
+    message: str = ""
 
 
 @dataclass(slots=True)

@@ -505,7 +505,8 @@ class Scheduler:
                 cache.evicting[d.workload.key] = wl.key
                 if d.notice_deadline is not None:
                     cache.progress.notice(
-                        d.workload.key, Notice(self._clock(), d.notice_deadline, wl.key)
+                        d.workload.key,
+                        Notice(self._clock(), d.notice_deadline, wl.key, d.reason, d.message),
                     )
                 result.preempted.append(d)
                 self.stats["preemptions"] += 1

@@ -30,6 +30,7 @@ from . import objects as o
 from .client import WORKLOADS, ApiError
 from .context import Abandon, Context, Obj
 from .jobs import enqueue_owner, evict
+from .notices import Notices
 from .ratelimit import low_priority
 
 log = logging.getLogger("quartermaster.kube.admit")
@@ -48,6 +49,7 @@ class Applier:
         self._refused: dict[str, bool] = {}  # key -> the last admission write was refused (4xx)
         self.pending_written: dict[str, float] = {}  # key -> when its reason was last written
         self.tasks: set[asyncio.Task[None]] = set()
+        self.notices: Notices | None = None  # progress-aware preemption (serve wires it)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -188,13 +190,20 @@ class Applier:
             )
             ctx.sync.apply(lambda: ctx.cache.unmark_evicting(d.workload.key))
             return
-        ok = await evict(
-            ctx,
-            d.workload.key,
-            reason="Preempted",
-            message=d.message,
-            preempted_reason=d.reason,
-        )
+        notices = self.notices
+        if notices is not None and d.notice_deadline is not None:
+            await notices.notify(d)  # evicted later, by Notices.check
+            return
+        if notices is not None:  # with the requeue policy after preemption
+            ok = await notices.evict(d.workload.key, message=d.message, reason=d.reason)
+        else:
+            ok = await evict(
+                ctx,
+                d.workload.key,
+                reason="Preempted",
+                message=d.message,
+                preempted_reason=d.reason,
+            )
         if ok:
             ctx.metrics.preempted_total.labels(d.cluster_queue, d.reason).inc()
         else:

@@ -33,6 +33,7 @@ from typing import Any
 from admission.engine.cache import Cache
 from queues import model as m
 from queues.api import InputError, parse_model
+from queues.progress import ProgressError, without_progress, workload_progress
 
 from . import objects as o
 from .informer import rv_at_least
@@ -219,6 +220,10 @@ class CacheSync:
             and key not in self.backoff
         ):
             return  # unchanged pending workload (e.g. our own condition write)
+        try:
+            workload_progress(obj)
+        except ProgressError:  # a bad checkpoint never drops the workload (kube.notices)
+            obj = without_progress(obj)
         try:
             wl = self.share(parse_model(without_digests(obj)))
         except InputError as err:

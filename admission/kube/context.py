@@ -315,6 +315,12 @@ class JobIndex:
         else:
             have.add(wkey)
 
+    def get(self, job: tuple[str, str]) -> set[str]:
+        have = self._index.get(job)
+        if have is None:
+            return set()
+        return {have} if isinstance(have, str) else set(have)
+
     def pop(self, job: tuple[str, str]) -> set[str]:
         have = self._index.pop(job, None)
         if have is None:

@@ -11,7 +11,8 @@ its webhooks see the live model. The Lease holder additionally runs
   event, a completion, a released quota), yielding to the event loop between cycles;
   each cycle's admissions and preemptions become write tasks (:mod:`.admit`) and its
   pending reasons go to the coalescing pending-status writer;
-* a ticker releases requeue backoffs, checks waitForPodsReady timeouts, samples usage
+* a ticker releases requeue backoffs, checks waitForPodsReady timeouts, evicts noticed
+  victims that are due (:mod:`.notices`, progress-aware preemption), samples usage
   for fair sharing, and writes queue status (:mod:`.status`).
 """
 
@@ -36,6 +37,7 @@ from .context import Context, ControllerOptions, WorkQueue, Writer
 from .informer import DELETED, Informer
 from .jobs import JobReconciler, owner_of
 from .metrics import Metrics
+from .notices import Notices
 from .podgroups import PodGroupReconciler
 from .podsready import PodsReadyWatcher
 from .status import StatusWriter
@@ -68,7 +70,10 @@ class Controller:
         options: ControllerOptions,
         clock: Callable[[], float] = time.time,
         fair_sharing: bool = False,
+        progress: bool = False,
     ) -> None:
+        """``progress``: the configuration has progressAwarePreemption (checkpoints are
+        read from jobs, pods and Workloads; notices are written)."""
         self.cache = cache
         self.clock = clock
         self.informers = informers
@@ -102,6 +107,8 @@ class Controller:
         self.jobs = JobReconciler(self.ctx)
         self.podgroups = PodGroupReconciler(self.ctx, self.jobs)
         self.applier = Applier(self.ctx)
+        self.notices = Notices(self.ctx) if progress else None
+        self.applier.notices = self.notices
         self.pods_ready = PodsReadyWatcher(self.ctx)
         self.status = StatusWriter(self.ctx, fair_sharing=fair_sharing)
         self.topology = TopologyWatch(
@@ -151,6 +158,16 @@ class Controller:
         if plural == "nodes":
             return self.topology.on_node
         if plural == BOUND_PODS:
+            if self.notices is not None:
+                notices, on_pod = self.notices, self.topology.on_pod
+
+                def on_bound_pod(
+                    event: str, key: str, new: o.Obj | None, old: o.Obj | None
+                ) -> None:
+                    on_pod(event, key, new, old)
+                    notices.on_pod(key, None if event == DELETED else new, old)
+
+                return on_bound_pod
             return self.topology.on_pod
         for what, integ in self.jobs.kinds.items():
             if integ.resource.plural == plural:
@@ -217,6 +234,8 @@ class Controller:
             self.enqueue(owner[0].what, owner[1])
         if event != DELETED:
             self.enqueue("wl", key)
+            if self.notices is not None:
+                self.notices.on_workload(key, new)
 
     def _on_object(self, what: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
         res = self.jobs.resources[what]
@@ -229,6 +248,8 @@ class Controller:
                 return
             self.writer.current(res, key)
             self.enqueue(what, key)
+            if self.notices is not None:
+                self.notices.on_job(what, key, new)
 
         return on_object
 
@@ -258,6 +279,8 @@ class Controller:
         self.leading = True
         self.scheduler = self._make_scheduler(self.cache)
         self.status.tracker = self.scheduler.usage
+        if self.notices is not None:
+            self.notices.aware = self.scheduler.progress
         self.sync.flush_objects()
         for what, integ in self.jobs.kinds.items():
             for key in list(self.informers[integ.resource.plural].store):
@@ -426,6 +449,11 @@ class Controller:
                 await self.pods_ready.check()
             except Exception as err:  # noqa: BLE001 - next tick tries again
                 log.warning("waitForPodsReady check failed: %s", err)
+            if self.notices is not None:
+                try:
+                    await self.notices.check()
+                except Exception as err:  # noqa: BLE001 - next tick tries again
+                    log.warning("evicting noticed victims failed: %s", err)
             if time.monotonic() - last_status >= self.options.status_interval:
                 last_status = time.monotonic()
                 await self.cache_ready()

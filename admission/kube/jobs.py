@@ -29,7 +29,7 @@ at any point is harmless:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from admission.integrations.base import (
@@ -607,6 +607,7 @@ async def evict(
     preempted_reason: str | None = None,
     requeue_state: Obj | None = None,
     deactivate: bool = False,
+    also: Callable[[Obj], Obj] | None = None,
 ) -> bool:
     """Write Evicted=True (the admission stays until the job is inactive; a standalone
     Workload's is cleared in the same write). Nothing is written for a Workload that
@@ -621,6 +622,8 @@ async def evict(
         status = o.evicted_status(
             w, reason=reason, message=message, now=now, preempted_reason=preempted_reason
         )
+        if also is not None:  # e.g. the end of a preemption notice (admission.kube.notices)
+            status = also(status)
         if requeue_state is not None:
             status["requeueState"] = requeue_state
         if runs_nothing(w) and not deactivate:  # deactivation releases after spec.active lands

@@ -29,6 +29,7 @@ from typing import Any
 
 from queues.labels import POD_GROUP_POD_INDEX as POD_GROUP_INDEX_LABEL
 from queues.labels import TOPOLOGY_GATE
+from queues.progress import CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION
 from queues.topology import HOSTNAME
 from queues.topology_assignment import AssignmentFormError, from_v1beta2
 from queues.topology_nodes import NodeInputError, node_from_object, pod_usage_from_object
@@ -42,6 +43,7 @@ log = logging.getLogger("quartermaster.kube.topology")
 Obj = dict[str, Any]
 BOUND_PODS = "boundpods"  # the informer key of the bound-pods informer
 BOUND_POD_SELECTOR = "spec.nodeName!="
+PROGRESS_ANNOTATIONS = frozenset({CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION})
 NODE_FAILURE_DELAY = 30.0  # Kueue's tas.NodeFailureDelay
 NODE_FAILURES = "NodeFailures"  # Kueue's WorkloadEvictedDueToNodeFailures
 
@@ -88,15 +90,28 @@ def slim_pod(obj: Obj) -> Obj:
         if k in spec:
             slim_spec[k] = spec[k]
     ann = meta.get("annotations") or {}
+    slim_meta: Obj = {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "resourceVersion": meta.get("resourceVersion"),
+        # TAS placement, and the training-progress signals (admission.kube.notices)
+        "annotations": {
+            k: v
+            for k, v in ann.items()
+            if k.startswith("kueue.x-k8s.io/podset-") or k in PROGRESS_ANNOTATIONS
+        },
+    }
+    owner = [
+        {k: r[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in r}
+        for r in meta.get("ownerReferences") or []
+        if isinstance(r, dict) and r.get("controller")
+    ]
+    if owner:  # its job object (checkpoints count for that job's Workload)
+        slim_meta["ownerReferences"] = owner
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "annotations": {k: v for k, v in ann.items() if k.startswith("kueue.x-k8s.io/podset-")},
-        },
+        "metadata": slim_meta,
         "spec": slim_spec,
         "status": {"phase": (obj.get("status") or {}).get("phase")},
     }
@@ -132,6 +147,7 @@ class TopologyWatch:
         except NodeInputError as err:
             log.error("ignoring Node %s: %s", key, err)
             return
+
         def apply() -> None:
             if ctx.cache.set_node(node):  # a heartbeat changes nothing placement reads
                 ctx.wake()
@@ -164,6 +180,7 @@ class TopologyWatch:
                 usage = pod_usage_from_object(new)
             except NodeInputError as err:
                 log.warning("pod %s: its usage is not counted: %s", key, err)
+
         def apply() -> None:
             if ctx.cache.set_pod(key, usage):  # its node's capacity is free again
                 ctx.wake()

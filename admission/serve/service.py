@@ -318,6 +318,7 @@ class Service:
             options=copts,
             clock=clock,
             fair_sharing=config.fair_sharing is not None,
+            progress=config.progress is not None,
         )
         self.controller.ctx.record_event = self._record_event if copts.events else _no_event
 
