@@ -14,26 +14,9 @@ from hypothesis import strategies as st
 
 from admission.config import build_scheduler, parse_config
 from admission.engine.cache import Cache
-from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
+from queues.model import LocalQueue, ResourceFlavor
 from tests.test_engine_properties import FLAVORS, violations, world
-
-
-def _submit(cache: Cache, cq: str, seq: int, count: int, cpu: int, gpu: int, prio: int) -> None:
-    cache.add_workload(
-        Workload(
-            namespace=f"ns-{cq}",
-            name=f"w{seq}",
-            uid=f"w{seq:04d}",
-            queue_name="lq",
-            priority=prio,
-            creation_time=float(seq),
-            pod_sets=[
-                PodSet(
-                    name="main", count=count, requests={"cpu": cpu * 1000, "nvidia.com/gpu": gpu}
-                )
-            ],
-        )
-    )
+from tests.test_preemption_properties import _workload
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,7 +53,7 @@ def test_notice_windows_never_over_admit(w: tuple, data: st.DataObject) -> None:
                 else:
                     _, count, cpu, gpu = op
                     prio = seq % 3
-                _submit(cache, cq, seq, count, cpu, gpu, prio)
+                cache.add_workload(_workload(cq, seq, count, cpu, gpu, prio))
                 submitted.add(f"ns-{cq}/w{seq}")
         elif op[0] == "cycle":
             now[0] += data.draw(st.sampled_from([1.0, 20.0, 120.0]))

@@ -300,30 +300,6 @@ class Preemptor:
         """Kueue's CandidatesOrdering as a sort key."""
         evicting = self.cache.evicting
         tracker = self.tracker
-        progress = self.progress
-        if progress is not None and progress.order != "Kueue":
-            # A lost-work order (admission.engine.checkpoint): after priority, least
-            # lost work first instead of most recently admitted first.
-            lost = progress.order_key
-
-            def lost_key(c: _Candidate) -> tuple:
-                heavy = (
-                    -tracker.afs_usage_of(c.wl, c.cq)
-                    if tracker is not None and c.cq == cq_name
-                    else 0.0
-                )
-                return (
-                    c.key not in evicting,
-                    c.cq == cq_name,
-                    heavy,
-                    c.wl.priority,
-                    lost(c.key),
-                    -(c.wl.admission_time or 0.0),
-                    c.wl.uid or c.key,
-                )
-
-            return lost_key
-
         def key(c: _Candidate) -> tuple:
             t = c.wl.admission_time or 0.0
             # Admission fair sharing: within the preemptor's own ClusterQueue, victims
@@ -343,6 +319,17 @@ class Preemptor:
                 c.wl.uid or c.key,
             )
 
+        progress = self.progress
+        if progress is not None and progress.order != "Kueue":
+            # A lost-work order (admission.engine.checkpoint): after priority, least
+            # lost work first, then Kueue's most recently admitted first.
+            lost = progress.order_key
+
+            def lost_key(c: _Candidate) -> tuple:
+                k = key(c)
+                return (*k[:4], lost(c.key), *k[4:])
+
+            return lost_key
         return key
 
     # -- minimal victim set -------------------------------------------------------
