@@ -232,3 +232,49 @@ def test_preemption_loss_benchmark_meets_the_targets() -> None:
         - p["kueue"]["preemptorAverageTimeToAdmissionMs"]
     )
     assert extra <= NOTICE_SECONDS * 1000
+
+
+def test_kueue_generator_templates_take_checkpoint_fields() -> None:
+    from admission.sim.scenario import parse_generator
+
+    doc = {
+        "cohorts": [
+            {
+                "className": "c",
+                "count": 1,
+                "queuesSets": [
+                    {
+                        "className": "q",
+                        "count": 1,
+                        "nominalQuota": "4",
+                        "workloadsSets": [
+                            {
+                                "count": 1,
+                                "creationIntervalMs": 10,
+                                "workloads": [
+                                    {
+                                        "className": "train",
+                                        "runtimeMs": 1000,
+                                        "request": "1",
+                                        "checkpointIntervalMs": 100,
+                                        "checkpointJitterMs": 10,
+                                        "checkpointOnNoticeMs": 5,
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
+    (w,) = parse_generator(doc).workloads
+    assert (w.checkpoint_interval_us, w.checkpoint_jitter_us, w.checkpoint_on_notice_us) == (
+        100_000,
+        10_000,
+        5_000,
+    )
+    tmpl = doc["cohorts"][0]["queuesSets"][0]["workloadsSets"][0]["workloads"][0]
+    tmpl["checkpointJitterMs"] = 100
+    with pytest.raises(ScenarioError, match=r"workloads\[0\]\.checkpointJitterMs: must be less"):
+        parse_generator(doc)

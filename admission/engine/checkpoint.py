@@ -328,10 +328,10 @@ class ProgressAware:
 
     # victim order
     def lost_work(self) -> LostWork:
-        now = self.clock()
+        """The figures of the last search (the same instant), or fresh ones."""
         lw = self._lost
-        if lw is None or lw.now != now or lw.cache is not self.cache:
-            lw = self._lost = LostWork(self.cache, self.policy, now)
+        if lw is None or lw.now != self.clock():
+            lw = self._lost = LostWork(self.cache, self.policy, self.clock())
         return lw
 
     def order_key(self, key: str) -> tuple:
@@ -347,7 +347,9 @@ class ProgressAware:
         (Kueue's on a tie)."""
         if not self.policy.lost_work:
             return search()
-        lw = self.lost_work()
+        # Fresh figures per search: admissions and evictions since the last one change
+        # the median and the admissions (plan's clock never moves).
+        lw = self._lost = LostWork(self.cache, self.policy, self.clock())
         best: list[Target] | None = None
         best_lost = kueue_lost = 0.0
         try:
@@ -365,6 +367,8 @@ class ProgressAware:
                     best, best_lost = found, lost
         finally:
             self.order = KUEUE_ORDER
+        if len(self.choices) > 4096:  # only read right after the search: keep it small
+            self.choices.clear()
         self.choices[preemptor.key] = (best_lost, kueue_lost)
         return best or []
 

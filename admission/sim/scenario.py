@@ -16,7 +16,9 @@ in kubernetes-sigs/kueue), with the runner's semantics:
   rounds of templates, each creation preceded by a ``creationIntervalMs`` wait (so the
   k-th workload of a set, counting from 0, is created at ``(k+1) × interval``), named
   ``<class>-<set>-<round>-<template>``, one pod (``podCount``) requesting ``request``
-  cpu, priority ``priority``, finishing ``runtimeMs`` after admission.
+  cpu, priority ``priority``, finishing ``runtimeMs`` after admission. This project's
+  extension: ``checkpointIntervalMs`` / ``checkpointJitterMs`` / ``checkpointOnNoticeMs``
+  give its workloads checkpoints (``SimWorkload``; admission.sim.progress).
 
 Times are integer microseconds of simulated time from the scenario start (t=0, when
 the queue objects exist). Errors name the file and the field path.
@@ -126,6 +128,9 @@ _TEMPLATE = {
     "tasLevel",
     "sliceSize",
     "devices",
+    "checkpointIntervalMs",
+    "checkpointJitterMs",
+    "checkpointOnNoticeMs",
 }
 _UNSUPPORTED = {
     "topology": "topology-aware scheduling is not simulated",
@@ -324,7 +329,7 @@ def _queue_set(
         for wl_set_idx, (interval_us, rounds, tmpls) in enumerate(templates):
             k = 0
             for si in range(rounds):
-                for ti, (wclass, runtime_us, priority, request, pods) in enumerate(tmpls):
+                for ti, (wclass, runtime_us, priority, request, pods, ckpt) in enumerate(tmpls):
                     k += 1
                     wl = Workload(
                         namespace=cq_name,
@@ -340,11 +345,15 @@ def _queue_set(
                             arrival_us=k * interval_us,
                             runtime_us=runtime_us,
                             wl_class=wclass,
+                            checkpoint_interval_us=ckpt[0],
+                            checkpoint_jitter_us=ckpt[1],
+                            checkpoint_on_notice_us=ckpt[2],
                         )
                     )
 
 
-_Template = tuple[str, int, int, int, int]  # class, runtime µs, priority, cpu request, pods
+# class, runtime µs, priority, cpu request, pods, (checkpoint interval, jitter, on notice) µs
+_Template = tuple[str, int, int, int, int, tuple[int, int, int]]
 
 
 def _workload_sets(r: _Reader, value: Any, path: str) -> list[tuple[int, int, list[_Template]]]:
@@ -369,6 +378,15 @@ def _workload_sets(r: _Reader, value: Any, path: str) -> list[tuple[int, int, li
                 raise r.fail(f"{tpath}.request", "Required value")
             request = r.quantity(t["request"], f"{tpath}.request")
             pods = r.integer(t.get("podCount"), f"{tpath}.podCount", minimum=0, default=0) or 1
-            tmpls.append((wclass, runtime * US_PER_MS, priority, request, pods))
+            interval, jitter, on_notice = (
+                r.integer(t.get(k), f"{tpath}.{k}", minimum=0, default=0) * US_PER_MS
+                for k in ("checkpointIntervalMs", "checkpointJitterMs", "checkpointOnNoticeMs")
+            )
+            ckpt = (interval, jitter, on_notice)
+            if ckpt[1] and not ckpt[1] < ckpt[0]:
+                raise r.fail(
+                    f"{tpath}.checkpointJitterMs", "must be less than checkpointIntervalMs"
+                )
+            tmpls.append((wclass, runtime * US_PER_MS, priority, request, pods, ckpt))
         out.append((interval * US_PER_MS, count, tmpls))
     return out
