@@ -378,11 +378,11 @@ def _workload_sets(r: _Reader, value: Any, path: str) -> list[tuple[int, int, li
                 raise r.fail(f"{tpath}.request", "Required value")
             request = r.quantity(t["request"], f"{tpath}.request")
             pods = r.integer(t.get("podCount"), f"{tpath}.podCount", minimum=0, default=0) or 1
-            interval, jitter, on_notice = (
+            every, jitter, on_notice = (
                 r.integer(t.get(k), f"{tpath}.{k}", minimum=0, default=0) * US_PER_MS
                 for k in ("checkpointIntervalMs", "checkpointJitterMs", "checkpointOnNoticeMs")
             )
-            ckpt = (interval, jitter, on_notice)
+            ckpt = (every, jitter, on_notice)
             if ckpt[1] and not ckpt[1] < ckpt[0]:
                 raise r.fail(
                     f"{tpath}.checkpointJitterMs", "must be less than checkpointIntervalMs"
