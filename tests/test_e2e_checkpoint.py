@@ -210,3 +210,86 @@ def test_requeue_policies_after_preemption_backoff_and_never(tmp_path: Path, bac
             assert not admitted(trainer) and trainer["spec"]["active"] is True
 
     asyncio.run(main())
+
+
+def test_a_pod_of_the_gang_gets_the_deadline_and_reports_the_checkpoint(
+    tmp_path: Path, backend: Any
+) -> None:
+    """The deadline reaches the job's running pods (for the Downward API), and a
+    checkpoint annotated on one pod counts for the whole job."""
+    config = parse_config({"progressAwarePreemption": {"noticeWindow": "60s"}})
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=OBJECTS, config=config) as s:
+            created = await s.user.create(
+                k.JOBS,
+                job("ml", "gang", queue="lq", cpu="4", priority_class="research"),
+                namespace="ml",
+            )
+            await eventually(
+                lambda: (j := s.get("jobs", "gang", "ml")) and not j["spec"]["suspend"],
+                what="gang runs",
+            )
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "gang-0",
+                    "namespace": "ml",
+                    "labels": {"kueue.x-k8s.io/podset": "main"},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": "gang",
+                            "uid": created["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "nodeName": "node-1",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": "4"}},
+                        }
+                    ],
+                },
+            }
+            await s.user.create(k.PODS, pod, namespace="ml")
+            await s.user.create(
+                k.JOBS,
+                job("ml", "urgent", queue="lq", cpu="4", priority_class="production"),
+                namespace="ml",
+            )
+            p = await eventually(
+                lambda: (
+                    (p := s.get("pods", "gang-0", "ml"))
+                    and DEADLINE_ANNOTATION in (p["metadata"].get("annotations") or {})
+                    and p
+                ),
+                what="the eviction deadline on the gang's pod",
+            )
+            deadline = parse_time(p["metadata"]["annotations"][DEADLINE_ANNOTATION], "deadline")
+            assert deadline > time.time() + 30
+            assert not is_true(s.workload_of_job("ml", "gang"), "Evicted")
+            saved = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+            await s.user.patch(
+                k.PODS,
+                "gang-0",
+                {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: saved}}},
+                namespace="ml",
+            )
+            wl = await eventually(
+                lambda: is_true(w := s.workload_of_job("ml", "gang"), "Evicted") and w,
+                what="gang evicted on its pod's checkpoint",
+            )
+            assert time.time() < deadline
+            assert (
+                "reported a checkpoint newer than its notice"
+                in _condition(wl, "Evicted")["message"]
+            )
+
+    asyncio.run(main())

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from queues.labels import POD_GROUP_POD_INDEX as POD_GROUP_INDEX_LABEL
+from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import TOPOLOGY_GATE
 from queues.progress import CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION
 from queues.topology import HOSTNAME
@@ -101,13 +102,16 @@ def slim_pod(obj: Obj) -> Obj:
             if k.startswith("kueue.x-k8s.io/podset-") or k in PROGRESS_ANNOTATIONS
         },
     }
-    owner = [
-        {k: r[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in r}
-        for r in meta.get("ownerReferences") or []
-        if isinstance(r, dict) and r.get("controller")
-    ]
-    if owner:  # its job object (checkpoints count for that job's Workload)
-        slim_meta["ownerReferences"] = owner
+    if PODSET_LABEL in (meta.get("labels") or {}):
+        # a pod of an admitted job: its job object (its checkpoints count for that job's
+        # Workload, and it gets the job's eviction deadline); other pods keep no owner
+        owner = [
+            {k: r[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in r}
+            for r in meta.get("ownerReferences") or []
+            if isinstance(r, dict) and r.get("controller")
+        ]
+        if owner:
+            slim_meta["ownerReferences"] = owner
     return {
         "apiVersion": "v1",
         "kind": "Pod",
