@@ -188,7 +188,7 @@ class Applier:
             log.warning(
                 "preemption of %s not written: this replica no longer leads", d.workload.key
             )
-            ctx.sync.apply(lambda: ctx.cache.unmark_evicting(d.workload.key))
+            ctx.sync.apply(lambda: self._not_preempted(d.workload.key))
             return
         notices = self.notices
         if notices is not None and d.notice_deadline is not None:
@@ -208,6 +208,11 @@ class Applier:
             ctx.metrics.preempted_total.labels(d.cluster_queue, d.reason).inc()
         else:
             ctx.wake()
+
+    def _not_preempted(self, key: str) -> None:
+        """A later cycle may choose (and notice) it again."""
+        self.ctx.cache.unmark_evicting(key)
+        self.ctx.cache.progress.released(key)
 
     # -- pending statuses --------------------------------------------------------------------
 
