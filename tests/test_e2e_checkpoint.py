@@ -151,6 +151,12 @@ def test_a_noticed_job_that_checkpoints_is_evicted_at_once_the_other_at_its_dead
             await eventually(
                 lambda: admitted(s.workload_of_job("ml", "urgent")), what="the preemptor runs"
             )
+            m = s.service.metrics
+            assert m.notices_total.labels("cq")._value.get() == 2
+            assert m.noticed_evictions_total.labels("cq", "checkpoint")._value.get() == 1
+            assert m.noticed_evictions_total.labels("cq", "deadline")._value.get() == 1
+            # silent jobs, charged from their admission: 2 cpu × the seconds they ran
+            assert m.lost_work_total.labels("cq")._value.get() > 0
 
     asyncio.run(main())
 

@@ -143,6 +143,26 @@ class Metrics:
             ["kind", "status"],
             registry=r,
         )
+        # progress-aware preemption (admission.kube.notices)
+        self.notices_total = Counter(
+            "quartermaster_preemption_notices_total",
+            "Preemption notices given, by the victim's ClusterQueue",
+            ["cluster_queue"],
+            registry=r,
+        )
+        self.noticed_evictions_total = Counter(
+            "quartermaster_noticed_evictions_total",
+            "Noticed victims evicted, by what ended the notice (checkpoint or deadline)",
+            ["cluster_queue", "trigger"],
+            registry=r,
+        )
+        self.lost_work_total = Counter(
+            "quartermaster_preemption_lost_work_unit_seconds_total",
+            "Work lost to preemption: units of the lost-work resources × seconds since "
+            "the victim's last checkpoint (or admission), summed over evictions",
+            ["cluster_queue"],
+            registry=r,
+        )
         self.leader = Gauge(
             "quartermaster_leader", "1 when this replica holds the Lease", registry=r
         )

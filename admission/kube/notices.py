@@ -51,6 +51,8 @@ from .client import PODS, WORKLOADS, ApiError, resource_of
 from .jobs import evict, owner_of
 from .topology import BOUND_PODS
 
+from admission.engine.checkpoint import LostWork
+
 if TYPE_CHECKING:
     from admission.engine.checkpoint import ProgressAware
     from admission.engine.scheduler import PreemptedDecision
@@ -189,6 +191,7 @@ class Notices:
             ctx.sync.apply(lambda: self._undo(key))
             return False
         ctx.record_event(new, "Normal", "PreemptionNotice", message)
+        ctx.metrics.notices_total.labels(d.cluster_queue).inc()
         await self._annotate_job(new, deadline)
         return True
 
@@ -253,23 +256,31 @@ class Notices:
             notice = book.notices.get(key)
             if wl is None or notice is None or o.is_true(wl, o.EVICTED):
                 continue  # gone, or its eviction is already written
+            yielded = book.yielded(key)
             why = (
                 "it reported a checkpoint newer than its notice"
-                if book.yielded(key)
+                if yielded
                 else f"its notice deadline {format_time(notice.deadline)} passed"
             )
+            cq = ctx.cache.admitted.get(key, "")
+            trigger = "checkpoint" if yielded else "deadline"
             reason, message = notice.reason, notice.message
             if not message:  # a notice read back after a restart: its condition says
                 text = str((o.condition(wl, NOTICE_CONDITION) or {}).get("message") or "")
                 m = _NOTICE_MESSAGE.search(text)
                 reason, message = (m.group(1), m.group(2)) if m else ("", text)
-            await self.evict(key, message=f"{message}; evicted now: {why}", reason=reason)
+            if await self.evict(key, message=f"{message}; evicted now: {why}", reason=reason):
+                ctx.metrics.noticed_evictions_total.labels(cq, trigger).inc()
 
     async def evict(self, key: str, *, message: str, reason: str) -> bool:
         """A preemption-driven eviction, with the requeue policy after preemption."""
         ctx = self.ctx
         rq = self.requeue(key)
         now = ctx.clock()
+        cq = ctx.cache.admitted.get(key, "")
+        lost = 0.0
+        if self.aware is not None and cq:
+            lost = LostWork(ctx.cache, self.aware.policy, now).of(key)[0]
 
         def notice_over(status: Obj) -> Obj:
             conds = status.get("conditions") or []
@@ -295,6 +306,7 @@ class Notices:
             also=notice_over,
         )
         if ok:
+            ctx.metrics.lost_work_total.labels(cq).inc(lost)
             wl = ctx.writer.workload(key)
             if rq.deactivate and wl is not None:
                 ctx.record_event(wl, "Warning", "RequeuingLimitExceeded", rq.suffix.lstrip("; "))
