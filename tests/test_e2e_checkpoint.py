@@ -299,3 +299,65 @@ def test_a_pod_of_the_gang_gets_the_deadline_and_reports_the_checkpoint(
             )
 
     asyncio.run(main())
+
+
+def test_a_notice_survives_a_restart_and_is_not_given_twice(tmp_path: Path) -> None:
+    """The service restarts during a notice: the new one reads the notice back from the
+    Workload, gives no second one, and evicts the victim at the original deadline."""
+    from admission.serve.service import Service
+    from tests.kube_harness import SERVICE_ROUTE
+
+    config = parse_config({"progressAwarePreemption": {"noticeWindow": "6s"}})
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=OBJECTS, config=config) as s:
+            await s.user.create(
+                k.JOBS,
+                job("ml", "trainer", queue="lq", cpu="4", priority_class="research"),
+                namespace="ml",
+            )
+            await eventually(
+                lambda: admitted(s.workload_of_job("ml", "trainer")), what="trainer admitted"
+            )
+            await s.user.create(
+                k.JOBS,
+                job("ml", "urgent", queue="lq", cpu="4", priority_class="production"),
+                namespace="ml",
+            )
+            wl = await eventually(
+                lambda: is_true(w := s.workload_of_job("ml", "trainer"), NOTICE_CONDITION) and w,
+                what="trainer noticed",
+            )
+            deadline = parse_time(wl["metadata"]["annotations"][DEADLINE_ANNOTATION], "deadline")
+            s.service.stop()
+            await asyncio.wait_for(s.task, timeout=20)
+            again = Service(s.service.options)
+            task = asyncio.create_task(again.run())
+            try:
+                await eventually(lambda: again.ready.is_set() or task.done(), what="restarted")
+                s.server.set_service_route(
+                    SERVICE_ROUTE, f"https://127.0.0.1:{again.ports['webhook']}"
+                )
+                assert not is_true(s.workload_of_job("ml", "trainer"), "Evicted")
+                wl = await eventually(
+                    lambda: is_true(w := s.workload_of_job("ml", "trainer"), "Evicted") and w,
+                    what="trainer evicted at its deadline by the new leader",
+                    timeout=30,
+                )
+                assert time.time() >= deadline - 1.0
+                assert again.metrics.notices_total.labels("cq")._value.get() == 0  # none again
+                ev = _condition(wl, "Evicted")
+                assert "notice deadline" in ev["message"] and ev["message"].startswith(
+                    "Preempted to accommodate a workload"
+                )
+                assert _condition(wl, "Preempted")["reason"] == "InClusterQueue"
+                notice = _condition(wl, NOTICE_CONDITION)
+                assert notice["status"] == "False"
+                await eventually(
+                    lambda: admitted(s.workload_of_job("ml", "urgent")), what="the preemptor runs"
+                )
+            finally:
+                again.stop()
+                await asyncio.wait_for(task, timeout=20)
+
+    asyncio.run(main())
