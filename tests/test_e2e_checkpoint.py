@@ -361,3 +361,76 @@ def test_a_notice_survives_a_restart_and_is_not_given_twice(tmp_path: Path) -> N
                 await asyncio.wait_for(task, timeout=20)
 
     asyncio.run(main())
+
+
+def test_a_bad_checkpoint_annotation_is_an_event_and_never_drops_the_workload(
+    tmp_path: Path,
+) -> None:
+    config = parse_config({"progressAwarePreemption": {"noticeWindow": "60s"}})
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=OBJECTS, config=config) as s:
+            await s.user.create(
+                k.JOBS,
+                job("ml", "trainer", queue="lq", cpu="4", priority_class="research"),
+                namespace="ml",
+            )
+            wl = await eventually(
+                lambda: admitted(w := s.workload_of_job("ml", "trainer")) and w,
+                what="trainer admitted",
+            )
+            name = wl["metadata"]["name"]
+            for res, obj_name in ((k.WORKLOADS, name), (k.JOBS, "trainer")):
+                await s.user.patch(
+                    res,
+                    obj_name,
+                    {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: "after lunch"}}},
+                    namespace="ml",
+                )
+
+            async def warned() -> set[str]:
+                events = (await s.user.list(k.EVENTS, namespace="ml"))["items"]
+                return {
+                    e["involvedObject"]["kind"]
+                    for e in events
+                    if e.get("reason") == "InvalidCheckpoint" and "after lunch" in e["message"]
+                }
+
+            await eventually(
+                lambda: _kinds_include(warned(), {"Workload", "Job"}),
+                what="an event on the Workload and on the Job",
+            )
+            # a restarted service reads the Workload afresh: it still keeps its quota,
+            # so a second job does not fit
+            from admission.serve.service import Service
+            from tests.kube_harness import SERVICE_ROUTE
+
+            s.service.stop()
+            await asyncio.wait_for(s.task, timeout=20)
+            again = Service(s.service.options)
+            task = asyncio.create_task(again.run())
+            try:
+                await eventually(lambda: again.ready.is_set() or task.done(), what="restarted")
+                s.server.set_service_route(
+                    SERVICE_ROUTE, f"https://127.0.0.1:{again.ports['webhook']}"
+                )
+                await s.user.create(
+                    k.JOBS,
+                    job("ml", "second", queue="lq", cpu="4", priority_class="research"),
+                    namespace="ml",
+                )
+                await eventually(
+                    lambda: s.workload_of_job("ml", "second"), what="second's Workload"
+                )
+                await asyncio.sleep(1.0)
+                assert admitted(s.workload_of_job("ml", "trainer"))
+                assert not admitted(s.workload_of_job("ml", "second"))
+            finally:
+                again.stop()
+                await asyncio.wait_for(task, timeout=20)
+
+    asyncio.run(main())
+
+
+async def _kinds_include(kinds: Any, want: set[str]) -> bool:
+    return want <= await kinds
