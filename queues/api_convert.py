@@ -221,6 +221,8 @@ def workload(wl: Workload) -> m.Workload:
                 slice_required_topology=tr.pod_set_slice_required_topology,
                 slice_size=tr.pod_set_slice_size,
                 pod_index_label=tr.pod_index_label,
+                sub_group_index_label=tr.sub_group_index_label,
+                sub_group_count=tr.sub_group_count,
             )
         pod_sets.append(pod_set)
     ref = wl.spec.priority_class_ref

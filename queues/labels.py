@@ -30,6 +30,8 @@ TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 IS_GROUP_WORKLOAD = "kueue.x-k8s.io/is-group-workload"
 JOB_UID = "kueue.x-k8s.io/job-uid"
 PODSET = "kueue.x-k8s.io/podset"
+WORKLOAD = "kueue.x-k8s.io/workload"  # pod annotation: the TAS Workload a pod belongs to
+POD_INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"  # pod annotation: first rank of its podSet
 RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
 
 # Topology requests on a job's pod template (Kueue's jobframework turns them into the

@@ -222,6 +222,8 @@ class TopologyRequest:
     slice_required_topology: str | None = None
     slice_size: int | None = None
     pod_index_label: str | None = None  # the label numbering the pods (ungater order)
+    sub_group_index_label: str | None = None  # the label numbering a pod's sub-group (JobSet Job)
+    sub_group_count: int | None = None  # how many sub-groups the podSet's pods form
 
     @property
     def requests_tas(self) -> bool:

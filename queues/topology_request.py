@@ -183,6 +183,7 @@ def topology_request_from_annotations(
     path: str = "spec.template.metadata",
     count: int | None = None,
     pod_index_label: str | None = None,
+    sub_group: tuple[str, int] | None = None,
 ) -> TopologyRequest | None:
     """The podSet's ``topologyRequest`` (Kueue's NewPodSetTopologyRequest), or None when
     the template asks for nothing. Raises ``TopologyAnnotationError`` with every field
@@ -190,7 +191,9 @@ def topology_request_from_annotations(
 
     ``pod_index_label`` is the label that numbers the kind's pods (for a batch/v1 Job
     ``batch.kubernetes.io/job-completion-index``); the ungater uses it to give pods their
-    domains in index order."""
+    domains in index order; ``sub_group`` (label, count) numbers groups of such pods
+    (a JobSet's Jobs: ``jobset.sigs.k8s.io/job-index`` and the replicas), so a pod's
+    rank is its index plus its group's index times the group size (Kueue's SubGroup)."""
     errs = topology_annotation_errors(annotations, path=path, count=count)
     if errs:
         raise TopologyAnnotationError(errs)
@@ -209,6 +212,8 @@ def topology_request_from_annotations(
         return None
     if pod_index_label is not None and tr.requests_tas:
         tr = replace(tr, pod_index_label=pod_index_label)
+        if sub_group is not None:
+            tr = replace(tr, sub_group_index_label=sub_group[0], sub_group_count=sub_group[1])
     return tr
 
 
@@ -267,6 +272,8 @@ def topology_request_json(tr: TopologyRequest) -> dict[str, object]:
         ("preferred", tr.preferred),
         ("unconstrained", tr.unconstrained),
         ("podIndexLabel", tr.pod_index_label),
+        ("subGroupIndexLabel", tr.sub_group_index_label),
+        ("subGroupCount", tr.sub_group_count),
         ("podSetGroupName", tr.pod_set_group_name),
         ("podSetSliceRequiredTopology", tr.slice_required_topology),
         ("podSetSliceSize", tr.slice_size),

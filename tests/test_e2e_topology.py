@@ -103,9 +103,14 @@ def gates(p: Obj | None) -> set[str]:
 
 
 async def add_nodes(s: Stack) -> None:
+    """Create the Nodes and make them Ready as a kubelet and the node lifecycle
+    controller would (none runs): status through ``nodes/status``, then the
+    ``node.kubernetes.io/not-ready`` taint the API server puts on every new Node lifted."""
     for name, block in NODES:
-        await s.user.create(k.NODES, node(name, block))
+        created = await s.user.create(k.NODES, node(name, block))
+        assert [t["key"] for t in created["spec"]["taints"]] == ["node.kubernetes.io/not-ready"]
         await s.user.patch(k.NODES, name, NODE_STATUS, subresource="status")
+        await s.user.patch(k.NODES, name, {"spec": {"taints": None}})
 
 
 async def gang(s: Stack, group: str, size: int) -> None:
@@ -195,9 +200,11 @@ def test_a_not_ready_node_is_not_capacity(tmp_path: Path) -> None:
 
 def test_a_jobset_requiring_one_block_is_admitted_into_one_block(tmp_path: Path) -> None:
     """The JobSet integration carries the template's annotation into its podSet's
-    topologyRequest; its 3 pods are placed in the one block that holds them. (Its pods
-    are created by the JobSet and Job controllers, which the double does not run: the
-    per-pod ungating is pinned by the pod-group test above.)"""
+    topologyRequest (with Kueue's JobSet ranks: completion index within a Job, Job index
+    across the replicatedJob); its 3 one-pod Jobs are placed in the one block that holds
+    them, and each pod is ungated onto the host of its rank (Job index × 1 + completion
+    index). The pods are created by the test as the JobSet and Job controllers would,
+    from the started template: the double runs neither controller."""
     jobset = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
@@ -210,11 +217,11 @@ def test_a_jobset_requiring_one_block_is_admitted_into_one_block(tmp_path: Path)
             "replicatedJobs": [
                 {
                     "name": "workers",
-                    "replicas": 1,
+                    "replicas": 3,
                     "template": {
                         "spec": {
-                            "parallelism": 3,
-                            "completions": 3,
+                            "parallelism": 1,
+                            "completions": 1,
                             "template": {
                                 "metadata": {
                                     "annotations": {
@@ -262,9 +269,178 @@ def test_a_jobset_requiring_one_block_is_admitted_into_one_block(tmp_path: Path)
             assert (
                 ps["topologyRequest"]["podIndexLabel"] == "batch.kubernetes.io/job-completion-index"
             )
+            assert ps["topologyRequest"]["subGroupIndexLabel"] == "jobset.sigs.k8s.io/job-index"
+            assert ps["topologyRequest"]["subGroupCount"] == 3
             ta = from_v1beta2(
                 wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
             )
             assert dict(ta.domains) == {("b1-h0",): 1, ("b1-h1",): 1, ("b1-h2",): 1}
+            ranks = [v[-1] for v, n in ta.domains for _ in range(n)]
+
+            def started() -> Obj | None:
+                js = s.get("jobsets", "train", "team-a")
+                return js if js and js["spec"].get("suspend") is False else None
+
+            live = await eventually(started, what="the JobSet is started")
+            tmpl = live["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+            assert {"name": TOPOLOGY_GATE} in tmpl["spec"]["schedulingGates"]
+            for job_index in (2, 0, 1):  # one pod per Job, created out of order
+                meta = tmpl.get("metadata") or {}
+                labels = {
+                    **(meta.get("labels") or {}),
+                    "jobset.sigs.k8s.io/job-index": str(job_index),
+                    COMPLETION_INDEX: "0",
+                }
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"train-workers-{job_index}-0",
+                        "namespace": "team-a",
+                        "labels": labels,
+                        "annotations": dict(meta.get("annotations") or {}),
+                    },
+                    "spec": tmpl["spec"],
+                }
+                await s.user.create(k.PODS, pod, namespace="team-a")
+
+            def all_ungated() -> list[Obj] | None:
+                got = [s.get("pods", f"train-workers-{j}-0", "team-a") for j in range(3)]
+                return got if all(p is not None and not gates(p) for p in got) else None
+
+            pods = await eventually(all_ungated, what="every pod of the JobSet ungated")
+            assert [p["spec"]["nodeSelector"][HOST] for p in pods] == ranks
+
+    asyncio.run(main())
+
+
+# -- job kinds: their templates carry the gate, their pods are ungated one by one -------------
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def tas_job(name: str, *, pods: int, level: str = BLOCK) -> Obj:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+        },
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "template": {
+                "metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": level}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"requests": {GPU: "4"}, "limits": {GPU: "4"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+async def job_pods(s: Stack, backend: Any, job: Obj, *, indexes: list[int]) -> list[str]:
+    """The started Job's pods: the real Job controller creates them; on the double the
+    test plays it, creating each pod from the Job's current template with its
+    completion index (label and annotation) and the Job as controller owner."""
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    if backend != "double":
+
+        async def created() -> list[str] | None:
+            got = await s.user.list(k.PODS, namespace=ns, label_selector=f"job-name={name}")
+            names = sorted(p["metadata"]["name"] for p in got["items"])
+            return names if len(names) >= len(indexes) else None
+
+        return list(await eventually(created, what=f"the Job controller creates {name}'s pods"))
+    live = s.get("jobs", name, ns)
+    assert live is not None and live["spec"].get("suspend") is False
+    tmpl = live["spec"]["template"]
+    out = []
+    for i in indexes:
+        meta = tmpl.get("metadata") or {}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-{i}-x{i}",
+                "namespace": ns,
+                "labels": {**(meta.get("labels") or {}), COMPLETION_INDEX: str(i),
+                           "job-name": name},
+                "annotations": {**(meta.get("annotations") or {}), COMPLETION_INDEX: str(i)},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": name,
+                        "uid": live["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": tmpl["spec"],
+        }  # fmt: skip
+        await s.user.create(k.PODS, pod, namespace=ns)
+        out.append(pod["metadata"]["name"])
+    return out
+
+
+def pod_index(p: Obj) -> int:
+    return int(p["metadata"]["labels"][COMPLETION_INDEX])
+
+
+def test_a_job_requiring_one_block_has_each_pod_ungated_onto_its_ranks_host(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Kueue's topology ungater for a batch/v1 Job: the started template carries the
+    ``kueue.x-k8s.io/topology`` gate and the Workload annotation; each pod is ungated
+    with the node selector of the domain its completion index (rank) falls in, so the
+    kube-scheduler can only put the Job inside the block placement chose."""
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
+            await add_nodes(s)
+            job = tas_job("train", pods=3)
+            await s.user.create(k.JOBS, job, namespace="team-a")
+            wl = await eventually(
+                lambda: admitted(w := s.workload_of_job("team-a", "train")) and w,
+                what="the Job's Workload is admitted",
+            )
+            ps = wl["spec"]["podSets"][0]
+            assert ps["topologyRequest"]["podIndexLabel"] == COMPLETION_INDEX
+            ta = from_v1beta2(wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"])
+            ranks = [v[-1] for v, n in ta.domains for _ in range(n)]
+            assert ranks == ["b1-h0", "b1-h1", "b1-h2"]
+
+            def started() -> Obj | None:
+                j = s.get("jobs", "train", "team-a")
+                return j if j and j["spec"].get("suspend") is False else None
+
+            live = await eventually(started, what="the Job is started")
+            tmpl = live["spec"]["template"]
+            assert {"name": TOPOLOGY_GATE} in tmpl["spec"]["schedulingGates"]
+            assert tmpl["metadata"]["annotations"]["kueue.x-k8s.io/workload"] == wl["metadata"]["name"]
+            assert tmpl["spec"]["nodeSelector"] == {"pool": "gpu"}  # the flavor's, not a host
+
+            names = await job_pods(s, backend, job, indexes=[2, 0, 1])
+
+            def all_ungated() -> list[Obj] | None:
+                ps = [s.get("pods", n, "team-a") for n in names]
+                return ps if all(p is not None and not gates(p) for p in ps) else None
+
+            pods = await eventually(all_ungated, what="every pod of the Job ungated")
+            for p in pods:
+                # the assignment is per host (Kueue keeps only the lowest level)
+                assert p["spec"]["nodeSelector"] == {"pool": "gpu", HOST: ranks[pod_index(p)]}
+            assert len(pods) == 3
 
     asyncio.run(main())

@@ -36,8 +36,10 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from queues.labels import PODSET as PODSET_LABEL
+from queues.labels import PODSET_UNCONSTRAINED_TOPOLOGY, TOPOLOGY_GATE
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
+from queues.labels import WORKLOAD as WORKLOAD_ANNOTATION
 from queues.model import (
     PodSet,
     PriorityClass,
@@ -139,12 +141,17 @@ class Role:
     path: Path
     min_count: int | None = None
     count_path: Path | None = None
+    #: how many sub-groups (a JobSet replicatedJob's Jobs) the podSet's pods form,
+    #: numbered by the kind's ``sub_group_index_label`` (topology ranks)
+    sub_group_count: int | None = None
 
 
 @dataclass(slots=True)
 class PodSetInfo:
     """What an admission injects into one podSet's pod template (Kueue's PodSetInfo):
-    the admitted count, the flavors' node selector and tolerations, our labels."""
+    the admitted count, the flavors' node selector and tolerations, our labels and
+    annotations, and scheduling gates (a TAS podSet's pods wait behind
+    ``kueue.x-k8s.io/topology`` for the ungater to give each its domain)."""
 
     name: str
     count: int
@@ -152,6 +159,8 @@ class PodSetInfo:
     tolerations: list[Obj] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     min_count: int | None = None  # the podSet's minCount: its count is restored on stop
+    annotations: dict[str, str] = field(default_factory=dict)
+    scheduling_gates: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +221,9 @@ class Integration:
     #: other kinds whose objects supply part of an object's podSets (a TrainJob's
     #: TrainingRuntime): watched whole by the service, read by :meth:`resolve`
     references: ClassVar[tuple[Resource, ...]] = ()
+    #: the label numbering a pod's sub-group inside a podSet (a JobSet's Job index), with
+    #: ``Role.sub_group_count``; ranks are index + sub-group × group size (Kueue's SubGroup)
+    sub_group_index_label: ClassVar[str | None] = None
 
     # -- identity ------------------------------------------------------------------------
 
@@ -435,7 +447,14 @@ def workload_name(
     return f"{prefix}-{digest.hexdigest()[:_HASH_LENGTH]}"
 
 
-def pod_set_model(what: str, ref: str, role: Role, *, pod_index_label: str | None = None) -> PodSet:
+def pod_set_model(
+    what: str,
+    ref: str,
+    role: Role,
+    *,
+    pod_index_label: str | None = None,
+    sub_group_index_label: str | None = None,
+) -> PodSet:
     """The engine's podSet for a role: per-pod requests and placement from the
     template, and the topology request its annotations make — the one place
     pod-template annotations become a ``topologyRequest``, for every kind."""
@@ -465,6 +484,11 @@ def pod_set_model(what: str, ref: str, role: Role, *, pod_index_label: str | Non
                 path=spec_field(role.path, "metadata"),
                 count=role.count,
                 pod_index_label=pod_index_label,
+                sub_group=(
+                    (sub_group_index_label, role.sub_group_count)
+                    if sub_group_index_label is not None and role.sub_group_count is not None
+                    else None
+                ),
             )
         except TopologyAnnotationError as err:
             raise IntegrationError(f"{what} {ref}: {err}") from err
@@ -523,7 +547,13 @@ def workload_model(
     if not roles:
         raise IntegrationError(f"{what} {ref}: spec: no podSets (nothing to run)")
     pod_sets = [
-        pod_set_model(what, ref, role, pod_index_label=integration.pod_index_label)
+        pod_set_model(
+            what,
+            ref,
+            role,
+            pod_index_label=integration.pod_index_label,
+            sub_group_index_label=integration.sub_group_index_label,
+        )
         for role in roles
     ]
     pc_name, pc_field = integration.priority_class_name(obj, roles)
@@ -729,6 +759,26 @@ def flavor_info(name: str, count: int, flavors: Iterable[ResourceFlavor]) -> Pod
     return info
 
 
+TAS_ANNOTATIONS = (WORKLOAD_ANNOTATION, PODSET_UNCONSTRAINED_TOPOLOGY)
+"""The pod-template annotations :func:`tas_info` adds (removed again on stop)."""
+
+
+def tas_info(info: PodSetInfo, *, wl_name: str, pod_set: Mapping[str, Any]) -> PodSetInfo:
+    """Add to an admitted podSet's info what a topology assignment needs (Kueue's
+    ``FromAssignment`` under TAS): the ``kueue.x-k8s.io/topology`` scheduling gate, so
+    each pod waits for the ungater to give it its domain's node selector; the
+    ``kueue.x-k8s.io/workload`` annotation naming the Workload its pods belong to; and,
+    for a podSet that asked for no topology (implicit TAS), the unconstrained
+    annotation. ``pod_set`` is the Workload's ``spec.podSets[]`` entry. In place."""
+    tr = pod_set.get("topologyRequest") or {}
+    if not any(tr.get(k) is not None for k in ("required", "preferred", "unconstrained")):
+        info.annotations[PODSET_UNCONSTRAINED_TOPOLOGY] = "true"
+    info.annotations[WORKLOAD_ANNOTATION] = wl_name
+    if TOPOLOGY_GATE not in info.scheduling_gates:
+        info.scheduling_gates.append(TOPOLOGY_GATE)
+    return info
+
+
 def original_info(pod_set: Mapping[str, Any]) -> PodSetInfo:
     """The PodSetInfo of a Workload ``spec.podSets[]`` entry: the original template's
     scheduling fields (Kueue's ``podset.FromPodSet``), to restore on stop."""
@@ -742,16 +792,29 @@ def original_info(pod_set: Mapping[str, Any]) -> PodSetInfo:
         tolerations=[dict(t) for t in tspec.get("tolerations") or [] if isinstance(t, Mapping)],
         labels=dict(tmeta.get("labels") or {}),
         min_count=pod_set.get("minCount") if isinstance(pod_set.get("minCount"), int) else None,
+        annotations=dict(tmeta.get("annotations") or {}),
+        scheduling_gates=[
+            str(g["name"])
+            for g in tspec.get("schedulingGates") or []
+            if isinstance(g, Mapping) and "name" in g
+        ],
     )
 
 
 def merge_info(template: Obj, info: PodSetInfo) -> None:
-    """``podset.Merge``: add the info's labels, node selector and tolerations to a
-    PodTemplateSpec (in place; tolerations not duplicated)."""
+    """``podset.Merge``: add the info's labels, annotations, node selector, tolerations
+    and scheduling gates to a PodTemplateSpec (in place; none duplicated)."""
     tmeta = template.setdefault("metadata", {})
     if info.labels:
         tmeta["labels"] = {**(tmeta.get("labels") or {}), **info.labels}
+    if info.annotations:
+        tmeta["annotations"] = {**(tmeta.get("annotations") or {}), **info.annotations}
     tspec = template.setdefault("spec", {})
+    gates = [g for g in tspec.get("schedulingGates") or [] if isinstance(g, dict)]
+    have = {g.get("name") for g in gates}
+    new_gates = [{"name": g} for g in info.scheduling_gates if g not in have]
+    if new_gates:
+        tspec["schedulingGates"] = gates + new_gates
     if info.node_selector:
         tspec["nodeSelector"] = {**(tspec.get("nodeSelector") or {}), **info.node_selector}
     tolerations = [t for t in tspec.get("tolerations") or [] if isinstance(t, dict)]
@@ -761,18 +824,24 @@ def merge_info(template: Obj, info: PodSetInfo) -> None:
 
 
 def restore_info(template: Obj, info: PodSetInfo) -> None:
-    """``podset.RestorePodSpec``: the template's labels, node selector and tolerations
-    become the original's again (in place)."""
+    """``podset.RestorePodSpec``: the template's labels, annotations, node selector,
+    tolerations and scheduling gates become the original's again (in place)."""
     tmeta = template.setdefault("metadata", {})
-    if dict(tmeta.get("labels") or {}) != info.labels:
-        if info.labels:
-            tmeta["labels"] = dict(info.labels)
-        else:
-            tmeta.pop("labels", None)
+    for mkey, mwant in (("labels", info.labels), ("annotations", info.annotations)):
+        if dict(tmeta.get(mkey) or {}) != mwant:
+            if mwant:
+                tmeta[mkey] = dict(mwant)
+            else:
+                tmeta.pop(mkey, None)
     if not tmeta:
         template.pop("metadata", None)
     tspec = template.setdefault("spec", {})
-    for key, want in (("nodeSelector", info.node_selector), ("tolerations", info.tolerations)):
+    gates = [{"name": g} for g in info.scheduling_gates]
+    for key, want in (
+        ("nodeSelector", info.node_selector),
+        ("tolerations", info.tolerations),
+        ("schedulingGates", gates),
+    ):
         if (tspec.get(key) or type(want)()) != want:
             if want:
                 tspec[key] = copy.deepcopy(want)

@@ -23,9 +23,11 @@ from queues.labels import JOB_MIN_PARALLELISM as JOB_MIN_PARALLELISM_ANNOTATION
 from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
+from queues.labels import TOPOLOGY_GATE
 from queues.model import PriorityClass, Workload
 
 from .base import (
+    TAS_ANNOTATIONS,
     Finished,
     Integration,
     IntegrationError,
@@ -142,7 +144,15 @@ class JobIntegration(Integration):
             pod_spec["nodeSelector"] = dict(info.node_selector)
         if tolerations != (tspec.get("tolerations") or []):
             pod_spec["tolerations"] = tolerations
+        gates = [g for g in tspec.get("schedulingGates") or [] if isinstance(g, dict)]
+        have_gates = {g.get("name") for g in gates}
+        if any(g not in have_gates for g in info.scheduling_gates):
+            pod_spec["schedulingGates"] = gates + [
+                {"name": g} for g in info.scheduling_gates if g not in have_gates
+            ]
         template: Obj = {"metadata": {"labels": {PODSET_LABEL: info.name}}}
+        if info.annotations:
+            template["metadata"]["annotations"] = dict(info.annotations)
         if pod_spec:
             template["spec"] = pod_spec
         body: Obj = {"suspend": False, "template": template}
@@ -167,10 +177,22 @@ class JobIntegration(Integration):
             patch_spec["nodeSelector"] = ns_patch
         if (tspec.get("tolerations") or []) != info.tolerations:
             patch_spec["tolerations"] = info.tolerations or None
+        gates = [g for g in tspec.get("schedulingGates") or [] if isinstance(g, dict)]
+        kept_gates = [
+            g for g in gates if g.get("name") != TOPOLOGY_GATE or TOPOLOGY_GATE in info.scheduling_gates
+        ]
+        if kept_gates != gates:
+            patch_spec["schedulingGates"] = kept_gates or None
         template: Obj = {}
         labels = (tmpl.get("metadata") or {}).get("labels") or {}
         if PODSET_LABEL in labels and PODSET_LABEL not in info.labels:
             template["metadata"] = {"labels": {PODSET_LABEL: None}}
+        annotations = (tmpl.get("metadata") or {}).get("annotations") or {}
+        added = {  # what a topology start added (``tas_info``)
+            k: None for k in TAS_ANNOTATIONS if k in annotations and k not in info.annotations
+        }
+        if added:
+            template.setdefault("metadata", {})["annotations"] = added
         if patch_spec:
             template["spec"] = patch_spec
         body: Obj = {"template": template} if template else {}

@@ -41,6 +41,8 @@ class JobSetIntegration(Integration):
     resource = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
     # Kueue's JobSet PodIndexLabel (its Jobs' completion index) for topology placement
     pod_index_label = "batch.kubernetes.io/job-completion-index"
+    # and the index of its Job in the replicatedJob: ranks run across the Jobs
+    sub_group_index_label = "jobset.sigs.k8s.io/job-index"
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         what, ref = self.what, ref_of(obj)
@@ -81,6 +83,7 @@ class JobSetIntegration(Integration):
                     count=replicas * min(parallelism, completions),
                     template=template_at(obj, path, what),
                     path=path,
+                    sub_group_count=replicas,
                 )
             )
         return roles

@@ -41,7 +41,7 @@ from .notices import Notices
 from .podgroups import PodGroupReconciler
 from .podsready import PodsReadyWatcher
 from .status import StatusWriter
-from .topology import BOUND_PODS, TopologyWatch
+from .topology import BOUND_PODS, TAS_PODS, TopologyUngater, TopologyWatch, admitted_by_tas
 
 log = logging.getLogger("quartermaster.kube.controller")
 
@@ -114,6 +114,7 @@ class Controller:
         self.topology = TopologyWatch(
             self.ctx, enqueue_failure=lambda wkey: self.enqueue("nodefail", wkey)
         )
+        self.tas_ungater = TopologyUngater(self.ctx, unhealthy=lambda wkey: set())
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
         self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}
@@ -169,6 +170,8 @@ class Controller:
 
                 return on_bound_pod
             return self.topology.on_pod
+        if plural == TAS_PODS:
+            return self.tas_ungater.on_pod
         for what, integ in self.jobs.kinds.items():
             if integ.resource.plural == plural:
                 return self._on_object(what)
@@ -236,6 +239,8 @@ class Controller:
             self.enqueue("wl", key)
             if self.notices is not None:
                 self.notices.on_workload(key, new)
+            if admitted_by_tas(new) and not self.podgroups.owns(key):
+                self.enqueue("tasungate", key)
 
     def _on_object(self, what: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
         res = self.jobs.resources[what]
@@ -315,6 +320,8 @@ class Controller:
             try:
                 if kind == "nodefail":
                     await self.topology.handle(key)
+                elif kind == "tasungate":
+                    await self.tas_ungater.reconcile(key)
                 elif kind in self.jobs.kinds:
                     await self.jobs.reconcile(kind, key)
                 elif kind == "podgroup" or self.podgroups.owns(key):

@@ -42,6 +42,7 @@ from admission.integrations.base import (
     flavor_info,
     original_info,
     set_path,
+    tas_info,
 )
 from admission.integrations.ownership import (
     OwnershipError,
@@ -455,11 +456,12 @@ class JobReconciler:
                 )
                 return None
             count = o.running_count(wl, name)
-            infos.append(
-                flavor_info(
-                    name, count if count is not None else int(ps.get("count") or 0), flavors
-                )
+            info = flavor_info(
+                name, count if count is not None else int(ps.get("count") or 0), flavors
             )
+            if o.topology_assignment_of(adm, name) is not None:
+                tas_info(info, wl_name=o.meta(wl).get("name") or "", pod_set=ps)
+            infos.append(info)
         return infos
 
     async def _start(self, integ: Integration, key: str, obj: Obj, wl: Obj) -> None:

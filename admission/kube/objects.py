@@ -399,6 +399,18 @@ def job_mismatch(
     return None
 
 
+def topology_assignment_of(
+    admission: Mapping[str, Any] | None, pod_set: str = "main"
+) -> Obj | None:
+    """The raw ``topologyAssignment`` of ``pod_set`` in a ``status.admission`` (None:
+    the podSet was not placed by topology)."""
+    for psa in (admission or {}).get("podSetAssignments") or []:
+        if isinstance(psa, dict) and psa.get("name", "main") == pod_set:
+            ta = psa.get("topologyAssignment")
+            return ta if isinstance(ta, dict) and ta else None
+    return None
+
+
 def flavors_of(admission: Mapping[str, Any] | None, pod_set: str = "main") -> list[str]:
     """Flavor names assigned to ``pod_set`` in a raw ``status.admission``."""
     for psa in (admission or {}).get("podSetAssignments") or []:

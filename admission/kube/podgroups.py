@@ -58,7 +58,7 @@ from .client import JSON_PATCH, PODS, ApiError
 from .context import Context, Obj
 from .informer import DELETED, newer, rv_at_least
 from .jobs import ComposeErrors, JobReconciler, create_workload, delete_workload, finish_eviction
-from .topology import topology_domains
+from .tas_ungate import topology_domains
 
 log = logging.getLogger("quartermaster.kube.podgroups")
 
@@ -273,7 +273,7 @@ class PodGroupReconciler:
         role = self._role_of(wl, live)
         infos: dict[str, PodSetInfo] = {}
         started = 0
-        domains = topology_domains(adm, live, role)  # TAS podSets: each pod's domain
+        domains = topology_domains(wl, live, role)  # TAS podSets: each pod's domain
         for pod in live:
             if not gated(pod):
                 continue

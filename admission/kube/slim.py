@@ -93,6 +93,7 @@ _POD_SPEC_KEYS = (
     "priorityClassName",
     "priority",
     "runtimeClassName",
+    "schedulingGates",  # a TAS podSet's template carries the topology gate while it runs
 )
 
 

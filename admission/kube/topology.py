@@ -23,21 +23,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
-from queues.labels import POD_GROUP_POD_INDEX as POD_GROUP_INDEX_LABEL
+from admission.integrations.base import PodSetInfo
+from admission.integrations.pod import ungate_patch
 from queues.labels import PODSET as PODSET_LABEL
-from queues.labels import TOPOLOGY_GATE
+from queues.labels import WORKLOAD as WORKLOAD_ANNOTATION
 from queues.progress import CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION
 from queues.topology import HOSTNAME
-from queues.topology_assignment import AssignmentFormError, from_v1beta2
 from queues.topology_nodes import NodeInputError, node_from_object, pod_usage_from_object
 
 from . import objects as o
+from .client import JSON_PATCH, PODS, ApiError
 from .context import Context
-from .informer import DELETED
+from .informer import DELETED, newer, rv_at_least
+from .tas_ungate import topology_domains
 
 log = logging.getLogger("quartermaster.kube.topology")
 
@@ -245,73 +246,142 @@ class TopologyWatch:
             log.info("evicted %s: node(s) %s failed", wkey, ", ".join(hosts))
 
 
-# -- the topology ungater ---------------------------------------------------------------------
+# -- the topology ungater for job kinds ------------------------------------------------------
+
+TAS_PODS = "taspods"  # the informer key of the pods of started job kinds
+TAS_POD_SELECTOR = PODSET_LABEL  # Kueue's podset label: every pod started from our templates
 
 
-def _pod_index(pod: Obj) -> tuple[int, str, str]:
-    """Kueue's ungater order: the pod index label when set, else creation time, name."""
-    meta = pod.get("metadata") or {}
-    raw = (meta.get("labels") or {}).get(POD_GROUP_INDEX_LABEL)
-    try:
-        idx = int(raw) if raw is not None else 2**31
-    except ValueError:
-        idx = 2**31
-    return idx, str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+def slim_tas_pod(obj: Obj) -> Obj:
+    """What the ungater reads of a job kind's pod: its Workload annotation and index
+    labels, podSet label, gates, node selector, phase."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **{k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                    "creationTimestamp", "deletionTimestamp") if k in meta},
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": {
+                k: v
+                for k, v in (meta.get("annotations") or {}).items()
+                if k.startswith("kueue.x-k8s.io/") or k.startswith("batch.kubernetes.io/")
+            },
+        },
+        "spec": {k: spec[k] for k in ("schedulingGates", "nodeSelector", "nodeName") if k in spec},
+        "status": {"phase": (obj.get("status") or {}).get("phase")},
+    }  # fmt: skip
 
 
-@dataclass(slots=True)
-class _Slot:
-    selector: dict[str, str]
-    left: int
+def workload_key_of_pod(pod: Obj | None) -> str | None:
+    """``namespace/workload`` of a TAS pod (Kueue's ``kueue.x-k8s.io/workload`` annotation)."""
+    meta = (pod or {}).get("metadata") or {}
+    name = (meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION)
+    return f"{meta.get('namespace') or 'default'}/{name}" if name else None
 
 
-def topology_domains(
-    admission: Obj | None, pods: list[Obj], role: Callable[[Obj], str]
-) -> dict[str, dict[str, str]]:
-    """Kueue's TopologyUngater assignment: for each pod of a podSet with a topology
-    assignment, the node selector of its domain (pod key -> selector).
+def admitted_by_tas(wl: Obj | None) -> bool:
+    """Kueue's IsAdmittedByTAS: admitted, and a podSet has a topology assignment."""
+    adm = o.admission_of(wl)
+    return (
+        wl is not None
+        and o.is_true(wl, o.ADMITTED)
+        and any(
+            isinstance(psa, dict) and psa.get("topologyAssignment")
+            for psa in (adm or {}).get("podSetAssignments") or []
+        )
+    )
 
-    Pods already running with a domain's selector keep it and fill that domain first;
-    the gated pods, in index order, take the domains' remaining places in order."""
-    out: dict[str, dict[str, str]] = {}
-    for psa in (admission or {}).get("podSetAssignments") or []:
-        wire = psa.get("topologyAssignment") if isinstance(psa, dict) else None
-        if not wire:
-            continue
+
+class TopologyUngater:
+    """Kueue's TopologyUngater for the job kinds (Job, JobSet, the Kubeflow and Ray
+    kinds …): their started templates carry the topology gate and the Workload
+    annotation (``integrations.base.tas_info``), so every pod they create waits; each is
+    ungated, once, with its assigned domain's node selector (:mod:`.tas_ungate`), so
+    the kube-scheduler puts it inside the domain placement charged. Pod groups ungate
+    their own pods (:mod:`.podgroups`), with the same assignment.
+
+    Keyed by Workload; reads pods from the ``taspods`` informer (pods labelled
+    ``kueue.x-k8s.io/podset``), with read-your-writes: a pod this replica ungated is not
+    ungated again from a stale informer copy (Kueue's expectations)."""
+
+    def __init__(self, ctx: Context, *, unhealthy: Callable[[str], set[str]]) -> None:
+        self.ctx = ctx
+        self.unhealthy = unhealthy  # workload key -> nodes awaiting a replacement
+        self.index: dict[str, set[str]] = {}  # workload key -> pod keys
+        self.latest: dict[str, Obj] = {}  # pod key -> our last write
+
+    def on_pod(self, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
+        wkey = workload_key_of_pod(new or old)
+        if wkey is None:
+            return
+        if event == DELETED:
+            self.latest.pop(key, None)
+            members = self.index.get(wkey)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self.index[wkey]
+        else:
+            self.index.setdefault(wkey, set()).add(key)
+        self.ctx.enqueue("tasungate", wkey)
+
+    def _pod(self, key: str) -> Obj | None:
+        inf = self.ctx.informers.get(TAS_PODS)
+        stored = inf.get(key) if inf is not None else None
+        mine = self.latest.get(key)
+        if mine is None:
+            return stored
+        if stored is not None and rv_at_least(stored, o.rv(mine)):
+            del self.latest[key]
+            return stored
+        return newer(stored, mine)
+
+    def pods(self, wkey: str) -> list[Obj]:
+        return [p for k in sorted(self.index.get(wkey, ())) if (p := self._pod(k)) is not None]
+
+    async def reconcile(self, wkey: str) -> None:
+        ctx = self.ctx
+        inf = ctx.informers.get(TAS_PODS)
+        if inf is None or not inf.synced.is_set():
+            return
+        wl = ctx.writer.workload(wkey)
+        if not admitted_by_tas(wl) or o.is_true(wl, o.EVICTED) or o.deleting(wl):
+            return  # not (or no longer) placed: an evicted job is being stopped
+        assert wl is not None
+        pods = [p for p in self.pods(wkey) if not o.deleting(p)]
+        domains = topology_domains(
+            wl, pods, lambda p: str((o.meta(p).get("labels") or {}).get(PODSET_LABEL) or ""),
+            unhealthy=self.unhealthy(wkey),
+        )  # fmt: skip
+        ungated = 0
+        for pod in pods:
+            selector = domains.get(o.ns_key(pod))
+            if selector is None:
+                continue
+            patch, kept = ungate_patch(pod, PodSetInfo(name="", count=0), selector)
+            for k in kept:
+                log.warning("pod %s: nodeSelector %s kept (its domain wants another value)",
+                            o.ns_key(pod), k)  # fmt: skip
+            if patch is not None and await self._patch(pod, patch):
+                ungated += 1
+        if ungated:
+            ctx.metrics.api_writes.labels("ungate-pods", "ok").inc()
+            log.info("workload %s: %d pod(s) ungated into their topology domains", wkey, ungated)
+
+    async def _patch(self, pod: Obj, patch: list[Obj]) -> bool:
+        key = o.ns_key(pod)
+        ns, name = o.split_key(key)
         try:
-            ta = from_v1beta2(wire)
-        except AssignmentFormError as err:
-            log.error("podSet %s: unreadable topologyAssignment: %s", psa.get("name"), err)
-            continue
-        name = str(psa.get("name", "main"))
-        mine = [p for p in pods if role(p) == name]
-        left = [
-            _Slot(dict(zip(ta.levels, values, strict=True)), count) for values, count in ta.domains
-        ]
-        gated_pods = []
-        for pod in mine:
-            ns = (pod.get("spec") or {}).get("nodeSelector") or {}
-            placed = next(
-                (
-                    d
-                    for d in left
-                    if d.left > 0 and all(ns.get(k) == v for k, v in d.selector.items())
-                ),
-                None,
+            new = await self.ctx.client.patch(
+                PODS, name, patch, namespace=ns, content_type=JSON_PATCH
             )
-            if placed is not None and not _topology_gated(pod):
-                placed.left -= 1
-            else:
-                gated_pods.append(pod)
-        for pod in sorted(gated_pods, key=_pod_index):
-            slot = next((d for d in left if d.left > 0), None)
-            if slot is None:
-                break  # more pods than assigned: the excess are never ungated
-            slot.left -= 1
-            out[o.ns_key(pod)] = dict(slot.selector)
-    return out
-
-
-def _topology_gated(pod: Obj) -> bool:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(isinstance(g, dict) and g.get("name") == TOPOLOGY_GATE for g in gates)
+        except ApiError as err:
+            if err.not_found or err.conflict or err.status == 422:
+                return False  # a newer version is on its way: reconciled again then
+            raise
+        if isinstance(new, dict) and o.meta(new).get("name"):
+            self.latest[key] = slim_tas_pod(new)
+        return True

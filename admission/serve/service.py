@@ -62,7 +62,15 @@ from admission.kube.informer import Informer, strip_managed_fields
 from admission.kube.slim import slimmer_for
 from admission.kube.leader import DEFAULT_LEASE_NAME, LeaderElector
 from admission.kube.metrics import Metrics
-from admission.kube.topology import BOUND_POD_SELECTOR, BOUND_PODS, slim_node, slim_pod
+from admission.kube.topology import (
+    BOUND_POD_SELECTOR,
+    BOUND_PODS,
+    TAS_POD_SELECTOR,
+    TAS_PODS,
+    slim_node,
+    slim_pod,
+    slim_tas_pod,
+)
 from admission.kube.podsready import pods_ready_options
 from admission.kube.ratelimit import TokenBucket, low_priority
 
@@ -298,6 +306,14 @@ class Service:
             field_selector=BOUND_POD_SELECTOR,
             rng=random.Random(rng.random()),
             transform=slim_pod,
+        )
+        # ... and the pods our started templates create wait for their topology domain
+        self.informers[TAS_PODS] = Informer(
+            self.client,
+            PODS,
+            label_selector=TAS_POD_SELECTOR,
+            rng=random.Random(rng.random()),
+            transform=slim_tas_pod,
         )
         config = opts.config
         cache = Cache(

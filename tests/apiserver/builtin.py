@@ -143,8 +143,21 @@ def _copy_limits_to_requests(container: Obj) -> None:
         requests.setdefault(name, quantity)
 
 
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+
+
 def prepare_create(rt: ResourceType, obj: Obj) -> None:
-    """What the create strategy adds once ``uid`` is set (before validating webhooks)."""
+    """What the create strategy adds once ``uid`` is set (before validating webhooks);
+    for a Node also what kube-apiserver's ``TaintNodesByCondition`` admission plugin
+    adds: every new Node is tainted ``node.kubernetes.io/not-ready:NoSchedule`` until
+    the node lifecycle controller sees it Ready (there is none here: tests lift it)."""
+    if rt.group == "" and rt.plural == "nodes":
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            spec = obj["spec"] = {}
+        taints = spec.get("taints") or []
+        if not any(isinstance(t, dict) and t.get("key") == NOT_READY_TAINT["key"] for t in taints):
+            spec["taints"] = [*taints, dict(NOT_READY_TAINT)]
     if is_job(rt):
         obj["status"] = {}
         if not (obj.get("spec") or {}).get("manualSelector"):

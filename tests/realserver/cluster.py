@@ -47,6 +47,8 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "cohorts": ("apis/kueue.x-k8s.io/v1beta2", False),
     "resourceflavors": ("apis/kueue.x-k8s.io/v1beta2", False),
     "workloadpriorityclasses": ("apis/kueue.x-k8s.io/v1beta2", False),
+    "topologies": ("apis/kueue.x-k8s.io/v1beta2", False),
+    "nodes": ("api/v1", False),
 }
 KIND_PLURAL = {
     "Namespace": "namespaces",
@@ -63,6 +65,8 @@ KIND_PLURAL = {
     "Cohort": "cohorts",
     "ResourceFlavor": "resourceflavors",
     "WorkloadPriorityClass": "workloadpriorityclasses",
+    "Topology": "topologies",
+    "Node": "nodes",
 }
 # what reset() empties, in this order (dependents first)
 WIPED = (
@@ -76,6 +80,8 @@ WIPED = (
     "cohorts",
     "resourceflavors",
     "workloadpriorityclasses",
+    "topologies",
+    "nodes",  # no kubelet runs: a test's Nodes are plain objects, made Ready by the test
     "priorityclasses",
     "leases",
     "secrets",
