@@ -1,12 +1,16 @@
-"""End to end: topology-aware admission through ``serve`` against the API double.
+"""End to end: topology-aware admission through ``serve``, on the API double and on a
+real kube-apiserver (the ``backend`` fixture).
 
-A pod group (plain pods with pod-group-name; the JobSet integration has not landed) asks
-for one block with ``kueue.x-k8s.io/podset-required-topology``. The real webhook gates
-its pods with both the admission and the topology gate; the service learns Nodes and
-bound pods from its informers, admits the group only when one block holds it, writes
-the v1beta2 topologyAssignment, and ungates each pod with its host's node selector. A
-group no block can hold stays pending with the numbers; a failed node evicts the
-workload placed on it.
+Nodes are plain objects on both backends (no kubelet runs): the tests create them, set
+their status through ``nodes/status`` and lift the not-ready taint the API server puts
+on every new Node. A pod group asks for one block with
+``kueue.x-k8s.io/podset-required-topology``: the real webhook gates its pods with both
+the admission and the topology gate; the service learns Nodes and bound pods from its
+informers, admits the group only when one block holds it, writes the v1beta2
+topologyAssignment, and ungates each pod with its host's node selector. A group no
+block can hold stays pending with the numbers; a failed node evicts the workload placed
+on it. A Job and a JobSet get the topology gate on their started templates, and each of
+their pods is ungated onto the host of its rank (completion index, Job index).
 """
 
 from __future__ import annotations
@@ -122,10 +126,10 @@ async def gang(s: Stack, group: str, size: int) -> None:
 
 
 def test_a_gang_requiring_one_block_is_admitted_there_and_its_pods_get_their_hosts(
-    tmp_path: Path,
+    tmp_path: Path, backend: Any
 ) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await add_nodes(s)
             await gang(s, "train", 3)
             wl = await eventually(
@@ -176,9 +180,11 @@ def test_a_gang_requiring_one_block_is_admitted_there_and_its_pods_get_their_hos
     asyncio.run(main())
 
 
-def test_a_not_ready_node_is_not_capacity(tmp_path: Path) -> None:
+def test_a_not_ready_node_is_not_capacity(
+    tmp_path: Path, backend: Any
+) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await add_nodes(s)
             down = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
             await s.user.patch(k.NODES, "b1-h2", down, subresource="status")
@@ -198,7 +204,9 @@ def test_a_not_ready_node_is_not_capacity(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_a_jobset_requiring_one_block_is_admitted_into_one_block(tmp_path: Path) -> None:
+def test_a_jobset_requiring_one_block_is_admitted_into_one_block(
+    tmp_path: Path, backend: Any
+) -> None:
     """The JobSet integration carries the template's annotation into its podSet's
     topologyRequest (with Kueue's JobSet ranks: completion index within a Job, Job index
     across the replicatedJob); its 3 one-pod Jobs are placed in the one block that holds
@@ -250,7 +258,7 @@ def test_a_jobset_requiring_one_block_is_admitted_into_one_block(tmp_path: Path)
     }
 
     async def main() -> None:
-        async with stack(tmp_path, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await add_nodes(s)
             from admission.integrations.jobset import JOBSET
             from admission.kube.client import resource_of
