@@ -24,7 +24,7 @@ the binding resource against what is needed, and how many nodes were excluded wh
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from queues.model import NodeSelectorTerm, Toleration, TopologyAssignment, TopologyRequest
 from queues.quantity import format_quantity
@@ -32,7 +32,14 @@ from queues.topology import PODS, Domain, FlavorSnapshot, Node, Usage, add_usage
 
 _MAX = 2**31 - 1
 
-__all__ = ["PlacementRequest", "PlacementResult", "place", "place_flavor", "requests_tas"]
+__all__ = [
+    "PlacementRequest",
+    "PlacementResult",
+    "find_replacement",
+    "place",
+    "place_flavor",
+    "requests_tas",
+]
 
 
 def requests_tas(tr: TopologyRequest | None) -> bool:
@@ -134,6 +141,7 @@ class _Placer:
         st: _State,
         assumed: Mapping[tuple[str, ...], Usage],
         simulate_empty: bool,
+        within: tuple[str, ...] | None = None,
     ) -> None:
         s = self.s
         req = dict(workers.per_pod)
@@ -155,6 +163,11 @@ class _Placer:
         leaf_is_slice_level = st.slice_level_idx == len(s.levels) - 1
         for leaf in s.per_level[-1]:
             key = leaf.key
+            if within is not None and leaf.values[: len(within)] != within:
+                # outside the domain a replacement must stay in: no room there
+                leaf.pod_count = leaf.pod_count_wl = leaf.leader_count = 0
+                leaf.slice_count = leaf.slice_count_wl = 0
+                continue
             extra = assumed.get(key) if assumed else None
             filtered = filter_all or leaf.tainted
             cached = counts.get(key) if not filtered and not extra and lreq is None else None
@@ -549,9 +562,11 @@ def place(
     *,
     assumed: Mapping[tuple[str, ...], Usage] | None = None,
     simulate_empty: bool = False,
+    within: tuple[str, ...] | None = None,
 ) -> tuple[dict[str, TopologyAssignment], str]:
     """Kueue's findTopologyAssignment: the assignments of the podSet (and its group's
-    leader), or an empty dict and why not."""
+    leader), or an empty dict and why not. ``within`` (a domain's values, from the top
+    level down) confines the pods to that domain (Kueue's requiredReplacementDomain)."""
     tr = workers.topology
     slice_size = 1
     if tr is not None and tr.slice_required_topology is not None:
@@ -595,7 +610,7 @@ def place(
         simulate_empty=simulate_empty,
     )
     p = _Placer(snap, dict(workers.per_pod))
-    p.fill_in_counts(workers, leader, st, assumed or {}, simulate_empty)
+    p.fill_in_counts(workers, leader, st, assumed or {}, simulate_empty, within)
     fit_level, fit, reason = p.find_level(level_idx, st)
     if reason:
         return {}, reason
@@ -692,3 +707,70 @@ def place_flavor(
                 )
                 add_usage(used[k], {PODS: count})
     return result
+
+
+# ------------------------------------------------------------------ node replacement
+
+
+def find_replacement(
+    snap: FlavorSnapshot,
+    request: PlacementRequest,
+    existing: TopologyAssignment,
+    failed_host: str,
+) -> tuple[TopologyAssignment | None, str]:
+    """Kueue's findReplacementAssignment (TASFailedNodeReplacement): the podSet's
+    assignment with the pods of ``failed_host`` moved to other nodes, or (None, why).
+
+    The failed node's pods are placed anew, each on a node with room, inside the domain
+    the assignment must stay in: the domain of the ``required`` level that holds the
+    rest of the assignment, or — when slices are requested and the node's pods broke
+    one — the slice-level domain left incomplete (the replacement pods then form no
+    slices of their own). A preferred or unconstrained podSet may go anywhere. The
+    failed node no longer counts as capacity (deleted or not Ready); the workload's
+    other pods keep their places. ``request`` carries the podSet's per-pod requests and
+    topology request (its ``count`` is ignored)."""
+    missing = sum(c for v, c in existing.domains if v[-1] == failed_host)
+    kept = [(v, c) for v, c in existing.domains if v[-1] != failed_host]
+    if missing == 0:
+        return existing, ""
+    leaves: list[Domain] = []
+    for values, _ in kept:
+        leaf = snap.leaf_of(values, existing.levels)
+        if leaf is None:
+            return None, (
+                "Cannot replace the node, because the existing topologyAssignment is "
+                f"invalid, as it contains the stale domain {values[0]}"
+            )
+        leaves.append(leaf)
+    tr = request.topology
+    within: tuple[str, ...] | None = None
+    replacement_tr = tr
+    slice_size = tr.slice_size if tr is not None and tr.slice_required_topology else None
+    if tr is not None and slice_size and missing % slice_size != 0 and leaves:
+        slice_idx = snap.level_index(tr.slice_required_topology or snap.levels[-1])
+        if slice_idx is not None:
+            per_slice: dict[tuple[str, ...], int] = {}
+            for leaf, (_, c) in zip(leaves, kept, strict=True):
+                key = leaf.values[: slice_idx + 1]
+                per_slice[key] = per_slice.get(key, 0) + c
+            broken = sorted(k for k, n in per_slice.items() if n % slice_size != 0)
+            if broken:
+                within = broken[0]
+        replacement_tr = replace(tr, slice_required_topology=None, slice_size=None)
+    elif tr is not None and tr.required is not None and leaves:
+        idx = snap.level_index(tr.required)
+        if idx is not None:
+            within = leaves[0].values[: idx + 1]
+    if replacement_tr is not None and replacement_tr.required is None and within is not None:
+        replacement_tr = replace(replacement_tr, required=snap.levels[len(within) - 1])
+    req = replace(request, count=missing, topology=replacement_tr)
+    out, reason = place(snap, req, None, within=within)
+    if reason:
+        return None, reason
+    found = out.get(request.name)
+    if found is None or not found.domains:
+        return None, f"cannot find replacement assignment for unhealthy node: {failed_host}"
+    merged: dict[tuple[str, ...], int] = dict(kept)
+    for values, c in found.domains:
+        merged[values] = merged.get(values, 0) + c
+    return TopologyAssignment(levels=existing.levels, domains=tuple(sorted(merged.items()))), ""

@@ -452,3 +452,97 @@ def test_a_job_requiring_one_block_has_each_pod_ungated_onto_its_ranks_host(
             assert len(pods) == 3
 
     asyncio.run(main())
+
+
+def test_a_failed_node_is_replaced_inside_its_block_else_the_workload_is_evicted(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Kueue's node replacement: a Job in block b1 (3 hosts, 2 used) loses a host; its
+    pod there moves to b1's free host (the assignment is rewritten, an Event says so,
+    the replacement pod is ungated onto the new host) and the Job keeps running. A Job
+    filling block b0 loses a host: no room in b0, so it is evicted (NodeFailures)."""
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=BASE) as s:
+            await add_nodes(s)
+
+            async def admit(name: str) -> tuple[Obj, list[str]]:
+                job = tas_job(name, pods=2)
+                await s.user.create(k.JOBS, job, namespace="team-a")
+                wl = await eventually(
+                    lambda: admitted(w := s.workload_of_job("team-a", name)) and w,
+                    what=f"{name} is admitted",
+                )
+                await eventually(
+                    lambda: (j := s.get("jobs", name, "team-a")) and j["spec"]["suspend"] is False,
+                    what=f"{name} is started",
+                )
+                return wl, await job_pods(s, backend, job, indexes=[0, 1])
+
+            def hosts_of(wl: Obj) -> list[str]:
+                ta = from_v1beta2(
+                    wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+                )
+                return [v[-1] for v, n in ta.domains for _ in range(n)]
+
+            wl_a, _ = await admit("fills-b0")
+            assert hosts_of(wl_a) == ["b0-h0", "b0-h1"]  # best fit: the block it fills
+            wl_b, pods_b = await admit("in-b1")
+            before = hosts_of(wl_b)
+            assert before == ["b1-h0", "b1-h1"]
+
+            def ungated(names: list[str]) -> list[Obj] | None:
+                got = [s.get("pods", n, "team-a") for n in names]
+                return got if all(p is not None and not gates(p) for p in got) else None
+
+            placed = await eventually(lambda: ungated(pods_b), what="in-b1's pods ungated")
+            on_failed = next(p for p in placed if p["spec"]["nodeSelector"][HOST] == "b1-h0")
+
+            await s.user.delete(k.NODES, "b1-h0")
+
+            def replaced() -> Obj | None:
+                w = s.workload_of_job("team-a", "in-b1")
+                return w if w and admitted(w) and hosts_of(w) == ["b1-h1", "b1-h2"] else None
+
+            wl_b = await eventually(replaced, what="b1-h0 replaced by b1-h2 in the assignment")
+            assert not is_true(wl_b, "Evicted")
+
+            async def replaced_event() -> bool:
+                events = await s.user.list(k.EVENTS, namespace="team-a")
+                return any(
+                    e.get("reason") == "NodeReplaced"
+                    and "Replaced failed node b1-h0 in the topology assignment with b1-h2"
+                    in e.get("message", "")
+                    for e in events["items"]
+                )
+
+            await eventually(replaced_event, what="a NodeReplaced Event")
+            # the pod that was on the failed node goes (pod GC would delete it) and the
+            # Job controller creates another with the same index
+            await s.user.delete(k.PODS, on_failed["metadata"]["name"], namespace="team-a")
+            index = str(pod_index(on_failed))
+            if backend == "double":
+                await job_pods(s, backend, tas_job("in-b1", pods=2), indexes=[int(index)])
+
+            async def new_pod_host() -> str | None:
+                got = await s.user.list(
+                    k.PODS, namespace="team-a", label_selector=f"job-name=in-b1,{COMPLETION_INDEX}={index}"
+                )
+                for p in got["items"]:
+                    if p["metadata"]["name"] != on_failed["metadata"]["name"] or backend == "double":
+                        if not gates(p) and not p["metadata"].get("deletionTimestamp"):
+                            return str(p["spec"]["nodeSelector"][HOST])
+                return None
+
+            assert await eventually(new_pod_host, what="the new pod is ungated") == "b1-h2"
+
+            await s.user.delete(k.NODES, "b0-h0")
+            evicted = await eventually(
+                lambda: is_true(w := s.workload_of_job("team-a", "fills-b0"), "Evicted") and w,
+                what="the Job with no room left in its block is evicted",
+            )
+            cond = next(c for c in evicted["status"]["conditions"] if c["type"] == "Evicted")
+            assert cond["reason"] == "NodeFailures"
+            assert "no replacement for a failed node: b0-h0" in cond["message"]
+
+    asyncio.run(main())

@@ -364,6 +364,25 @@ def test_admission_is_immutable_once_set(client: ReviewClient) -> None:
     assert msg.endswith(": field is immutable")
 
 
+def test_only_topology_assignments_may_change_in_an_admission(client: ReviewClient) -> None:
+    """Kueue's validateAdmissionUpdate under TAS: a failed node replaced rewrites the
+    podSets' topologyAssignment; anything else of the admission stays immutable."""
+    old = workload(reserved=True, admission=True)
+    ta = {"levels": ["kubernetes.io/hostname"],
+          "slices": [{"domainCount": 1, "podCounts": {"universal": 1},
+                      "valuesPerLevel": [{"universal": "h1"}]}]}  # fmt: skip
+    old["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] = ta
+    new = copy.deepcopy(old)
+    new["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["slices"][0][
+        "valuesPerLevel"
+    ] = [{"universal": "h2"}]
+    assert review(client, WL, "Workload", new, old, username=SERVICE_USER)["allowed"] is True
+    new["status"]["admission"]["clusterQueue"] = "other"
+    assert denial(review(client, WL, "Workload", new, old, username=SERVICE_USER)).endswith(
+        ": field is immutable"
+    )
+
+
 def test_admission_can_be_cleared(client: ReviewClient) -> None:
     old = workload(reserved=True, admission=True)
     assert review(client, WL, "Workload", workload(), old, username=SERVICE_USER)["allowed"] is True

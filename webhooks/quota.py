@@ -363,8 +363,8 @@ def _validate_workload_update(new: JsonObj, old: JsonObj, errs: FieldErrors) -> 
                 errs.required(key_path("status.reclaimablePods", name), "cannot be removed")
     new_adm = get_map(new, "", "status").get("admission")
     old_adm = get_map(old, "", "status").get("admission")
-    if new_adm is not None and old_adm is not None and new_adm != old_adm:
-        errs.immutable("status.admission", new_adm)
+    if new_adm is not None and old_adm is not None and _without_topology(new_adm) != _without_topology(old_adm):
+        errs.immutable("status.admission", new_adm)  # topology assignments may change (TAS)
     new_status, old_status = get_map(new, "", "status"), get_map(old, "", "status")
     cluster = new_status.get("clusterName")
     if old_status.get("clusterName") is None and cluster is not None:
@@ -468,3 +468,23 @@ WEBHOOKS = [
     ),
     _spec(_PREFIX_V + "workload", "Workload", validate_workload, False),
 ]
+
+
+def _without_topology(admission: object) -> object:
+    """``status.admission`` as Kueue's validateAdmissionUpdate compares it under TAS: the
+    podSets' ``topologyAssignment`` and ``delayedTopologyRequest`` may be set or changed
+    (a failed node replaced), nothing else; the podSet count must stay."""
+    if not isinstance(admission, dict):
+        return admission
+    psas = admission.get("podSetAssignments")
+    if not isinstance(psas, list):
+        return admission
+    return {
+        **admission,
+        "podSetAssignments": [
+            {k: v for k, v in p.items() if k not in ("topologyAssignment", "delayedTopologyRequest")}
+            if isinstance(p, dict)
+            else p
+            for p in psas
+        ],
+    }

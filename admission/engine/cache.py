@@ -9,6 +9,7 @@ a status write failed) through the methods here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ from queues.model import (
     Namespace,
     ResourceFlavor,
     Topology,
+    TopologyAssignment,
     Workload,
 )
 from queues.pending import PendingQueue, scheduling_hash
@@ -290,6 +292,25 @@ class Cache:
             charges = self.tas_charged.pop(wl.key, [])
         for ch in charges:
             self.topology.charge(ch.flavor, ch.assignment, ch.per_pod, sign)
+
+    def replace_topology_assignments(
+        self, key: str, assignments: Mapping[str, TopologyAssignment]
+    ) -> dict[str, TopologyAssignment]:
+        """An admitted workload's podSets get new topology assignments (a failed node
+        replaced): its TAS charge moves with them. Returns the old ones (to undo)."""
+        wl = self.workloads.get(key)
+        if wl is None or wl.admission is None or key not in self.admitted:
+            return {}
+        self._charge_tas(wl, -1)
+        old: dict[str, TopologyAssignment] = {}
+        psas = wl.admission.pod_set_assignments
+        for i, psa in enumerate(psas):
+            new = assignments.get(psa.name)
+            if new is not None and psa.topology_assignment is not None:
+                old[psa.name] = psa.topology_assignment
+                psas[i] = dataclasses.replace(psa, topology_assignment=new)
+        self._charge_tas(wl, +1)
+        return old
 
     def topology_still_fits(
         self, wl: Workload, a: Assignment, extra: Mapping[str, Mapping[tuple[str, ...], Usage]]

@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING
 from queues.model import ResourceFlavor, TopologyAssignment, Workload
 from queues.quantity import format_quantity
 from queues.topology import PODS, TopologyState, Usage, add_usage, usage_key
-from queues.topology_placement import PlacementRequest, place_flavor, requests_tas
+from queues.topology_placement import (
+    PlacementRequest,
+    find_replacement,
+    place_flavor,
+    requests_tas,
+)
 
 if TYPE_CHECKING:
     from admission.engine.flavors import PodSetAssignmentResult
@@ -39,6 +44,7 @@ __all__ = [
     "placement_requests",
     "place_workload",
     "leaf_usage",
+    "node_replacement",
     "still_fits",
     "tas_charges",
 ]
@@ -225,3 +231,51 @@ def still_fits(
                         "left after this cycle's earlier admissions"
                     )
     return ""
+
+
+def node_replacement(
+    state: TopologyState,
+    flavors: Mapping[str, ResourceFlavor],
+    wl: Workload,
+    failed_host: str,
+) -> tuple[dict[str, TopologyAssignment], str]:
+    """Kueue's node replacement (the scheduler's second pass after a node failure):
+    for each TAS podSet of the admitted ``wl`` with pods on ``failed_host``, its new
+    assignment with those pods on healthy nodes of the same domain
+    (``queues.topology_placement.find_replacement``), or ({}, why not)."""
+    adm = wl.admission
+    if adm is None:
+        return {}, "the workload is not admitted"
+    by_name = {ps.name: ps for ps in wl.pod_sets}
+    out: dict[str, TopologyAssignment] = {}
+    for psa in adm.pod_set_assignments:
+        ta = psa.topology_assignment
+        ps = by_name.get(psa.name)
+        if ta is None or ps is None or not any(v[-1] == failed_host for v, _ in ta.domains):
+            continue
+        flavor = next(
+            (
+                flavors[f]
+                for f in sorted(set(psa.flavors.values()))
+                if f in flavors and flavors[f].topology_name is not None
+            ),
+            None,
+        )
+        snap = state.snapshot(flavor) if flavor is not None else None
+        if snap is None:
+            return {}, f"podSet {psa.name}: its topology flavor is gone"
+        request = PlacementRequest(
+            name=ps.name,
+            count=psa.count,
+            per_pod={r: v for r, v in ps.requests.items() if v > 0 and r != PODS},
+            topology=ps.topology,
+            implied=not requests_tas(ps.topology),
+            tolerations=tuple(ps.tolerations),
+            node_selector=ps.node_selector,
+            required_affinity=tuple(ps.required_affinity),
+        )
+        new, reason = find_replacement(snap, request, ta, failed_host)
+        if new is None:
+            return {}, f"podSet {psa.name}: {reason}"
+        out[psa.name] = new
+    return out, ""

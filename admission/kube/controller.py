@@ -114,7 +114,7 @@ class Controller:
         self.topology = TopologyWatch(
             self.ctx, enqueue_failure=lambda wkey: self.enqueue("nodefail", wkey)
         )
-        self.tas_ungater = TopologyUngater(self.ctx, unhealthy=lambda wkey: set())
+        self.tas_ungater = TopologyUngater(self.ctx, unhealthy=lambda wkey: set(self.topology.failed))
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
         self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}

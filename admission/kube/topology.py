@@ -13,10 +13,17 @@ tas nodesCache, pod_usage_controller and node_controller):
   (``slim_pod``): a cluster's pods are many.
 
 **Node failure.** When a node named in an admitted workload's topology assignment is
-deleted, or has been NotReady for ``NODE_FAILURE_DELAY`` (Kueue's 30 s), the workload
-is evicted with reason ``NodeFailures`` and an Event, and is queued again, so it is
-placed anew on healthy nodes. (Kueue first tries to replace the failed node inside the
-same domain; that replacement is not built here: see docs/semantics.md.)
+deleted, or has been NotReady for ``NODE_FAILURE_DELAY`` (Kueue's 30 s), its pods are
+moved to healthy nodes with room inside the same domain (Kueue's node replacement):
+the new assignment is charged and written to ``status.admission``, with a
+``NodeReplaced`` Event, and the replacement pods are ungated onto the new hosts. When
+the domain has no room (or two of the workload's nodes failed at once) the workload is
+evicted with reason ``NodeFailures`` and an Event, and is queued again, so it is placed
+anew on healthy nodes. Pods are not ungated onto a failed node meanwhile.
+
+**The topology ungater** (:class:`TopologyUngater`): the pods of a started job kind
+(Job, JobSet, …) wait behind the ``kueue.x-k8s.io/topology`` gate and are ungated one
+by one with their domain's node selector (``tas_ungate``).
 """
 
 from __future__ import annotations
@@ -26,12 +33,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from admission.engine.topology import node_replacement
 from admission.integrations.base import PodSetInfo
 from admission.integrations.pod import ungate_patch
 from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import WORKLOAD as WORKLOAD_ANNOTATION
+from queues.model import TopologyAssignment
 from queues.progress import CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION
 from queues.topology import HOSTNAME
+from queues.topology_assignment import to_v1beta2
 from queues.topology_nodes import NodeInputError, node_from_object, pod_usage_from_object
 
 from . import objects as o
@@ -223,11 +233,64 @@ class TopologyWatch:
         return sorted(out)
 
     async def handle(self, wkey: str) -> None:
-        """Evict ``wkey`` if a node of its assignment (still) counts as failed."""
+        """A node of ``wkey``'s assignment failed: replace it inside its domain when
+        capacity allows (Kueue's TASFailedNodeReplacement), else evict.
+
+        One failed node at a time is replaced: its pods get the healthy nodes with room
+        nearest the rest of the gang (``engine.topology.node_replacement``), the new
+        assignment is charged at once and written to ``status.admission``, and the
+        ungater then gives the replacement pods the new hosts. With no room there, or
+        with two of its nodes failed at once, the workload is evicted with reason
+        ``NodeFailures`` (Kueue's messages) and queued again."""
         from .jobs import evict
 
+        ctx = self.ctx
+        if ctx.writer.workload(wkey) is None:
+            return
+        hosts = self._failed_hosts(wkey)
+        if not hosts:
+            return
+        if len(hosts) > 1:
+            message = (
+                "Workload eviction triggered due to multiple TAS assigned node failures, "
+                "including: " + ", ".join(hosts)
+            )
+            if await evict(ctx, wkey, reason=NODE_FAILURES, message=message):
+                log.info("evicted %s: node(s) %s failed", wkey, ", ".join(hosts))
+            return
+        host = hosts[0]
+        await ctx.cache_ready()  # no cycle runs until the next await: the cache is ours
+        wl = ctx.cache.workloads.get(wkey)
+        if wl is None or wl.admission is None:
+            return
+        new, reason = node_replacement(ctx.cache.topology, ctx.cache.flavors, wl, host)
+        if not new:
+            message = f"Workload was evicted as there was no replacement for a failed node: {host}"
+            log.info("workload %s: node %s failed and cannot be replaced: %s", wkey, host, reason)
+            if await evict(ctx, wkey, reason=NODE_FAILURES, message=message):
+                log.info("evicted %s: node %s failed", wkey, host)
+            return
+        old = ctx.cache.replace_topology_assignments(wkey, new)  # assumed until written
+        try:
+            written = await ctx.writer.update_status(wkey, lambda w: _with_assignments(w, new))
+        except ApiError:
+            ctx.sync.apply(lambda: ctx.cache.replace_topology_assignments(wkey, old))
+            raise
+        if written is None or not o.has_quota(written):
+            ctx.sync.apply(lambda: ctx.cache.replace_topology_assignments(wkey, old))
+            return
+        added = sorted(
+            {v[-1] for ta in new.values() for v, _ in ta.domains}
+            - {v[-1] for ta in old.values() for v, _ in ta.domains}
+        )
+        message = f"Replaced failed node {host} in the topology assignment with {', '.join(added)}"
+        log.info("workload %s: %s", wkey, message)
+        ctx.record_event(written, "Normal", "NodeReplaced", message)
+        ctx.enqueue("tasungate", wkey)
+
+    def _failed_hosts(self, wkey: str) -> list[str]:
         charges = self.ctx.cache.tas_charged.get(wkey) or []
-        hosts = sorted(
+        return sorted(
             {
                 v[-1]
                 for ch in charges
@@ -236,14 +299,19 @@ class TopologyWatch:
                 if v[-1] in self.failed
             }
         )
-        if not hosts or self.ctx.writer.workload(wkey) is None:
-            return
-        message = (
-            "Workload was evicted as there was no replacement for a failed node: "
-            + ", ".join(hosts)
-        )
-        if await evict(self.ctx, wkey, reason=NODE_FAILURES, message=message):
-            log.info("evicted %s: node(s) %s failed", wkey, ", ".join(hosts))
+
+
+def _with_assignments(wl: Obj, new: dict[str, TopologyAssignment]) -> Obj | None:
+    """The status with these podSets' topology assignments replaced (None: not
+    admitted any more, nothing to write)."""
+    adm = o.admission_of(wl)
+    if adm is None or not o.has_quota(wl) or o.is_true(wl, o.EVICTED):
+        return None
+    psas = []
+    for psa in adm.get("podSetAssignments") or []:
+        ta = new.get(str(psa.get("name", "main"))) if isinstance(psa, dict) else None
+        psas.append({**psa, "topologyAssignment": to_v1beta2(ta)} if ta is not None else psa)
+    return {"admission": {**adm, "podSetAssignments": psas}}
 
 
 # -- the topology ungater for job kinds ------------------------------------------------------
