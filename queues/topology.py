@@ -151,6 +151,8 @@ class FlavorSnapshot:
     count_cache: dict[
         tuple[tuple[tuple[str, int], ...], bool], dict[DomainValues, tuple[int, str]]
     ] = field(default_factory=dict)
+    # the placement's incremental phase-1 state (queues.topology_placement.FillState)
+    fill: object | None = None
 
     @property
     def lowest_is_node(self) -> bool:
@@ -197,6 +199,10 @@ class FlavorSnapshot:
         for (_, empty), counts in self.count_cache.items():
             if not empty:
                 counts.pop(key, None)
+        dirty = getattr(self.fill, "dirty", None)
+        leaf = self.by_key.get(key)
+        if dirty is not None and leaf is not None:
+            dirty.add(leaf)
 
 
 def build_snapshot(

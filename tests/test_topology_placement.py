@@ -143,7 +143,7 @@ def test_placement_respects_capacity_counts_and_the_required_domain(
             for values, free in feasible_free(state, tolerate).items():
                 n = min(max(0, free.get("gpu", 0)) // gpus, free.get("pods", 0))
                 per_domain[values[: idx + 1]] = per_domain.get(values[: idx + 1], 0) + n
-            if not any(leaf.nodes[0].taints for leaf in snap.leaves.values()) or tolerate:
+            if not any(n.taints for leaf in snap.leaves.values() for n in leaf.nodes) or tolerate:
                 assert max(per_domain.values(), default=0) < count, (per_domain, result.reason)
 
 
@@ -190,6 +190,65 @@ def test_charged_assignments_are_never_overcommitted(
         state.charge("tas", r.assignments[req.name], {"gpu": 1})
         for free in leaf_free(state).values():
             assert free.get("pods", 0) >= 0
+
+
+def _fresh(state: TopologyState) -> TopologyState:
+    """The same cluster and usage in a new state: its snapshot has no incremental fill."""
+    copy = TopologyState()
+    copy.set_topologies(state.topologies)
+    for node in state.nodes.values():
+        copy.set_node(node)
+    for key, pod in state.pods.items():
+        copy.set_pod(pod, key)
+    copy.usage = {f: {k: dict(u) for k, u in per.items()} for f, per in state.usage.items()}
+    return copy
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    nodes_st,
+    levels_st,
+    st.lists(
+        st.tuples(
+            request_st,
+            st.integers(1, 10),
+            st.integers(1, 3),
+            st.booleans(),
+            st.booleans(),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_the_incremental_fill_places_exactly_as_a_full_one(
+    nodes: list[Any], levels: tuple[str, ...], steps: list[Any]
+) -> None:
+    """Placement reuses the last request's counts and recomputes only what changed
+    (charged leaves, domains the last placement rewrote). Whatever the sequence of
+    requests (shapes, levels, tolerations, simulated-empty tries) and charges (a
+    placement is not always admitted: quota may refuse it), each
+    result — assignment or reason, numbers included — is the one a snapshot built afresh
+    gives."""
+    state = cluster(nodes, levels)
+    for k, (make, count, gpus, tolerate, empty, admit) in enumerate(steps):
+        tr = make(levels)
+        if tr.slice_size and count % tr.slice_size:
+            count += 1
+        req = PlacementRequest(
+            f"g{k}", count, {"gpu": gpus}, tr,
+            tolerations=(Toleration("gpu-broken", "Exists"),) if tolerate else (),
+        )  # fmt: skip
+        snap = state.snapshot(FLAVOR)
+        fresh = _fresh(state).snapshot(FLAVOR)
+        assert snap is not None and fresh is not None
+        got = place_flavor(snap, [req], simulate_empty=empty)
+        want = place_flavor(fresh, [req], simulate_empty=empty)
+        assert (got.assignments, got.failed, got.reason) == (
+            want.assignments, want.failed, want.reason
+        )  # fmt: skip
+        if got.failed is None and not empty and admit:
+            state.charge("tas", got.assignments[req.name], {"gpu": gpus})
 
 
 def test_best_fit_picks_the_smallest_rack_that_holds_the_gang() -> None:
