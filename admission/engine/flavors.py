@@ -113,6 +113,7 @@ def topology_mismatch(
     *,
     tas_only: bool = False,
     topology: TopologyState | None = None,
+    covered: Sequence[str] | None = None,
 ) -> str | None:
     """Kueue's checkPodSetAndFlavorMatchForTAS.
 
@@ -128,6 +129,10 @@ def topology_mismatch(
         if not explicit:
             return None  # implied: the lowest level, unconstrained
         if flavor.topology_name is None:
+            if covered is not None and not any(r in ps.requests for r in covered if r != "pods"):
+                # Kueue: a flavor sharing none of the podSet's requested resources is
+                # accepted (it may give quota-only resources; an LWS leader asks for none)
+                return None
             return f'Flavor "{flavor.name}" does not support TopologyAwareScheduling'
         assert tr is not None
         wanted = [
@@ -145,10 +150,12 @@ def flavor_matches(
     *,
     tas_only: bool = False,
     topology: TopologyState | None = None,
+    covered: Sequence[str] | None = None,
 ) -> str | None:
-    """None if the podSet may run on this flavor's nodes, else why not."""
+    """None if the podSet may run on this flavor's nodes, else why not. ``covered``:
+    the resources of the flavor's resource group."""
     if (ps.topology is not None and ps.topology.requests_tas) or tas_only or flavor.topology_name:
-        why = topology_mismatch(flavor, ps, tas_only=tas_only, topology=topology)
+        why = topology_mismatch(flavor, ps, tas_only=tas_only, topology=topology, covered=covered)
         if why is not None:
             return why
     labels = flavor.node_labels
@@ -243,6 +250,9 @@ class FlavorAssigner:
         self.tas_only = bool(names) and all(
             (f := flavors.get(n)) is not None and f.topology_name is not None for n in names
         )
+        self.cq_has_tas = any(
+            (f := flavors.get(n)) is not None and f.topology_name is not None for n in names
+        )
 
     def assign(self, wl: Workload, counts: Mapping[str, int] | None = None) -> Assignment:
         """Assign all podSets of ``wl`` (with optional reduced counts) at once."""
@@ -306,11 +316,26 @@ class FlavorAssigner:
         """Kueue's TAS step of assignFlavors: place the TAS podSets once their flavors
         are chosen (see admission.engine.topology)."""
         assert self.topology is not None
-        reqs = placement_requests(wl, results, self.flavors, tas_only=self.tas_only)
+        errors: dict[str, str] = {}
+        reqs = placement_requests(
+            wl,
+            results,
+            self.flavors,
+            tas_only=self.tas_only,
+            errors=errors,
+            cq_has_tas=self.cq_has_tas,
+        )
+        by_name = {r.name: r for r in results}
+        for name, why in errors.items():  # no placement can help: the workload does not fit
+            r = by_name[name]
+            if r.mode == NO_FIT:
+                continue  # no flavor fits it anyway (Kueue skips podSets in error)
+            r.mode = NO_FIT
+            r.reason = TOPOLOGY_PLACEMENT_FAILED
+            r.messages.append(why)
         if not reqs:
             return
         mode = min(r.mode for r in results)
-        by_name = {r.name: r for r in results}
 
         def fail(name: str, new_mode: int, why: str) -> None:
             # Kueue: WaitingForQuota while preemption could make room, TopologyPlacementFailed
@@ -368,11 +393,20 @@ class FlavorAssigner:
             own = {r: v * count for r, v in ps.requests.items() if v or r in self.covered}
             if "pods" in self.covered:
                 own["pods"] = count
+            flavors = {r: f for r, f in joint.flavors.items() if r in own}
+            if not any(v for r, v in ps.requests.items() if r != "pods"):
+                # Kueue's resolvePodSetFlavors: a member requesting none of the group's
+                # resources (an LWS leader) takes the group's TAS flavor(s) to be placed
+                flavors = {
+                    r: f
+                    for r, f in joint.flavors.items()
+                    if (flv := self.flavors.get(f)) is not None and flv.topology_name is not None
+                }
             results.append(
                 PodSetAssignmentResult(
                     name=ps.name,
                     count=count,
-                    flavors={r: f for r, f in joint.flavors.items() if r in own},
+                    flavors=flavors,
                     usage={r: v for r, v in own.items() if r in joint.flavors},
                     mode=joint.mode,
                     borrow=joint.borrow,
@@ -458,7 +492,13 @@ class FlavorAssigner:
                 continue
             why = None
             for ps in pod_sets:
-                why = flavor_matches(flavor, ps, tas_only=self.tas_only, topology=self.topology)
+                why = flavor_matches(
+                    flavor,
+                    ps,
+                    tas_only=self.tas_only,
+                    topology=self.topology,
+                    covered=group.covered_resources,
+                )
                 if why is not None:
                     break
             if why is not None:

@@ -78,23 +78,37 @@ def placement_requests(
     flavors: Mapping[str, ResourceFlavor],
     *,
     tas_only: bool,
+    errors: dict[str, str] | None = None,
+    cq_has_tas: bool = True,
 ) -> dict[str, list[PlacementRequest]]:
-    """Kueue's WorkloadsTopologyRequests: per TAS flavor, the podSets to place."""
+    """Kueue's WorkloadsTopologyRequests: per TAS flavor, the podSets to place; a podSet
+    that cannot be placed at all (its resources on two TAS flavors) goes to ``errors``."""
     out: dict[str, list[PlacementRequest]] = {}
     for ps, res in zip(wl.pod_sets, results, strict=True):
         explicit = requests_tas(ps.topology)
-        if not (explicit or tas_only) or res.count == 0 or not res.flavors:
+        if not (explicit or tas_only) or res.count == 0:
             continue
-        tas_flavor = next(
-            (
-                f
-                for f in sorted(set(res.flavors.values()))
-                if (flv := flavors.get(f)) is not None and flv.topology_name is not None
-            ),
-            None,
-        )
-        if tas_flavor is None:
-            continue  # the podSet's resources are on flavors without topology
+        tas_flavors = [
+            f
+            for f in sorted(set(res.flavors.values()))
+            if (flv := flavors.get(f)) is not None and flv.topology_name is not None
+        ]
+        if not tas_flavors:
+            # Kueue's podSetTopologyRequest: an explicit request with no TAS flavor to
+            # place it on (no resources of its own, outside a podSet group) cannot be placed
+            if explicit and errors is not None:
+                errors[ps.name] = (
+                    "no TAS flavor assigned"
+                    if cq_has_tas
+                    else "workload requires Topology, but there is no TAS cache information"
+                )
+            continue
+        if len(tas_flavors) > 1:
+            # Kueue's onlyTASFlavor (MultipleTASFlavorsAssignedError): one podSet, one tree
+            if errors is not None:
+                errors[ps.name] = f"more than one TAS flavor assigned: {', '.join(tas_flavors)}"
+            continue
+        tas_flavor = tas_flavors[0]
         out.setdefault(tas_flavor, []).append(
             PlacementRequest(
                 name=ps.name,
