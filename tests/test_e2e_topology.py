@@ -180,9 +180,7 @@ def test_a_gang_requiring_one_block_is_admitted_there_and_its_pods_get_their_hos
     asyncio.run(main())
 
 
-def test_a_not_ready_node_is_not_capacity(
-    tmp_path: Path, backend: Any
-) -> None:
+def test_a_not_ready_node_is_not_capacity(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await add_nodes(s)
@@ -425,7 +423,9 @@ def test_a_job_requiring_one_block_has_each_pod_ungated_onto_its_ranks_host(
             )
             ps = wl["spec"]["podSets"][0]
             assert ps["topologyRequest"]["podIndexLabel"] == COMPLETION_INDEX
-            ta = from_v1beta2(wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"])
+            ta = from_v1beta2(
+                wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+            )
             ranks = [v[-1] for v, n in ta.domains for _ in range(n)]
             assert ranks == ["b1-h0", "b1-h1", "b1-h2"]
 
@@ -436,7 +436,9 @@ def test_a_job_requiring_one_block_has_each_pod_ungated_onto_its_ranks_host(
             live = await eventually(started, what="the Job is started")
             tmpl = live["spec"]["template"]
             assert {"name": TOPOLOGY_GATE} in tmpl["spec"]["schedulingGates"]
-            assert tmpl["metadata"]["annotations"]["kueue.x-k8s.io/workload"] == wl["metadata"]["name"]
+            assert (
+                tmpl["metadata"]["annotations"]["kueue.x-k8s.io/workload"] == wl["metadata"]["name"]
+            )
             assert tmpl["spec"]["nodeSelector"] == {"pool": "gpu"}  # the flavor's, not a host
 
             names = await job_pods(s, backend, job, indexes=[2, 0, 1])
@@ -526,10 +528,15 @@ def test_a_failed_node_is_replaced_inside_its_block_else_the_workload_is_evicted
 
             async def new_pod_host() -> str | None:
                 got = await s.user.list(
-                    k.PODS, namespace="team-a", label_selector=f"job-name=in-b1,{COMPLETION_INDEX}={index}"
+                    k.PODS,
+                    namespace="team-a",
+                    label_selector=f"job-name=in-b1,{COMPLETION_INDEX}={index}",
                 )
                 for p in got["items"]:
-                    if p["metadata"]["name"] != on_failed["metadata"]["name"] or backend == "double":
+                    if (
+                        p["metadata"]["name"] != on_failed["metadata"]["name"]
+                        or backend == "double"
+                    ):
                         if not gates(p) and not p["metadata"].get("deletionTimestamp"):
                             return str(p["spec"]["nodeSelector"][HOST])
                 return None

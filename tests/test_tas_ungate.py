@@ -150,9 +150,7 @@ def test_jobset_ranks_run_across_its_jobs() -> None:
     req = {"required": "block", "podIndexLabel": INDEX, "subGroupIndexLabel": JOB_INDEX,
            "subGroupCount": 2}  # fmt: skip
     wl = workload([("h0", 1), ("h1", 1), ("h2", 1), ("h3", 1)], request=req)
-    pods = [
-        pod(f"j{j}-{i}", index=i, labels={JOB_INDEX: str(j)}) for j in (1, 0) for i in (1, 0)
-    ]
+    pods = [pod(f"j{j}-{i}", index=i, labels={JOB_INDEX: str(j)}) for j in (1, 0) for i in (1, 0)]
     assert hosts(topology_domains(wl, pods, role)) == {
         "j0-0": "h0", "j0-1": "h1", "j1-0": "h2", "j1-1": "h3"
     }  # fmt: skip
@@ -276,3 +274,32 @@ def test_implicit_tas_podsets_get_the_unconstrained_annotation() -> None:
         "kueue.x-k8s.io/workload": "w",
     }
     assert info.scheduling_gates == [GATE]
+
+
+def test_a_started_tas_trainjob_gets_the_gate_through_kueues_runtime_patch() -> None:
+    """TrainJob (its pods come from a JobSet its runtime makes): the topology gate and
+    the Workload annotation go into Kueue's runtime patch for each replicated Job, and
+    its podSets rank pods across the JobSet's Jobs like a JobSet's."""
+    from admission.integrations.trainjob import TRAINJOB
+    from tests.test_integration_trainjob import ROLES, RUNTIME, lookup_of, meta, started_templates
+    from tests.test_integration_trainjob import trainjob as make_trainjob
+
+    job = make_trainjob("t", ROLES, meta("t"))
+    job["spec"]["suspend"] = True
+    resolved = TRAINJOB.resolve(job, lookup_of(RUNTIME))
+    infos = [PodSetInfo(name=n, count=c) for n, c in ROLES]
+    tas_info(
+        infos[1],
+        wl_name="trainjob-t-1",
+        pod_set={"name": "node", "topologyRequest": {"required": "rack"}},
+    )
+    patch = TRAINJOB.run_patch(resolved, infos)
+    started = {**job, "spec": {**job["spec"], **patch["spec"]}}
+    node = started_templates(started)["node"]
+    assert node["spec"]["schedulingGates"] == [{"name": GATE}]
+    assert node["metadata"]["annotations"] == {"kueue.x-k8s.io/workload": "trainjob-t-1"}
+    assert "schedulingGates" not in (
+        started_templates(started)["dataset-initializer"].get("spec") or {}
+    )
+    assert TRAINJOB.sub_group_index_label == JOB_INDEX
+    assert [r.sub_group_count for r in TRAINJOB.roles(resolved)] == [1, 1]

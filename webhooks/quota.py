@@ -363,7 +363,11 @@ def _validate_workload_update(new: JsonObj, old: JsonObj, errs: FieldErrors) -> 
                 errs.required(key_path("status.reclaimablePods", name), "cannot be removed")
     new_adm = get_map(new, "", "status").get("admission")
     old_adm = get_map(old, "", "status").get("admission")
-    if new_adm is not None and old_adm is not None and _without_topology(new_adm) != _without_topology(old_adm):
+    if (
+        new_adm is not None
+        and old_adm is not None
+        and _without_topology(new_adm) != _without_topology(old_adm)
+    ):
         errs.immutable("status.admission", new_adm)  # topology assignments may change (TAS)
     new_status, old_status = get_map(new, "", "status"), get_map(old, "", "status")
     cluster = new_status.get("clusterName")
@@ -482,7 +486,11 @@ def _without_topology(admission: object) -> object:
     return {
         **admission,
         "podSetAssignments": [
-            {k: v for k, v in p.items() if k not in ("topologyAssignment", "delayedTopologyRequest")}
+            {
+                k: v
+                for k, v in p.items()
+                if k not in ("topologyAssignment", "delayedTopologyRequest")
+            }
             if isinstance(p, dict)
             else p
             for p in psas

@@ -79,6 +79,7 @@ class TrainJobIntegration(Integration):
     resource = Resource(GROUP, VERSION, "trainjobs", "TrainJob")
     references = (TRAINING_RUNTIMES, CLUSTER_TRAINING_RUNTIMES)
     pod_index_label = "batch.kubernetes.io/job-completion-index"  # its JobSet's Jobs'
+    sub_group_index_label = "jobset.sigs.k8s.io/job-index"  # ranks run across the Jobs
 
     # -- the runtime ---------------------------------------------------------------------
 
@@ -179,6 +180,7 @@ class TrainJobIntegration(Integration):
                 template=template,
                 path=(root, "spec", "template", "spec", "replicatedJobs", i, "template", "spec",
                       "template"),
+                sub_group_count=replicas,
             ))  # fmt: skip
         return roles
 
@@ -258,9 +260,13 @@ def _replicated_job_patch(info: PodSetInfo) -> Obj:
         pod_spec["nodeSelector"] = dict(info.node_selector)
     if info.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in info.tolerations]
+    if info.scheduling_gates:  # a TAS podSet's pods wait for their topology domain
+        pod_spec["schedulingGates"] = [{"name": g} for g in info.scheduling_gates]
     template: Obj = {}
     if info.labels:
         template["metadata"] = {"labels": dict(info.labels)}
+    if info.annotations:
+        template.setdefault("metadata", {})["annotations"] = dict(info.annotations)
     if pod_spec:
         template["spec"] = pod_spec
     return {"name": info.name, "template": {"spec": {"template": template}}}
