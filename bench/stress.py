@@ -12,6 +12,11 @@ processes (:func:`attack`, ``python -m bench.stress --attack KIND``, their
   inflate to 1 GiB, from 4 connections in a loop;
 * runs a slowloris wave: 400 connections sending their headers one byte a second.
 
+Each attack comes from its own loopback address (``127.0.0.2``-``.4``: in a cluster a
+hostile pod has its own IP, and the API server its own), the valid client from
+``127.0.0.1``; ``QM_STRESS_SAME_SOURCE=1`` sends every attack from ``127.0.0.1`` too
+(the worst case: attackers behind the API server's own address).
+
 Meanwhile this process sends valid AdmissionReviews (a queued Job, 20 a second, one
 keep-alive connection as the API server keeps one), polls ``/healthz`` as the kubelet
 would (2 s timeout, every 0.5 s), reads the Lease's ``renewTime`` from the double, and
@@ -64,11 +69,18 @@ def _bomb() -> bytes:
     return b"".join(out)
 
 
+SOURCES = {"idle": "127.0.0.2", "bombs": "127.0.0.3", "slowloris": "127.0.0.4"}
+_source = "127.0.0.1"
+
+
 async def _open(
     port: int, ctx: ssl.SSLContext
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.wait_for(
-        asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"), 10
+        asyncio.open_connection(
+            "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1", local_addr=(_source, 0)
+        ),
+        10,
     )
 
 
@@ -162,13 +174,16 @@ async def _attack(port: int, seconds: float, kinds: tuple[str, ...]) -> dict[str
     return {k: v for k, v in stats.items() if v not in (0, {})}
 
 
-def attack(port: int, seconds: float, kinds: tuple[str, ...]) -> dict[str, Any]:
+def attack(port: int, seconds: float, kinds: tuple[str, ...], source: str) -> dict[str, Any]:
+    global _source
+    _source = source
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = IDLE_CONNECTIONS + SLOWLORIS + BOMBERS + 256
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(want, soft)), hard))
     out = asyncio.run(_attack(port, seconds, kinds))
     out["nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    out["source"] = source
     return out
 
 
@@ -196,6 +211,8 @@ class Probes:
         self.healthz_failures: dict[str, int] = {"baseline": 0, "attack": 0}
         self.renewals: list[tuple[float, str, str]] = []  # (seen at, renewTime, phase)
         self.rss: dict[str, float] = {"baseline": 0.0, "attack": 0.0}
+        self.lag: dict[str, dict[str, Any]] = {}
+        self._lag_seen: dict[str, float] = {}
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=f, daemon=True)
@@ -210,6 +227,29 @@ class Probes:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=30)
+
+    def loop_lag(self, phase: str) -> None:
+        """The service's own event-loop lag figures for the phase just ended (read from
+        its /metrics: ``quartermaster_event_loop_lag_seconds``), as counts over bounds."""
+        text = self.serve.metrics()
+        counts: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("quartermaster_event_loop_lag_seconds_bucket{"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                counts[le] = float(line.rsplit(" ", 1)[1])
+        total = counts.get("+Inf", 0.0)
+        delta = {le: n - self._lag_seen.get(le, 0.0) for le, n in counts.items()}
+        self._lag_seen = counts
+        n = delta.get("+Inf", 0.0)
+        if not total:
+            return
+        worst = self.serve.metric("quartermaster_event_loop_lag_max_seconds", text)
+        self.lag[phase] = {
+            "loopLagSamples": int(n),
+            "loopLagOver100ms": int(n - delta.get("0.1", 0.0)),
+            "loopLagOver1s": int(n - delta.get("1.0", 0.0)),
+            "loopLagMaxSinceStartS": round(worst, 3),
+        }
 
     def _review_loop(self) -> None:
         from webhooks.testing import ReviewClient, make_review
@@ -288,6 +328,7 @@ class Probes:
             "leaseGapMeanS": round(statistics.mean(gaps), 2) if gaps else None,
             "leaseGapMaxS": round(max(gaps), 2) if gaps else None,
             "rssMaxMiB": self.rss[phase],
+            **self.lag.get(phase, {}),
         }
 
 
@@ -297,6 +338,7 @@ def run() -> dict[str, Any]:
 
     seconds = float(os.environ.get("QM_STRESS_SECONDS", ATTACK_SECONDS))
     kinds = tuple(os.environ.get("QM_STRESS_KINDS", "idle,bombs,slowloris").split(","))
+    same_source = os.environ.get("QM_STRESS_SAME_SOURCE", "") not in ("", "0")
     objects = [
         namespace("team-a"),
         flavor("default"),
@@ -323,6 +365,7 @@ def run() -> dict[str, Any]:
         try:
             probes.start()
             time.sleep(BASELINE_SECONDS)
+            probes.loop_lag("baseline")
             probes.phase = "attack"
             cpu0 = serve.cpu_seconds()
             attackers = [  # one process per kind: none starves the others of CPU
@@ -337,6 +380,8 @@ def run() -> dict[str, Any]:
                         str(serve.ports["webhook"]),
                         "--seconds",
                         str(seconds),
+                        "--source",
+                        "127.0.0.1" if same_source else SOURCES[kind],
                     ],
                     cwd=ROOT,
                     stdout=subprocess.PIPE,
@@ -348,6 +393,7 @@ def run() -> dict[str, Any]:
             outputs = [a.communicate(timeout=seconds + 300) for a in attackers]
             service_cpu = round(serve.cpu_seconds() - cpu0, 2)
             time.sleep(1.0)
+            probes.loop_lag("attack")
         finally:
             probes.stop()
             alive = serve.alive()
@@ -364,6 +410,7 @@ def run() -> dict[str, Any]:
     return {
         "attackSeconds": seconds,
         "attacks": list(kinds),
+        "attackSources": "127.0.0.1 (as the valid client)" if same_source else SOURCES,
         "baseline": probes.figures("baseline"),
         "underAttack": under,
         "attack": attack_stats,
@@ -391,9 +438,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attack", choices=("idle", "bombs", "slowloris"), help="be an attacker")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--seconds", type=float, default=ATTACK_SECONDS)
+    p.add_argument("--source", default="127.0.0.1", help="the local address to connect from")
     args = p.parse_args(argv)
     if args.attack:
-        print(json.dumps(attack(args.port, args.seconds, (args.attack,))), flush=True)
+        out = attack(args.port, args.seconds, (args.attack,), args.source)
+        print(json.dumps(out), flush=True)
     else:
         print(json.dumps(run()), flush=True)
     return 0

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import signal
+import socket
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from . import quota
 from .certs import ReloadingSSLContext, ensure_cert_dir
 from .config import WebhookConfig
 from .integrations import integration_webhooks
+from .listener import GuardedListener
 from .offloop import OffLoopRunner, run_inline
 from .owners import OwnerSource, needs_owners, read_owners
 from .review import (
@@ -577,15 +579,23 @@ class ServerLimits:
 
     ``idle_timeout`` closes a connection that has not sent complete request headers
     that long after connecting or after its last response (aiohttp's keep-alive timer
-    starts at connect); ``handshake_timeout`` bounds the TLS handshake;
-    ``body_timeout`` the read of one request body; beyond ``max_connections``
-    established connections a new one is closed at once.
+    starts at connect); ``body_timeout`` bounds the read of one request body. Before its
+    TLS handshake a connection is admitted by source (:mod:`webhooks.listener`): beyond
+    ``max_connections_per_source`` open from one address or ``max_connections`` in all
+    it is closed at once; at most ``concurrent_handshakes`` handshakes run at a time,
+    shared in turn between sources, and waiting plus handshaking take at most
+    ``handshake_timeout``; ``accept_batch`` connections are accepted per wake-up.
     """
 
     idle_timeout: float = 5.0
     handshake_timeout: float = 5.0
     body_timeout: float = 10.0
     max_connections: int = 1000
+    # The API server keeps a pool of connections per webhook host (HTTP/1.1: up to a
+    # few hundred under a burst of reviews); one hostile pod must not reach the cap.
+    max_connections_per_source: int = 250
+    concurrent_handshakes: int = 16
+    accept_batch: int = 32
     # asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol
     # .max_size): 2,000 idle connections held ~600 MiB. A TLS record is at most 16 KiB,
     # so 64 KiB loses nothing but memory (process-wide: set when the server starts).
@@ -600,16 +610,31 @@ class ServerLimits:
         }
 
 
-class _Refused(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        bad_request("(connection)", "too many concurrent connections; closed")
-        transport.abort()  # type: ignore[attr-defined]
+_refused_log = RateLimitedLog()
+
+
+def _log_refused(source: str, why: str) -> None:
+    _refused_log(logging.WARNING, "connection from %s closed before TLS: %s", source, why)
+
+
+def _listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class _GuardedSite(web.BaseSite):
-    """A TLS site with a handshake timeout and a cap on concurrent connections."""
+    """A TLS site whose connections are admitted before their handshake
+    (:class:`webhooks.listener.GuardedListener`)."""
 
-    __slots__ = ("_host", "_port", "_limits")
+    __slots__ = ("_host", "_port", "_limits", "listener")
 
     def __init__(
         self,
@@ -623,6 +648,7 @@ class _GuardedSite(web.BaseSite):
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
         self._host, self._port, self._limits = host, port, limits
+        self.listener: GuardedListener | None = None
 
     @property
     def name(self) -> str:
@@ -634,25 +660,27 @@ class _GuardedSite(web.BaseSite):
 
         if self._limits.tls_read_buffer > 0:
             sslproto.SSLProtocol.max_size = self._limits.tls_read_buffer  # type: ignore[attr-defined]
-        loop = asyncio.get_running_loop()
         server = self._runner.server
-        assert server is not None
-        cap = self._limits.max_connections
-
-        def factory() -> asyncio.BaseProtocol:
-            if len(server.connections) >= cap:
-                return _Refused()
-            return server()
-
-        self._server = await loop.create_server(
-            factory,
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=True,
-            ssl_handshake_timeout=self._limits.handshake_timeout,
+        assert server is not None and self._ssl_context is not None
+        listener = GuardedListener(
+            _listening_socket(self._host, self._port, self._backlog),
+            ssl_context=self._ssl_context,
+            limits=self._limits,
+            protocol_factory=server,
+            on_refused=_log_refused,
         )
+        # aiohttp's Server hears of every closed connection (RequestHandler tells its
+        # manager); the listener must too, to free the connection's place.
+        forward = server.connection_lost
+
+        def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
+            listener.connection_ended(handler)
+            forward(handler, exc)
+
+        server.connection_lost = connection_lost  # type: ignore[method-assign]
+        listener.start()
+        self.listener = listener
+        self._server = listener  # type: ignore[assignment]
 
 
 def raise_open_files_limit() -> tuple[int, int]:
@@ -705,7 +733,7 @@ async def run_webhook_server(
     await runner.setup()
     try:
         site = _GuardedSite(
-            runner, host, port, ssl_context=tls.context, backlog=1024, limits=limits
+            runner, host, port, ssl_context=tls.context, backlog=4096, limits=limits
         )
         await site.start()
         log.debug("open files limit %d", soft)

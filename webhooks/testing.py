@@ -92,10 +92,17 @@ class ReviewClient:
     """Blocking HTTPS client with one keep-alive connection, trusting only ``ca_file``."""
 
     def __init__(
-        self, port: int, ca_file: str | Path, *, host: str = "127.0.0.1", timeout: float = 30.0
+        self,
+        port: int,
+        ca_file: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        timeout: float = 30.0,
+        source: str | None = None,
     ) -> None:
         self.port = port
         self.host = host
+        self.source = source  # the local address to connect from (another "client host")
         self.timeout = timeout
         self.context: ssl.SSLContext = client_ssl_context(ca_file)
         self._conn: http.client.HTTPSConnection | None = None
@@ -103,7 +110,11 @@ class ReviewClient:
     def _connection(self) -> http.client.HTTPSConnection:
         if self._conn is None:
             self._conn = http.client.HTTPSConnection(
-                self.host, self.port, context=self.context, timeout=self.timeout
+                self.host,
+                self.port,
+                context=self.context,
+                timeout=self.timeout,
+                source_address=(self.source, 0) if self.source else None,
             )
         return self._conn
 
@@ -218,8 +229,8 @@ class WebhookServerThread:
             self._loop.call_soon_threadsafe(self._task.cancel)
         self._thread.join(10)
 
-    def client(self) -> ReviewClient:
-        return ReviewClient(self.port, self.ca_file)
+    def client(self, *, source: str | None = None) -> ReviewClient:
+        return ReviewClient(self.port, self.ca_file, source=source)
 
     def __enter__(self) -> WebhookServerThread:
         return self.start()

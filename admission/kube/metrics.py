@@ -10,6 +10,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
 CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, float("inf"))
 
 
@@ -165,6 +166,18 @@ class Metrics:
         )
         self.leader = Gauge(
             "quartermaster_leader", "1 when this replica holds the Lease", registry=r
+        )
+        self.loop_lag = Histogram(
+            "quartermaster_event_loop_lag_seconds",
+            "How late the event loop ran a periodic timer (webhooks, probes, the Lease and"
+            " the scheduler share the loop: lag delays all of them)",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        self.loop_lag_max = Gauge(
+            "quartermaster_event_loop_lag_max_seconds",
+            "The largest event-loop lag seen since the service started",
+            registry=r,
         )
 
     def forget_cluster_queue(self, name: str, frs: list[tuple[str, str]]) -> None:

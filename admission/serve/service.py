@@ -74,6 +74,8 @@ from admission.kube.topology import (
 from admission.kube.podsready import pods_ready_options
 from admission.kube.ratelimit import TokenBucket, low_priority
 
+from .looplag import LoopLagMonitor
+
 log = logging.getLogger("quartermaster.kube.service")
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
@@ -166,6 +168,7 @@ class Service:
         self.ready = asyncio.Event()
         self.ports: dict[str, int] = {}
         self.metrics = Metrics()
+        self._loop_lag = LoopLagMonitor(self.metrics.loop_lag, self.metrics.loop_lag_max)
         self.client: KubeClient | None = None
         self.controller: Controller | None = None
         self.elector: LeaderElector | None = None
@@ -215,6 +218,7 @@ class Service:
             for inf in self.informers.values():
                 tasks.append(asyncio.create_task(inf.run(), name=f"informer-{inf.name}"))
             tasks.append(asyncio.create_task(self._serve_http(), name="health-metrics"))
+            tasks.append(asyncio.create_task(self._loop_lag.run(), name="loop-lag"))
             if opts.webhooks:
                 tasks.append(asyncio.create_task(self._serve_webhooks(), name="webhooks"))
             else:

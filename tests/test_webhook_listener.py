@@ -1,0 +1,162 @@
+"""The webhook port admits connections by source before their TLS handshake (issue 13
+item 6, the stress benchmark's stall): over real HTTPS, a source over its cap is closed
+before any handshake while other sources are served, places are freed when connections
+close, and handshake slots are shared in turn between sources."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from webhooks.listener import FairSlots
+from webhooks.server import ServerLimits
+from webhooks.testing import ReviewClient, WebhookServerThread, make_review, sample_view
+
+MUTATE = "/mutate-batch-v1-job"
+PER_SOURCE = 3
+LIMITS = ServerLimits(
+    idle_timeout=30.0, handshake_timeout=30.0, max_connections=20, max_connections_per_source=3
+)
+
+
+def _job() -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "team-a"}, "spec": {}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookServerThread]:
+    with WebhookServerThread(
+        view=sample_view(), cert_dir=tmp_path_factory.mktemp("certs"), limits=LIMITS
+    ) as s:
+        yield s
+
+
+def _held(srv: WebhookServerThread, source: str, n: int) -> list[ReviewClient]:
+    clients = []
+    for _ in range(n):
+        c = srv.client(source=source)
+        assert c.post(MUTATE, make_review("Job", _job()))[0] == 200
+        clients.append(c)
+    return clients
+
+
+def _server_closes(sock: socket.socket, wait: float = 10.0) -> bool:
+    """True when the server closes ``sock`` (EOF or RST) within ``wait`` seconds."""
+    sock.settimeout(wait)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_source_over_its_cap_is_closed_before_tls_while_others_are_served(
+    srv: WebhookServerThread,
+) -> None:
+    held = _held(srv, "127.0.0.2", PER_SOURCE)
+    try:
+        # the same source once more: closed without a handshake (no ServerHello: the
+        # server closes a connection that has sent nothing at all)
+        raw = socket.create_connection(("127.0.0.1", srv.port), source_address=("127.0.0.2", 0))
+        assert _server_closes(raw)
+        raw.close()
+        extra = srv.client(source="127.0.0.2")
+        with pytest.raises((ConnectionError, ssl.SSLError, OSError)):
+            extra.request("POST", MUTATE, json.dumps(make_review("Job", _job())).encode())
+        extra.close()
+        # another source is served meanwhile, and the held connections keep working
+        other = srv.client(source="127.0.0.3")
+        assert other.post(MUTATE, make_review("Job", _job()))[0] == 200
+        other.close()
+        for c in held:
+            assert c.post(MUTATE, make_review("Job", _job()))[0] == 200
+    finally:
+        for c in held:
+            c.close()
+
+
+def test_an_admitted_connection_waits_for_its_handshake_a_refused_one_does_not(
+    srv: WebhookServerThread,
+) -> None:
+    """A silent TCP connection within the cap is given its handshake timeout (30 s
+    here); one over the cap is closed at once: the cap is applied before TLS."""
+    admitted = [
+        socket.create_connection(("127.0.0.1", srv.port), source_address=("127.0.0.4", 0))
+        for _ in range(PER_SOURCE)
+    ]
+    try:
+        refused = socket.create_connection(("127.0.0.1", srv.port), source_address=("127.0.0.4", 0))
+        assert _server_closes(refused)
+        refused.close()
+        assert not _server_closes(admitted[0], wait=0.5)  # still waiting for a ClientHello
+    finally:
+        for s in admitted:
+            s.close()
+
+
+def test_places_are_freed_when_connections_close(srv: WebhookServerThread) -> None:
+    for _round in range(3):  # three times the cap, in turn, from one source
+        for c in _held(srv, "127.0.0.5", PER_SOURCE):
+            c.close()
+        # the server hears of the closes asynchronously: a fresh client retries once
+        c = srv.client(source="127.0.0.5")
+        for attempt in range(50):
+            try:
+                assert c.post(MUTATE, make_review("Job", _job()))[0] == 200
+                break
+            except (ConnectionError, ssl.SSLError, OSError):
+                c.close()
+                if attempt == 49:
+                    raise
+                asyncio.run(asyncio.sleep(0.05))
+        c.close()
+
+
+# ---------------------------------------------------------------- handshake slots
+
+
+def test_handshake_slots_are_handed_out_in_turn_between_sources() -> None:
+    async def scenario() -> list[str]:
+        slots = FairSlots(1)
+        order: list[str] = []
+        await slots.acquire("first")  # the one slot is taken
+
+        async def want(source: str) -> None:
+            await slots.acquire(source)
+            order.append(source)
+            slots.release()
+
+        waiters = [asyncio.create_task(want("flood")) for _ in range(5)]
+        await asyncio.sleep(0)
+        waiters.append(asyncio.create_task(want("apiserver")))
+        await asyncio.sleep(0)
+        slots.release()
+        await asyncio.gather(*waiters)
+        return order
+
+    order = asyncio.run(scenario())
+    assert order.index("apiserver") <= 1, order  # not behind the whole flood
+    assert order.count("flood") == 5
+
+
+def test_a_cancelled_waiter_gives_no_slot_away() -> None:
+    async def scenario() -> int:
+        slots = FairSlots(1)
+        await slots.acquire("a")
+        t = asyncio.create_task(slots.acquire("b"))
+        await asyncio.sleep(0)
+        t.cancel()
+        await asyncio.gather(t, return_exceptions=True)
+        slots.release()
+        await slots.acquire("c")  # would block forever if the slot had leaked
+        return slots.free
+
+    assert asyncio.run(scenario()) == 0

@@ -1,0 +1,245 @@
+"""The webhook port's listener: which TCP connections get a TLS handshake, and when.
+
+asyncio's own TLS server (``loop.create_server(ssl=...)``) does the handshake of every
+connection it accepts before any code of ours sees it, accepts up to ``backlog``
+connections per wake-up and runs all their handshakes in the same loop iteration. Under
+2,000 idle TLS connections that reconnect as the idle timeout closes them (bench
+``stress``) that meant:
+
+* a connection over the cap was refused only *after* its handshake (~0.5 ms of CPU on
+  the event loop each), and the attacker reconnected at once: refusing was the attack;
+* a burst of a thousand handshakes ran back to back in one loop iteration, so the
+  AdmissionReview of the API server's established connection, ``/healthz`` and the
+  Lease renewal all waited behind it (event-loop lag of seconds).
+
+Here the listening socket is read by us. Each accepted connection is admitted or refused
+by its *source address* before any TLS work: beyond ``max_connections_per_source`` from
+one address, or ``max_connections`` in all, it is closed at once (an RST, a few
+microseconds). Admitted connections wait for one of ``concurrent_handshakes`` handshake
+slots, handed out in turn across sources (:class:`FairSlots`), so a source with a
+thousand queued handshakes delays another source's first one by one turn, not by a
+thousand; the wait and the handshake together are bounded by ``handshake_timeout``. At
+most ``accept_batch`` connections are accepted per wake-up, so accepting never takes a
+loop iteration of its own.
+
+In a cluster the API server's connections come from the control plane's addresses and a
+hostile pod's from its own (the NetworkPolicy refuses them first where it is enforced);
+the per-source cap is what keeps one pod from taking the connection budget of all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import ssl
+import struct
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+_LINGER_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends an RST, no TIME_WAIT
+
+
+class ListenerLimits(Protocol):
+    handshake_timeout: float
+    max_connections: int
+    max_connections_per_source: int
+    concurrent_handshakes: int
+    accept_batch: int
+
+
+class FairSlots:
+    """At most ``limit`` holders at once; waiters are served one source at a time in
+    turn (round-robin over sources, FIFO within one)."""
+
+    def __init__(self, limit: int) -> None:
+        self.free = max(1, limit)
+        self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+
+    def waiting(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    async def acquire(self, source: str) -> None:
+        if self.free > 0 and not self._queues:
+            self.free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queues.setdefault(source, deque()).append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # the slot was handed over just as we were cancelled
+            else:
+                q = self._queues.get(source)
+                if q is not None and fut in q:
+                    q.remove(fut)
+                    if not q:
+                        del self._queues[source]
+            raise
+
+    def release(self) -> None:
+        while self._queues:
+            source, q = next(iter(self._queues.items()))
+            fut = q.popleft()
+            if q:
+                self._queues.move_to_end(source)  # the next waiter is another source's
+            else:
+                del self._queues[source]
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self.free += 1
+
+
+class GuardedListener:
+    """A listening socket whose connections are admitted by source before their TLS
+    handshake (see the module docstring). Quacks like the ``asyncio.Server`` aiohttp's
+    sites keep (``sockets``, ``close``, ``wait_closed``)."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        ssl_context: ssl.SSLContext,
+        limits: ListenerLimits,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        on_refused: Callable[[str, str], None] = lambda source, why: None,
+    ) -> None:
+        self.sockets = [sock]
+        self._sock = sock
+        self._ssl = ssl_context
+        self._limits = limits
+        self._factory = protocol_factory
+        self._on_refused = on_refused
+        self._slots = FairSlots(limits.concurrent_handshakes)
+        self.per_source: Counter[str] = Counter()
+        self.total = 0
+        self.refused = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._release_of: dict[Any, Callable[[], None]] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._sock.setblocking(False)
+        self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop is not None:
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        for t in self._tasks:
+            t.cancel()
+
+    async def wait_closed(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def connection_ended(self, key: Any) -> None:
+        """The established connection ``key`` (the protocol) is gone: free its place."""
+        release = self._release_of.pop(key, None)
+        if release is not None:
+            release()
+
+    # -- accepting ------------------------------------------------------------------------
+
+    def _on_readable(self) -> None:
+        limits = self._limits
+        for _ in range(max(1, limits.accept_batch)):
+            try:
+                conn, addr = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._on_refused("(listener)", f"accept failed: {exc.strerror}; pausing 0.1 s")
+                    self._pause(0.1)  # the fd stays readable: do not spin on it
+                return
+            source = str(addr[0]) if isinstance(addr, tuple) else "local"
+            if self.total >= limits.max_connections:
+                self._refuse(conn, source, f"{self.total} connections open (the cap)")
+                continue
+            if self.per_source[source] >= limits.max_connections_per_source:
+                self._refuse(
+                    conn, source, f"{self.per_source[source]} connections open from {source}"
+                )
+                continue
+            self.total += 1
+            self.per_source[source] += 1
+            conn.setblocking(False)
+            task = asyncio.ensure_future(self._handshake(conn, source))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _pause(self, seconds: float) -> None:
+        assert self._loop is not None
+        self._loop.remove_reader(self._sock.fileno())
+
+        def resume() -> None:
+            if not self._closed:
+                assert self._loop is not None
+                self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+        self._loop.call_later(seconds, resume)
+
+    def _refuse(self, conn: socket.socket, source: str, why: str) -> None:
+        self.refused += 1
+        try:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+        except OSError:
+            pass
+        conn.close()
+        self._on_refused(source, why)
+
+    def _releaser(self, source: str) -> Callable[[], None]:
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            self.total -= 1
+            self.per_source[source] -= 1
+            if self.per_source[source] <= 0:
+                del self.per_source[source]
+
+        return release
+
+    async def _handshake(self, conn: socket.socket, source: str) -> None:
+        assert self._loop is not None
+        release = self._releaser(source)
+        timeout = self._limits.handshake_timeout
+        handed_over = False
+        try:
+            async with asyncio.timeout(timeout):
+                await self._slots.acquire(source)
+                try:
+                    handed_over = True  # from here the transport owns (and closes) conn
+                    _transport, protocol = await self._loop.connect_accepted_socket(
+                        self._factory, sock=conn, ssl=self._ssl, ssl_handshake_timeout=timeout
+                    )
+                finally:
+                    self._slots.release()
+        except (OSError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
+            if not handed_over:
+                conn.close()
+            release()
+            return
+        except BaseException:
+            release()
+            raise
+        if protocol.transport is None:  # type: ignore[attr-defined]  # lost already
+            release()
+        else:
+            self._release_of[protocol] = release
