@@ -624,6 +624,13 @@ def _listening_socket(host: str, port: int, backlog: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(backlog)
+    except OSError as err:  # worded as asyncio's create_server words it
+        sock.close()
+        raise OSError(
+            err.errno,
+            f"error while attempting to bind on address {(host, port)!r}: "
+            f"{(err.strerror or str(err)).lower()}",
+        ) from None
     except BaseException:
         sock.close()
         raise
