@@ -674,3 +674,59 @@ def test_a_cohort_cycle_that_slipped_past_the_webhook_disables_its_members(
             assert not admitted(wl)
 
     run(main)
+
+
+def _shipped_api_services() -> list[dict[str, Any]]:
+    import yaml
+
+    from tests.kube_harness import ROOT
+
+    docs = yaml.safe_load_all((ROOT / "manifests/base/visibility.yaml").read_text())
+    return [d for d in docs if d and d.get("kind") == "APIService"]
+
+
+def test_the_visibility_api_services_trust_the_service_ca_and_are_repaired(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Issue 17: the APIServices are shipped without insecureSkipTLSVerify; the service
+    writes its CA into spec.caBundle (under the shipped RBAC on the real server: by
+    resourceNames) and puts it back when an APIService is re-created Kueue's way."""
+    shipped = _shipped_api_services()
+    assert [a["metadata"]["name"] for a in shipped] == [
+        "v1beta1.visibility.kueue.x-k8s.io",
+        "v1beta2.visibility.kueue.x-k8s.io",
+    ]
+    assert all("insecureSkipTLSVerify" not in a["spec"] for a in shipped)
+
+    async def main() -> None:
+        async with stack(
+            tmp_path,
+            backend=backend,
+            objects=[*BASE, *shipped],
+            visibility=True,
+            inject_ca_bundle=True,
+            ca_bundle_period=3600.0,  # only the watch may repair it in this test
+        ) as s:
+            ca = read_cert_dir(s.cert_dir).ca_bundle_b64
+
+            def trusted(name: str) -> bool:
+                spec = (s.get("apiservices", name) or {}).get("spec") or {}
+                return spec.get("caBundle") == ca and not spec.get("insecureSkipTLSVerify")
+
+            for a in shipped:
+                await eventually(lambda n=a["metadata"]["name"]: trusted(n), what="injected")
+            name = shipped[1]["metadata"]["name"]
+            kueue_style = {**shipped[1], "spec": {**shipped[1]["spec"]}}
+            kueue_style["spec"]["insecureSkipTLSVerify"] = True
+            await s.user.delete(k.API_SERVICES, name)
+            await s.user.create(k.API_SERVICES, kueue_style)
+            await eventually(lambda: trusted(name), what=f"{name} trusts the service's CA again")
+            # why the manifests must not ship insecureSkipTLSVerify: true (both backends)
+            try:
+                await s.user.patch(k.API_SERVICES, name, {"spec": {"insecureSkipTLSVerify": True}})
+                raise AssertionError("insecureSkipTLSVerify next to a caBundle was accepted")
+            except k.ApiError as err:
+                assert err.status == 422, err
+                assert "may not be true if caBundle is present" in err.message, err
+
+    run(main)

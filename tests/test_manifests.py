@@ -286,7 +286,8 @@ def test_cert_manager_overlay_drops_the_rights_only_internal_certificates_need()
         r for o in os_ if o["kind"] in ("Role", "ClusterRole") for rule in o["rules"]
         for r in rule["resources"]
     }  # fmt: skip
-    gone = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "secrets"}
+    gone = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "apiservices",
+            "secrets"}  # fmt: skip
     assert gone <= resources(base)
     assert not gone & resources(objs)
     assert resources(base) - gone == resources(objs)  # nothing else removed
@@ -294,6 +295,14 @@ def test_cert_manager_overlay_drops_the_rights_only_internal_certificates_need()
     config = yaml.safe_load(_one(objs, "ConfigMap")["data"]["config.yaml"])
     opts = cert_options(parse_config(config))
     assert opts["manage_certificates"] is False and opts["inject_ca_bundle"] is False
+    # cert-manager's cainjector writes the CA instead, into the APIServices too
+    for obj in objs:
+        if obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+                           "APIService"):  # fmt: skip
+            annotations = obj["metadata"].get("annotations") or {}
+            assert annotations.get("cert-manager.io/inject-ca-from") == (
+                "quartermaster-system/quartermaster-serving-cert"
+            ), obj["metadata"]["name"]
 
 
 def test_cert_manager_overlay_config_differs_from_base_only_in_cert_management() -> None:

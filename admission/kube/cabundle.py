@@ -1,4 +1,5 @@
-"""Keep the webhook configurations' ``caBundle`` equal to the service's CA, always.
+"""Keep the ``caBundle`` of the webhook configurations and of the visibility API's
+APIServices equal to the service's CA, always.
 
 With ``failurePolicy: Fail``, a webhook configuration without the right ``caBundle``
 refuses every Job/Pod create and every quota edit with an x509 error. Writing the bundle
@@ -9,6 +10,14 @@ configurations (by name: ``fieldSelector=metadata.name=…``, which the RBAC rul
 ``resourceNames`` allows) and patches any webhook whose bundle differs from the CA —
 on start, on every change of a configuration, when the CA changes, and periodically as
 a backstop.
+
+The aggregation layer is the same story: an APIService that trusts the service's CA
+(``spec.caBundle``, ``insecureSkipTLSVerify: false``) instead of skipping TLS
+verification, as Kueue's and metrics-server's manifests do, means a caller's request
+and the identity headers the aggregator adds reach only the holder of the serving key.
+The manifests ship the APIServices with neither field; this reconciler sets both in
+one merge patch (the API server refuses ``insecureSkipTLSVerify: true`` next to a
+``caBundle``) and puts them back whenever the object is re-applied.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import logging
 import random
 from collections.abc import Callable, Iterable
 
-from .client import STRATEGIC_MERGE_PATCH, ApiError, KubeClient, Obj, Resource
+from .client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, KubeClient, Obj, Resource
 from .informer import DELETED, Informer
 
 log = logging.getLogger("quartermaster.kube.cabundle")
@@ -36,8 +45,30 @@ def stale_webhooks(config: Obj, ca_b64: str) -> list[str]:
     return out
 
 
+def stale_api_service(api_service: Obj, ca_b64: str) -> bool:
+    """An APIService that does not trust exactly ``ca_b64`` (or skips verification)."""
+    spec = api_service.get("spec") or {}
+    return spec.get("caBundle") != ca_b64 or bool(spec.get("insecureSkipTLSVerify"))
+
+
+def bundle_patch(resource: Resource, obj: Obj, ca_b64: str) -> tuple[Obj, str, str] | None:
+    """(patch body, content type, what it fixes) that makes ``obj`` trust ``ca_b64``;
+    None when it already does."""
+    if resource.kind == "APIService":
+        if not stale_api_service(obj, ca_b64):
+            return None
+        spec: Obj = {"caBundle": ca_b64, "insecureSkipTLSVerify": False}
+        return {"spec": spec}, MERGE_PATCH, "spec.caBundle"
+    stale = stale_webhooks(obj, ca_b64)
+    if not stale:
+        return None
+    hooks: list[Obj] = [{"name": n, "clientConfig": {"caBundle": ca_b64}} for n in stale]
+    return {"webhooks": hooks}, STRATEGIC_MERGE_PATCH, ", ".join(stale)
+
+
 class CABundleReconciler:
-    """Watches ``configurations`` and keeps their caBundle equal to ``ca_pem()``."""
+    """Watches ``configurations`` (webhook configurations and APIServices, by name) and
+    keeps their caBundle equal to ``ca_pem()``."""
 
     def __init__(
         self,
@@ -101,16 +132,12 @@ class CABundleReconciler:
         patched = 0
         for inf in self.informers:
             for name, config in list(inf.store.items()):
-                stale = stale_webhooks(config, ca_b64)
-                if not stale:
+                fix = bundle_patch(inf.resource, config, ca_b64)
+                if fix is None:
                     continue
-                body = {
-                    "webhooks": [{"name": n, "clientConfig": {"caBundle": ca_b64}} for n in stale]
-                }
+                body, content_type, fixed = fix
                 try:
-                    await self.client.patch(
-                        inf.resource, name, body, content_type=STRATEGIC_MERGE_PATCH
-                    )
+                    await self.client.patch(inf.resource, name, body, content_type=content_type)
                 except ApiError as err:
                     if not err.not_found:
                         log.warning(
@@ -120,7 +147,7 @@ class CABundleReconciler:
                     continue
                 patched += 1
                 self.patches += 1
-                log.info("caBundle of %s %s set (%s)", inf.resource.kind, name, ", ".join(stale))
+                log.info("caBundle of %s %s set (%s)", inf.resource.kind, name, fixed)
         return patched
 
     def _retry_soon(self) -> None:

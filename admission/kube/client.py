@@ -108,6 +108,7 @@ VALIDATING_WEBHOOKS = Resource(
     "ValidatingWebhookConfiguration",
     False,
 )
+API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", "APIService", False)
 
 QUEUE_WATCHED: tuple[Resource, ...] = (
     WORKLOADS,
@@ -193,6 +194,8 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         # caBundle kept equal to our CA (our two configurations only, by name)
         *_calls(("list", "watch", "patch"), MUTATING_WEBHOOKS),
         *_calls(("list", "watch", "patch"), VALIDATING_WEBHOOKS),
+        # ... and in the visibility API's APIServices (spec.caBundle, by name)
+        *_calls(("list", "watch", "patch"), API_SERVICES),
         # the visibility API (an aggregated API server): the front-proxy trust anchors
         # (kube-system/extension-apiserver-authentication, by name) and delegated
         # authentication and authorization of its callers (admission.kube.delegated)

@@ -45,6 +45,7 @@ from queues.model import LabelSelector
 from admission.kube.cabundle import CABundleReconciler
 from admission.kube.cachesync import CacheView
 from admission.kube.client import (
+    API_SERVICES,
     EVENTS,
     MUTATING_WEBHOOKS,
     NODES,
@@ -84,6 +85,11 @@ WEBHOOK_CONFIGURATIONS = (
     (MUTATING_WEBHOOKS, "quartermaster-mutating-webhook-configuration"),
     (VALIDATING_WEBHOOKS, "quartermaster-validating-webhook-configuration"),
 )
+VISIBILITY_API_SERVICES = tuple(
+    (API_SERVICES, f"{version}.visibility.kueue.x-k8s.io") for version in ("v1beta1", "v1beta2")
+)
+"""The visibility API's APIServices (manifests/base/visibility.yaml): their caBundle is
+kept equal to our CA while the visibility API is served."""
 EVENT_BURST, EVENT_QPS = 50, 10.0
 EVENT_CALL = "create core/events"
 
@@ -525,7 +531,8 @@ class Service:
             await self._sync_certificates()
 
     def _start_ca_bundle_reconciler(self) -> None:
-        """Keep our webhook configurations trusting our CA (see :mod:`.cabundle`)."""
+        """Keep our webhook configurations, and the visibility API's APIServices when it
+        is served, trusting our CA (see :mod:`admission.kube.cabundle`)."""
         from webhooks.certs import CertError, read_cert_dir
 
         opts = self.options
@@ -540,7 +547,10 @@ class Service:
 
         self.ca_bundles = CABundleReconciler(
             self.client,
-            WEBHOOK_CONFIGURATIONS,
+            (
+                *WEBHOOK_CONFIGURATIONS,
+                *(VISIBILITY_API_SERVICES if opts.visibility_port is not None else ()),
+            ),
             ca_pem=ca_pem,
             period=opts.ca_bundle_period,
             rng=random.Random(opts.seed),

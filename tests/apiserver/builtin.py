@@ -188,6 +188,8 @@ def validate_create(rt: ResourceType, obj: Obj) -> None:
     errors: list[FieldError] = []
     if is_job(rt):
         errors += _job_spec_errors(obj)
+    elif is_api_service(rt):
+        errors += api_service_errors(obj)
     _raise(rt, obj, errors)
 
 
@@ -201,7 +203,26 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj, *, subresource: str | 
             errors += _job_spec_errors(new) + job_spec_update_errors(old, new)
     elif is_pod(rt) and subresource is None:
         errors += pod_spec_update_errors(old, new)
+    elif is_api_service(rt) and subresource is None:
+        errors += api_service_errors(new)
     _raise(rt, new, errors)
+
+
+def is_api_service(rt: ResourceType) -> bool:
+    return rt.group == "apiregistration.k8s.io" and rt.plural == "apiservices"
+
+
+def api_service_errors(obj: Obj) -> list[FieldError]:
+    """kube-aggregator's ValidateAPIService rule on TLS trust (the one this double
+    models): skipping verification and naming a CA contradict each other."""
+    spec = obj.get("spec") or {}
+    if spec.get("insecureSkipTLSVerify") is True and spec.get("caBundle"):
+        return [
+            FieldError.invalid(
+                "spec.insecureSkipTLSVerify", True, "may not be true if caBundle is present"
+            )
+        ]
+    return []
 
 
 def _raise(rt: ResourceType, obj: Obj, errors: list[FieldError]) -> None:

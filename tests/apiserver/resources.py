@@ -116,6 +116,10 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
                  "MutatingWebhookConfiguration", namespaced=False),
     ResourceType("admissionregistration.k8s.io", ("v1",), "validatingwebhookconfigurations",
                  "ValidatingWebhookConfiguration", namespaced=False),
+    # stored only (the aggregator routes by Aggregator.register, delegation.py); the
+    # service keeps their caBundle (admission/kube/cabundle.py)
+    ResourceType("apiregistration.k8s.io", ("v1",), "apiservices", "APIService",
+                 namespaced=False),
 )  # fmt: skip
 
 

@@ -41,6 +41,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "mutatingwebhookconfigurations": ("apis/admissionregistration.k8s.io/v1", False),
     "validatingwebhookconfigurations": ("apis/admissionregistration.k8s.io/v1", False),
     "customresourcedefinitions": ("apis/apiextensions.k8s.io/v1", False),
+    "apiservices": ("apis/apiregistration.k8s.io/v1", False),
     "workloads": ("apis/kueue.x-k8s.io/v1beta2", True),
     "localqueues": ("apis/kueue.x-k8s.io/v1beta2", True),
     "clusterqueues": ("apis/kueue.x-k8s.io/v1beta2", False),
@@ -59,6 +60,7 @@ KIND_PLURAL = {
     "PriorityClass": "priorityclasses",
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "APIService": "apiservices",
     "Workload": "workloads",
     "LocalQueue": "localqueues",
     "ClusterQueue": "clusterqueues",
@@ -70,6 +72,7 @@ KIND_PLURAL = {
 }
 # what reset() empties, in this order (dependents first)
 WIPED = (
+    "apiservices",  # ours only (OURS_ONLY): the server's own are never touched
     "mutatingwebhookconfigurations",
     "validatingwebhookconfigurations",
     "workloads",
@@ -87,6 +90,15 @@ WIPED = (
     "secrets",
 )
 SERVICE_NS = "quartermaster-system"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+
+
+def _ours(plural: str, obj: Obj) -> bool:
+    """Whether reset() may delete ``obj``: of the APIServices, only the visibility API's
+    (the server registers one per built-in group version itself)."""
+    if plural == "apiservices":
+        return bool((obj.get("spec") or {}).get("group") == VISIBILITY_GROUP)
+    return True
 KEPT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", SERVICE_NS)
 
 
@@ -251,6 +263,8 @@ class RealServerView:
     def delete_all(self, plural: str) -> None:
         namespaced = RESOURCES[plural][1]
         for obj in self.list_objects(plural):
+            if not _ours(plural, obj):
+                continue
             meta = obj["metadata"]
             name, ns = meta["name"], meta.get("namespace")
             if plural == "priorityclasses" and name.startswith("system-"):
@@ -283,7 +297,7 @@ class RealServerView:
                     raise
 
     def remaining(self, plural: str) -> int:
-        items = self.list_objects(plural)
+        items = [i for i in self.list_objects(plural) if _ours(plural, i)]
         if plural == "priorityclasses":
             items = [i for i in items if not i["metadata"]["name"].startswith("system-")]
         if plural in ("secrets", "leases"):

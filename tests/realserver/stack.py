@@ -217,6 +217,8 @@ async def real_stack(
     backend = RealBackend(cluster, proxy)
     if before_start is not None:
         before_start(backend)
+    if visibility:
+        overrides.setdefault("visibility_port", 0)
     port = free_port()
     if webhooks:
         for cfg in url_webhook_configurations(port):
