@@ -11,6 +11,7 @@ Unix epoch, taken from an injectable clock by the drivers.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 FlavorResource = tuple[str, str]
@@ -326,7 +327,9 @@ class Workload:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        # interned: the informer's key of the object is the same string object, so the
+        # engine's dicts keyed by it (pending queues, statuses) hold no copies of it
+        return sys.intern(f"{self.namespace}/{self.name}")
 
     @property
     def queue_order_time(self) -> float:

@@ -71,6 +71,7 @@ class PendingQueue:
 
     __slots__ = (
         "_groups",
+        "_canon",
         "_active",
         "_by_hash",
         "_keys",
@@ -82,6 +83,8 @@ class PendingQueue:
 
     def __init__(self) -> None:
         self._groups: dict[tuple[str, int], SortedList] = {}
+        # one (LocalQueue key, hash) tuple per group, shared by all its workloads' entries
+        self._canon: dict[tuple[str, int], tuple[str, int]] = {}
         self._active: set[tuple[str, int]] = set()  # groups whose workloads may be nominated
         self._by_hash: dict[int, set[tuple[str, int]]] = {}
         self._keys: dict[str, tuple[tuple[str, int], OrderKey, Workload]] = {}
@@ -131,6 +134,7 @@ class PendingQueue:
         """Add (or re-add) a workload; its group becomes active again."""
         self.remove(wl.key)
         group = (f"{wl.namespace}/{wl.queue_name}", scheduling_hash(wl))
+        group = self._canon.setdefault(group, group)
         okey = order_key(wl)
         lst = self._groups.get(group)
         if lst is None:
@@ -175,6 +179,7 @@ class PendingQueue:
             lst.remove((okey, key))
             if not lst:
                 del self._groups[group]
+                del self._canon[group]
                 self._active.discard(group)
                 groups = self._by_hash[group[1]]
                 groups.discard(group)

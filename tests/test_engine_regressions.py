@@ -509,3 +509,28 @@ def test_default_scheduler_clock_stamps_admissions_with_the_current_time() -> No
     (admitted,) = Scheduler(cache).schedule().admitted
     assert admitted.workload.admission_time is not None
     assert admitted.workload.admission_time >= before  # was 0.0: 1970, oldest of all
+
+
+# -- a workload seen before its LocalQueue (a restart's informer order) ------------------
+
+
+def test_a_workload_routed_once_its_local_queue_arrives_loses_the_misconfigured_reason() -> None:
+    """serve's informers may deliver Workloads before the LocalQueues: the workload is
+    unroutable ("LocalQueue lq doesn't exist") until they come. Once routed, that reason
+    must be gone (it was kept, written as the pending reason of every queued workload
+    of a restarted replica's backlog, and held ~250 B per workload)."""
+    cache = Cache(
+        flavors={"default": ResourceFlavor("default")},
+        cluster_queues={"cq": cq("cq", 10)},
+        cohorts={},
+        local_queues={},
+    )
+    wl = workload("early", "cq", 1)
+    cache.add_workload(wl)
+    status = cache.status_of(wl, "cq")
+    assert status is not None and "doesn't exist" in status.message
+    cache.update_objects(
+        local_queues={"ns-cq/lq": LocalQueue(namespace="ns-cq", name="lq", cluster_queue="cq")}
+    )
+    assert "ns-cq/early" in cache.queues["cq"]
+    assert cache.status_of(wl, "cq") is None

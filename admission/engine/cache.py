@@ -408,6 +408,9 @@ class Cache:
                 MISCONFIGURED, f"ClusterQueue {lq.cluster_queue} doesn't exist"
             )
             return
+        st = self.status.get(wl.key)
+        if st is not None and st.reason == MISCONFIGURED:  # why it was not routable
+            del self.status[wl.key]
         self.queues[lq.cluster_queue].push(wl)
 
     def remove_pending(self, key: str) -> Workload | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,7 +124,7 @@ class Resource:
         """``namespace/name`` for namespaced resources, ``name`` otherwise."""
         meta = obj.get("metadata") or {}
         name = meta.get("name") or ""
-        return f"{meta.get('namespace') or ''}/{name}" if self.namespaced else name
+        return sys.intern(f"{meta.get('namespace') or ''}/{name}") if self.namespaced else name
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ at any point is harmless:
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -133,7 +134,7 @@ def owner_of(ctx: Context, wl: Mapping[str, Any] | None) -> tuple[Integration, s
             continue
         integ = _integration_of(frameworks, str(ref.get("apiVersion") or ""), ref.get("kind"))
         if integ is not None:
-            return integ, f"{ns}/{ref.get('name')}", str(ref.get("uid") or "")
+            return integ, sys.intern(f"{ns}/{ref.get('name')}"), str(ref.get("uid") or "")
     uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
     if uid:
         gvk = str((meta.get("annotations") or {}).get(OWNER_GVK_ANNOTATION) or "batch/v1, Kind=Job")
@@ -259,7 +260,7 @@ class JobReconciler:
         return self.ctx.writer.current(self.resources[what], key)
 
     def workload_key(self, integ: Integration, obj: Obj) -> str:
-        return f"{o.meta(obj).get('namespace') or 'default'}/{integ.workload_name(obj)}"
+        return sys.intern(f"{o.meta(obj).get('namespace') or 'default'}/{integ.workload_name(obj)}")
 
     def _compose(self, integ: Integration, key: str, obj: Obj) -> tuple[Workload, Obj] | None:
         """The Workload for ``obj``: (model, API body); None (reported) on bad input."""
