@@ -42,6 +42,10 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "validatingwebhookconfigurations": ("apis/admissionregistration.k8s.io/v1", False),
     "customresourcedefinitions": ("apis/apiextensions.k8s.io/v1", False),
     "apiservices": ("apis/apiregistration.k8s.io/v1", False),
+    "services": ("api/v1", True),
+    "endpointslices": ("apis/discovery.k8s.io/v1", True),
+    "configmaps": ("api/v1", True),
+    "rolebindings": ("apis/rbac.authorization.k8s.io/v1", True),
     "workloads": ("apis/kueue.x-k8s.io/v1beta2", True),
     "localqueues": ("apis/kueue.x-k8s.io/v1beta2", True),
     "clusterqueues": ("apis/kueue.x-k8s.io/v1beta2", False),
@@ -61,6 +65,9 @@ KIND_PLURAL = {
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
     "APIService": "apiservices",
+    "Service": "services",
+    "EndpointSlice": "endpointslices",
+    "RoleBinding": "rolebindings",
     "Workload": "workloads",
     "LocalQueue": "localqueues",
     "ClusterQueue": "clusterqueues",
@@ -362,7 +369,8 @@ class RealCluster:
         self.kubectl("apply", "--server-side", *sum((["-f", c] for c in crds), []))
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         base = ROOT / "manifests" / "base"
-        for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
+        for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml",
+                     "visibility-rbac.yaml"):  # fmt: skip
             self.kubectl("apply", "-f", str(base / name))
 
     def reset(self) -> None:

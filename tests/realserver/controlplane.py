@@ -9,7 +9,15 @@ as child processes bound to 127.0.0.1 with a throw-away PKI:
 * a static token file with an admin (``system:masters``), the service's own identity
   (``system:serviceaccount:quartermaster-system:quartermaster``, so the shipped RBAC is
   what authorizes it) and an unprivileged user;
-* RBAC authorization (``--authorization-mode=Node,RBAC``), as in a real cluster.
+* RBAC authorization (``--authorization-mode=Node,RBAC``), as in a real cluster;
+* the aggregation layer: a front-proxy PKI (``--requestheader-client-ca-file``,
+  ``--proxy-client-cert-file``/``-key-file``, allowed name ``front-proxy-client``, the
+  ``X-Remote-*`` headers) and ``--enable-aggregator-routing``, so an APIService's
+  Service is resolved through its EndpointSlices to an endpoint address: there is no
+  kube-proxy here to route a ClusterIP, and EndpointSlice validation (like the core
+  Endpoints') refuses loopback addresses ("may not be in the loopback range"), so the
+  endpoint is this machine's own non-loopback address (:func:`node_address`), as a
+  pod's address would be in a cluster.
 
 The kube-controller-manager, when present, runs the controllers the service relies on
 in a cluster: the Job controller (pods for started Jobs, deleted on suspend), the
@@ -46,6 +54,7 @@ ADMIN_TOKEN = "real-admin-token"
 SERVICE_TOKEN = "real-service-token"
 USER_TOKEN = "real-user-token"
 SERVICE_USER = "system:serviceaccount:quartermaster-system:quartermaster"
+FRONT_PROXY_NAME = "front-proxy-client"
 
 
 def assets_dir() -> Path | None:
@@ -64,6 +73,18 @@ def skip_reason() -> str:
     if not raw:
         return f"real API server tests need {ASSETS_ENV}=DIR with kube-apiserver and etcd"
     return f"{ASSETS_ENV}={raw} does not hold executable kube-apiserver and etcd"
+
+
+def node_address() -> str | None:
+    """This machine's primary non-loopback IPv4 address (the source address of its
+    default route; a UDP connect sends nothing), or None without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("198.51.100.1", 9))  # TEST-NET-2: only the route is looked up
+        except OSError:
+            return None
+        addr = str(s.getsockname()[0])
+    return None if addr.startswith("127.") else addr
 
 
 def free_port() -> int:
@@ -145,6 +166,12 @@ def _write_pki(d: Path) -> bytes:
     # A client certificate is not needed (tokens authenticate everyone), but the
     # apiserver wants a CA for client certificates to validate kubelet-style clients.
     (d / "client-ca.crt").write_bytes(_self_signed_ca())
+    from tests.apiserver.certs import make_client_cert
+
+    proxy = make_client_cert(FRONT_PROXY_NAME)
+    (d / "front-proxy-ca.crt").write_bytes(proxy.ca_pem)
+    (d / "front-proxy-client.crt").write_bytes(proxy.cert_pem)
+    (d / "front-proxy-client.key").write_bytes(proxy.key_pem)
     (d / "tokens.csv").write_text(
         f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
         f'{SERVICE_TOKEN},{SERVICE_USER},sa-uid,"system:serviceaccounts,'
@@ -241,6 +268,14 @@ def start_control_plane(assets: Path, *, controller_manager: bool | None = None)
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--authorization-mode=Node,RBAC",
+                f"--requestheader-client-ca-file={workdir / 'front-proxy-ca.crt'}",
+                f"--requestheader-allowed-names={FRONT_PROXY_NAME}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={workdir / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={workdir / 'front-proxy-client.key'}",
+                "--enable-aggregator-routing=true",
                 "--allow-privileged=true",
                 # no kubelet creates the namespaces' default ServiceAccounts' tokens here
                 "--disable-admission-plugins=ServiceAccount",

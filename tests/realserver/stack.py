@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from admission.config import Config
 from admission.kube import client as k
 from admission.kube.context import ControllerOptions
@@ -28,8 +30,8 @@ from tests.apiserver import kube_client_config, load_webhook_configurations
 from tests.apiserver.jobcontroller import finish_patches, rfc3339
 from webhooks.certs import ensure_cert_dir, read_cert_dir
 
-from .cluster import RealCluster, RealServerView
-from .controlplane import ADMIN_TOKEN, SERVICE_TOKEN, free_port
+from .cluster import KIND_PLURAL, RealCluster, RealServerView
+from .controlplane import ADMIN_TOKEN, SERVICE_TOKEN, free_port, node_address
 from .proxy import FaultProxy, compact_etcd
 
 Obj = dict[str, Any]
@@ -46,6 +48,63 @@ def url_webhook_configurations(port: int) -> list[Obj]:
             hook["clientConfig"].pop("caBundle", None)
             hook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{svc.get('path', '/')}"
     return configs
+
+
+VISIBILITY_SERVICE = ("quartermaster-system", "quartermaster-webhook-service")
+
+
+def register_visibility(
+    view: RealServerView, address: str, port: int
+) -> list[tuple[str, str, str | None]]:
+    """Register the service's visibility API with the real aggregation layer, as the
+    manifests do in a cluster: the shipped APIServices (their caBundle is the service's
+    to inject), the Service they name, and, in place of the pod's address that the
+    EndpointSlice controller would publish, an EndpointSlice naming ``address:port``
+    (``--enable-aggregator-routing`` resolves the Service through it; loopback
+    addresses are refused there). Returns what to delete afterwards as (plural, name,
+    namespace)."""
+    import yaml
+
+    from tests.kube_harness import ROOT
+
+    ns, name = VISIBILITY_SERVICE
+    created: list[tuple[str, str, str | None]] = []
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"ports": [{"name": "visibility", "port": 8082, "targetPort": 8082}]},
+    }
+    slice_ = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{name}-loopback",
+            "namespace": ns,
+            "labels": {"kubernetes.io/service-name": name},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        "ports": [{"name": "visibility", "port": port, "protocol": "TCP"}],
+    }
+    for obj in (service, slice_):
+        view.create(obj)
+        created.append((KIND_PLURAL[obj["kind"]], obj["metadata"]["name"], ns))
+    docs = yaml.safe_load_all((ROOT / "manifests/base/visibility.yaml").read_text())
+    for doc in docs:
+        if doc and doc.get("kind") == "APIService":
+            if view.get_object("apiservices", doc["metadata"]["name"]) is None:
+                view.create(doc)
+            created.append(("apiservices", doc["metadata"]["name"], None))
+    return created
+
+
+def api_service_available(view: RealServerView, name: str) -> bool:
+    obj = view.get_object("apiservices", name) or {}
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Available":
+            return bool(cond.get("status") == "True")
+    return False
 
 
 class RealBackend:
@@ -219,6 +278,10 @@ async def real_stack(
         before_start(backend)
     if visibility:
         overrides.setdefault("visibility_port", 0)
+        address = node_address()
+        if address is None:
+            pytest.skip("the aggregator needs a non-loopback address to reach the service")
+        overrides.setdefault("host", "0.0.0.0")  # as in the pod: the endpoint is ours
     port = free_port()
     if webhooks:
         for cfg in url_webhook_configurations(port):
@@ -242,6 +305,7 @@ async def real_stack(
     opts.webhooks = webhooks
     service = Service(opts)
     task = asyncio.create_task(service.run())
+    registered: list[tuple[str, str, str | None]] = []
     user = await k.KubeClient.connect(
         configuration=kube_client_config(
             cluster.cp.url, token=ADMIN_TOKEN, ca_pem=cluster.cp.ca_pem
@@ -264,6 +328,21 @@ async def real_stack(
                 return True
 
             await eventually(lambda: asyncio.to_thread(trusted), what="the service injected its CA")
+        if visibility:
+            await eventually(
+                lambda: "visibility" in service.ports, what="the visibility API listens"
+            )
+            registered += await asyncio.to_thread(
+                register_visibility, view, address, service.ports["visibility"]
+            )
+            for version in ("v1beta1", "v1beta2"):
+                await eventually(
+                    lambda v=version: asyncio.to_thread(
+                        api_service_available, view, f"{v}.visibility.kueue.x-k8s.io"
+                    ),
+                    what=f"the aggregator reports {version}.visibility available",
+                    timeout=60,
+                )
         yield Stack(backend, service, user, cert_dir, task)  # type: ignore[arg-type]
     finally:
         service.stop()
@@ -274,6 +353,9 @@ async def real_stack(
         await asyncio.sleep(0.5)  # let the watches see the last writes
         for close in backend.closers:
             close()
+        for plural, name, ns in registered:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(view.request, "DELETE", view.path(plural, name, ns))
         # nothing may call a webhook of a stopped service (the next reset deletes them)
         for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
             with contextlib.suppress(Exception):
