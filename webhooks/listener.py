@@ -15,12 +15,14 @@ connections per wake-up and runs all their handshakes in the same loop iteration
 Here the listening socket is read by us. Each accepted connection is admitted or refused
 by its *source address* before any TLS work: beyond ``max_connections_per_source`` from
 one address, or ``max_connections`` in all, it is closed at once (an RST, a few
-microseconds). Admitted connections wait for one of ``concurrent_handshakes`` handshake
-slots, handed out in turn across sources (:class:`FairSlots`), so a source with a
-thousand queued handshakes delays another source's first one by one turn, not by a
-thousand; the wait and the handshake together are bounded by ``handshake_timeout``. At
-most ``accept_batch`` connections are accepted per wake-up, so accepting never takes a
-loop iteration of its own.
+microseconds). At most ``accept_batch`` connections are accepted per wake-up, so a
+burst's handshakes are spread over loop iterations instead of filling one; a handshake
+must finish within ``handshake_timeout``.
+
+Handshakes are not otherwise rationed: a limit on concurrent handshakes was tried and
+is a trap — a slot is held while the server *waits* for the client (its ClientHello,
+its Finished), so a few silent connections, or a busy API server's slow side of the
+handshake, held every slot and starved all the others until they timed out.
 
 In a cluster the API server's connections come from the control plane's addresses and a
 hostile pod's from its own (the NetworkPolicy refuses them first where it is enforced);
@@ -34,7 +36,7 @@ import errno
 import socket
 import ssl
 import struct
-from collections import Counter, OrderedDict, deque
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -45,52 +47,7 @@ class ListenerLimits(Protocol):
     handshake_timeout: float
     max_connections: int
     max_connections_per_source: int
-    concurrent_handshakes: int
     accept_batch: int
-
-
-class FairSlots:
-    """At most ``limit`` holders at once; waiters are served one source at a time in
-    turn (round-robin over sources, FIFO within one)."""
-
-    def __init__(self, limit: int) -> None:
-        self.free = max(1, limit)
-        self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
-
-    def waiting(self) -> int:
-        return sum(len(q) for q in self._queues.values())
-
-    async def acquire(self, source: str) -> None:
-        if self.free > 0 and not self._queues:
-            self.free -= 1
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(source, deque()).append(fut)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release()  # the slot was handed over just as we were cancelled
-            else:
-                q = self._queues.get(source)
-                if q is not None and fut in q:
-                    q.remove(fut)
-                    if not q:
-                        del self._queues[source]
-            raise
-
-    def release(self) -> None:
-        while self._queues:
-            source, q = next(iter(self._queues.items()))
-            fut = q.popleft()
-            if q:
-                self._queues.move_to_end(source)  # the next waiter is another source's
-            else:
-                del self._queues[source]
-            if not fut.done():
-                fut.set_result(None)
-                return
-        self.free += 1
 
 
 class GuardedListener:
@@ -113,7 +70,6 @@ class GuardedListener:
         self._limits = limits
         self._factory = protocol_factory
         self._on_refused = on_refused
-        self._slots = FairSlots(limits.concurrent_handshakes)
         self.per_source: Counter[str] = Counter()
         self.total = 0
         self.refused = 0
@@ -220,20 +176,11 @@ class GuardedListener:
         assert self._loop is not None
         release = self._releaser(source)
         timeout = self._limits.handshake_timeout
-        handed_over = False
-        try:
-            async with asyncio.timeout(timeout):
-                await self._slots.acquire(source)
-                try:
-                    handed_over = True  # from here the transport owns (and closes) conn
-                    _transport, protocol = await self._loop.connect_accepted_socket(
-                        self._factory, sock=conn, ssl=self._ssl, ssl_handshake_timeout=timeout
-                    )
-                finally:
-                    self._slots.release()
+        try:  # the transport owns conn from here on (and closes it on failure)
+            _transport, protocol = await self._loop.connect_accepted_socket(
+                self._factory, sock=conn, ssl=self._ssl, ssl_handshake_timeout=timeout
+            )
         except (OSError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
-            if not handed_over:
-                conn.close()
             release()
             return
         except BaseException:

@@ -582,9 +582,8 @@ class ServerLimits:
     starts at connect); ``body_timeout`` bounds the read of one request body. Before its
     TLS handshake a connection is admitted by source (:mod:`webhooks.listener`): beyond
     ``max_connections_per_source`` open from one address or ``max_connections`` in all
-    it is closed at once; at most ``concurrent_handshakes`` handshakes run at a time,
-    shared in turn between sources, and waiting plus handshaking take at most
-    ``handshake_timeout``; ``accept_batch`` connections are accepted per wake-up.
+    it is closed at once; a handshake takes at most ``handshake_timeout``;
+    ``accept_batch`` connections are accepted per wake-up.
     """
 
     idle_timeout: float = 5.0
@@ -594,7 +593,6 @@ class ServerLimits:
     # The API server keeps a pool of connections per webhook host (HTTP/1.1: up to a
     # few hundred under a burst of reviews); one hostile pod must not reach the cap.
     max_connections_per_source: int = 250
-    concurrent_handshakes: int = 16
     accept_batch: int = 32
     # asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol
     # .max_size): 2,000 idle connections held ~600 MiB. A TLS record is at most 16 KiB,
