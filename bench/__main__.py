@@ -36,6 +36,7 @@ BENCHMARKS = {
     "stress": "bench.stress:run",
     "invariants": "bench.invariants:run",
     "preemption-loss": "bench.preemption_loss:run",
+    "dashboard-scale": "bench.dashboard_scale:run",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 

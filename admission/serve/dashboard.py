@@ -13,9 +13,14 @@ same in-memory model the scheduler uses — never by polling the API server:
 * ``/api/pending?cq=&offset=&limit=``: a page of a ClusterQueue's pending workloads
   with both positions (:mod:`.queueview`, the visibility API's order) and the pending
   reason and message in numbers; ``/api/admitted?cq=...``: a page of its admissions;
-* ``/events``: Server-Sent Events — a ``summary`` event whenever the model changed
-  (informer events and scheduling decisions, coalesced to at most one per 250 ms), so
-  the page updates live.
+* ``/events``: Server-Sent Events — a full ``summary`` event when a client connects,
+  then, whenever the model changed (informer events and scheduling decisions,
+  coalesced), a ``delta`` event with only the tree rows that changed, the totals and
+  the recent events (a full ``summary`` again when the tree's shape changed or a slow
+  client missed an update). At 1,000 ClusterQueues a summary is ~1.2 MB of JSON and
+  ~40 ms of CPU on the event loop the webhooks share (``python -m bench
+  dashboard-scale``): a delta is a few KB, and pushes are spaced so that building them
+  takes at most a tenth of the loop's CPU (``PUSH_LOOP_SHARE``), at most 1 s apart.
 
 The page renders only the rows in view (virtualised lists) and pages the pending list
 from the server, so 1,000 ClusterQueues and 50,000 pending workloads stay readable:
@@ -51,6 +56,8 @@ log = logging.getLogger("quartermaster.dashboard")
 
 Obj = dict[str, Any]
 PUSH_INTERVAL = 0.25
+PUSH_LOOP_SHARE = 0.1  # pushes are spaced so building them takes at most this share
+PUSH_MAX_INTERVAL = 1.0  # ... of the loop's CPU, but never further apart than this
 RECENT = 200
 MAX_PAGE = 500
 
@@ -240,8 +247,12 @@ class Dashboard:
         self.recent = Recent()
         self.version = 0
         self._changed = asyncio.Event()
-        self._clients: set[asyncio.Queue[str]] = set()
+        self._clients: set[asyncio.Queue[bytes]] = set()
         self.pushes = 0
+        self.deltas = 0
+        # the last pushed state, which deltas are relative to: row JSON by node, in order
+        self._rows: dict[tuple[str, str], str] | None = None
+        self._full: bytes | None = None  # that state as one summary event
 
     @classmethod
     def of_controller(cls, controller: Controller, *, config: Config) -> Dashboard:
@@ -320,26 +331,49 @@ class Dashboard:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
-        queue: asyncio.Queue[str] = asyncio.Queue(maxsize=2)
-        self._clients.add(queue)
+        queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=2)
         try:
             await self.source.cache_ready()
-            await resp.write(_sse(json.dumps(summary(self.source, self.recent))))
+            if self._full is None:
+                self._push_state()  # the baseline the next delta is relative to
+            assert self._full is not None
+            self._clients.add(queue)
+            await resp.write(self._full)
+            self._changed.set()  # the model may have moved on since that state
             while True:
                 try:
                     data = await asyncio.wait_for(queue.get(), timeout=15)
                 except TimeoutError:
                     await resp.write(b": keep-alive\n\n")
                     continue
-                await resp.write(_sse(data))
+                await resp.write(data)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
             self._clients.discard(queue)
         return resp
 
+    def _push_state(self) -> bytes | None:
+        """Build the current summary, make it the new baseline, and return the delta
+        event from the previous baseline (None: the tree's shape changed, or there was
+        no baseline — clients need the full ``summary``)."""
+        doc = summary(self.source, self.recent)
+        rows = {(n["kind"], n["name"]): json.dumps(n, separators=(",", ":")) for n in doc["nodes"]}
+        nodes = ",".join(rows.values())
+        head = {k: v for k, v in doc.items() if k != "nodes"}
+        full = json.dumps({**head, "nodes": []}, separators=(",", ":"))
+        full = full.replace('"nodes":[]', f'"nodes":[{nodes}]', 1)
+        previous, self._rows = self._rows, rows
+        self._full = _sse(full)
+        if previous is None or list(previous) != list(rows):
+            return None
+        changed = [r for key, r in rows.items() if previous[key] != r]
+        delta = json.dumps({**head, "changed": []}, separators=(",", ":"))
+        delta = delta.replace('"changed":[]', f'"changed":[{",".join(changed)}]', 1)
+        return _sse(delta, event="delta")
+
     async def _broadcast(self) -> None:
-        """Push a fresh summary to every client when the model changed (coalesced)."""
+        """Push what changed to every client when the model changed (coalesced)."""
         last = self._fingerprint()
         while True:
             with contextlib.suppress(TimeoutError):
@@ -353,14 +387,23 @@ class Dashboard:
             if not self._clients:
                 continue
             await self.source.cache_ready()
-            data = json.dumps(summary(self.source, self.recent))
+            started = time.thread_time()  # the loop's own CPU, not the machine's load
+            delta = self._push_state()
+            cost = time.thread_time() - started
             self.pushes += 1
+            full = self._full
+            assert full is not None
+            if delta is not None:
+                self.deltas += 1
             for q in list(self._clients):
-                if q.full():  # a slow client gets the newest state, not a backlog
+                if q.full():  # a slow client missed updates: it gets the whole state
                     with contextlib.suppress(asyncio.QueueEmpty):
-                        q.get_nowait()
-                q.put_nowait(data)
-            await asyncio.sleep(PUSH_INTERVAL)
+                        while True:
+                            q.get_nowait()
+                    q.put_nowait(full)
+                else:
+                    q.put_nowait(full if delta is None else delta)
+            await asyncio.sleep(min(PUSH_MAX_INTERVAL, max(PUSH_INTERVAL, cost / PUSH_LOOP_SHARE)))
 
     async def serve(
         self, *, host: str, port: int, ready: Callable[[int], None] = lambda _p: None
@@ -385,8 +428,8 @@ async def _ok(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def _sse(data: str) -> bytes:
-    return f"event: summary\ndata: {data}\n\n".encode()
+def _sse(data: str, *, event: str = "summary") -> bytes:
+    return f"event: {event}\ndata: {data}\n\n".encode()
 
 
 def _asset(name: str) -> str:

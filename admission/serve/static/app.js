@@ -141,14 +141,33 @@ function showSelected() {
 function select(name) { state.selected = name; pendingTotal = -1; showSelected(); refreshPending(); refreshAdmitted(); tree.draw(); }
 
 // -- live updates ----------------------------------------------------------------------
-function apply(summary) {
+// A full `summary` event replaces the state; a `delta` carries the totals, the recent
+// events and only the tree rows that changed (same tree shape). The selected
+// ClusterQueue's lists are re-fetched when its row changed, else at most every 5 s.
+let nodeIndex = new Map(); let lastListRefresh = 0;
+const nodeKey = (n) => n.kind + "/" + n.name;
+function applyDelta(delta) {
+  if (!state.summary) return;
+  const { changed, ...totals } = delta;
+  let selectedChanged = false;
+  for (const row of changed) {
+    const i = nodeIndex.get(nodeKey(row));
+    if (i === undefined) continue;
+    state.summary.nodes[i] = row;
+    if (row.kind === "ClusterQueue" && row.name === state.selected) selectedChanged = true;
+  }
+  apply({ ...totals, nodes: state.summary.nodes }, selectedChanged || Date.now() - lastListRefresh > 5000);
+}
+function apply(summary, refreshLists = true) {
   state.summary = summary;
+  nodeIndex = new Map(summary.nodes.map((n, i) => [nodeKey(n), i]));
   document.getElementById("totals").textContent =
     `${summary.clusterQueues} ClusterQueues · ${summary.cohorts} Cohorts · ${summary.pending} pending · ${summary.admitted} admitted` +
     (summary.unroutable ? ` · ${summary.unroutable} without a queue` : "");
   layoutTree();
   if (!state.selected) { const first = summary.nodes.find((n) => n.kind === "ClusterQueue"); if (first) select(first.name); }
-  else { showSelected(); refreshPending(); refreshAdmitted(); }
+  else { showSelected(); if (refreshLists) { refreshPending(); refreshAdmitted(); } }
+  if (refreshLists) lastListRefresh = Date.now();
   const recent = document.getElementById("recent"); recent.textContent = "";
   for (const e of summary.recent) {
     const line = document.createElement("div"); line.className = "ev-" + e.kind;
@@ -161,5 +180,6 @@ function apply(summary) {
 document.getElementById("filter").addEventListener("input", (ev) => { state.filter = ev.target.value; layoutTree(); });
 const source = new EventSource("/events");
 source.addEventListener("summary", (ev) => apply(JSON.parse(ev.data)));
+source.addEventListener("delta", (ev) => applyDelta(JSON.parse(ev.data)));
 source.onopen = () => document.getElementById("live").className = "live on";
 source.onerror = () => document.getElementById("live").className = "live off";
