@@ -88,17 +88,13 @@ def workload_doc(i: int, namespace: str, rng: random.Random) -> dict[str, Any]:
 def build() -> tuple[Any, Any, str]:
     """(cache, scheduler, the largest ClusterQueue's name)."""
     from admission.config import Config
-    from admission.engine.cache import Cache
-    from queues import model as m
+    from admission.drivers.loader import load_documents
+    from admission.drivers.plan import build_cache
     from queues.api import parse_model
 
     rng = random.Random(17)
-    objs = [parse_model(d) for d in documents()]
-    cache = Cache(
-        flavors={o.name: o for o in objs if isinstance(o, m.ResourceFlavor)},
-        cluster_queues={o.name: o for o in objs if isinstance(o, m.ClusterQueue)},
-        cohorts={o.name: o for o in objs if isinstance(o, m.Cohort)},
-        local_queues={o.key: o for o in objs if isinstance(o, m.LocalQueue)},
+    cache = build_cache(
+        load_documents([("dashboard-scale", i, d) for i, d in enumerate(documents())])
     )
     names = sorted(cache.cluster_queues)
     hot = names[0]

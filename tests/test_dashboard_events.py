@@ -11,6 +11,8 @@ from typing import Any
 
 import aiohttp
 
+from admission.drivers.loader import load_documents
+from admission.drivers.plan import build_cache
 from admission.engine.cache import Cache
 from admission.serve.dashboard import Dashboard, DashboardSource, summary
 from queues import model as m
@@ -32,13 +34,7 @@ def _cache(cqs: int = 40) -> Cache:
         docs.append({"apiVersion": KUEUE, "kind": "LocalQueue",
                      "metadata": {"name": "lq", "namespace": f"cq-{i}"},
                      "spec": {"clusterQueue": f"cq-{i}"}})  # fmt: skip
-    objs = [parse_model(d) for d in docs]
-    return Cache(
-        flavors={o.name: o for o in objs if isinstance(o, m.ResourceFlavor)},
-        cluster_queues={o.name: o for o in objs if isinstance(o, m.ClusterQueue)},
-        cohorts={o.name: o for o in objs if isinstance(o, m.Cohort)},
-        local_queues={o.key: o for o in objs if isinstance(o, m.LocalQueue)},
-    )
+    return build_cache(load_documents([("test", i, d) for i, d in enumerate(docs)]))
 
 
 def _workload(name: str, cq: str) -> m.Workload:
