@@ -67,6 +67,109 @@ def test_waiting_decisions_go_before_waiting_status_writes() -> None:
     asyncio.run(main())
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_low_priority_request_is_never_starved_by_decisions() -> None:
+    """Decisions go first, but a status write that has waited ``low_max_wait`` takes
+    the next token even while decisions keep arriving (the budget stays spent)."""
+
+    async def main() -> None:
+        clock = FakeClock()
+        bucket = TokenBucket(qps=1e9, burst=1, clock=clock, low_max_wait=5.0)
+        await bucket.acquire()
+        bucket.qps = 1e-9  # no token comes until the test hands one out
+        order: list[str] = []
+
+        async def one(name: str, low: bool) -> None:
+            if low:
+                with low_priority():
+                    await bucket.acquire()
+            else:
+                await bucket.acquire()
+            order.append(name)
+
+        def grant() -> None:
+            bucket._tokens = 1.0
+            bucket._release()
+
+        tasks = [asyncio.create_task(one("status", True))]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(one(f"d{i}", False)) for i in range(3)]
+        await asyncio.sleep(0)
+        grant()
+        await asyncio.sleep(0)
+        assert order == ["d0"]  # the status write has waited less than low_max_wait
+        clock.now = 5.0
+        grant()
+        await asyncio.sleep(0)
+        assert order == ["d0", "status"]  # it has waited long enough: it goes next
+        grant()
+        grant()
+        await asyncio.gather(*tasks)
+        assert order == ["d0", "status", "d1", "d2"]
+
+    asyncio.run(main())
+
+
+def test_room_for_decisions_waits_until_the_queue_drains_below_the_limit() -> None:
+    """The scheduler's back-pressure: with ``limit`` decisions waiting for tokens it
+    waits; once one is sent it goes on."""
+
+    async def main() -> None:
+        bucket = TokenBucket(qps=1e9, burst=1)
+        await bucket.acquire()
+        bucket.qps = 1e-9
+        waiting = [asyncio.create_task(bucket.acquire()) for _ in range(3)]
+        await asyncio.sleep(0)
+        assert bucket.decisions_queued() == 3
+        room = asyncio.create_task(bucket.room_for_decisions(3))
+        await asyncio.sleep(0.01)
+        assert not room.done()
+        await bucket.room_for_decisions(4)  # below this limit already: no wait
+        bucket._tokens = 1.0
+        bucket._release()
+        await asyncio.wait_for(room, 1.0)
+        assert bucket.decisions_queued() == 2
+        for t in waiting:
+            t.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        assert bucket.decisions_queued() == 0
+
+    asyncio.run(main())
+
+
+def test_low_priority_writes_earn_a_share_of_the_decisions_requests() -> None:
+    """Every high-priority request earns ``share`` of one for low-priority writes
+    (queue statuses, pending reasons); low-priority requests and Events earn nothing."""
+    from admission.kube.ratelimit import ShareCredit
+
+    async def main() -> None:
+        client = k.KubeClient(None, strict=False)  # type: ignore[arg-type]
+        client.own_budget = frozenset({"create core/events"})
+        client.share = ShareCredit(0.25, cap=2.0)
+        for _ in range(3):
+            await client._admit("patch kueue.x-k8s.io/workloads/status")
+        assert not client.share.take()  # 0.75 earned
+        await client._admit("create core/events")
+        with low_priority():
+            await client._admit("patch kueue.x-k8s.io/clusterqueues/status")
+        assert not client.share.take()  # still 0.75
+        await client._admit("patch kueue.x-k8s.io/workloads/status")
+        assert client.share.take()  # one earned, one spent
+        assert not client.share.take()
+        for _ in range(20):
+            await client._admit("patch kueue.x-k8s.io/workloads/status")
+        assert client.share.take() and client.share.take() and not client.share.take()  # cap
+
+    asyncio.run(main())
+
+
 def test_a_cancelled_waiter_leaves_the_queue() -> None:
     async def main() -> None:
         bucket = TokenBucket(qps=10, burst=1)

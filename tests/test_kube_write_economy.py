@@ -349,6 +349,15 @@ def test_unchanged_queue_statuses_are_not_rewritten(tmp_path: Path) -> None:
                 ),
                 what="the ClusterQueue status counts it",
             )
+            await eventually(
+                lambda: (
+                    ((s.get("localqueues", "lq", NS) or {}).get("status") or {}).get(
+                        "admittedWorkloads"
+                    )
+                    == 1
+                ),
+                what="the LocalQueue status counts it",
+            )
             await asyncio.sleep(ctrl.options.status_interval * 2)
             mark = len(s.server.requests)
             await asyncio.sleep(ctrl.options.status_interval * 5)  # five refreshes
@@ -379,48 +388,73 @@ def test_events_do_not_spend_the_decisions_budget(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_queue_status_yields_to_waiting_decisions_for_a_bounded_time(tmp_path: Path) -> None:
-    """While an admission waits for the budget, status passes are put off (their
-    tokens are the admission's), but at most ``STALE_PASSES`` in a row."""
+def cq_status(s: Stack) -> dict[str, Any]:
+    return dict((s.get("clusterqueues", "cq") or {}).get("status") or {})
+
+
+def test_a_significant_queue_status_change_goes_out_while_decisions_wait(
+    tmp_path: Path,
+) -> None:
+    """While an admission waits for the budget, status passes run only every
+    ``BUSY_PASS_EVERY`` intervals; with the low-priority share saved up, a queue that
+    became non-empty is written at the first of them."""
     from admission.kube.ratelimit import LOW
-    from admission.kube.status import STALE_PASSES
+    from admission.kube.status import BUSY_PASS_EVERY
 
     async def main() -> None:
-        async with stack(tmp_path, objects=objects()) as s:
+        # every request sent earns a whole one: the service's start-up requests have
+        # saved up the share's cap by now
+        async with stack(tmp_path, objects=objects(), controller=options(low_share=1.0)) as s:
             ctrl = s.service.controller
             assert ctrl is not None
             interval = ctrl.options.status_interval
-            await eventually(
-                lambda: ((s.get("clusterqueues", "cq") or {}).get("status") or {}).get(
-                    "conditions"
-                ),
-                what="the first ClusterQueue status",
-            )
+            await eventually(lambda: cq_status(s).get("conditions"), what="the first status")
             gate = shut(s)
-            await create(s, standalone("w"))
-            await eventually(
-                lambda: gate.decisions_waiting, what="the admission waits for its turn"
-            )
+            await create(s, standalone("w"))  # reservingWorkloads 0 -> 1: significant
+            await eventually(lambda: gate.decisions_waiting, what="the admission waits")
 
             def status_waiting() -> bool:
                 return any(p == LOW for p, _, _ in gate._waiters)
 
-            await asyncio.sleep(interval * STALE_PASSES / 2)
-            assert not status_waiting()  # put off while the admission waits
+            await asyncio.sleep(interval * (BUSY_PASS_EVERY - 1) / 2)
+            assert not status_waiting()  # passes are put off while the admission waits
             await eventually(
-                status_waiting, what="a status pass after STALE_PASSES", timeout=interval * 30
+                status_waiting, what="the busy pass writes it", timeout=interval * 30
             )
             gate.open()
             await eventually(lambda: admitted(s.get("workloads", "w", NS)), what="w admitted")
             await eventually(
-                lambda: (
-                    ((s.get("clusterqueues", "cq") or {}).get("status") or {}).get(
-                        "admittedWorkloads"
-                    )
-                    == 1
-                ),
+                lambda: cq_status(s).get("admittedWorkloads") == 1,
                 what="the status catches up",
             )
+
+    asyncio.run(main())
+
+
+def test_other_queue_status_changes_wait_while_decisions_are_written(tmp_path: Path) -> None:
+    """A count that only moved (1 -> 2 reserving) is written while an admission waits
+    for the budget only with the low-priority share (none here); once nothing is being
+    decided it is written within ``status_interval``."""
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=objects(cpu=8), controller=options(low_share=0.0)) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            interval = ctrl.options.status_interval
+            await create(s, standalone("a"))
+            await eventually(lambda: cq_status(s).get("admittedWorkloads") == 1, what="a counted")
+            gate = shut(s)
+            await create(s, standalone("b"))  # fits: its admission waits at the gate
+            await eventually(lambda: gate.decisions_waiting, what="b's admission waits")
+            mark = len(s.server.requests)
+            await asyncio.sleep(interval * 12)  # two busy passes at least
+            assert gate.waiting == 1  # b's admission alone: no status write queued
+            gate.open()
+            await eventually(lambda: admitted(s.get("workloads", "b", NS)), what="b admitted")
+            await eventually(
+                lambda: cq_status(s).get("admittedWorkloads") == 2, what="the status catches up"
+            )
+            assert service_writes(s, "clusterqueues/status", "cq", since=mark) == 1
 
     asyncio.run(main())
 
@@ -435,7 +469,9 @@ def test_pending_reasons_yield_to_waiting_decisions_for_a_bounded_time(tmp_path:
     ]
 
     async def main() -> None:
-        async with stack(tmp_path, objects=cqs, controller=options(pending_max_hold=1.5)) as s:
+        # no back-pressure here: the next cycle must run while "fits" waits at the gate
+        opts = options(pending_max_hold=1.5, decision_lead=0.0, low_share=0.0)
+        async with stack(tmp_path, objects=cqs, controller=opts) as s:
             ctrl = s.service.controller
             assert ctrl is not None
             gate = shut(s)
@@ -463,5 +499,36 @@ def test_pending_reasons_yield_to_waiting_decisions_for_a_bounded_time(tmp_path:
                 ),
                 what="the reason is written",
             )
+
+    asyncio.run(main())
+
+
+def test_cycles_decide_no_further_ahead_than_the_budget_can_write(tmp_path: Path) -> None:
+    """Back-pressure: an admission holds quota from the moment it is decided, so while
+    more decisions wait for the budget than it sends in ``decision_lead`` seconds no
+    further cycle runs (here: one waits, at a shut budget); once they are sent the
+    rest is admitted."""
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=objects(cpu=8)) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            gate = shut(s)
+            for i in range(4):
+                await create(s, standalone(f"w{i}", cpu="2"))
+            await eventually(lambda: gate.decisions_waiting, what="the first admission waits")
+            await eventually(
+                lambda: sum(len(q) for q in ctrl.cache.queues.values()) == 3,
+                what="the rest is queued",
+            )
+            cycles = ctrl.stats["cycles"]
+            await asyncio.sleep(0.5)
+            assert len(ctrl.cache.admitted) == 1  # one decided; three wait undecided
+            assert ctrl.stats["cycles"] == cycles
+            gate.open()
+            for i in range(4):
+                await eventually(
+                    lambda i=i: admitted(s.get("workloads", f"w{i}", NS)), what=f"w{i} admitted"
+                )
 
     asyncio.run(main())

@@ -38,6 +38,10 @@ log = logging.getLogger("quartermaster.kube.admit")
 VERIFY_ATTEMPTS = 5
 YIELD_POLL = 0.2  # seconds between looks at the budget while pending reasons yield
 FAILURE_BACKOFF_MAX = 60.0
+# quartermaster_api_writes_total{kind} of pending-status writes: a new reason, or only
+# its message refreshed (the numbers in it moved)
+PENDING_REASON = "pending"
+PENDING_MESSAGE = "pending-message"
 
 
 class Applier:
@@ -257,21 +261,20 @@ class Applier:
                 continue
             last = self.pending_written.get(key)
             recent = last is not None and time.monotonic() - last < ctx.options.pending_refresh
-            sent = [False]  # whether the last compute asked for a write
+            sent = [""]  # what the last compute asked to write (PENDING_REASON, ...)
 
             def compute(
                 w: Obj, key: str = key, status: PendingStatus = status, recent: bool = recent,
-                sent: list[bool] = sent,
+                sent: list[str] = sent,
             ) -> Obj | None:  # fmt: skip
-                body = self._pending_body(w, key, status, recent=recent)
-                sent[0] = body is not None
+                body, sent[0] = self._pending_body(w, key, status, recent=recent)
                 return body
 
             try:
                 after = await ctx.writer.update_status(key, compute, attempts=2)
                 if after is not None and sent[0]:
                     self.pending_written[key] = time.monotonic()
-                    ctx.metrics.api_writes.labels("pending", "ok").inc()
+                    ctx.metrics.api_writes.labels(sent[0], "ok").inc()
             except ApiError as err:
                 ctx.metrics.api_writes.labels("pending", "error").inc()
                 log.debug("pending status of %s not written: %s", key, err)
@@ -279,35 +282,48 @@ class Applier:
                     await asyncio.sleep(0.1)
 
     def _yield_to_decisions(self, due: float) -> bool:
-        """Whether due pending reasons wait while admissions and evictions wait for the
-        client's budget: a head admitted meanwhile needs no reason at all, and a token a
-        reason takes is one a decision waits for. The oldest reason waits at most
-        ``pending_max_hold`` since it was noted, so reasons are never held indefinitely."""
+        """Whether a due pending reason waits while admissions and evictions are being
+        written: a head admitted meanwhile needs no reason at all, and a request a
+        reason makes is one a decision waits for. Meanwhile reasons take the
+        low-priority share of the budget (``low_share`` of the decisions' requests);
+        the oldest waits at most ``pending_max_hold`` since it was noted."""
         opts = self.ctx.options
-        limiter = self.ctx.client.limiter
-        if limiter is None or not limiter.decisions_waiting:
+        if not self.ctx.deciding():
             return False
         noted = due - opts.pending_delay
-        return time.monotonic() - noted < opts.pending_max_hold
+        if time.monotonic() - noted >= opts.pending_max_hold:
+            return False
+        return not self.ctx.client.share.take()
 
-    def _pending_body(self, w: Obj, key: str, status: PendingStatus, *, recent: bool) -> Obj | None:
+    def _pending_body(
+        self, w: Obj, key: str, status: PendingStatus, *, recent: bool
+    ) -> tuple[Obj | None, str]:
         """The pending-status write for ``w``, decided once its turn at the rate limit
-        came (None: nothing to write). A newer reason noted meanwhile replaces the one
+        came, and its kind (``PENDING_REASON``, ``PENDING_MESSAGE``); (None, "") when
+        there is nothing to write. A newer reason noted meanwhile replaces the one
         taken from the queue, so one wait never leads to two writes."""
         ctx = self.ctx
         newer = self.pending.pop(key, None)
         if newer is not None:
             status = newer[0]
         if o.has_quota(w) or o.is_finished(w) or key in ctx.cache.admitted:
-            return None  # admitted (or being admitted) while it waited
+            return None, ""  # admitted (or being admitted) while it waited
         if key in ctx.sync.inflight:
-            return None
+            return None, ""
         now = ctx.clock()
+        kind = PENDING_REASON
         current = o.condition(w, o.QUOTA_RESERVED) or {}
         if current.get("status") == "False" and current.get("reason") == status.reason:
             # only the message moved: at most every pending_refresh per workload, counting
-            # from our last pending write or from the eviction that set the condition
+            # from our last pending write or from the eviction that set the condition,
+            # and never while decisions wait (the reason the user sees is still right)
             since = o.parse_time(current.get("lastTransitionTime"))
-            if recent or (since is not None and now - since < ctx.options.pending_refresh):
-                return None
-        return o.pending_status(w, reason=status.reason, message=status.message, now=now)
+            if (
+                recent
+                or (since is not None and now - since < ctx.options.pending_refresh)
+                or ctx.deciding()
+            ):
+                return None, ""
+            kind = PENDING_MESSAGE
+        body = o.pending_status(w, reason=status.reason, message=status.message, now=now)
+        return body, kind

@@ -35,7 +35,7 @@ from kubernetes.aio.client import ApiClient, Configuration
 from admission.integrations.base import Integration, Resource
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 
-from .ratelimit import TokenBucket
+from .ratelimit import HIGH, ShareCredit, TokenBucket, current_priority
 
 try:  # orjson parses watch lines several times faster; the stdlib is the fallback
     from orjson import loads as _loads
@@ -327,6 +327,8 @@ class KubeClient:
         # calls with a budget of their own, outside ``limiter`` (client-go gives the
         # event recorder its own client and rate limit: Events never delay decisions)
         self.own_budget: frozenset[str] = frozenset()
+        # low-priority writes' share while decisions are written (see .ratelimit)
+        self.share = ShareCredit()
 
     # -- construction -------------------------------------------------------------------
 
@@ -400,6 +402,8 @@ class KubeClient:
                 paid.spent = True  # one token, one request (a task spawned inside shares it)
             else:
                 await self.limiter.acquire()
+        if call not in self.own_budget and current_priority() == HIGH:
+            self.share.earn()
         self.counts[call] += 1
         if self.on_request is not None:
             self.on_request(call)

@@ -58,14 +58,23 @@ class ControllerOptions:
     # cycle are admitted within a second or two (Kueue's baseline on the simulator with
     # its 50 QPS budget: 4,318 first reasons written with 1 s, 856 with 2 s, 305 with 5 s)
     pending_delay: float = 2.0
-    # ... and, while decisions wait for the client's budget, at most this long
-    pending_max_hold: float = 30.0
+    # ... and, while decisions are written and the low_share is spent, at most this long
+    pending_max_hold: float = 300.0
     # a changed message with the same reason (only the numbers moved): at most this often
     # per workload; a changed reason is written once it held for pending_delay
     pending_refresh: float = 60.0
+    # a cycle waits while more decisions wait for the client's budget than it can send
+    # in this many seconds (qps × decision_lead): admissions hold quota from the moment
+    # they are decided, so a cycle far ahead of the writes makes heads inadmissible and
+    # preemptors evict for quota nobody is using yet (0: no back-pressure)
+    decision_lead: float = 0.5
     schedule_batch: float = 0.01  # coalesce events this long before a scheduling pass
     cycle_in_thread: bool = True  # run schedule() in a worker thread (the loop stays live)
     status_interval: float = 1.0
+    # while decisions are written, queue statuses (other than status.significant
+    # changes) and pending reasons take at most this share of the requests decisions
+    # make (ratelimit.ShareCredit)
+    low_share: float = 0.04
     status_budget: int = 100  # queue status writes per interval at most (big clusters)
     tick: float = 0.5
     events: bool = True
@@ -355,6 +364,10 @@ class Context:
     # at its renew deadline, before a successor can take over
     fence: Callable[[], bool] = lambda: True
     cache_ready: Callable[[], Awaitable[None]] = field(default=lambda: _ready())
+    # True while admissions or evictions are being written or wait for the client's
+    # budget: queue statuses and pending reasons then take the back seat (they cost the
+    # tokens and the CPU the decisions need)
+    deciding: Callable[[], bool] = lambda: False
     # (job kind's plural, job key) -> the keys of its Workloads
     job_index: JobIndex = field(default_factory=JobIndex)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -40,6 +41,7 @@ from .metrics import Metrics
 from .notices import Notices
 from .podgroups import PodGroupReconciler
 from .podsready import PodsReadyWatcher
+from .ratelimit import ShareCredit
 from .status import StatusWriter
 from .topology import BOUND_PODS, TAS_PODS, TopologyUngater, TopologyWatch, admitted_by_tas
 
@@ -56,6 +58,7 @@ KIND_OF_PLURAL = {
     "topologies": "Topology",
 }
 assert set(KIND_OF_PLURAL.values()) == set(QUEUE_KINDS)
+DECIDING_GRACE = 2.0  # seconds after a cycle's last decision the scheduler counts as busy
 
 
 class Controller:
@@ -91,6 +94,7 @@ class Controller:
         self._cycle_idle.set()
         self.leading = False
         self.queue = WorkQueue(base=options.retry_base, cap=options.retry_cap)
+        client.share = ShareCredit(options.low_share)
         self.ctx = Context(
             client=client,
             cache=cache,
@@ -103,6 +107,7 @@ class Controller:
             wake=self.wake,
             enqueue=self.enqueue,
             cache_ready=self.cache_ready,
+            deciding=self._deciding,
         )
         self.jobs = JobReconciler(self.ctx)
         self.podgroups = PodGroupReconciler(self.ctx, self.jobs)
@@ -115,6 +120,7 @@ class Controller:
             self.ctx, enqueue_failure=lambda wkey: self.enqueue("nodefail", wkey)
         )
         self.tas_ungater = TopologyUngater(self.ctx, unhealthy=lambda wkey: set(self.topology.failed))
+        self._last_decision = -math.inf  # monotonic time of the last cycle that decided
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
         self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}
@@ -258,6 +264,17 @@ class Controller:
 
         return on_object
 
+    def _deciding(self) -> bool:
+        """Decisions are being written, wait for the client's budget, or were made in
+        the last ``DECIDING_GRACE`` seconds (between two cycles' writes the scheduler is
+        still busy: a status pass that happens to fall in the gap is no exception)."""
+        if self.applier.tasks:
+            return True
+        if time.monotonic() - self._last_decision < DECIDING_GRACE:
+            return True
+        limiter = self.ctx.client.limiter
+        return limiter is not None and limiter.decisions_waiting
+
     async def cache_ready(self) -> None:
         """Wait until no scheduling cycle is running (before reading the cache at length)."""
         while not self._cycle_idle.is_set():
@@ -372,6 +389,7 @@ class Controller:
             self._wake.clear()
             self.sync.flush_objects()
             while self.ctx.fence():
+                await self._room_for_decisions()
                 start = time.perf_counter()
                 result = await self._cycle(sched)
                 elapsed = time.perf_counter() - start
@@ -380,6 +398,8 @@ class Controller:
                     outcome = "success" if result.admitted else "inadmissible"
                     metrics.admission_attempts.labels(outcome).inc()
                     metrics.attempt_duration.labels(outcome).observe(elapsed)
+                if result.admitted or result.preempted:
+                    self._last_decision = time.monotonic()
                 for d in result.admitted:
                     self.stats["admitted"] += 1
                     self.applier.spawn(self.applier.admit(d))
@@ -393,6 +413,15 @@ class Controller:
                     continue
                 if not result.changed:
                     break
+
+    async def _room_for_decisions(self) -> None:
+        """Back-pressure: wait while the client's budget has more decisions to send than
+        it can in ``decision_lead`` seconds (see ``TokenBucket.room_for_decisions``)."""
+        limiter = self.ctx.client.limiter
+        lead = self.options.decision_lead
+        if limiter is not None and lead > 0:
+            await limiter.room_for_decisions(max(1, math.ceil(limiter.qps * lead)))
+            self.sync.flush_objects()
 
     def _note_unschedulable(self) -> None:
         """Workloads no cycle looks at (no LocalQueue / ClusterQueue, or an inactive

@@ -23,7 +23,7 @@ from .context import Context
 from .ratelimit import low_priority
 
 log = logging.getLogger("quartermaster.kube.status")
-STALE_PASSES = 10  # status passes put off at most this many in a row (budget spent)
+BUSY_PASS_EVERY = 5  # while decisions wait for the budget: one status pass in this many
 
 
 Obj = dict[str, Any]
@@ -194,6 +194,18 @@ def cache_invalid_cluster_queues(ctx: Context) -> list[str]:
     return out
 
 
+def significant(old: Obj, new: Obj) -> bool:
+    """A queue status change that is written even while the budget is spent on
+    decisions: the Active condition changed, or the queue became empty or non-empty
+    (what users and tooling wait for: Kueue's own performance harness stops when every
+    ClusterQueue says nothing is pending or reserving)."""
+    if old.get("conditions") != new.get("conditions"):
+        return True
+    return any(
+        (not old.get(f)) != (not new.get(f)) for f in ("pendingWorkloads", "reservingWorkloads")
+    )
+
+
 class StatusWriter:
     """Writes ClusterQueue and LocalQueue status: only what changed, newest first.
 
@@ -209,10 +221,11 @@ class StatusWriter:
         self.fair_sharing = fair_sharing
         self.tracker: UsageTracker | None = None
         self.written: dict[tuple[str, str], Obj] = {}
+        self.written_at: dict[tuple[str, str], float] = {}  # monotonic time of each write
         self._known_cqs: dict[str, list[tuple[str, str]]] = {}
         self._offset = 0  # round-robin start, so a write budget reaches every queue
         self._budget = 0
-        self._put_off = 0  # passes put off in a row while decisions waited for tokens
+        self._put_off = 0  # passes skipped in a row while decisions waited for tokens
 
     def desired(self) -> dict[tuple[str, str], Obj]:
         """What every queue's status should say now (read the cache when no cycle runs)."""
@@ -240,23 +253,29 @@ class StatusWriter:
     async def refresh(self) -> None:
         """Write changed queue statuses (within the budget) and update the queue metrics.
 
-        While decisions wait for the client's budget, a pass is put off (the statuses
-        would be stale by the time their turn came, and every token they take is one an
-        admission waits for), but never for more than ``STALE_PASSES`` intervals in a row:
-        a queue's status is at most that far behind even when the budget stays spent."""
+        While decisions are written or wait for the client's budget (``ctx.deciding``:
+        the budget and the CPU go to admissions and evictions), a queue's status is a
+        luxury: passes run only every
+        ``BUSY_PASS_EVERY`` intervals and write what the low-priority share of the budget
+        affords (``low_share``: the cost follows the decisions, not the time they take),
+        the changes that matter first (:func:`significant`: the Active condition, or the
+        queue became empty or non-empty). When nothing is being decided, every changed
+        queue is written at most once per ``status_interval``."""
         ctx = self.ctx
         cache = ctx.cache
         await ctx.cache_ready()
         self._metrics()
-        limiter = ctx.client.limiter
-        if limiter is not None and limiter.decisions_waiting and self._put_off < STALE_PASSES:
+        busy = ctx.deciding()
+        if busy and self._put_off < BUSY_PASS_EVERY - 1:
             self._put_off += 1
             return
         self._put_off = 0
         want = self.desired()
         taken = time.monotonic()
         todo = [k for k, status in want.items() if self.written.get(k) != status]
-        if todo:
+        if busy:
+            todo = self._while_deciding(todo, want)
+        elif todo:
             self._offset %= len(todo)
             todo = todo[self._offset :] + todo[: self._offset]
         self._budget = ctx.options.status_budget
@@ -274,6 +293,25 @@ class StatusWriter:
                         await self._write_now(*item, status)
         for k in [k for k in self.written if k[1] not in cache.cluster_queues and k[0] == "cq"]:
             del self.written[k]
+            self.written_at.pop(k, None)
+
+    def _while_deciding(
+        self, todo: list[tuple[str, str]], want: dict[tuple[str, str], Obj]
+    ) -> list[tuple[str, str]]:
+        """The changed queues written while decisions are, as far as the low-priority
+        share affords: significant changes first, then the least recently written."""
+        share = self.ctx.client.share
+
+        def rank(k: tuple[str, str]) -> tuple[bool, float]:
+            old = self.written.get(k)
+            return (not (old is None or significant(old, want[k])), self.written_at.get(k, 0.0))
+
+        out = []
+        for k in sorted(todo, key=rank):
+            if not share.take():
+                break
+            out.append(k)
+        return out
 
     async def _write_now(self, kind: str, key: str, status: Obj) -> None:
         res = CLUSTER_QUEUES if kind == "cq" else LOCAL_QUEUES
@@ -305,6 +343,7 @@ class StatusWriter:
                 log.debug("status of %s %s not written: %s", res.kind, key, err)
             return
         self.written[(kind, key)] = status
+        self.written_at[(kind, key)] = time.monotonic()
 
     async def release_finalizers(self) -> None:
         """A deleted ClusterQueue keeps ``kueue.x-k8s.io/resource-in-use`` until no
