@@ -79,6 +79,7 @@ class PendingQueue:
         "_heads",
         "_lq_heads",
         "sticky",
+        "on_park",
     )
 
     def __init__(self) -> None:
@@ -96,6 +97,9 @@ class PendingQueue:
         self._lq_heads: dict[str, SortedList] = {}
         # A preemptor waiting for its victims stays the head (Kueue's "sticky" head).
         self.sticky: str | None = None
+        # Called when work is parked: the owner keeps track of which queues a capacity
+        # event must wake, so it does not visit every queue of a large tree each time.
+        self.on_park: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         return len(self._keys) + len(self._parked)
@@ -151,6 +155,8 @@ class PendingQueue:
         """Move one workload out of its group to the parked set (BestEffortFIFO)."""
         self.remove(wl.key)
         self._parked[wl.key] = wl
+        if self.on_park is not None:
+            self.on_park()
 
     def park_equivalent(self, wl: Workload) -> int:
         """Park every workload interchangeable with ``wl`` (which just failed): their
@@ -164,6 +170,8 @@ class PendingQueue:
                 self._unindex(group)
                 self._active.discard(group)
                 parked += len(self._groups[group])
+        if parked and self.on_park is not None:
+            self.on_park()
         return parked
 
     def remove(self, key: str) -> Workload | None:

@@ -206,7 +206,17 @@ class CohortTree:
         self.queues: dict[str, QuotaNode] = {}
         self.cohorts: dict[str, QuotaNode] = {}
         self._journal: Journal | None = None
+        # bumped by every usage change (restores included): equal counts, equal usage
+        self.changes = 0
+        self._init_copies()
         self.rebuild(cluster_queues, cohorts)
+
+    def _init_copies(self) -> None:
+        # The working copy kept between cycles (see working_copy), whether it is in use,
+        # and the ClusterQueues whose path to the root changed usage since it was synced.
+        self._kept: CohortTree | None = None
+        self._lent = False
+        self._dirty: set[str] = set()
 
     def rebuild(
         self,
@@ -214,6 +224,7 @@ class CohortTree:
         cohorts: Mapping[str, Cohort],
     ) -> None:
         old_usage = {name: dict(node.usage) for name, node in self.queues.items()}
+        self._kept = None  # new nodes: the kept copy no longer matches
         self.queues = {}
         self.cohorts = {}
 
@@ -284,6 +295,8 @@ class CohortTree:
         and then simply drop it: nothing to undo."""
         copy = CohortTree.__new__(CohortTree)
         copy._journal = None
+        copy.changes = 0
+        copy._init_copies()
         mapping: dict[int, QuotaNode] = {}
 
         def node_copy(n: QuotaNode) -> QuotaNode:
@@ -313,6 +326,36 @@ class CohortTree:
             c.child_queues = [mapping[id(x)] for x in n.child_queues]
         return copy
 
+    def working_copy(self) -> CohortTree:
+        """A copy to work on, exactly as :meth:`clone` makes it, but kept between uses:
+        handing it out again only re-copies the usage of the nodes that changed since
+        (here, or on the copy), so a cycle over thousands of ClusterQueues costs what
+        changed, not the size of the tree. Give it back with :meth:`give_back`; while it
+        is out, another caller gets a fresh clone."""
+        kept = self._kept
+        if kept is None or self._lent:
+            copy = self.clone()
+            if kept is None:
+                self._kept, self._dirty = copy, set()
+                self._lent = True
+            return copy
+        for name in self._dirty | kept._dirty:
+            live, mine = self.queues.get(name), kept.queues.get(name)
+            if live is None or mine is None:
+                continue
+            for a, b in zip(live.path_to_root(), mine.path_to_root()):
+                b.usage = dict(a.usage)
+        self._dirty.clear()
+        kept._dirty.clear()
+        kept.changes += 1
+        self._lent = True
+        return kept
+
+    def give_back(self, copy: CohortTree) -> None:
+        """The copy from :meth:`working_copy` is no longer used (its usage may be anything)."""
+        if copy is self._kept:
+            self._lent = False
+
     def roots(self) -> list[QuotaNode]:
         out = [n for n in self.cohorts.values() if n.parent is None]
         out += [n for n in self.queues.values() if n.parent is None]
@@ -321,12 +364,16 @@ class CohortTree:
     def add_usage(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
         node = self.queues[cq]
         journal = self._journal
+        self.changes += 1
+        self._dirty.add(cq)
         for fr, v in usage.items():
             node.add_usage(fr, v, journal)
 
     def remove_usage(self, cq: str, usage: Mapping[FlavorResource, int]) -> None:
         node = self.queues[cq]
         journal = self._journal
+        self.changes += 1
+        self._dirty.add(cq)
         for fr, v in usage.items():
             node.remove_usage(fr, v, journal)
 
@@ -346,6 +393,7 @@ class CohortTree:
             yield
         finally:
             self._journal = outer
+            self.changes += 1
             for usage, fr, old in reversed(journal):
                 if old:
                     usage[fr] = old

@@ -174,7 +174,7 @@ def borrowed_cohort() -> Cache:
     return cache
 
 
-@pytest.mark.parametrize("fail_at", [1, 2, 3, 4])
+@pytest.mark.parametrize("fail_at", [1, 2, 3])  # the cycle's one search calls _fits 3 times
 def test_classical_search_interrupted_by_an_exception_restores_the_tree(
     monkeypatch: pytest.MonkeyPatch, fail_at: int
 ) -> None:
@@ -534,3 +534,111 @@ def test_a_workload_routed_once_its_local_queue_arrives_loses_the_misconfigured_
     )
     assert "ns-cq/early" in cache.queues["cq"]
     assert cache.status_of(wl, "cq") is None
+
+
+# -- a capacity event visits what its tree parked, once ----------------------------------
+
+
+def test_a_capacity_event_wakes_what_its_tree_parked_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kueue's requeue on a capacity event: every parked workload of the tree where
+    quota was freed may be nominated again; other trees' stay parked. The cache only
+    visits the queues that parked something since the tree's last event."""
+    cache = make_cache(
+        cq("a1", 4, cohort="a"), cq("a2", 4, cohort="a"), cq("b1", 4, cohort="b")
+    )
+    for name, cq_name in (("x", "a1"), ("y", "a2"), ("z", "b1")):
+        cache.add_workload(workload(name, cq_name, 8))
+    for name, cq_name in (("x", "a1"), ("y", "a2"), ("z", "b1")):
+        wl = cache.queues[cq_name].pop_head()
+        assert wl is not None and wl.name == name
+        cache.requeue(wl, cq_name, park=True)
+    assert all(q.active_count() == 0 for q in cache.queues.values())
+    visited: list[str] = []
+    names = {id(q): name for name, q in cache.queues.items()}
+    wake = PendingQueue.requeue_inadmissible
+
+    def spy(self: PendingQueue) -> int:
+        visited.append(names[id(self)])
+        return wake(self)
+
+    monkeypatch.setattr(PendingQueue, "requeue_inadmissible", spy)
+    cache.capacity_event("a2")
+    assert sorted(visited) == ["a1", "a2"]
+    assert cache.queues["a1"].active_count() == cache.queues["a2"].active_count() == 1
+    assert cache.queues["b1"].active_count() == 0  # another tree: still parked
+    cache.capacity_event("a1")  # nothing parked in tree a since: no queue visited
+    assert sorted(visited) == ["a1", "a2"]
+    wl = cache.queues["a1"].pop_head()
+    assert wl is not None
+    cache.requeue(wl, "a1", park=True)  # parked again: the next event wakes it
+    cache.capacity_event("a2")
+    assert sorted(visited) == ["a1", "a1", "a2"]
+    assert cache.queues["a1"].active_count() == 1
+
+
+# -- the kept working copy of the tree is a clone, however both sides changed ---------
+
+
+def tree_of_two_cohorts() -> CohortTree:
+    cqs = {
+        c.name: c
+        for c in (cq("a1", 4, cohort="a"), cq("a2", 4, cohort="a"), cq("b1", 4, cohort="b"))
+    }
+    return CohortTree(cqs, {})
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.booleans(),  # on the working copy (else on the live tree)
+                st.sampled_from(["a1", "a2", "b1"]),
+                st.integers(-6, 6),  # cpu to add (negative: remove)
+            ),
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_kept_working_copy_is_what_a_fresh_clone_would_be(cycles: list) -> None:
+    """Each "cycle" takes the working copy, changes it and the live tree at will and
+    gives it back; the next one must start from exactly the live tree's usage (only
+    changed paths are re-copied, so this is what could go wrong)."""
+    tree = tree_of_two_cohorts()
+    fr = ("default", "cpu")
+    held = {"a1": 0, "a2": 0, "b1": 0}  # what the live tree holds (removals stay valid)
+    for ops in cycles:
+        copy = tree.working_copy()
+        assert usage_of_tree(copy) == usage_of_tree(tree.clone())
+        mine = dict(held)
+        for on_copy, name, cpu in ops:
+            target, acc = (copy, mine) if on_copy else (tree, held)
+            amount = min(abs(cpu), acc[name]) if cpu < 0 else cpu
+            if cpu < 0:
+                target.remove_usage(name, {fr: amount * 1000})
+                acc[name] -= amount
+            else:
+                target.add_usage(name, {fr: amount * 1000})
+                acc[name] += amount
+            if on_copy and cpu % 3 == 0:
+                with copy.scratch():  # searches try removals and undo them
+                    copy.remove_usage(name, {fr: mine[name] * 1000})
+        tree.give_back(copy)
+    assert usage_of_tree(tree.working_copy()) == usage_of_tree(tree.clone())
+
+
+def test_a_working_copy_in_use_is_not_handed_out_twice() -> None:
+    tree = tree_of_two_cohorts()
+    first = tree.working_copy()
+    second = tree.working_copy()  # the kept one is out: a fresh clone
+    assert second is not first
+    first.add_usage("a1", {("default", "cpu"): 1000})
+    assert usage_of_tree(second) == usage_of_tree(tree)
+    tree.give_back(second)  # not the kept one: nothing changes
+    tree.give_back(first)
+    assert tree.working_copy() is first
+    assert usage_of_tree(first) == usage_of_tree(tree)

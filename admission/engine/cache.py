@@ -74,8 +74,11 @@ class Cache:
             dict(namespaces) if namespaces is not None else None
         )
         self.tree = CohortTree(self.cluster_queues, self.cohorts)
+        # ClusterQueues with parked work, by cohort tree (see capacity_event)
+        self._parked_in: dict[str, set[str]] = {}
+        self._tree_of: dict[str, str] = {}
         self.queues: dict[str, PendingQueue] = {
-            name: PendingQueue() for name in self.cluster_queues
+            name: self._new_queue(name) for name in self.cluster_queues
         }
         self.workloads: dict[str, Workload] = {}
         self.admitted: dict[str, str] = {}  # workload key -> ClusterQueue charged
@@ -180,7 +183,7 @@ class Cache:
             if q is not None:
                 pending += list(q.workloads())
         for name in new_cqs - old_cqs:
-            self.queues[name] = PendingQueue()
+            self.queues[name] = self._new_queue(name)
         if moved_lqs:
             for q in self.queues.values():
                 for lq_key in moved_lqs:
@@ -191,14 +194,31 @@ class Cache:
             self._refresh_derived()
         self.requeue_all()
 
+    def _new_queue(self, name: str) -> PendingQueue:
+        q = PendingQueue()
+
+        def parked() -> None:
+            self._parked_in.setdefault(self._tree_of.get(name, name), set()).add(name)
+
+        q.on_park = parked
+        return q
+
     def _refresh_derived(self) -> None:
         self._same_tree = {}
+        self._tree_of = {}
         by_root: dict[str, list[str]] = {}
         for name, node in self.tree.queues.items():
-            by_root.setdefault(node.root().name + ("/c" if node.parent else "/q"), []).append(name)
+            root = node.root().name + ("/c" if node.parent else "/q")
+            by_root.setdefault(root, []).append(name)
+            self._tree_of[name] = root
         for names in by_root.values():
             for n in names:
                 self._same_tree[n] = names
+        # the trees may have been regrouped: file what is parked under its tree now
+        parked = [n for names in self._parked_in.values() for n in names]
+        self._parked_in = {}
+        for n in parked:
+            self._parked_in.setdefault(self._tree_of.get(n, n), set()).add(n)
         self.inactive = {}
         for name, cq in self.cluster_queues.items():
             node = self.tree.queues[name]
@@ -516,8 +536,12 @@ class Cache:
         return self._same_tree.get(cq, [cq])
 
     def capacity_event(self, cq: str) -> None:
-        """Quota was freed in cq's tree: parked workloads there may fit now."""
-        for name in self._same_tree.get(cq, [cq]):
+        """Quota was freed in cq's tree: parked workloads there may fit now.
+
+        Only the queues of that tree that parked something since its last capacity
+        event are visited: in a tree of thousands of ClusterQueues a burst of finishes
+        wakes each of them once, not once per finish."""
+        for name in self._parked_in.pop(self._tree_of.get(cq, cq), ()):
             q = self.queues.get(name)
             if q is not None:
                 q.requeue_inadmissible()
@@ -530,6 +554,7 @@ class Cache:
         return st
 
     def requeue_all(self) -> None:
+        self._parked_in = {}
         for q in self.queues.values():
             q.requeue_inadmissible()
 

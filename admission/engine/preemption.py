@@ -138,6 +138,16 @@ def node_path(node: QuotaNode) -> str:
     return "/" + "/".join(reversed([n.name for n in node.path_to_root()]))
 
 
+def _search_key(
+    snap: Snapshot,
+    wl: Workload,
+    cq_name: str,
+    frs: set[FlavorResource],
+    requests: Mapping[FlavorResource, int],
+) -> tuple[object, ...]:
+    return (snap.tree.changes, wl.key, cq_name, frozenset(frs), tuple(sorted(requests.items())))
+
+
 class Preemptor:
     """Classical preemption over a ``Cache`` (the strategy the scheduler is built with).
 
@@ -473,14 +483,17 @@ class Preemptor:
         """Would preemption free ``val`` of ``fr`` for ``wl``? (Kueue's PreemptionOracle.)"""
         targets = self.minimal_targets(snap, wl, node, {fr}, {fr: val})
         if not targets:
-            return NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val)[0]
-        tree = snap.tree
-        with tree.scratch():
-            for t in targets:
-                tree.remove_usage(t.cluster_queue, self.cache.usage_of[t.key])
-            borrow = node.height_of_lowest_subtree_that_fits(fr, val)[0]
-        mode = PREEMPT if any(t.cluster_queue == node.name for t in targets) else RECLAIM
-        return mode, borrow
+            answer = NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val)[0]
+        else:
+            tree = snap.tree
+            with tree.scratch():
+                for t in targets:
+                    tree.remove_usage(t.cluster_queue, self.cache.usage_of[t.key])
+                borrow = node.height_of_lowest_subtree_that_fits(fr, val)[0]
+            mode = PREEMPT if any(t.cluster_queue == node.name for t in targets) else RECLAIM
+            answer = mode, borrow
+        snap.searches = (_search_key(snap, wl, node.name, {fr}, {fr: val}), targets)
+        return answer
 
     def targets(
         self,
@@ -495,6 +508,10 @@ class Preemptor:
         """The victims that let ``wl`` (``usage`` in ``cq_name``) fit in ``snap``; with
         ``placement`` (TAS podSets) only victims after whose removal the topology
         placement succeeds (freeing capacity scattered over domains does not count)."""
+        if placement is None and self.progress is None and snap.searches is not None:
+            key, found = snap.searches
+            if key == _search_key(snap, wl, cq_name, frs, usage):
+                return list(found)  # the oracle's search, on the same tree
         self.placement = placement
         node = snap.tree.queues[cq_name]
         try:

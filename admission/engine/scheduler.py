@@ -210,6 +210,7 @@ class Scheduler:
         result.heads = len(heads)
         if not heads:
             return result
+        snap: Snapshot | None = None
         try:
             snap = Snapshot(cache.tree)
             for e in heads:
@@ -227,6 +228,9 @@ class Scheduler:
                 if key not in cache.admitted and key not in cache.queues[e.cluster_queue]:
                     cache.queues[e.cluster_queue].push(e.workload)
             raise
+        finally:
+            if snap is not None:
+                snap.release()
         return result
 
     def _nominate(self, e: Entry, snap: Snapshot) -> None:

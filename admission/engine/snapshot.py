@@ -19,14 +19,23 @@ from queues.tree import CohortTree
 class Snapshot:
     """The tree the cycle works on, and the victims of preemptions issued in it."""
 
-    __slots__ = ("tree", "victims", "tas")
+    __slots__ = ("tree", "victims", "tas", "searches", "_source")
 
     def __init__(self, tree: CohortTree) -> None:
         """A snapshot of ``tree`` (a copy of its usage: ``tree`` itself is not touched)."""
-        self.tree: CohortTree = tree.clone()
+        self.tree: CohortTree = tree.working_copy()
+        self._source = tree
         # Workloads preempted earlier in this cycle: no longer candidates for another
         # preemptor of the same cycle.
         self.victims: set[str] = set()
         # TAS usage (flavor -> leaf -> resources) of this cycle's admissions, not yet
         # committed to the cache's topology state: later entries must fit around it.
         self.tas: dict[str, dict[tuple[str, ...], dict[str, int]]] = {}
+        # The last victim search of this cycle and its answer, valid while the tree is
+        # unchanged since (``tree.changes``): flavor assignment asks the oracle, then the
+        # scheduler asks for the victims of the same request — one search, not two.
+        self.searches: tuple[tuple[object, ...], list] | None = None
+
+    def release(self) -> None:
+        """The cycle is over: the tree's kept working copy may be handed out again."""
+        self._source.give_back(self.tree)
