@@ -70,6 +70,8 @@ def _rules_text(integrations: tuple[Integration, ...]) -> str:
 def _writes(integ: Integration) -> str:
     if integ.reconciler == "pods":
         return "its managed pods ungated, unfinalized, deleted on eviction"
+    if integ.reconciler == "parent":
+        return "read up its pods' owner chain (admitted as a pod group)"
     return "started/stopped (suspend, the flavors' node selector and tolerations)"
 
 

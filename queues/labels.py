@@ -19,6 +19,9 @@ POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 POD_GROUP_POD_INDEX = "kueue.x-k8s.io/pod-group-pod-index"  # Kueue's PodGroupPodIndexLabel
 RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
 POD_SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
+POD_GROUP_FAST_ADMISSION = "kueue.x-k8s.io/pod-group-fast-admission"
+POD_GROUP_SERVING = "kueue.x-k8s.io/pod-group-serving"
+POD_GROUP_POD_INDEX_LABEL = "kueue.x-k8s.io/pod-group-pod-index-label"  # its annotation
 PRIORITY_BOOST = "kueue.x-k8s.io/priority-boost"
 
 # Written by the service.

@@ -187,12 +187,11 @@ def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext
     m = Mutation(obj)
     apply_queue_defaults(m, namespace=namespace, ctx=ctx, default_queue=ns_managed)
     deleting = metadata_of(obj).get("deletionTimestamp") is not None
-    if not deleting and not integ.is_suspended(obj):
-        if m.labels().get(QUEUE_LABEL) or (
-            ctx.config.manage_jobs_without_queue_name and ns_managed
-        ):
-            *parents, leaf = integ.suspend_path
-            m.set(tuple(parents), leaf, True)
+    if not deleting and (
+        m.labels().get(QUEUE_LABEL) or (ctx.config.manage_jobs_without_queue_name and ns_managed)
+    ):
+        for path, key, value in integ.suspend_edits(obj, m.labels()):
+            m.set(path, key, value)
     return allow(m.patch())
 
 

@@ -208,8 +208,13 @@ class Integration:
     #: where ``suspend`` lives (``spec.runPolicy.suspend`` for the Kubeflow kinds)
     suspend_path: ClassVar[tuple[str, ...]] = ("spec", "suspend")
     #: ``reconciler``: "object" — one Workload per object, driven by the generic
-    #: reconciler; "pods" — the object is a gang of pods (the pod-group reconciler)
+    #: reconciler; "pods" — the object is a gang of pods (the pod-group reconciler);
+    #: "parent" — an owner of pods admitted through them (a StatefulSet: its webhook
+    #: writes the pod group into the pod template; not watched, read up owner chains)
     reconciler: ClassVar[str] = "object"
+    #: whether the Workload's name hashes the object's UID (Kueue's default); a kind
+    #: whose pods name their group before the object has a UID says False
+    workload_name_uses_uid: ClassVar[bool] = True
     #: verbs beyond list/watch (the informer) that the service uses on the kind
     writes: ClassVar[tuple[tuple[str, str], ...]] = (("patch", ""),)
     #: integrations that must be enabled with this one (Kueue's ImplicitlyEnabledFrameworkNames)
@@ -250,6 +255,8 @@ class Integration:
     def api_uses(self) -> tuple[ApiUse, ...]:
         """Every call the service makes on the kind: the informer's list/watch, the get
         of an owner up a chain (:mod:`.ownership`) and the writes."""
+        if self.reconciler == "parent":
+            return (ApiUse(self.resource, ("get",)),)  # read up a pod's owner chain
         by_sub: dict[str, list[str]] = {"": ["list", "watch", "get"]}
         for verb, sub in self.writes:
             if verb not in by_sub.setdefault(sub, []):
@@ -284,6 +291,17 @@ class Integration:
         for key in self.suspend_path:
             node = node.get(key) if isinstance(node, Mapping) else None
         return node is True
+
+    def suspend_edits(
+        self, obj: Mapping[str, Any], labels: Mapping[str, str]
+    ) -> list[tuple[tuple[str, ...], str, Any]]:
+        """What the mutating webhook sets to hold a new queued object ((path, key,
+        value) edits; ``labels``: its labels after the queue defaults): ``suspend``
+        true, unless it is suspended already."""
+        if self.is_suspended(obj):
+            return []
+        *parents, leaf = self.suspend_path
+        return [(tuple(parents), leaf, True)]
 
     def finished(self, obj: Mapping[str, Any]) -> Finished | None:
         raise NotImplementedError
@@ -417,7 +435,7 @@ class Integration:
         m = meta_of(obj)
         return workload_name(
             owner_name=str(m.get("name") or ""),
-            owner_uid=str(m.get("uid") or ""),
+            owner_uid=str(m.get("uid") or "") if self.workload_name_uses_uid else "",
             kind=self.kind,
             group=self.resource.group,
         )
@@ -568,8 +586,9 @@ def workload_model(
         field_name=pc_field,
     )
     if name is None:
-        name = workload_name(owner_name=obj_name, owner_uid=uid, kind=integration.kind,
-                             group=integration.resource.group)  # fmt: skip
+        name = workload_name(owner_name=obj_name,
+                             owner_uid=uid if integration.workload_name_uses_uid else "",
+                             kind=integration.kind, group=integration.resource.group)  # fmt: skip
     return Workload(
         namespace=namespace,
         name=name,

@@ -23,8 +23,10 @@ from queues.labels import ADMISSION_GATE, TOPOLOGY_GATE
 from queues.labels import IS_GROUP_WORKLOAD as IS_GROUP_WORKLOAD_ANNOTATION
 from queues.labels import MANAGED as MANAGED_LABEL
 from queues.labels import MANAGED as POD_FINALIZER
+from queues.labels import POD_GROUP_FAST_ADMISSION as FAST_ADMISSION_ANNOTATION
 from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
 from queues.labels import POD_GROUP_POD_INDEX as POD_GROUP_INDEX_LABEL
+from queues.labels import POD_GROUP_SERVING as SERVING_ANNOTATION
 from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
@@ -151,6 +153,17 @@ def _finalizer_index(pod: Mapping[str, Any]) -> int | None:
         if f == POD_FINALIZER:
             return i
     return None
+
+
+def fast_admission(pod: Mapping[str, Any]) -> bool:
+    """Kueue's ``fastAdmission``: the group's Workload is built from its first pod (a
+    StatefulSet's pods come one by one, the next only once the last one runs)."""
+    return (meta_of(pod).get("annotations") or {}).get(FAST_ADMISSION_ANNOTATION) == "true"
+
+
+def serving(pod: Mapping[str, Any]) -> bool:
+    """Kueue's ``isServing``: the group never finishes (its controller replaces pods)."""
+    return (meta_of(pod).get("annotations") or {}).get(SERVING_ANNOTATION) == "true"
 
 
 def total_count(pod: Mapping[str, Any]) -> int:

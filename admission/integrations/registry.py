@@ -71,7 +71,7 @@ class Frameworks:
     def managed_owner_kinds(self) -> frozenset[tuple[str, str]]:
         """(apiVersion, kind) of owners whose children their integration manages
         (Kueue's ``IsOwnerManagedByKueueForObject``: enabled integrations only)."""
-        kinds = {(i.api_version, i.kind) for i in self.integrations() if i.reconciler == "object"}
+        kinds = {(i.api_version, i.kind) for i in self.integrations() if i.reconciler != "pods"}
         return frozenset(kinds | set(self.external))
 
     def integration_for(self, api_version: str, kind: str) -> Integration | None:

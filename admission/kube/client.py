@@ -132,7 +132,8 @@ def resource_of(integration: Integration) -> Resource:
 
 def watched(frameworks: Frameworks = ALL) -> tuple[Resource, ...]:
     """The informers of a service: the enabled integrations' kinds, then the queues'."""
-    return (*(resource_of(i) for i in frameworks.integrations()), *QUEUE_WATCHED)
+    kinds = (resource_of(i) for i in frameworks.integrations() if i.reconciler != "parent")
+    return (*kinds, *QUEUE_WATCHED)
 
 
 WATCHED: tuple[Resource, ...] = watched(ALL)

@@ -244,8 +244,8 @@ class JobReconciler:
         parent = self.ctx.options.frameworks.integration_for(
             str(ancestor.get("apiVersion") or ""), str(ancestor.get("kind") or "")
         )
-        if parent is None:
-            return  # an external framework's: its controller decides
+        if parent is None or parent.reconciler != "object":
+            return  # an external framework's (its controller decides), or a pod owner's
         wl = self.ctx.writer.workload(
             f"{o.meta(ancestor).get('namespace') or 'default'}/{parent.workload_name(ancestor)}"
         )

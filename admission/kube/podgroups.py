@@ -21,11 +21,16 @@ only) and its Workload and does the next step:
   plain pods; the finalizer is lifted from deleting pods) and, once none is left
   running, its admission is cleared and the quota released (:func:`.jobs.finish_eviction`);
 * a Workload without quota whose pods are all gone is deleted (what the garbage
-  collector does to Kueue's pod-owned group Workloads).
+  collector does to Kueue's pod-owned group Workloads);
+* ``pod-group-fast-admission``: the Workload is built from the first pod, for the
+  group's total count (a StatefulSet creates its pods one by one);
+  ``pod-group-serving``: the group never finishes — its controller replaces terminated
+  or evicted pods, which wait at the gate for the next admission (an eviction deletes
+  the running pods only, and releases the quota once none is left running).
 
 Gaps against Kueue: single (ungrouped) managed pods get no Workload; no ownerReferences
-from the Workload to the pods; no ``fast-admission``, ``serving`` or
-``retriable-in-group`` handling; a pending Workload is not resized when pods change.
+from the Workload to the pods; no ``retriable-in-group`` handling; a pending Workload
+is not resized when pods change.
 """
 
 from __future__ import annotations
@@ -40,10 +45,12 @@ from admission.integrations.pod import (
     GROUP_TOTAL_COUNT_ANNOTATION,
     POD_SELECTOR,
     PodGroupError,
+    fast_admission,
     gated,
     group_key,
     is_group_workload,
     pod_set_names,
+    serving,
     shape_of,
     succeeded,
     terminated,
@@ -158,7 +165,9 @@ class PodGroupReconciler:
                 await self._delete_workload(gkey, wl)
             return
         ended = [p for p in pods if terminated(p)]
-        if ended and not [p for p in pods if not terminated(p)]:
+        if serving(pods[0]):  # never finished: its controller replaces ended and deleted pods
+            await self._unfinalize(p for p in pods if terminated(p) or o.deleting(p))
+        elif ended and not [p for p in pods if not terminated(p)]:
             ok = all(succeeded(p) for p in ended)
             n_ok = sum(1 for p in ended if succeeded(p))
             message = f"Pods succeeded: {n_ok}/{len(ended)}."
@@ -232,11 +241,14 @@ class PodGroupReconciler:
                     f'["{GROUP_TOTAL_COUNT_ANNOTATION}"]: pods disagree: {sorted(totals)}'
                 )
             total = totals.pop()
-            if len(live) < total:
+            fast = all(fast_admission(p) for p in live)
+            if len(live) < total and not fast:
                 return  # the gang is not complete yet
             members = await self._whole_templates(sorted(live, key=o.ns_key)[:total])
             if members is None:
                 return  # a pod went away: reconciled again on its event
+            if len(members) < total:  # fast admission: the others are like the first
+                members += [members[0]] * (total - len(members))
             body = workload_for_group(
                 gkey,
                 members,
@@ -301,7 +313,10 @@ class PodGroupReconciler:
     async def _stop(self, gkey: str, pods: list[Obj]) -> None:
         """Evicted: delete the group's pods; release the quota once none is running."""
         ctx = self.ctx
+        keep_gated = bool(pods) and serving(pods[0])  # replacements wait at the gate
         for pod in pods:
+            if keep_gated and gated(pod):
+                continue
             if not terminated(pod) and not o.deleting(pod):
                 ns, name = o.split_key(o.ns_key(pod))
                 uid = str(o.meta(pod).get("uid") or "") or None
@@ -311,7 +326,9 @@ class PodGroupReconciler:
                     if not (err.not_found or err.conflict):
                         raise
         await self._unfinalize(p for p in pods if o.deleting(p) or terminated(p))
-        remaining = [p for p in self.pods(gkey) if not terminated(p)]
+        remaining = [
+            p for p in self.pods(gkey) if not terminated(p) and not (keep_gated and gated(p))
+        ]
         if not remaining:
             await finish_eviction(ctx, gkey)
 

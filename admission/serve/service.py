@@ -295,6 +295,7 @@ class Service:
                 i.label_selector(manage_without_queue_name=copts.manage_jobs_without_queue_name),
             )
             for i in copts.frameworks.integrations()
+            if i.reconciler != "parent"  # read up owner chains only (a StatefulSet)
         ]
         for i in copts.frameworks.integrations():  # what their objects reference, whole
             watched += [(r, None) for r in i.references if all(r != w for w, _ in watched)]

@@ -1,4 +1,5 @@
-"""Defaulting and validation of the built-in kinds the service writes: Jobs and Pods.
+"""Defaulting and validation of the built-in kinds the service writes: Jobs and Pods
+(and the StatefulSets whose pods it admits).
 
 kube-apiserver defaults every built-in object when it decodes a request body
 (``SetDefaults_Job``, ``SetDefaults_PodSpec``, ...), generates a Job's selector and
@@ -16,7 +17,12 @@ strategy forbids.  The rules here are the ones a job-queueing controller runs in
   start time of an unsuspended Job cannot be removed;
 * **Pod spec updates** (``ValidatePodUpdate``): only images, activeDeadlineSeconds,
   added tolerations and removed scheduling gates -- and, while the stored pod is
-  scheduling-gated, additions to ``nodeSelector``.
+  scheduling-gated, additions to ``nodeSelector``;
+* **StatefulSets** (``SetDefaults_StatefulSet``, ``ValidateStatefulSet``,
+  ``ValidateStatefulSetUpdate``): replicas, podManagementPolicy, updateStrategy and
+  revisionHistoryLimit defaulted; a selector that matches the template's labels is
+  required; an update may change only replicas, ordinals, template, updateStrategy,
+  revisionHistoryLimit, persistentVolumeClaimRetentionPolicy and minReadySeconds.
 
 Messages copy upstream's field errors, so a client sees the same 422 ``Status``.
 """
@@ -62,6 +68,20 @@ def is_pod(rt: ResourceType) -> bool:
     return rt.group == "" and rt.plural == "pods"
 
 
+def is_statefulset(rt: ResourceType) -> bool:
+    return rt.group == "apps" and rt.plural == "statefulsets"
+
+
+STS_MUTABLE_FIELDS = ("replicas", "ordinals", "template", "updateStrategy",
+                      "revisionHistoryLimit", "persistentVolumeClaimRetentionPolicy",
+                      "minReadySeconds")  # fmt: skip
+STS_UPDATE_FORBIDDEN = (
+    "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', "
+    "'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and "
+    "'minReadySeconds' are forbidden"
+)
+
+
 # -- defaulting -------------------------------------------------------------------------
 
 
@@ -69,6 +89,8 @@ def apply_defaults(rt: ResourceType, obj: Obj) -> Obj:
     """The built-in defaulting of a decoded object (in place; returns it)."""
     if is_job(rt):
         default_job(obj)
+    elif is_statefulset(rt):
+        default_statefulset(obj)
     elif is_pod(rt):
         spec = obj.get("spec")
         if isinstance(spec, dict):
@@ -107,6 +129,23 @@ def default_job(obj: Obj) -> None:
         spec["podReplacementPolicy"] = (
             "Failed" if spec.get("podFailurePolicy") is not None else "TerminatingOrFailed"
         )
+
+
+def default_statefulset(obj: Obj) -> None:
+    """``SetDefaults_StatefulSet`` (apps/v1): the fields a controller reads."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("replicas", 1)
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    spec.setdefault("updateStrategy", {"type": "RollingUpdate",
+                                       "rollingUpdate": {"partition": 0}})  # fmt: skip
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("persistentVolumeClaimRetentionPolicy",
+                    {"whenDeleted": "Retain", "whenScaled": "Retain"})  # fmt: skip
+    pod_spec = (spec.get("template") or {}).get("spec")
+    if isinstance(pod_spec, dict):
+        default_pod_spec(pod_spec)
 
 
 def default_pod_spec(spec: Obj) -> None:
@@ -190,6 +229,8 @@ def validate_create(rt: ResourceType, obj: Obj) -> None:
         errors += _job_spec_errors(obj)
     elif is_api_service(rt):
         errors += api_service_errors(obj)
+    elif is_statefulset(rt):
+        errors += statefulset_spec_errors(obj)
     _raise(rt, obj, errors)
 
 
@@ -205,6 +246,15 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj, *, subresource: str | 
         errors += pod_spec_update_errors(old, new)
     elif is_api_service(rt) and subresource is None:
         errors += api_service_errors(new)
+    elif is_statefulset(rt) and subresource is None:
+        errors += statefulset_spec_errors(new)
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+        if any(
+            _normalized(old_spec.get(k)) != _normalized(new_spec.get(k))
+            for k in set(old_spec) | set(new_spec)
+            if k not in STS_MUTABLE_FIELDS
+        ):
+            errors.append(FieldError("Forbidden", "spec", STS_UPDATE_FORBIDDEN))
     _raise(rt, new, errors)
 
 
@@ -222,6 +272,23 @@ def api_service_errors(obj: Obj) -> list[FieldError]:
                 "spec.insecureSkipTLSVerify", True, "may not be true if caBundle is present"
             )
         ]
+    return []
+
+
+def statefulset_spec_errors(obj: Obj) -> list[FieldError]:
+    """``ValidateStatefulSetSpec``: a selector, matching the template's labels."""
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector")
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if not isinstance(selector, dict) or not (
+        selector.get("matchLabels") or selector.get("matchExpressions")
+    ):
+        return [FieldError("Invalid value", "spec.selector", "empty selector is invalid for statefulset",
+                           GoValue("v1.LabelSelector{}"))]  # fmt: skip
+    match = selector.get("matchLabels") or {}
+    if any(labels.get(k) != v for k, v in match.items()):
+        return [FieldError("Invalid value", "spec.template.metadata.labels",
+                           "`selector` does not match template `labels`", labels)]  # fmt: skip
     return []
 
 

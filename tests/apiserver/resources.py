@@ -99,6 +99,8 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("batch", ("v1",), "jobs", "Job", namespaced=True, status_subresource=True,
                  categories=("all",), field_labels=("status.successful",)),
     ResourceType("coordination.k8s.io", ("v1",), "leases", "Lease", namespaced=True),
+    ResourceType("apps", ("v1",), "statefulsets", "StatefulSet", namespaced=True,
+                 status_subresource=True, short_names=("sts",), categories=("all",)),
     ResourceType("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass",
                  namespaced=False, short_names=("pc",)),
     ResourceType("events.k8s.io", ("v1",), "events", "Event", namespaced=True, short_names=("ev",),
