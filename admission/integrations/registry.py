@@ -30,6 +30,7 @@ from .pod import POD
 from .pytorchjob import PYTORCHJOB
 from .raycluster import RAYCLUSTER
 from .rayjob import RAYJOB
+from .statefulset import STATEFULSET
 from .trainjob import TRAINJOB
 
 INTEGRATIONS: tuple[Integration, ...] = (
@@ -41,6 +42,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     RAYCLUSTER,
     RAYJOB,
     TRAINJOB,
+    STATEFULSET,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 
