@@ -92,7 +92,9 @@ _MAX_GENERATED_PREFIX = 63 - _GENERATED_SUFFIX
 # The job kinds read besides Kueue's own (queues.api.KINDS): every integration with one
 # Workload per object, by (apiVersion, kind). Pod groups are a gang of pods, not read.
 _JOB_KINDS: dict[tuple[str, str], Integration] = {
-    (i.api_version, i.kind): i for i in INTEGRATIONS if i.reconciler in ("object", "parent")
+    (i.api_version, i.kind): i
+    for i in INTEGRATIONS
+    if i.reconciler in ("object", "parent") and i.planned
 }
 JOB_KINDS: dict[str, Integration] = {i.kind: i for i in _JOB_KINDS.values()}
 # Kinds job objects take podSets from (a TrainJob's TrainingRuntime), kept whole for them

@@ -212,6 +212,8 @@ class Integration:
     #: "parent" — an owner of pods admitted through them (a StatefulSet: its webhook
     #: writes the pod group into the pod template; not watched, read up owner chains)
     reconciler: ClassVar[str] = "object"
+    #: whether ``plan`` reads the kind's objects (a Deployment's Workloads are its pods')
+    planned: ClassVar[bool] = True
     #: whether the Workload's name hashes the object's UID (Kueue's default); a kind
     #: whose pods name their group before the object has a UID says False
     workload_name_uses_uid: ClassVar[bool] = True

@@ -44,6 +44,7 @@ from .base import (
     pod_set_json,
     pod_set_model,
     spec_json,
+    workload_name,
     workload_priority,
 )
 
@@ -115,16 +116,39 @@ def ns_key(obj: Mapping[str, Any]) -> str:
 
 
 def group_key(pod: Mapping[str, Any] | None) -> str | None:
-    """``namespace/group-name`` of a pod in a gang, None for other pods."""
+    """``namespace/<Workload name>`` of a managed pod: its gang's (``pod-group-name``),
+    or, for a single managed pod, its own Workload's (``pod-<name>-<hash>``, Kueue's
+    single-pod Workload: a Deployment's pods); None for other pods."""
     labels = meta_of(pod).get("labels") or {}
+    ns = meta_of(pod).get("namespace") or "default"
     name = labels.get(GROUP_NAME_LABEL)
-    if not isinstance(name, str) or not name:
-        return None
-    return f"{meta_of(pod).get('namespace') or 'default'}/{name}"
+    if isinstance(name, str) and name:
+        return f"{ns}/{name}"
+    if pod is not None and labels.get(MANAGED_LABEL) == "true" and meta_of(pod).get("name"):
+        return f"{ns}/{single_pod_workload_name(pod)}"
+    return None
+
+
+def is_single_pod(pod: Mapping[str, Any]) -> bool:
+    return not (meta_of(pod).get("labels") or {}).get(GROUP_NAME_LABEL)
+
+
+def single_pod_workload_name(pod: Mapping[str, Any]) -> str:
+    m = meta_of(pod)
+    return workload_name(owner_name=str(m.get("name") or ""), owner_uid=str(m.get("uid") or ""),
+                         kind="Pod", group="")  # fmt: skip
 
 
 def is_group_workload(wl: Mapping[str, Any] | None) -> bool:
-    return (meta_of(wl).get("annotations") or {}).get(IS_GROUP_WORKLOAD_ANNOTATION) == "true"
+    """A Workload of pods: a gang's (annotated), or a single pod's (controlled by it)."""
+    meta = meta_of(wl)
+    if (meta.get("annotations") or {}).get(IS_GROUP_WORKLOAD_ANNOTATION) == "true":
+        return True
+    return any(
+        isinstance(r, Mapping) and r.get("controller") and r.get("kind") == "Pod"
+        and r.get("apiVersion") == "v1"
+        for r in meta.get("ownerReferences") or []
+    )  # fmt: skip
 
 
 def terminated(pod: Mapping[str, Any]) -> bool:
@@ -167,7 +191,10 @@ def serving(pod: Mapping[str, Any]) -> bool:
 
 
 def total_count(pod: Mapping[str, Any]) -> int:
-    """The pod's ``pod-group-total-count`` annotation; PodGroupError when absent or bad."""
+    """The pod's ``pod-group-total-count`` annotation (1 for a single pod); PodGroupError
+    when absent or bad."""
+    if is_single_pod(pod):
+        return 1
     raw = (meta_of(pod).get("annotations") or {}).get(GROUP_TOTAL_COUNT_ANNOTATION)
     where = f'pod {ns_key(pod)}: metadata.annotations["{GROUP_TOTAL_COUNT_ANNOTATION}"]'
     if raw is None:
@@ -276,14 +303,18 @@ def workload_for_group(
         )
     except IntegrationError as err:
         raise PodGroupError(str(err)) from err
+    metadata: Obj = {"name": name, "namespace": ns}
+    if is_single_pod(first):  # owned by its pod, as Kueue's single-pod Workloads
+        metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod",
+                                        "name": meta_of(first).get("name"),
+                                        "uid": meta_of(first).get("uid"), "controller": True,
+                                        "blockOwnerDeletion": True}]  # fmt: skip
+    else:
+        metadata["annotations"] = {IS_GROUP_WORKLOAD_ANNOTATION: "true"}
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "Workload",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "annotations": {IS_GROUP_WORKLOAD_ANNOTATION: "true"},
-        },
+        "metadata": metadata,
         "spec": spec_json(
             pod_sets,
             queue_name=str(labels.get(QUEUE_NAME_LABEL) or ""),

@@ -28,9 +28,12 @@ only) and its Workload and does the next step:
   or evicted pods, which wait at the gate for the next admission (an eviction deletes
   the running pods only, and releases the quota once none is left running).
 
-Gaps against Kueue: single (ungrouped) managed pods get no Workload; no ownerReferences
-from the Workload to the pods; no ``retriable-in-group`` handling; a pending Workload
-is not resized when pods change.
+* a single managed pod (no group name: a Deployment's) is a group of one with its own
+  Workload ``pod-<name>-<hash>``, controlled by the pod; a deleted one is let go at once
+  (Kueue's finalize of a deleted job) and its Workload ends with it.
+
+Gaps against Kueue: no ownerReferences from a group's Workload to its pods; no
+``retriable-in-group`` handling; a pending Workload is not resized when pods change.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from admission.integrations.pod import (
     gated,
     group_key,
     is_group_workload,
+    is_single_pod,
     pod_set_names,
     serving,
     shape_of,
@@ -165,6 +169,8 @@ class PodGroupReconciler:
                 await self._delete_workload(gkey, wl)
             return
         ended = [p for p in pods if terminated(p)]
+        if is_single_pod(pods[0]):  # Kueue's finalize of a deleted job: the pod goes
+            await self._unfinalize(p for p in pods if o.deleting(p) and not terminated(p))
         if serving(pods[0]):  # never finished: its controller replaces ended and deleted pods
             await self._unfinalize(p for p in pods if terminated(p) or o.deleting(p))
         elif ended and not [p for p in pods if not terminated(p)]:

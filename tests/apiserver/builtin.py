@@ -18,6 +18,8 @@ strategy forbids.  The rules here are the ones a job-queueing controller runs in
 * **Pod spec updates** (``ValidatePodUpdate``): only images, activeDeadlineSeconds,
   added tolerations and removed scheduling gates -- and, while the stored pod is
   scheduling-gated, additions to ``nodeSelector``;
+* **Deployments, ReplicaSets**: replicas (and a Deployment's strategy) defaulted, a
+  selector matching the template's labels required, and immutable;
 * **StatefulSets** (``SetDefaults_StatefulSet``, ``ValidateStatefulSet``,
   ``ValidateStatefulSetUpdate``): replicas, podManagementPolicy, updateStrategy and
   revisionHistoryLimit defaulted; a selector that matches the template's labels is
@@ -72,6 +74,11 @@ def is_statefulset(rt: ResourceType) -> bool:
     return rt.group == "apps" and rt.plural == "statefulsets"
 
 
+def is_replicated(rt: ResourceType) -> bool:
+    """apps/v1 Deployments and ReplicaSets: a selector over a pod template."""
+    return rt.group == "apps" and rt.plural in ("deployments", "replicasets")
+
+
 STS_MUTABLE_FIELDS = ("replicas", "ordinals", "template", "updateStrategy",
                       "revisionHistoryLimit", "persistentVolumeClaimRetentionPolicy",
                       "minReadySeconds")  # fmt: skip
@@ -91,6 +98,8 @@ def apply_defaults(rt: ResourceType, obj: Obj) -> Obj:
         default_job(obj)
     elif is_statefulset(rt):
         default_statefulset(obj)
+    elif is_replicated(rt):
+        default_replicated(obj)
     elif is_pod(rt):
         spec = obj.get("spec")
         if isinstance(spec, dict):
@@ -143,6 +152,23 @@ def default_statefulset(obj: Obj) -> None:
     spec.setdefault("revisionHistoryLimit", 10)
     spec.setdefault("persistentVolumeClaimRetentionPolicy",
                     {"whenDeleted": "Retain", "whenScaled": "Retain"})  # fmt: skip
+    pod_spec = (spec.get("template") or {}).get("spec")
+    if isinstance(pod_spec, dict):
+        default_pod_spec(pod_spec)
+
+
+def default_replicated(obj: Obj) -> None:
+    """``SetDefaults_Deployment`` / ``SetDefaults_ReplicaSet`` (apps/v1): replicas, and a
+    Deployment's strategy, history limit and progress deadline."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("replicas", 1)
+    if obj.get("kind") == "Deployment":
+        spec.setdefault("strategy", {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})  # fmt: skip
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
     pod_spec = (spec.get("template") or {}).get("spec")
     if isinstance(pod_spec, dict):
         default_pod_spec(pod_spec)
@@ -229,7 +255,7 @@ def validate_create(rt: ResourceType, obj: Obj) -> None:
         errors += _job_spec_errors(obj)
     elif is_api_service(rt):
         errors += api_service_errors(obj)
-    elif is_statefulset(rt):
+    elif is_statefulset(rt) or is_replicated(rt):
         errors += statefulset_spec_errors(obj)
     _raise(rt, obj, errors)
 
@@ -246,6 +272,13 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj, *, subresource: str | 
         errors += pod_spec_update_errors(old, new)
     elif is_api_service(rt) and subresource is None:
         errors += api_service_errors(new)
+    elif is_replicated(rt) and subresource is None:
+        errors += statefulset_spec_errors(new)
+        if _normalized((old.get("spec") or {}).get("selector")) != _normalized(
+            (new.get("spec") or {}).get("selector")
+        ):
+            errors.append(FieldError("Invalid value", "spec.selector", "field is immutable",
+                                     (new.get("spec") or {}).get("selector")))  # fmt: skip
     elif is_statefulset(rt) and subresource is None:
         errors += statefulset_spec_errors(new)
         old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
@@ -276,14 +309,16 @@ def api_service_errors(obj: Obj) -> list[FieldError]:
 
 
 def statefulset_spec_errors(obj: Obj) -> list[FieldError]:
-    """``ValidateStatefulSetSpec``: a selector, matching the template's labels."""
+    """``ValidateStatefulSetSpec`` (and the Deployment's, ReplicaSet's): a selector,
+    matching the template's labels."""
     spec = obj.get("spec") or {}
     selector = spec.get("selector")
     labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
     if not isinstance(selector, dict) or not (
         selector.get("matchLabels") or selector.get("matchExpressions")
     ):
-        return [FieldError("Invalid value", "spec.selector", "empty selector is invalid for statefulset",
+        what = str(obj.get("kind") or "statefulset").lower()
+        return [FieldError("Invalid value", "spec.selector", f"empty selector is invalid for {what}",
                            GoValue("v1.LabelSelector{}"))]  # fmt: skip
     match = selector.get("matchLabels") or {}
     if any(labels.get(k) != v for k, v in match.items()):

@@ -21,7 +21,8 @@ as child processes bound to 127.0.0.1 with a throw-away PKI:
 
 The kube-controller-manager, when present, runs the controllers the service relies on
 in a cluster: the Job controller (pods for started Jobs, deleted on suspend), the
-StatefulSet controller (the pods of a StatefulSet, admitted as a pod group), the
+StatefulSet, Deployment and ReplicaSet controllers (pods of the kinds admitted through
+their pods), the
 garbage collector (Workloads of deleted Jobs) and the namespace controller.
 
 Nothing here builds or fetches anything: the project only *uses* what
@@ -309,7 +310,7 @@ def start_control_plane(assets: Path, *, controller_manager: bool | None = None)
                     f"--kubeconfig={kubeconfig}",
                     f"--authentication-kubeconfig={kubeconfig}",
                     f"--authorization-kubeconfig={kubeconfig}",
-                    "--controllers=job,statefulset,garbage-collector-controller,"
+                    "--controllers=job,statefulset,deployment,replicaset,garbage-collector-controller,"
                     "namespace-controller,serviceaccount-controller",
                     f"--service-account-private-key-file={workdir / 'sa.key'}",
                     f"--root-ca-file={workdir / 'ca.crt'}",
