@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Integration
+from .deployment import DEPLOYMENT
 from .job import JOB
 from .jobset import JOBSET
 from .mpijob import MPIJOB
@@ -43,6 +44,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     RAYJOB,
     TRAINJOB,
     STATEFULSET,
+    DEPLOYMENT,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 

@@ -1,0 +1,77 @@
+"""Deployment (``apps/v1``), as Kueue's ``deployment`` integration: single-pod Workloads.
+
+A Deployment serves until deleted and its ReplicaSet owns its pods, so Kueue admits
+each pod on its own: the mutating webhook writes, into the pod template of a Deployment
+that names a queue, the queue and priority-class labels, the managed label and
+``pod-suspending-parent``; every pod is then gated by the pod webhook and gets its own
+Workload (``pod-<name>-<hash>``, controlled by the pod, one podSet ``main`` of one pod)
+from the pod reconciler (``admission.kube.podgroups``), which ungates it with its
+flavor once admitted. A preempted pod is deleted and its ReplicaSet makes a new one,
+which queues again; deleting the Deployment ends its pods' Workloads. Replicas are
+therefore admitted one by one, not as a gang: a Deployment of 4 replicas on quota for
+2 runs 2 pods.
+
+The object itself is not watched (it is read up its pods' owner chain, through the
+ReplicaSet); the validating webhook keeps the queue name of a Deployment with ready
+replicas unchanged, and the priority class as for jobs. ``plan`` does not expand a
+Deployment into its pods' Workloads (no pods exist offline): it is not read there.
+Source: Kueue pkg/controller/jobs/deployment/deployment_webhook.go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from queues.labels import MANAGED as MANAGED_LABEL
+from queues.labels import POD_SUSPENDING_PARENT
+from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
+from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
+
+from .base import Finished, Integration, Resource, Role, count_field, ref_of, template_at
+
+FRAMEWORK = "deployment"
+_TEMPLATE = ("spec", "template")
+
+
+class DeploymentIntegration(Integration):
+    framework = FRAMEWORK
+    resource = Resource("apps", "v1", "deployments", "Deployment")
+    reconciler = "parent"
+    implies = ("pod",)
+    planned = False
+
+    def roles(self, obj: Mapping[str, Any]) -> list[Role]:
+        """One pod's podSet (each replica is its own Workload)."""
+        what = self.what
+        count_field((obj.get("spec") or {}).get("replicas"), what, ref_of(obj), "spec.replicas",
+                    default=1)  # fmt: skip
+        return [Role(name="main", count=1, template=template_at(obj, _TEMPLATE, what),
+                     path=_TEMPLATE)]  # fmt: skip
+
+    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
+        """Kueue: a Deployment counts as suspended while no replica is ready."""
+        ready = (obj.get("status") or {}).get("readyReplicas")
+        return not (isinstance(ready, int) and ready > 0)
+
+    def suspend_edits(
+        self, obj: Mapping[str, Any], labels: Mapping[str, str]
+    ) -> list[tuple[tuple[str, ...], str, Any]]:
+        tl, ta = (*_TEMPLATE, "metadata", "labels"), (*_TEMPLATE, "metadata", "annotations")
+        edits: list[tuple[tuple[str, ...], str, Any]] = [
+            (tl, MANAGED_LABEL, "true"),
+            (ta, POD_SUSPENDING_PARENT, FRAMEWORK),
+        ]
+        for key in (QUEUE_NAME_LABEL, PRIORITY_CLASS_LABEL):
+            if labels.get(key):
+                edits.append((tl, key, labels[key]))
+        return edits
+
+    def finished(self, obj: Mapping[str, Any]) -> Finished | None:
+        return None  # serving: never finishes
+
+    def is_active(self, obj: Mapping[str, Any]) -> bool:
+        return bool((obj.get("status") or {}).get("replicas"))
+
+
+DEPLOYMENT = DeploymentIntegration()
