@@ -18,6 +18,7 @@ import hashlib
 import json
 
 from admission.integrations.ownership import OwnershipError
+from admission.integrations.registry import BY_FRAMEWORK
 from queues.labels import ADMISSION_GATE, TOPOLOGY_GATE
 from queues.labels import MANAGED as MANAGED_LABEL
 from queues.labels import MANAGED as POD_FINALIZER
@@ -111,7 +112,13 @@ def mutate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         return allow()
     obj = req.object
     m = Mutation(obj)
-    suspend = SUSPENDED_BY_PARENT_ANNOTATION in string_map(obj, "annotations")
+    parent = string_map(obj, "annotations").get(SUSPENDED_BY_PARENT_ANNOTATION)
+    suspend = parent is not None
+    if parent and not m.labels().get(GROUP_NAME_LABEL):
+        integ = BY_FRAMEWORK.get(parent)  # a parent with a group per set of its pods
+        group = integ.pod_group_of(obj) if integ is not None else None
+        if group:
+            m.set_label(GROUP_NAME_LABEL, group)
     if not suspend:
         namespace = request_namespace(req, obj)
         if not ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace)):

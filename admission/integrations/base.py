@@ -308,6 +308,12 @@ class Integration:
     def finished(self, obj: Mapping[str, Any]) -> Finished | None:
         raise NotImplementedError
 
+    def pod_group_of(self, pod: Mapping[str, Any]) -> str | None:
+        """For a "parent" kind whose pods form several groups (a LeaderWorkerSet's
+        groups): the ``pod-group-name`` the pod webhook gives one of its pods, from the
+        labels its controller set; None: the template names the group."""
+        return None
+
     def is_active(self, obj: Mapping[str, Any]) -> bool:
         """Whether pods of the object may still be running (the quota of an evicted
         workload is released only once none is)."""
