@@ -26,6 +26,7 @@ from .base import Integration
 from .deployment import DEPLOYMENT
 from .job import JOB
 from .jobset import JOBSET
+from .leaderworkerset import LEADERWORKERSET
 from .mpijob import MPIJOB
 from .pod import POD
 from .pytorchjob import PYTORCHJOB
@@ -45,6 +46,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     TRAINJOB,
     STATEFULSET,
     DEPLOYMENT,
+    LEADERWORKERSET,
 )
 """Registration order: the order of informers, webhooks and generated manifests."""
 

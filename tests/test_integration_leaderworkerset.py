@@ -1,0 +1,136 @@
+"""LeaderWorkerSet (leaderworkerset.x-k8s.io/v1): each group (a leader and its workers) a
+serving gang of pods, admitted only when the whole group fits.
+
+The tests play the LWS controller on both backends (they create the pods of each group,
+labelled with the set's name and group index). The CRD served to both backends is
+``tests/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+from admission.integrations.leaderworkerset import (
+    GROUP_INDEX_LABEL,
+    LEADERWORKERSET,
+    NAME_LABEL,
+)
+from admission.kube import client as k
+from admission.kube.client import resource_of
+from tests.integration_kit import NS, KindCase, Q, lifecycle_objects, meta, pod_template, review
+from tests.kube_harness import admitted, eventually, stack
+
+LWS = resource_of(LEADERWORKERSET)
+GROUP = "kueue.x-k8s.io/pod-group-name"
+
+
+def lws(name: str, replicas: int, size: int, metadata: dict[str, Any]) -> dict:
+    leader = pod_template()
+    leader["spec"]["containers"][0]["name"] = "leader"
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": metadata,
+        "spec": {"replicas": replicas,
+                 "leaderWorkerTemplate": {"size": size, "leaderTemplate": leader,
+                                          "workerTemplate": pod_template()}},
+    }  # fmt: skip
+
+
+def test_the_webhook_marks_both_templates_and_the_pod_webhook_names_each_group() -> None:
+    obj = lws("infer", 2, 4, meta("infer", priority_class="low"))
+    allowed, patch, _ = review(LEADERWORKERSET, obj, mutating=True)
+    assert allowed
+    lwt = jsonpatch.apply_patch(obj, patch)["spec"]["leaderWorkerTemplate"]
+    for t in ("leaderTemplate", "workerTemplate"):
+        m = lwt[t]["metadata"]
+        assert m["labels"][Q] == "lq" and m["labels"]["kueue.x-k8s.io/priority-class"] == "low"
+        assert m["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "4"
+        assert m["annotations"]["kueue.x-k8s.io/pod-group-serving"] == "true"
+    pod = {"metadata": {"labels": {NAME_LABEL: "infer", GROUP_INDEX_LABEL: "1"}}}
+    name = LEADERWORKERSET.pod_group_of(pod)
+    assert name is not None and name.startswith("leaderworkerset-infer-1-")
+    assert LEADERWORKERSET.pod_group_of({"metadata": {"labels": {NAME_LABEL: "infer"}}}) is None
+    assert [(r.name, r.count) for r in LEADERWORKERSET.roles(obj)] == [("leader", 1), ("worker", 3)]
+
+
+def test_the_group_size_of_a_queued_set_is_immutable() -> None:
+    old = lws("infer", 2, 4, meta("infer"))
+    new = copy.deepcopy(old)
+    new["spec"]["leaderWorkerTemplate"]["size"] = 8
+    allowed, _, message = review(LEADERWORKERSET, new, mutating=False, operation="UPDATE", old=old)
+    assert not allowed and "spec.leaderWorkerTemplate.size: Invalid value: 8" in message
+    more = copy.deepcopy(old)
+    more["spec"]["replicas"] = 3  # more groups: each its own Workload
+    assert review(LEADERWORKERSET, more, mutating=False, operation="UPDATE", old=old)[0]
+
+
+async def _play_controller(s: Any, obj: dict, group: int) -> None:
+    """The LWS controller's pods of one group: the leader, then its workers."""
+    name, lwt = obj["metadata"]["name"], obj["spec"]["leaderWorkerTemplate"]
+    for i in range(lwt["size"]):
+        tmpl = copy.deepcopy(lwt["leaderTemplate" if i == 0 else "workerTemplate"])
+        pod_name = f"{name}-{group}" if i == 0 else f"{name}-{group}-{i}"
+        labels = {**tmpl["metadata"]["labels"], NAME_LABEL: name, GROUP_INDEX_LABEL: str(group)}
+        await s.user.create(k.PODS, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_name, "namespace": NS, "labels": labels,
+                         "annotations": dict(tmpl["metadata"].get("annotations") or {}),
+                         "ownerReferences": [{"apiVersion": "leaderworkerset.x-k8s.io/v1",
+                                              "kind": "LeaderWorkerSet", "name": name,
+                                              "uid": obj["metadata"]["uid"], "controller": True}]},
+            "spec": tmpl["spec"],
+        }, namespace=NS)  # fmt: skip
+
+
+def _group_pods(s: Any, group: int) -> list[dict]:
+    return [p for p in s.server.list_objects("pods", NS)
+            if (p["metadata"].get("labels") or {}).get(GROUP_INDEX_LABEL) == str(group)]  # fmt: skip
+
+
+def test_each_group_is_admitted_only_when_its_leader_and_workers_fit(
+    tmp_path: Path, backend: Any
+) -> None:
+    objects = lifecycle_objects(KindCase(LEADERWORKERSET, lws, [("main", 3)], None))  # fa: 3 cpu
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
+            obj = await s.user.create(LWS, lws("infer", 2, 2, meta("infer")), namespace=NS)
+            for g in (0, 1):
+                await _play_controller(s, obj, g)
+            pods = _group_pods(s, 0) + _group_pods(s, 1)
+            groups = {p["metadata"]["labels"][GROUP] for p in pods}
+            assert len(groups) == 2 and all(p["spec"].get("schedulingGates") for p in pods)
+            # 3 cpu: one group of 2 fits, the second (2 more) waits whole
+            await eventually(
+                lambda: sum(admitted(s.get("workloads", g, NS)) for g in groups) == 1,
+                what="one group admitted",
+            )
+            (first,) = [g for g in groups if admitted(s.get("workloads", g, NS))]
+            (second,) = groups - {first}
+            wl = s.get("workloads", first, NS)
+            assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 2  # leader + worker
+            await eventually(
+                lambda: all(
+                    not p["spec"].get("schedulingGates")
+                    for p in s.server.list_objects("pods", NS)
+                    if p["metadata"]["labels"][GROUP] == first
+                ),  # fmt: skip
+                what="the admitted group's leader and worker ungated",
+            )
+            await asyncio.sleep(0.5)
+            assert all(p["spec"].get("schedulingGates") for p in s.server.list_objects("pods", NS)
+                       if p["metadata"]["labels"][GROUP] == second)  # fmt: skip
+            cq = s.get("clusterqueues", "cq")
+            assert cq is not None
+            rg = copy.deepcopy(cq["spec"]["resourceGroups"])
+            rg[0]["flavors"][0]["resources"][0]["nominalQuota"] = "4"
+            await s.user.patch(k.CLUSTER_QUEUES, "cq", {"spec": {"resourceGroups": rg}})
+            await eventually(lambda: admitted(s.get("workloads", second, NS)),
+                             what="the second group admitted once it fits whole")  # fmt: skip
+
+    asyncio.run(main())
