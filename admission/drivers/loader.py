@@ -205,6 +205,8 @@ class Inputs:
     """Keys of the Finished workloads left out (an overlay's finish its base's ones)."""
     warnings: list[str] = field(default_factory=list)
     generated_names: list[GeneratedName] = field(default_factory=list)
+    references: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict)
+    """Objects job kinds take podSets from (a TrainingRuntime), by (plural, namespace, name)."""
 
 
 @dataclass(slots=True)
@@ -280,7 +282,7 @@ def load_documents(
     seen: dict[tuple[str, str], _Origin] = {}
     workloads: list[tuple[_Origin, Workload]] = []
     jobs: list[tuple[_Origin, Integration, dict[str, Any]]] = []
-    referenced: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+    referenced = inputs.references
     names = _NameGenerator()
     default_ns = namespace or api.DEFAULT_NAMESPACE
     position = 0

@@ -21,6 +21,13 @@ Cohort, LocalQueue, WorkloadPriorityClass, PriorityClass, Namespace) are loaded 
       - {name: workers, count: 8, requests: {nvidia.com/gpu: 8, cpu: "96"},
          nodeSelector: {...}, minCount: 4,   # optional
          topologyRequest: {required: nvidia.com/gpu.clique}}   # optional (TAS)
+    - arrival: 7200             # or a job of any kind the service admits, instead of
+      runtime: 3600             # podSets: its Workload is the one serve would build
+      job:                      # (podSets, queue, priority, name); namespace and
+        apiVersion: jobset.x-k8s.io/v1alpha2   # localQueue default to its own, the
+        kind: JobSet                            # class to its kind (jobset)
+        metadata: {name: train, namespace: team-a, labels: {kueue.x-k8s.io/queue-name: team-a}}
+        spec: {replicatedJobs: [...]}
 
 Topology and v1 Node documents (and bound v1 Pods) give topology-aware scheduling its
 cluster, as for ``plan``.
@@ -33,6 +40,7 @@ the document or line, and the field.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -42,7 +50,10 @@ from typing import Any
 import yaml
 
 from admission.drivers.loader import Inputs, LoadError, load_paths
+from admission.integrations.base import IntegrationError, workload_model
+from admission.integrations.registry import BY_KIND, INTEGRATIONS
 from admission.sim.scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
+from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import PodSet, PriorityClass, TopologyRequest, Workload
 from queues.quantity import QuantityError, to_units
 
@@ -62,6 +73,7 @@ _ENTRY = {
     "checkpointInterval",
     "checkpointJitter",
     "checkpointOnNotice",
+    "job",
 }
 _POD_SET = {"name", "count", "requests", "nodeSelector", "minCount", "topologyRequest"}
 _TOPOLOGY_REQUEST = {
@@ -246,6 +258,8 @@ def _entry(
     for key in e:
         if key not in _ENTRY:
             raise _fail(where, str(key), "unknown field")
+    if "job" in e:
+        return _job_entry(where, e, inputs=inputs)
     for key in ("namespace", "localQueue", "arrival", "runtime", "podSets"):
         if key not in e:
             raise _fail(where, key, "Required value")
@@ -288,6 +302,13 @@ def _entry(
         priority_class=pclass.name if pclass is not None else None,
         priority_class_kind=pclass.kind if pclass is not None else None,
     )
+    return _sim_workload(where, e, wl, arrival_us=arrival, runtime_us=runtime, wl_class=wl_class)
+
+
+def _sim_workload(
+    where: str, e: dict[str, Any], wl: Workload, *, arrival_us: int, runtime_us: int, wl_class: str
+) -> SimWorkload:
+    """The entry's timing and checkpoint fields around its Workload."""
     interval = _seconds(where, "checkpointInterval", e.get("checkpointInterval", 0))
     jitter = _seconds(where, "checkpointJitter", e.get("checkpointJitter", 0))
     if "checkpointInterval" in e and interval == 0:
@@ -298,14 +319,69 @@ def _entry(
         raise _fail(where, "checkpointJitter", "must be less than checkpointInterval")
     return SimWorkload(
         workload=wl,
-        arrival_us=arrival,
-        runtime_us=runtime,
+        arrival_us=arrival_us,
+        runtime_us=runtime_us,
         wl_class=wl_class,
         checkpoint_interval_us=interval,
         checkpoint_jitter_us=jitter,
         checkpoint_on_notice_us=_seconds(
             where, "checkpointOnNotice", e.get("checkpointOnNotice", 0)
         ),
+    )
+
+
+def _job_entry(where: str, e: dict[str, Any], *, inputs: Inputs) -> SimWorkload:
+    """A trace entry naming a job of a registered kind (``job:``): its Workload as the
+    integration builds it (a TrainJob's runtime from the trace's documents)."""
+    for key in ("arrival", "runtime"):
+        if key not in e:
+            raise _fail(where, key, "Required value")
+    for key in ("podSets", "priority", "priorityClass"):
+        if key in e:
+            raise _fail(where, key, "not with job: the job's own podSets and priority count")
+    job = e["job"]
+    if not isinstance(job, dict):
+        raise _fail(where, "job", "must be a mapping (a job object)")
+    integ = BY_KIND.get((str(job.get("apiVersion")), str(job.get("kind"))))
+    if integ is None or integ.reconciler == "pods":
+        kinds = ", ".join(sorted(f"{i.api_version} {i.kind}" for i in INTEGRATIONS
+                                 if i.reconciler != "pods"))  # fmt: skip
+        raise _fail(where, "job", f"{job.get('apiVersion')} {job.get('kind')}: not a job kind "
+                                  f"(known: {kinds})")  # fmt: skip
+    job = copy.deepcopy(job)
+    meta = job.setdefault("metadata", {})
+    if "namespace" in e:
+        meta["namespace"] = _text(where, "namespace", e["namespace"])
+    if "localQueue" in e:
+        meta.setdefault("labels", {})[QUEUE_NAME_LABEL] = _text(
+            where, "localQueue", e["localQueue"]
+        )
+    if "name" in e:
+        meta["name"] = _text(where, "name", e["name"])
+
+    def lookup(res: Any, ns: str | None, name: str) -> dict[str, Any] | None:
+        return inputs.references.get((res.plural, ns, name))
+
+    try:
+        wl = workload_model(
+            integ,
+            integ.resolve(job, lookup),
+            workload_priority_classes=inputs.workload_priority_classes,
+            priority_classes=inputs.priority_classes,
+        )
+    except IntegrationError as err:
+        raise _fail(where, "job", str(err)) from None
+    if not wl.queue_name:
+        raise _fail(where, "job", f"{integ.what} names no queue: label {QUEUE_NAME_LABEL} "
+                                  "or localQueue")  # fmt: skip
+    wl_class = _text(where, "class", e["class"]) if "class" in e else integ.what
+    return _sim_workload(
+        where,
+        e,
+        wl,
+        arrival_us=_seconds(where, "arrival", e["arrival"]),
+        runtime_us=_seconds(where, "runtime", e["runtime"]),
+        wl_class=wl_class,
     )
 
 
