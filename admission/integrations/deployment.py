@@ -23,22 +23,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from queues.labels import MANAGED as MANAGED_LABEL
-from queues.labels import POD_SUSPENDING_PARENT
-from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
-from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
-
-from .base import Finished, Integration, Resource, Role, count_field, ref_of, template_at
+from .base import Resource, Role, count_field, ref_of, template_at
+from .podowner import Edit, PodOwnerIntegration
 
 FRAMEWORK = "deployment"
 _TEMPLATE = ("spec", "template")
 
 
-class DeploymentIntegration(Integration):
+class DeploymentIntegration(PodOwnerIntegration):
     framework = FRAMEWORK
     resource = Resource("apps", "v1", "deployments", "Deployment")
-    reconciler = "parent"
-    implies = ("pod",)
     planned = False
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
@@ -49,29 +43,8 @@ class DeploymentIntegration(Integration):
         return [Role(name="main", count=1, template=template_at(obj, _TEMPLATE, what),
                      path=_TEMPLATE)]  # fmt: skip
 
-    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
-        """Kueue: a Deployment counts as suspended while no replica is ready."""
-        ready = (obj.get("status") or {}).get("readyReplicas")
-        return not (isinstance(ready, int) and ready > 0)
-
-    def suspend_edits(
-        self, obj: Mapping[str, Any], labels: Mapping[str, str]
-    ) -> list[tuple[tuple[str, ...], str, Any]]:
-        tl, ta = (*_TEMPLATE, "metadata", "labels"), (*_TEMPLATE, "metadata", "annotations")
-        edits: list[tuple[tuple[str, ...], str, Any]] = [
-            (tl, MANAGED_LABEL, "true"),
-            (ta, POD_SUSPENDING_PARENT, FRAMEWORK),
-        ]
-        for key in (QUEUE_NAME_LABEL, PRIORITY_CLASS_LABEL):
-            if labels.get(key):
-                edits.append((tl, key, labels[key]))
-        return edits
-
-    def finished(self, obj: Mapping[str, Any]) -> Finished | None:
-        return None  # serving: never finishes
-
-    def is_active(self, obj: Mapping[str, Any]) -> bool:
-        return bool((obj.get("status") or {}).get("replicas"))
+    def suspend_edits(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> list[Edit]:
+        return self.template_edits(_TEMPLATE, labels)
 
 
 DEPLOYMENT = DeploymentIntegration()

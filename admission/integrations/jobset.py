@@ -103,23 +103,37 @@ class JobSetIntegration(Integration):
         )
         return ready >= replicas
 
-
     def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """Kueue's ``JobSet.ReclaimablePods``: a replicated Job's succeeded replicas
         (at most its ``replicas``) times its pods per replica."""
-        statuses = {s.get("name"): s for s in _replicated_job_statuses(obj)}
-        out: dict[str, int] = {}
         try:
-            roles = {r.name: r for r in self.roles(obj)}
+            roles = self.roles(obj)
         except IntegrationError:
-            return out
-        for rj in (obj.get("spec") or {}).get("replicatedJobs") or []:
-            name = rj.get("name") if isinstance(rj, Mapping) else None
-            replicas = _int(rj.get("replicas"), 1) if isinstance(rj, Mapping) else 0
-            succeeded = _int((statuses.get(name) or {}).get("succeeded"))
-            if name in roles and replicas > 0 and 0 < succeeded <= replicas:
-                out[name] = succeeded * (roles[name].count // replicas)
-        return out
+            return {}
+        return succeeded_replicas(
+            (obj.get("spec") or {}).get("replicatedJobs") or [],
+            _replicated_job_statuses(obj),
+            roles,
+        )
+
+
+def succeeded_replicas(
+    replicated_jobs: list[Any], statuses: list[Mapping[str, Any]], roles: list[Role]
+) -> dict[str, int]:
+    """podSet -> reclaimable pods of a JobSet-shaped object (a JobSet, a TrainJob's
+    JobSet): each replicated Job's succeeded replicas, at most its ``replicas``, times
+    its pods per replica."""
+    by_name = {s.get("name"): s for s in statuses}
+    counts = {r.name: r.count for r in roles}
+    out: dict[str, int] = {}
+    for rj in replicated_jobs:
+        if not isinstance(rj, Mapping):
+            continue
+        name, replicas = rj.get("name"), _int(rj.get("replicas"), 1)
+        succeeded = _int((by_name.get(name) or {}).get("succeeded"))
+        if name in counts and replicas > 0 and 0 < succeeded <= replicas:
+            out[str(name)] = succeeded * (counts[name] // replicas)
+    return out
 
 
 def _int(value: Any, default: int = 0) -> int:

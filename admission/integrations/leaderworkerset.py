@@ -33,15 +33,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from queues.labels import MANAGED as MANAGED_LABEL
-from queues.labels import POD_GROUP_SERVING, POD_SUSPENDING_PARENT
+from queues.labels import POD_GROUP_SERVING
 from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
-from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 from .base import (
-    Finished,
-    Integration,
     IntegrationError,
     Resource,
     Role,
@@ -51,6 +47,7 @@ from .base import (
     template_at,
     workload_name,
 )
+from .podowner import Edit, PodOwnerIntegration
 
 FRAMEWORK = "leaderworkerset.x-k8s.io/leaderworkerset"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -58,11 +55,9 @@ GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 _LWT = ("spec", "leaderWorkerTemplate")
 
 
-class LeaderWorkerSetIntegration(Integration):
+class LeaderWorkerSetIntegration(PodOwnerIntegration):
     framework = FRAMEWORK
     resource = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
-    reconciler = "parent"
-    implies = ("pod",)
     planned = False
     workload_name_uses_uid = False
 
@@ -84,28 +79,17 @@ class LeaderWorkerSetIntegration(Integration):
                               template=template_at(obj, worker_path, what), path=worker_path))  # fmt: skip
         return roles
 
-    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
-        """Kueue: suspended while no replica is ready."""
-        ready = (obj.get("status") or {}).get("readyReplicas")
-        return not (isinstance(ready, int) and ready > 0)
-
-    def suspend_edits(
-        self, obj: Mapping[str, Any], labels: Mapping[str, str]
-    ) -> list[tuple[tuple[str, ...], str, Any]]:
+    def suspend_edits(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> list[Edit]:
         lwt = ((obj.get("spec") or {}).get("leaderWorkerTemplate")) or {}
-        size = lwt.get("size", 1)
+        size = str(lwt.get("size", 1))
         templates = ["workerTemplate"] + (["leaderTemplate"] if lwt.get("leaderTemplate") else [])
-        edits: list[tuple[tuple[str, ...], str, Any]] = []
+        edits: list[Edit] = []
         for t in templates:
-            tl, ta = (*_LWT, t, "metadata", "labels"), (*_LWT, t, "metadata", "annotations")
-            edits += [
-                (tl, MANAGED_LABEL, "true"),
-                (ta, GROUP_TOTAL_COUNT_ANNOTATION, str(size)),
-                (ta, POD_GROUP_SERVING, "true"),
-                (ta, POD_SUSPENDING_PARENT, FRAMEWORK),
-            ]
-            edits += [(tl, k, labels[k]) for k in (QUEUE_NAME_LABEL, PRIORITY_CLASS_LABEL)
-                      if labels.get(k)]  # fmt: skip
+            edits += self.template_edits(
+                (*_LWT, t),
+                labels,
+                annotations=[(GROUP_TOTAL_COUNT_ANNOTATION, size), (POD_GROUP_SERVING, "true")],
+            )
         return edits
 
     def pod_group_of(self, pod: Mapping[str, Any]) -> str | None:
@@ -129,12 +113,6 @@ class LeaderWorkerSetIntegration(Integration):
                     f"spec.leaderWorkerTemplate.size: Invalid value: {after}: field is immutable"
                 )
         return errors
-
-    def finished(self, obj: Mapping[str, Any]) -> Finished | None:
-        return None  # serving: never finishes
-
-    def is_active(self, obj: Mapping[str, Any]) -> bool:
-        return bool((obj.get("status") or {}).get("replicas"))
 
 
 LEADERWORKERSET = LeaderWorkerSetIntegration()

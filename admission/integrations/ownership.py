@@ -205,6 +205,10 @@ def stand_in(ref: OwnerRef) -> dict[str, Any]:
     return {
         "apiVersion": ref.api_version,
         "kind": ref.kind,
-        "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid,
-                     "labels": {QUEUE_NAME_LABEL: "<not read>"}},  # fmt: skip
+        "metadata": {
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "uid": ref.uid,
+            "labels": {QUEUE_NAME_LABEL: "<not read>"},
+        },  # fmt: skip
     }

@@ -29,17 +29,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from queues.labels import MANAGED as MANAGED_LABEL
-from queues.labels import POD_GROUP_FAST_ADMISSION, POD_GROUP_SERVING, POD_SUSPENDING_PARENT
+from queues.labels import POD_GROUP_FAST_ADMISSION, POD_GROUP_SERVING
 from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
 from queues.labels import POD_GROUP_POD_INDEX_LABEL as POD_INDEX_LABEL_ANNOTATION
 from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
-from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 from .base import (
-    Finished,
-    Integration,
     IntegrationError,
     Resource,
     Role,
@@ -47,17 +43,16 @@ from .base import (
     ref_of,
     template_at,
 )
+from .podowner import Edit, PodOwnerIntegration
 
 FRAMEWORK = "statefulset"
 STS_POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 _TEMPLATE = ("spec", "template")
 
 
-class StatefulSetIntegration(Integration):
+class StatefulSetIntegration(PodOwnerIntegration):
     framework = FRAMEWORK
     resource = Resource("apps", "v1", "statefulsets", "StatefulSet")
-    reconciler = "parent"
-    implies = ("pod",)
     workload_name_uses_uid = False
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
@@ -71,30 +66,20 @@ class StatefulSetIntegration(Integration):
                  path=_TEMPLATE)
         ]  # fmt: skip
 
-    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
-        """Kueue's rule for a serving object: suspended while no replica is ready."""
-        ready = (obj.get("status") or {}).get("readyReplicas")
-        return not (isinstance(ready, int) and ready > 0)
-
-    def suspend_edits(
-        self, obj: Mapping[str, Any], labels: Mapping[str, str]
-    ) -> list[tuple[tuple[str, ...], str, Any]]:
+    def suspend_edits(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> list[Edit]:
         replicas = (obj.get("spec") or {}).get("replicas")
         count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
-        tl, ta = (*_TEMPLATE, "metadata", "labels"), (*_TEMPLATE, "metadata", "annotations")
-        edits: list[tuple[tuple[str, ...], str, Any]] = [
-            (tl, MANAGED_LABEL, "true"),
-            (tl, GROUP_NAME_LABEL, self.workload_name(obj)),
-            (ta, GROUP_TOTAL_COUNT_ANNOTATION, str(count)),
-            (ta, POD_GROUP_FAST_ADMISSION, "true"),
-            (ta, POD_GROUP_SERVING, "true"),
-            (ta, POD_INDEX_LABEL_ANNOTATION, STS_POD_INDEX_LABEL),
-            (ta, POD_SUSPENDING_PARENT, FRAMEWORK),
-        ]
-        for key in (QUEUE_NAME_LABEL, PRIORITY_CLASS_LABEL):
-            if labels.get(key):
-                edits.append((tl, key, labels[key]))
-        return edits
+        return self.template_edits(
+            _TEMPLATE,
+            labels,
+            extra_labels=[(GROUP_NAME_LABEL, self.workload_name(obj))],
+            annotations=[
+                (GROUP_TOTAL_COUNT_ANNOTATION, str(count)),
+                (POD_GROUP_FAST_ADMISSION, "true"),
+                (POD_GROUP_SERVING, "true"),
+                (POD_INDEX_LABEL_ANNOTATION, STS_POD_INDEX_LABEL),
+            ],
+        )
 
     def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
         errors = super().validate(new, old)
@@ -110,12 +95,6 @@ class StatefulSetIntegration(Integration):
             if get(new) != get(old):
                 errors.append(f"{where}: Invalid value: {get(new)!r}: field is immutable")
         return errors
-
-    def finished(self, obj: Mapping[str, Any]) -> Finished | None:
-        return None  # serving: never finishes; deleting it ends its Workload
-
-    def is_active(self, obj: Mapping[str, Any]) -> bool:
-        return bool((obj.get("status") or {}).get("replicas"))
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -60,6 +60,7 @@ from .base import (
     finished_by_conditions,
     ref_of,
 )
+from .jobset import succeeded_replicas
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 TRAINING_RUNTIMES = Resource(GROUP, VERSION, "trainingruntimes", "TrainingRuntime")
@@ -229,20 +230,13 @@ class TrainJobIntegration(Integration):
 
     def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """Kueue's ``TrainJob.ReclaimablePods``: succeeded replicas × pods per replica."""
-        statuses = {s.get("name"): s for s in _jobs_status(obj)}
-        if not statuses:
+        if not _jobs_status(obj):
             return {}
         try:
-            spec, roles = self.jobset_spec(obj), {r.name: r for r in self.roles(obj)}
+            spec, roles = self.jobset_spec(obj), self.roles(obj)
         except IntegrationError:
             return {}
-        out: dict[str, int] = {}
-        for rj in spec["replicatedJobs"]:
-            name, replicas = rj.get("name"), _int(rj.get("replicas"), 1)
-            succeeded = _int((statuses.get(name) or {}).get("succeeded"))
-            if name in roles and replicas > 0 and 0 < succeeded <= replicas:
-                out[name] = succeeded * (roles[name].count // replicas)
-        return out
+        return succeeded_replicas(spec["replicatedJobs"], _jobs_status(obj), roles)
 
 
 def _int(value: Any, default: int = 0) -> int:
