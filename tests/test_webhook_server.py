@@ -139,7 +139,7 @@ def test_body_over_3_mib_is_refused_with_413_and_the_connection_closed(
 
 
 def test_unknown_path_is_404_and_get_on_a_webhook_is_405(client: ReviewClient) -> None:
-    assert client.post("/mutate-apps-v1-deployment", make_review("Job", job()))[0] == 404
+    assert client.post("/mutate-apps-v1-daemonset", make_review("Job", job()))[0] == 404
     assert client.get(MUTATE)[0] == 405
 
 
