@@ -21,6 +21,7 @@ from admission.integrations.ownership import (
     CyclicOwnership,
     OwnerNotFound,
     OwnerRef,
+    OwnershipError,
     managed_ancestor,
 )
 from admission.integrations.registry import Frameworks, frameworks
@@ -158,6 +159,15 @@ def test_the_webhook_reads_the_owners_first_then_decides_on_them() -> None:
     assert has_managed_ancestor(job, ctx)
     rctx = asyncio.run(read_owners(job, ctx, lambda ref: _none()))
     with pytest.raises(OwnerNotFound):
+        has_managed_ancestor(job, rctx)
+
+    async def broken(ref: OwnerRef) -> dict | None:
+        raise ConnectionError("apiserver unreachable")
+
+    rctx = asyncio.run(read_owners(job, ctx, broken))  # a failed read: refused, saying why
+    with pytest.raises(
+        OwnershipError, match="cannot read the owner JobSet team-a/js: ConnectionError"
+    ):
         has_managed_ancestor(job, rctx)
 
 

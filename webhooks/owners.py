@@ -41,8 +41,14 @@ class ReadOwners:
     """The owners read for one review (``HandlerContext.owners``)."""
 
     objects: dict[OwnerRef, JsonObj | None] = field(default_factory=dict)
+    failed: dict[OwnerRef, str] = field(default_factory=dict)  # reads that failed, why
 
     def get(self, ref: Any) -> JsonObj | None:
+        why = self.failed.get(ref)
+        if why is not None:
+            raise OwnershipError(
+                f"cannot read the owner {ref.kind} {ref.namespace}/{ref.name}: {why}"
+            )
         return self.objects.get(ref)
 
 
@@ -64,7 +70,11 @@ async def read_owners(obj: JsonObj, ctx: HandlerContext, source: OwnerSource) ->
     read = ReadOwners()
 
     async def lookup(ref: OwnerRef) -> Mapping[str, Any] | None:
-        found = await source(ref)
+        try:
+            found = await source(ref)
+        except Exception as err:  # noqa: BLE001 - a failed read refuses the object, clearly
+            read.failed[ref] = f"{type(err).__name__}: {err}"
+            raise OwnershipError(read.failed[ref]) from err
         read.objects[ref] = dict(found) if found is not None else None
         return found
 
