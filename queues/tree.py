@@ -15,11 +15,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from queues.model import ClusterQueue, Cohort, FlavorResource, ResourceGroup, ResourceQuota
 
 Journal = list[tuple[dict[FlavorResource, int], FlavorResource, int]]
 """Usage values as they were before each change: (a node's usage dict, fr, old value)."""
+
+
+class BindingLimit(NamedTuple):
+    """Where a ClusterQueue's capacity for one (flavor, resource) runs out.
+
+    ``node`` is the lowest node on the path to the root whose borrowingLimit binds, or
+    the root when none does; ``amount`` is what that limit leaves: for
+    :meth:`QuotaNode.available_limit`, what ``node`` may still take from its parent
+    (borrowingLimit) or has unused (root); for :meth:`QuotaNode.potential_limit`, the
+    most ``node`` may ever use."""
+
+    node: QuotaNode
+    amount: int
+
+    @property
+    def at_root(self) -> bool:
+        return self.node.parent is None
+
+
+class BorrowingLevel(NamedTuple):
+    """Kueue's FindHeightOfLowestSubtreeThatFits: how high in the tree a request reaches."""
+
+    height: int  # 0: within the node's own quota; else the height of the lowest subtree that fits
+    may_reclaim: bool  # that subtree is smaller than the whole tree
 
 
 class QuotaNode:
@@ -98,6 +123,41 @@ class QuotaNode:
     def local_available(self, fr: FlavorResource) -> int:
         return max(0, self.local_quota.get(fr, 0) - self.usage.get(fr, 0))
 
+    def borrowing_headroom(self, fr: FlavorResource) -> int | None:
+        """With a borrowingLimit on fr: how much this node may still take from its parent
+        (what it lends up and does not use itself, plus the limit); None without one."""
+        q = self.quotas.get(fr)
+        if q is None or q.borrowing_limit is None:
+            return None
+        return self._headroom(fr, q.borrowing_limit)
+
+    def _lent_unused(self, fr: FlavorResource) -> int:
+        """What this node stores in its parent (its subtree quota beyond its own lending
+        limit) and does not use itself; negative when it uses more."""
+        local = self.local_quota.get(fr, 0)
+        stored_in_parent = self.subtree_quota.get(fr, 0) - local
+        used_in_parent = max(0, self.usage.get(fr, 0) - local)
+        return stored_in_parent - used_in_parent
+
+    def _headroom(self, fr: FlavorResource, borrowing_limit: int) -> int:
+        return self._lent_unused(fr) + borrowing_limit
+
+    def borrowable(self, fr: FlavorResource) -> int:
+        """With a borrowingLimit on fr: how much more this node may borrow from its
+        parent (beyond what it lends up and does not use); 0 without one."""
+        headroom = self.borrowing_headroom(fr)
+        if headroom is None:
+            return 0
+        return max(0, headroom - max(0, self._lent_unused(fr)))
+
+    def borrowing_cap(self, fr: FlavorResource) -> int | None:
+        """With a borrowingLimit on fr: the most this node may ever use (its subtree quota
+        plus the limit); None without one."""
+        q = self.quotas.get(fr)
+        if q is None or q.borrowing_limit is None:
+            return None
+        return self.subtree_quota.get(fr, 0) + q.borrowing_limit
+
     def available(self, fr: FlavorResource) -> int:
         """How much more of fr this node can use now (may be negative after a quota cut)."""
         parent = self.parent
@@ -106,13 +166,21 @@ class QuotaNode:
         parent_available = parent.available(fr)
         q = self.quotas.get(fr)
         if q is not None and q.borrowing_limit is not None:
-            local = self.local_quota.get(fr, 0)
-            stored_in_parent = self.subtree_quota.get(fr, 0) - local
-            used_in_parent = max(0, self.usage.get(fr, 0) - local)
-            with_max = stored_in_parent - used_in_parent + q.borrowing_limit
-            if with_max < parent_available:
-                parent_available = with_max
+            headroom = self._headroom(fr, q.borrowing_limit)
+            if headroom < parent_available:
+                parent_available = headroom
         return self.local_available(fr) + parent_available
+
+    def available_limit(self, fr: FlavorResource) -> BindingLimit:
+        """Which limit bounds :meth:`available`: the lowest node on the path to the root
+        whose borrowingLimit leaves it less than its parent has, else the root."""
+        n = self
+        while n.parent is not None:
+            headroom = n.borrowing_headroom(fr)
+            if headroom is not None and headroom < n.parent.available(fr):
+                return BindingLimit(n, headroom)
+            n = n.parent
+        return BindingLimit(n, n.available(fr))
 
     def potential_available(self, fr: FlavorResource) -> int:
         """The most of fr this node could ever hold (the largest admissible request)."""
@@ -120,10 +188,23 @@ class QuotaNode:
         if parent is None:
             return self.subtree_quota.get(fr, 0)
         avail = self.local_quota.get(fr, 0) + parent.potential_available(fr)
-        q = self.quotas.get(fr)
-        if q is not None and q.borrowing_limit is not None:
-            avail = min(avail, self.subtree_quota.get(fr, 0) + q.borrowing_limit)
+        cap = self.borrowing_cap(fr)
+        if cap is not None and cap < avail:
+            avail = cap
         return avail
+
+    def potential_limit(self, fr: FlavorResource) -> BindingLimit:
+        """Which limit bounds :meth:`potential_available`: the lowest node whose quota plus
+        borrowingLimit is at most what its parent could give it, else the root."""
+        n = self
+        while n.parent is not None:
+            cap = n.borrowing_cap(fr)
+            if cap is not None and cap <= n.local_quota.get(fr, 0) + n.parent.potential_available(
+                fr
+            ):
+                return BindingLimit(n, cap)
+            n = n.parent
+        return BindingLimit(n, n.subtree_quota.get(fr, 0))
 
     def add_usage(self, fr: FlavorResource, val: int, journal: Journal | None = None) -> None:
         node: QuotaNode | None = self
@@ -161,23 +242,23 @@ class QuotaNode:
         q = self.quotas.get(fr)
         return q.nominal if q is not None else 0
 
-    def height_of_lowest_subtree_that_fits(self, fr: FlavorResource, val: int) -> tuple[int, bool]:
+    def height_of_lowest_subtree_that_fits(self, fr: FlavorResource, val: int) -> BorrowingLevel:
         """Kueue's FindHeightOfLowestSubtreeThatFits: the borrowing level of a request.
 
-        Returns (height, may_reclaim_in_hierarchy): 0 when the request fits within this
-        node's own quota; otherwise the height of the lowest ancestor subtree whose quota
-        covers it; the flag says whether that subtree is smaller than the whole tree.
+        0 when the request fits within this node's own quota; otherwise the height of the
+        lowest ancestor subtree whose quota covers it, and whether that subtree is
+        smaller than the whole tree (so reclaiming within it is possible).
         """
         if self.parent is None or not self.borrowing_with(fr, val):
-            return 0, self.parent is not None
+            return BorrowingLevel(0, self.parent is not None)
         remaining = val - self.local_available(fr)
         node: QuotaNode | None = self.parent
         while node is not None:
             if not node.borrowing_with(fr, remaining):
-                return node.height(), node.parent is not None
+                return BorrowingLevel(node.height(), node.parent is not None)
             remaining -= node.local_available(fr)
             node = node.parent
-        return self.root().height(), False
+        return BorrowingLevel(self.root().height(), False)
 
 
 def _quotas_of(groups: Iterable[ResourceGroup]) -> dict[FlavorResource, ResourceQuota]:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from admission.engine.cache import Cache
+from admission.engine.vocabulary import PendingReason
 from admission.config import Config
 from admission.drivers.loader import Inputs
 from admission.drivers.whatif import snapshot, what_if, with_now
@@ -51,10 +52,10 @@ def _over_quota(tree: CohortTree) -> dict[tuple[str, str, str], tuple[int, int]]
             if node.parent is None:
                 allowed = node.subtree_quota.get(fr, 0)
             else:
-                q = node.quotas.get(fr)
-                if q is None or q.borrowing_limit is None:
+                cap = node.borrowing_cap(fr)
+                if cap is None:
                     continue
-                allowed = node.subtree_quota.get(fr, 0) + q.borrowing_limit
+                allowed = cap
             if used > allowed:
                 kind = "Cohort" if node.is_cohort else "ClusterQueue"
                 out[(f"{kind} {node.name}", fr[0], fr[1])] = (used, allowed)
@@ -188,8 +189,8 @@ def impact_of_snapshot(
     never = {
         k: cq or "-"
         for k, (cq, st) in pend_a.items()
-        if st.reason == "ExceedsMaxQuota"
-        and (k not in pend_b or pend_b[k][1].reason != "ExceedsMaxQuota")
+        if st.reason == PendingReason.EXCEEDS_MAX_QUOTA
+        and (k not in pend_b or pend_b[k][1].reason != PendingReason.EXCEEDS_MAX_QUOTA)
     }
     if never:
         lines.append(

@@ -17,10 +17,12 @@ from typing import Any
 
 from admission.config import Config
 from admission.drivers.loader import Inputs
+from admission.engine import messages
 from admission.engine.cache import Cache, PendingStatus
 from admission.engine.checkpoint import RequeueDecision
 from admission.engine.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
-from queues.model import Workload
+from admission.engine.vocabulary import PendingReason
+from queues.model import STRICT_FIFO, Workload
 from queues.quantity import format_quantity
 from queues.topology_assignment import from_v1beta2, to_v1beta2
 from queues.transformations import ResourceTransformer
@@ -182,19 +184,15 @@ def pending_report(cache: Cache) -> dict[str, tuple[str | None, PendingStatus]]:
     for name in sorted(cache.queues):
         q = cache.queues[name]
         head: Workload | None = None
-        strict = cache.cluster_queues[name].queueing_strategy == "StrictFIFO"
+        strict = cache.cluster_queues[name].queueing_strategy == STRICT_FIFO
         for ahead, wl in enumerate(q.workloads()):
             status = cache.inactive.get(name) or cache.status_of(wl, name)
             if status is None:
                 if strict and head is not None:
-                    why = f"blocked behind {head.key}, the head of StrictFIFO ClusterQueue {name}"
+                    why = messages.blocked_behind_strict_head(head.key, name)
                 else:
-                    place = f"{ahead} workload(s) ahead of it" if ahead else "it is next"
-                    why = (
-                        f"not yet nominated: one workload per ClusterQueue per cycle and the cycles "
-                        f"ran out; {place} in ClusterQueue {name}"
-                    )
-                status = PendingStatus("WaitingForQuota", why)
+                    why = messages.pending_not_nominated(ahead, name)
+                status = PendingStatus(PendingReason.WAITING_FOR_QUOTA, why)
             if head is None:
                 head = wl
             out[wl.key] = (name, status)
@@ -269,7 +267,7 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
                     "clusterQueue": p.cluster_queue,
                     "cycle": p.cycle,
                     "by": p.by,
-                    "reason": p.reason,
+                    "reason": str(p.reason),  # plain str: the document is plain data
                     "message": p.message,
                     **_progress_json(result, p),
                 }
@@ -278,7 +276,7 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
             key=lambda x: (x["workload"], x["cycle"]),
         ),
         "pending": [
-            {"workload": key, "clusterQueue": cq, "reason": st.reason, "message": st.message}
+            {"workload": key, "clusterQueue": cq, "reason": str(st.reason), "message": st.message}
             for key, (cq, st) in sorted(result.pending.items())
         ],
         "usage": usage_report(result.cache),

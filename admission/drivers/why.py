@@ -180,7 +180,7 @@ def explain(inputs: Inputs, key: str, *, config: Config | None = None) -> Explan
     cq, status = before.pending.get(key, (None, None))
     if status is None:
         return Explanation(key, cq, "", "not pending", result=before)
-    out = Explanation(key, cq, status.reason, status.message, result=before)
+    out = Explanation(key, cq, str(status.reason), status.message, result=before)
     if cq is None or cq not in inputs.cluster_queues:
         return out
     total: dict[str, int] = {}

@@ -14,7 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from admission.engine import messages
 from admission.engine.checkpoint import WORKLOAD_SOURCE, Notice, ProgressBook
+from admission.engine.vocabulary import PendingReason
 from queues.model import (
     STOP_NONE,
     STRICT_FIFO,
@@ -37,15 +39,12 @@ if TYPE_CHECKING:
     from admission.engine.flavors import Assignment
     from admission.engine.topology import TasCharge
 
-MISCONFIGURED = "Misconfigured"
-SUSPENDED = "Suspended"
-
 
 @dataclass(slots=True)
 class PendingStatus:
     """Why a workload is not admitted: a QuotaReserved=False reason and a message."""
 
-    reason: str
+    reason: PendingReason
     message: str
 
 
@@ -231,26 +230,29 @@ class Cache:
                 }
             )
             if cq.stop_policy != STOP_NONE:
-                self.inactive[name] = PendingStatus(SUSPENDED, f"ClusterQueue {name} is stopped")
+                self.inactive[name] = PendingStatus(
+                    PendingReason.SUSPENDED, messages.cluster_queue_stopped(name)
+                )
             elif node.disabled_reason:
                 self.inactive[name] = PendingStatus(
-                    MISCONFIGURED, f"ClusterQueue {name} is inactive: {node.disabled_reason}"
+                    PendingReason.MISCONFIGURED,
+                    messages.cluster_queue_inactive(name, node.disabled_reason),
                 )
             elif missing:
                 self.inactive[name] = PendingStatus(
-                    MISCONFIGURED,
-                    f"ClusterQueue {name} is inactive: flavor {', '.join(missing)} not found",
+                    PendingReason.MISCONFIGURED,
+                    messages.cluster_queue_inactive(name, messages.flavors_not_found(missing)),
                 )
             elif no_topology := self._missing_topologies(cq):
                 # Kueue's TopologyNotFound: a TAS flavor whose Topology does not exist.
                 self.inactive[name] = PendingStatus(
-                    MISCONFIGURED, f"ClusterQueue {name} is inactive: {no_topology}"
+                    PendingReason.MISCONFIGURED, messages.cluster_queue_inactive(name, no_topology)
                 )
 
     def _missing_topologies(self, cq: ClusterQueue) -> str:
         names = sorted(
             {
-                f"Topology {flv.topology_name} of flavor {flv.name} not found"
+                messages.topology_not_found(flv.topology_name, flv.name)
                 for g in cq.resource_groups
                 for fq in g.flavors
                 if (flv := self.flavors.get(fq.name)) is not None
@@ -398,8 +400,10 @@ class Cache:
             if cq in self.tree.queues:
                 self.tree.add_usage(cq, usage)
             self._charge_tas(wl, +1)
-            if held is not None and cq in self.tree.queues and any(
-                usage.get(fr, 0) < v for fr, v in held.items()
+            if (
+                held is not None
+                and cq in self.tree.queues
+                and any(usage.get(fr, 0) < v for fr, v in held.items())
             ):
                 self.capacity_event(cq)  # its reclaimable pods gave quota back
             return
@@ -410,26 +414,23 @@ class Cache:
         lq = self.local_queue_of(wl)
         if lq is None and not wl.queue_name:
             self.unroutable[wl.key] = wl
-            self.status[wl.key] = PendingStatus(
-                MISCONFIGURED,
-                "Workload has no queue name (spec.queueName / label kueue.x-k8s.io/queue-name)",
-            )
+            self.status[wl.key] = PendingStatus(PendingReason.MISCONFIGURED, messages.NO_QUEUE_NAME)
             return
         if lq is None:
             self.unroutable[wl.key] = wl
             self.status[wl.key] = PendingStatus(
-                MISCONFIGURED,
-                f"LocalQueue {wl.queue_name} doesn't exist in namespace {wl.namespace}",
+                PendingReason.MISCONFIGURED,
+                messages.local_queue_missing(wl.queue_name, wl.namespace),
             )
             return
         if lq.cluster_queue not in self.cluster_queues:
             self.unroutable[wl.key] = wl
             self.status[wl.key] = PendingStatus(
-                MISCONFIGURED, f"ClusterQueue {lq.cluster_queue} doesn't exist"
+                PendingReason.MISCONFIGURED, messages.cluster_queue_missing(lq.cluster_queue)
             )
             return
         st = self.status.get(wl.key)
-        if st is not None and st.reason == MISCONFIGURED:  # why it was not routable
+        if st is not None and st.reason == PendingReason.MISCONFIGURED:  # why it was not routable
             del self.status[wl.key]
         self.queues[lq.cluster_queue].push(wl)
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from admission.engine import messages
 from admission.engine.topology import (
     TOPOLOGY_PLACEMENT_FAILED,
     PlacementCheck,
@@ -25,6 +27,7 @@ from admission.engine.topology import (
     place_workload,
     placement_requests,
 )
+from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
     PREEMPTION_OVER_BORROWING,
     TRY_NEXT_FLAVOR,
@@ -35,36 +38,34 @@ from queues.model import (
     TopologyAssignment,
     Workload,
 )
-from queues.quantity import format_quantity
 from queues.topology import TopologyState
 from queues.tree import QuotaNode
 
-# Modes, worst first (Kueue's granular preemption modes).
-NO_FIT = 0
-NO_CANDIDATES = 1
-PREEMPT = 2
-RECLAIM = 3
-FIT = 4
+# Short names for the vocabulary's members, as the assigner reads them.
+NO_FIT = AssignmentMode.NO_FIT
+NO_CANDIDATES = AssignmentMode.NO_CANDIDATES
+PREEMPT = AssignmentMode.PREEMPT
+RECLAIM = AssignmentMode.RECLAIM
+FIT = AssignmentMode.FIT
 
-MODE_NAMES = {
-    NO_FIT: "NoFit",
-    NO_CANDIDATES: "NoCandidates",
-    PREEMPT: "Preempt",
-    RECLAIM: "Reclaim",
-    FIT: "Fit",
-}
-
-# QuotaReserved=False reasons, most to least hopeful.
-WAITING_FOR_QUOTA = "WaitingForQuota"
-EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
-NO_MATCHING_FLAVOR = "NoMatchingFlavor"
-
-PreemptionOracle = Callable[[Workload, QuotaNode, FlavorResource, int], tuple[int, int]]
-"""(preemptor, cq node, fr, value) -> (PREEMPT, RECLAIM or NO_CANDIDATES, borrowing level after)."""
+WAITING_FOR_QUOTA = PendingReason.WAITING_FOR_QUOTA
+EXCEEDS_MAX_QUOTA = PendingReason.EXCEEDS_MAX_QUOTA
+NO_MATCHING_FLAVOR = PendingReason.NO_MATCHING_FLAVOR
 
 
-def no_preemption(_wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> tuple[int, int]:
-    return NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val)[0]
+class OracleAnswer(NamedTuple):
+    """Would preemption free enough for a request (Kueue's PreemptionOracle answer)?"""
+
+    mode: AssignmentMode  # PREEMPT, RECLAIM, or NO_CANDIDATES
+    borrow: int  # the borrowing level once the victims are gone
+
+
+PreemptionOracle = Callable[[Workload, QuotaNode, FlavorResource, int], OracleAnswer]
+"""(preemptor, cq node, fr, value) -> could preemption make ``value`` of ``fr`` fit?"""
+
+
+def no_preemption(_wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> OracleAnswer:
+    return OracleAnswer(NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val).height)
 
 
 @dataclass(slots=True)
@@ -73,22 +74,25 @@ class PodSetAssignmentResult:
     count: int
     flavors: dict[str, str] = field(default_factory=dict)  # resource -> flavor
     usage: dict[str, int] = field(default_factory=dict)  # resource -> total
-    mode: int = FIT
+    mode: AssignmentMode = FIT
     borrow: int = 0
-    reason: str = ""
+    reason: PendingReason | None = None
     messages: list[str] = field(default_factory=list)
     topology: TopologyAssignment | None = None  # where its pods go (TAS podSets)
 
 
 @dataclass(slots=True)
 class Assignment:
+    """A workload's flavors: per podSet, and overall (the worst podSet's mode, the highest
+    borrowing level, the usage it would charge, and why it does not fit, if it does not)."""
+
     pod_sets: list[PodSetAssignmentResult]
-    mode: int = FIT
+    mode: AssignmentMode = FIT
     borrow: int = 0
     usage: dict[FlavorResource, int] = field(default_factory=dict)
     # Frs on which the chosen flavors need preemption (for the preemption search).
     frs_need_preemption: set[FlavorResource] = field(default_factory=set)
-    reason: str = ""
+    reason: PendingReason | None = None
     message: str = ""
     # TAS podSets needing preemption: do they fit once given victims are gone?
     placement: PlacementCheck | None = None
@@ -100,11 +104,18 @@ class Assignment:
 @dataclass(slots=True)
 class _Candidate:
     flavor: str
-    mode: int
+    mode: AssignmentMode
     borrow: int
-    reason: str
+    reason: PendingReason | None
     messages: list[str]
     need_preemption: list[FlavorResource]
+
+
+class _ResourceFit(NamedTuple):
+    mode: AssignmentMode
+    borrow: int
+    message: str
+    reason: PendingReason | None
 
 
 def topology_mismatch(
@@ -133,14 +144,14 @@ def topology_mismatch(
                 # Kueue: a flavor sharing none of the podSet's requested resources is
                 # accepted (it may give quota-only resources; an LWS leader asks for none)
                 return None
-            return f'Flavor "{flavor.name}" does not support TopologyAwareScheduling'
+            return messages.flavor_lacks_topology(flavor)
         assert tr is not None
         wanted = [
             lv for lv in (tr.required, tr.preferred, tr.slice_required_topology) if lv is not None
         ]
         return flavor_level_mismatch(topology, flavor, wanted)
     if flavor.topology_name is not None:
-        return f'Flavor "{flavor.name}" supports only TopologyAwareScheduling'
+        return messages.flavor_only_topology(flavor)
     return None
 
 
@@ -161,7 +172,7 @@ def flavor_matches(
     labels = flavor.node_labels
     for k, v in ps.node_selector.items():
         if k in labels and labels[k] != v:
-            return f"flavor {flavor.name} doesn't match node affinity"
+            return messages.flavor_affinity_mismatch(flavor.name)
     if ps.required_affinity and labels:
         ok = False
         for term in ps.required_affinity:
@@ -173,7 +184,7 @@ def flavor_matches(
                 ok = True
                 break
         if not ok:
-            return f"flavor {flavor.name} doesn't match node affinity"
+            return messages.flavor_affinity_mismatch(flavor.name)
     for taint in flavor.node_taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
@@ -181,7 +192,7 @@ def flavor_matches(
             continue
         if any(t.tolerates(taint) for t in flavor.tolerations):
             continue
-        return f"untolerated taint {{{taint.key}: {taint.value}, effect {taint.effect}}} in flavor {flavor.name}"
+        return messages.untolerated_taint(taint, flavor.name)
     return None
 
 
@@ -305,8 +316,7 @@ class FlavorAssigner:
             worst = min(failing, key=lambda r: r.mode)
             out.reason = worst.reason or WAITING_FOR_QUOTA
             out.message = "; ".join(
-                f"couldn't assign flavors to podSet {r.name}: {', '.join(r.messages)}"
-                for r in failing
+                messages.pod_set_unassigned(r.name, r.messages) for r in failing
             )
         return out
 
@@ -337,7 +347,7 @@ class FlavorAssigner:
             return
         mode = min(r.mode for r in results)
 
-        def fail(name: str, new_mode: int, why: str) -> None:
+        def fail(name: str, new_mode: AssignmentMode, why: str) -> None:
             # Kueue: WaitingForQuota while preemption could make room, TopologyPlacementFailed
             # when the podSet does not fit even with no TAS workload admitted.
             r = by_name[name]
@@ -357,7 +367,7 @@ class FlavorAssigner:
                 return
             fail(failure[0], PREEMPT, failure[1])
             mode = PREEMPT
-        if mode not in (PREEMPT, RECLAIM):
+        if not mode.needs_preemption:
             return
         _, failure = place_workload(self.topology, self.flavors, reqs, simulate_empty=True)
         if failure is not None:  # does not fit even on empty nodes
@@ -447,7 +457,7 @@ class FlavorAssigner:
             if gi is None:
                 res.mode = NO_FIT
                 res.reason = NO_MATCHING_FLAVOR
-                res.messages.append(f"resource {r} unavailable in ClusterQueue {self.cq.name}")
+                res.messages.append(messages.resource_not_covered(r, self.cq.name))
                 continue
             groups.setdefault(gi, []).append(r)
         if res.mode == NO_FIT:
@@ -482,12 +492,12 @@ class FlavorAssigner:
     ) -> _Candidate:
         group = self.cq.resource_groups[self.covered[resources[0]]]
         best: _Candidate | None = None
-        messages: list[str] = []
-        reasons: set[str] = set()
+        why_not: list[str] = []
+        reasons: set[PendingReason | None] = set()
         for fq in group.flavors:
             flavor = self.flavors.get(fq.name)
             if flavor is None:
-                messages.append(f"flavor {fq.name} not found")
+                why_not.append(messages.flavor_not_found(fq.name))
                 reasons.add(NO_MATCHING_FLAVOR)
                 continue
             why = None
@@ -502,10 +512,10 @@ class FlavorAssigner:
                 if why is not None:
                     break
             if why is not None:
-                messages.append(why)
+                why_not.append(why)
                 reasons.add(NO_MATCHING_FLAVOR)
                 continue
-            cand = _Candidate(fq.name, FIT, 0, "", [], [])
+            cand = _Candidate(fq.name, FIT, 0, None, [], [])
             for r in resources:
                 if not requests[r]:
                     continue  # a zero request fits any flavor (it only names one)
@@ -521,7 +531,7 @@ class FlavorAssigner:
                 cand.mode = min(cand.mode, mode)
                 cand.borrow = max(cand.borrow, borrow)
             if cand.mode < FIT:
-                messages.extend(cand.messages)
+                why_not.extend(cand.messages)
                 reasons.add(cand.reason)
             if best is None or _is_preferred(cand, best, self.cq.flavor_fungibility.preference):
                 best = cand
@@ -535,165 +545,35 @@ class FlavorAssigner:
                 if EXCEEDS_MAX_QUOTA in reasons
                 else NO_MATCHING_FLAVOR
             )
-            return _Candidate(best.flavor if best else "", NO_FIT, 0, reason, messages, [])
+            return _Candidate(best.flavor if best else "", NO_FIT, 0, reason, why_not, [])
         if best.mode < FIT:
             best.reason = best.reason or WAITING_FOR_QUOTA
-            best.messages = messages
+            best.messages = why_not
         return best
 
-    def _fits_resource_quota(
-        self, fr: FlavorResource, val: int, earlier: int = 0
-    ) -> tuple[int, int, str, str]:
+    def _fits_resource_quota(self, fr: FlavorResource, val: int, earlier: int = 0) -> _ResourceFit:
         """Kueue's fitsResourceQuota; ``earlier`` is what earlier podSets of the same
         workload already take of ``val`` on this flavor (for the message)."""
         node = self.node
-        r = fr[1]
-
-        def asked() -> str:
-            text = format_quantity(r, val)
-            if earlier:
-                text += (
-                    f" ({format_quantity(r, val - earlier)} for this podSet + "
-                    f"{format_quantity(r, earlier)} for earlier podSets)"
-                )
-            return text
-
-        max_capacity = node.potential_available(fr)
-        if val > max_capacity:
-            if not self.explain:
-                return NO_FIT, 0, f"insufficient quota for {r} in flavor {fr[0]}", EXCEEDS_MAX_QUOTA
-            msg = (
-                f"insufficient quota for {r} in flavor {fr[0]}, request > maximum capacity "
-                f"({asked()} > {format_quantity(r, max_capacity)}; "
-                f"{explain_max_capacity(node, fr)})"
-            )
-            return NO_FIT, 0, msg, EXCEEDS_MAX_QUOTA
-        borrow, may_reclaim = node.height_of_lowest_subtree_that_fits(fr, val)
-        available = node.available(fr)
-        if val <= available:
-            return FIT, borrow, "", ""
-        if not self.explain:
-            msg = f"insufficient unused quota for {r} in flavor {fr[0]}"
-        else:
-            msg = (
-                f"insufficient unused quota for {r} in flavor {fr[0]}, "
-                f"{format_quantity(r, val - available)} more needed "
-                f"(requested {asked()}, available {format_quantity(r, max(0, available))}; "
-                f"{explain_available(node, fr)})"
-            )
+        if val > node.potential_available(fr):
+            msg = messages.exceeds_max_capacity(node, fr, val, earlier, explain=self.explain)
+            return _ResourceFit(NO_FIT, 0, msg, EXCEEDS_MAX_QUOTA)
+        level = node.height_of_lowest_subtree_that_fits(fr, val)
+        if val <= node.available(fr):
+            return _ResourceFit(FIT, level.height, "", None)
+        msg = messages.insufficient_unused_quota(node, fr, val, earlier, explain=self.explain)
         # Kueue: only a request within nominal quota (or one that may reclaim lower in
         # the hierarchy, or a queue that may preempt while borrowing) may preempt. A
         # request that needs borrowing may not even preempt in its own ClusterQueue.
-        if val <= node.nominal(fr) or may_reclaim or self.can_preempt_while_borrowing:
+        if val <= node.nominal(fr) or level.may_reclaim or self.can_preempt_while_borrowing:
             assert self._wl is not None  # set by assign()
-            mode, borrow_after = self.oracle(self._wl, node, fr, val)
-            return mode, borrow_after, msg, WAITING_FOR_QUOTA
-        return NO_FIT, 0, msg, WAITING_FOR_QUOTA
+            answer = self.oracle(self._wl, node, fr, val)
+            return _ResourceFit(answer.mode, answer.borrow, msg, WAITING_FOR_QUOTA)
+        return _ResourceFit(NO_FIT, 0, msg, WAITING_FOR_QUOTA)
 
 
-_REASON_RANK = {"": 0, WAITING_FOR_QUOTA: 1, NO_MATCHING_FLAVOR: 2, EXCEEDS_MAX_QUOTA: 3}
+_REASON_RANK = {None: 0, WAITING_FOR_QUOTA: 1, NO_MATCHING_FLAVOR: 2, EXCEEDS_MAX_QUOTA: 3}
 
 
-def _worse_reason(a: str, b: str) -> str:
+def _worse_reason(a: PendingReason | None, b: PendingReason | None) -> PendingReason | None:
     return a if _REASON_RANK.get(a, 0) >= _REASON_RANK.get(b, 0) else b
-
-
-def explain_max_capacity(node: QuotaNode, fr: FlavorResource) -> str:
-    """Why a ClusterQueue can never hold more than potential_available of fr."""
-    r = fr[1]
-    parts = []
-    for n in node.path_to_root():
-        kind = "Cohort" if n.is_cohort else "ClusterQueue"
-        q = n.quotas.get(fr)
-        if n.parent is None:
-            parts.append(
-                f"{kind} {n.name} subtree quota {format_quantity(r, n.subtree_quota.get(fr, 0))}"
-            )
-            kept = _lending_kept(n, fr, node)
-            if kept:
-                parts.append("kept back by lendingLimit: " + ", ".join(kept))
-            break
-        if q is not None and q.borrowing_limit is not None:
-            cap = n.subtree_quota.get(fr, 0) + q.borrowing_limit
-            parent_cap = n.local_quota.get(fr, 0) + n.parent.potential_available(fr)
-            if cap <= parent_cap:
-                parts.append(
-                    f"{kind} {n.name} quota {format_quantity(r, n.subtree_quota.get(fr, 0))} + "
-                    f"borrowingLimit {format_quantity(r, q.borrowing_limit)} binds"
-                )
-                break
-    return ", ".join(parts)
-
-
-def explain_available(node: QuotaNode, fr: FlavorResource) -> str:
-    """Which level of the cohort tree is short of fr, and which limit binds."""
-    r = fr[1]
-
-    def q(v: int) -> str:
-        return format_quantity(r, v)
-
-    kind = "ClusterQueue"
-    parts = [
-        f"ClusterQueue {node.name} nominal {q(node.nominal(fr))}, in use {q(node.usage.get(fr, 0))}"
-    ]
-    n = node
-    while n.parent is not None:
-        parent = n.parent
-        quota = n.quotas.get(fr)
-        if quota is not None and quota.borrowing_limit is not None:
-            local = n.local_quota.get(fr, 0)
-            stored = n.subtree_quota.get(fr, 0) - local
-            used = max(0, n.usage.get(fr, 0) - local)
-            cap = stored - used + quota.borrowing_limit
-            if cap < parent.available(fr):
-                borrowable = max(0, cap - max(0, stored - used))
-                parts.append(
-                    f"borrowingLimit {q(quota.borrowing_limit)} of {kind} {n.name} binds: "
-                    f"at most {q(borrowable)} more can be borrowed from Cohort {parent.name}"
-                )
-                return "; ".join(parts)
-        n = parent
-        kind = "Cohort"
-    # The root of the tree is where capacity runs out.
-    if n is node:
-        return "; ".join(parts)
-    parts.append(
-        f"Cohort {n.name} (root) has {q(max(0, n.available(fr)))} unused of subtree quota "
-        f"{q(n.subtree_quota.get(fr, 0))}"
-    )
-    kept = _lending_kept(n, fr, node)
-    if kept:
-        parts.append("kept back by lendingLimit: " + ", ".join(kept))
-    return "; ".join(parts)
-
-
-def _lending_kept(root: QuotaNode, fr: FlavorResource, requester: QuotaNode) -> list[str]:
-    """Capacity that lending limits keep away from ``requester``: what other subtrees
-    keep for themselves (what the requester or its ancestors keep is its own)."""
-    memo_key = ("lending_kept", fr)
-    memo = root.memo.get(memo_key)
-    kept_all: list[tuple[QuotaNode, int]]
-    if isinstance(memo, list):
-        kept_all = memo
-    else:
-        kept_all = []
-        stack = [root]
-        while stack:
-            n = stack.pop()
-            for c in n.children:
-                amount = c.local_quota.get(fr, 0)
-                if amount:
-                    kept_all.append((c, amount))
-                if c.is_cohort:
-                    stack.append(c)
-        root.memo[memo_key] = kept_all
-    if not kept_all:
-        return []
-    own = {id(n) for n in requester.path_to_root()}
-    out = []
-    for c, amount in kept_all:
-        if id(c) in own:
-            continue
-        kind = "Cohort" if c.is_cohort else "ClusterQueue"
-        out.append(f"{kind} {c.name} {format_quantity(fr[1], amount)}")
-    return sorted(out)

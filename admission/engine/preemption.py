@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple
 
+from admission.engine import messages
 from admission.engine.cache import Cache
-from admission.engine.flavors import NO_CANDIDATES, PREEMPT, RECLAIM
+from admission.engine.flavors import OracleAnswer
 from admission.engine.snapshot import Snapshot
-from admission.engine.vocabulary import PreemptionReason
+from admission.engine.vocabulary import AssignmentMode, PreemptionReason
 from queues.model import (
     ANY,
     LOWER_OR_NEWER_EQUAL_PRIORITY,
@@ -45,13 +46,6 @@ from queues.tree import QuotaNode
 if TYPE_CHECKING:
     from admission.engine.checkpoint import ProgressAware
     from admission.engine.usage import UsageTracker
-
-HUMAN_REASON = {
-    PreemptionReason.IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
-    PreemptionReason.IN_COHORT_RECLAMATION: "reclamation within the cohort",
-    PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
-    PreemptionReason.IN_COHORT_FAIR_SHARING: "fair sharing within the cohort",
-}
 
 
 class Variant(IntEnum):
@@ -132,10 +126,6 @@ class Candidates(NamedTuple):
 def under_nominal(cq: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
     """Kueue's queueUnderNominalInResourcesNeedingPreemption."""
     return all(cq.usage.get(fr, 0) < cq.nominal(fr) for fr in frs)
-
-
-def node_path(node: QuotaNode) -> str:
-    return "/" + "/".join(reversed([n.name for n in node.path_to_root()]))
 
 
 def _search_key(
@@ -310,6 +300,7 @@ class Preemptor:
         """Kueue's CandidatesOrdering as a sort key."""
         evicting = self.cache.evicting
         tracker = self.tracker
+
         def key(c: _Candidate) -> tuple:
             t = c.wl.admission_time or 0.0
             # Admission fair sharing: within the preemptor's own ClusterQueue, victims
@@ -479,19 +470,22 @@ class Preemptor:
 
     def oracle(
         self, snap: Snapshot, wl: Workload, node: QuotaNode, fr: FlavorResource, val: int
-    ) -> tuple[int, int]:
+    ) -> OracleAnswer:
         """Would preemption free ``val`` of ``fr`` for ``wl``? (Kueue's PreemptionOracle.)"""
         targets = self.minimal_targets(snap, wl, node, {fr}, {fr: val})
         if not targets:
-            answer = NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val)[0]
+            answer = OracleAnswer(
+                AssignmentMode.NO_CANDIDATES,
+                node.height_of_lowest_subtree_that_fits(fr, val).height,
+            )
         else:
             tree = snap.tree
             with tree.scratch():
                 for t in targets:
                     tree.remove_usage(t.cluster_queue, self.cache.usage_of[t.key])
-                borrow = node.height_of_lowest_subtree_that_fits(fr, val)[0]
-            mode = PREEMPT if any(t.cluster_queue == node.name for t in targets) else RECLAIM
-            answer = mode, borrow
+                borrow = node.height_of_lowest_subtree_that_fits(fr, val).height
+            own = any(t.cluster_queue == node.name for t in targets)
+            answer = OracleAnswer(AssignmentMode.PREEMPT if own else AssignmentMode.RECLAIM, borrow)
         snap.searches = (_search_key(snap, wl, node.name, {fr}, {fr: val}), targets)
         return answer
 
@@ -526,10 +520,11 @@ class Preemptor:
     def message(
         self, *, preemptor: Workload, preemptor_cq: str, victim_cq: str, reason: PreemptionReason
     ) -> str:
+        """The victim's ``Preempted`` condition message."""
         tree = self.cache.tree
-        return (
-            f"Preempted to accommodate a workload (UID: {preemptor.uid or preemptor.key}, "
-            f"JobUID: {preemptor.labels.get('kueue.x-k8s.io/job-uid', 'UNKNOWN')}) due to "
-            f"{HUMAN_REASON[reason]}; preemptor path: {node_path(tree.queues[preemptor_cq])}; "
-            f"preemptee path: {node_path(tree.queues[victim_cq])}"
+        return messages.preempted(
+            preemptor=preemptor,
+            reason=reason,
+            preemptor_node=tree.queues[preemptor_cq],
+            victim_node=tree.queues[victim_cq],
         )

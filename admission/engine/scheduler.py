@@ -17,25 +17,19 @@ The cycle returns decisions and performs no I/O; drivers apply them.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from admission.engine.cache import MISCONFIGURED, SUSPENDED, Cache, PendingStatus
+from admission.engine import messages
+from admission.engine.cache import Cache, PendingStatus
 from admission.engine.checkpoint import Notice
-from admission.engine.flavors import (
-    FIT,
-    NO_CANDIDATES,
-    PREEMPT,
-    RECLAIM,
-    Assignment,
-    FlavorAssigner,
-)
+from admission.engine.flavors import Assignment, FlavorAssigner, OracleAnswer
 from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption import Preemptor, Target
 from admission.engine.snapshot import Snapshot
+from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
     ANY,
     NEVER,
@@ -47,14 +41,11 @@ from queues.model import (
     Workload,
 )
 from queues.pending import scheduling_hash
-from queues.quantity import format_quantity
 from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
     from admission.engine.checkpoint import ProgressAware
     from admission.engine.usage import UsageTracker
-
-NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 
 
 def _no_lq_order(_cq: str) -> None:
@@ -91,18 +82,6 @@ class CycleResult:
     pending: dict[str, PendingStatus] = field(default_factory=dict)
     changed: bool = False
     heads: int = 0
-
-
-def resource_validation_errors(wl: Workload) -> str:
-    """Kueue's validateResources: container requests may not exceed their limits.
-    Returns "" when valid, else the Misconfigured message (Kueue's wording)."""
-    errors = [
-        f"spec.podSets[{i}].template.spec.{field}[{j}]: Invalid value: "
-        f"{json.dumps(list(resources))}: requests must not exceed its limits"
-        for i, ps in enumerate(wl.pod_sets)
-        for field, j, resources in ps.limit_violations
-    ]
-    return f"resources validation failed: {'; '.join(errors)}" if errors else ""
 
 
 class Scheduler:
@@ -238,40 +217,42 @@ class Scheduler:
         wl = e.workload
         cq = cache.cluster_queues[e.cluster_queue]
         lq = cache.local_queue_of(wl)
+        misconfigured = PendingReason.MISCONFIGURED
         if lq is not None and lq.stop_policy != STOP_NONE:
-            e.status = PendingStatus(SUSPENDED, f"LocalQueue {lq.key} is stopped")
+            e.status = PendingStatus(PendingReason.SUSPENDED, messages.local_queue_stopped(lq.key))
             return
         labels = cache.namespace_labels(wl.namespace)
         if labels is None:
-            e.status = PendingStatus(MISCONFIGURED, f"namespace {wl.namespace} not found")
+            e.status = PendingStatus(misconfigured, messages.namespace_missing(wl.namespace))
             e.park_even_if_strict = True
             return
         if cq.namespace_selector is None:
             e.status = PendingStatus(
-                MISCONFIGURED,
-                f"Workload namespace {wl.namespace} is not selected: ClusterQueue {cq.name} has no "
-                "namespaceSelector, so it admits no namespace (namespaceSelector: {} admits all)",
+                misconfigured, messages.namespace_not_selected(wl.namespace, cq.name)
             )
             e.park_even_if_strict = True
             return
         if not cq.namespace_selector.matches(labels):
             e.status = PendingStatus(
-                MISCONFIGURED,
-                f"Workload namespace {wl.namespace} doesn't match ClusterQueue {cq.name} namespaceSelector",
+                misconfigured, messages.namespace_mismatch(wl.namespace, cq.name)
             )
             e.park_even_if_strict = True
             return
-        invalid = resource_validation_errors(wl)
+        invalid = messages.resource_validation_errors(wl)
         if invalid:
-            e.status = PendingStatus(MISCONFIGURED, invalid)
+            e.status = PendingStatus(misconfigured, invalid)
             return
         assigner = self._assigner(e.cluster_queue, snap)
         a = assigner.assign(wl)
-        if a.mode in (PREEMPT, RECLAIM):
+        if a.mode.needs_preemption:
             e.targets = self._preemptor.targets(
                 snap, wl, e.cluster_queue, a.usage, a.frs_need_preemption, placement=a.placement
             )
-        if a.mode != FIT and not e.targets and any(ps.min_count is not None for ps in wl.pod_sets):
+        if (
+            a.mode != AssignmentMode.FIT
+            and not e.targets
+            and any(ps.min_count is not None for ps in wl.pod_sets)
+        ):
             # Partial admission: neither fits nor can preempt at full size.
             reduced = self._partial(assigner, snap, wl, e.cluster_queue)
             if reduced is not None:
@@ -284,7 +265,7 @@ class Scheduler:
         p = cq.preemption
         preemptor = self._preemptor
 
-        def oracle(wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> tuple[int, int]:
+        def oracle(wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> OracleAnswer:
             return preemptor.oracle(snap, wl, node, fr, val)
 
         return FlavorAssigner(
@@ -314,11 +295,11 @@ class Scheduler:
             counts[ps.name] = mid
             a = assigner.assign(wl, counts)
             targets: list[Target] = []
-            if a.mode in (PREEMPT, RECLAIM):
+            if a.mode.needs_preemption:
                 targets = self._preemptor.targets(
                     snap, wl, cq, a.usage, a.frs_need_preemption, placement=a.placement
                 )
-            if a.mode == FIT or targets:
+            if a.mode == AssignmentMode.FIT or targets:
                 best = (a, targets)
                 lo = mid + 1
             else:
@@ -334,11 +315,11 @@ class Scheduler:
             return _Requeue(park=True)
         a = e.assignment
         assert a is not None
-        preempting = a.mode in (PREEMPT, RECLAIM) and bool(e.targets)
-        if a.mode != FIT and not preempting:
-            if a.mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
+        preempting = a.mode.needs_preemption and bool(e.targets)
+        if a.mode != AssignmentMode.FIT and not preempting:
+            if a.mode != AssignmentMode.NO_FIT:  # preemption was needed, and found nobody
                 self._reserve_unreclaimable(e, snap)
-            e.status = PendingStatus(a.reason or "WaitingForQuota", a.message)
+            e.status = PendingStatus(a.reason or PendingReason.WAITING_FOR_QUOTA, a.message)
             return _Requeue(park=True, equivalents=True, no_longer_preempting=True)
         if any(t.key in snap.victims for t in e.targets):
             # Another preemptor took some of these victims earlier in this cycle: search
@@ -352,15 +333,13 @@ class Scheduler:
                 placement=a.placement,
             )
             if not e.targets:
-                e.status = PendingStatus(
-                    "WaitingForQuota",
-                    "preemption targets overlap with those of a workload processed earlier in "
-                    "this cycle, and no other victims would do",
-                )
+                e.status = PendingStatus(PendingReason.WAITING_FOR_QUOTA, messages.TARGETS_TAKEN)
                 return _Requeue(park=False)
         short = self._still_fits(e, snap)
         if short:
-            e.status = PendingStatus("WaitingForQuota", f"{NO_LONGER_FITS}: {short}")
+            e.status = PendingStatus(
+                PendingReason.WAITING_FOR_QUOTA, messages.no_longer_fits(short)
+            )
             return _Requeue(park=False)
         if preempting:
             return self._issue_preemptions(e, snap, cycle)
@@ -403,11 +382,7 @@ class Scheduler:
             for fr, v in sorted(a.usage.items()):
                 left = node.available(fr)
                 if v > left:
-                    r = fr[1]
-                    return (
-                        f"{r} on flavor {fr[0]}: requested {format_quantity(r, v)}, "
-                        f"{format_quantity(r, max(0, left))} left after this cycle's earlier admissions"
-                    )
+                    return messages.short_after_earlier_admissions(fr, v, left)
         if not e.targets:  # placed at nomination: do the pods still fit their domains?
             return cache.topology_still_fits(e.workload, a, snap.tas)
         return ""
@@ -478,11 +453,10 @@ class Scheduler:
                 )
             )
         self._hold(snap, e.cluster_queue, a.usage)
-        names = ", ".join(sorted(t.key for t in e.targets))
         waiting = progress.waiting_message(e.targets, deadlines) if progress is not None else ""
         e.status = PendingStatus(
-            "WaitingForPreemptedWorkloads",
-            f"Pending the preemption of {len(e.targets)} workload(s): {names}{waiting}",
+            PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS,
+            messages.waiting_for_preempted((t.key for t in e.targets), waiting),
         )
         return _Preempt(issued)
 

@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from admission.engine import messages
+from admission.engine.vocabulary import PendingReason
 from queues.model import ResourceFlavor, TopologyAssignment, Workload
-from queues.quantity import format_quantity
 from queues.topology import PODS, TopologyState, Usage, add_usage, usage_key
 from queues.topology_placement import (
     PlacementRequest,
@@ -34,7 +35,7 @@ from queues.topology_placement import (
 if TYPE_CHECKING:
     from admission.engine.flavors import PodSetAssignmentResult
 
-TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"
+TOPOLOGY_PLACEMENT_FAILED = PendingReason.TOPOLOGY_PLACEMENT_FAILED
 
 __all__ = [
     "TOPOLOGY_PLACEMENT_FAILED",
@@ -65,10 +66,10 @@ def flavor_level_mismatch(
     """Kueue's checks for a TAS podSet on a flavor with a topology ("information
     missing in TAS cache", "does not contain the requested level")."""
     if state is None or flavor.topology_name not in state.topologies:
-        return f'Flavor "{flavor.name}" information missing in TAS cache'
+        return messages.tas_information_missing(flavor.name)
     levels = state.topologies[flavor.topology_name].levels
     if any(lv not in levels for lv in levels_wanted):
-        return f'Flavor "{flavor.name}" does not contain the requested level'
+        return messages.topology_level_missing(flavor)
     return None
 
 
@@ -140,7 +141,7 @@ def place_workload(
         snap = state.snapshot(flavors[flavor_name])
         reqs = requests[flavor_name]
         if snap is None:
-            return {}, (reqs[0].name, f'Flavor "{flavor_name}" information missing in TAS cache')
+            return {}, (reqs[0].name, messages.tas_information_missing(flavor_name))
         assumed: dict[tuple[str, ...], Usage] = {}
         for key, usage in (released or {}).get(flavor_name, {}).items():
             add_usage(assumed.setdefault(key, {}), usage, -1)
@@ -227,11 +228,11 @@ def still_fits(
     for flavor, per_leaf in leaf_usage(charges).items():
         snap = state.snapshot(flavors[flavor])
         if snap is None:
-            return f'Flavor "{flavor}" information missing in TAS cache'
+            return messages.tas_information_missing(flavor)
         for key, need in sorted(per_leaf.items()):
             leaf = snap.by_key.get(key)
             if leaf is None:
-                return f"topology domain {'/'.join(key)} of flavor {flavor} is gone"
+                return messages.topology_domain_gone(key, flavor)
             free = snap.free(leaf)
             taken = (extra or {}).get(flavor, {}).get(key)
             if taken:
@@ -239,11 +240,7 @@ def still_fits(
                 add_usage(free, taken, -1)
             for r, v in need.items():
                 if v > free.get(r, 0):
-                    return (
-                        f"topology domain {'/'.join(key)} of flavor {flavor}: {r} requested "
-                        f"{format_quantity(r, v)}, {format_quantity(r, max(0, free.get(r, 0)))} "
-                        "left after this cycle's earlier admissions"
-                    )
+                    return messages.topology_domain_short(key, flavor, r, v, free.get(r, 0))
     return ""
 
 

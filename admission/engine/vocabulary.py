@@ -52,6 +52,7 @@ class PendingReason(StrEnum):
     WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
     MISCONFIGURED = "Misconfigured"
     SUSPENDED = "Suspended"
+    TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"
 
 
 class PreemptionReason(StrEnum):

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from admission.engine.cache import Cache
+from admission.engine.vocabulary import PendingReason
 from admission.engine.usage import UsageTracker
 from queues.labels import RESOURCE_IN_USE
 from queues.quantity import format_quantity
@@ -97,7 +98,7 @@ def invalid_cluster_queue_status(error: str) -> Obj:
 def _cq_reason(inactive: Any) -> str:
     if inactive is None:
         return "Ready"
-    if inactive.reason == "Suspended":
+    if inactive.reason == PendingReason.SUSPENDED:
         return "Stopped"
     return "FlavorNotFound" if "flavor" in inactive.message else "Unknown"
 

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 
 from admission.config import Config
 from admission.engine.cache import Cache
+from admission.engine.vocabulary import PendingReason
 from admission.sim.progress import (
     SIM_SOURCE,
     LossReport,
@@ -76,7 +77,6 @@ EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated t=0 as the engine see
 DEFAULT_CYCLE_LATENCY = 0.001
 DEFAULT_MAX_CYCLES = 5_000_000
 DEFAULT_LIVELOCK_CYCLES = 10_000
-WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
 
 _FINISH, _EVICTED, _ADMITTED, _CHECKPOINT, _DEADLINE, _REQUEUE = 0, 1, 2, 3, 4, 5
 CYCLE_COSTS = ("fixed", "measured")
@@ -587,7 +587,10 @@ class Simulator:
             progressed = bool(r.admitted or r.preempted)
             if not progressed and r.changed:
                 # A moved head is progress; re-waiting on the same preemptions is not.
-                progressed = any(st.reason != WAITING_FOR_PREEMPTED for st in r.pending.values())
+                progressed = any(
+                    st.reason != PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS
+                    for st in r.pending.values()
+                )
                 progressed = progressed and r.pending != last_pending
             last_pending = r.pending
             streak += 1
