@@ -89,3 +89,22 @@ def test_the_contracts_catch_a_violation(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "webhooks.review -> kubernetes" in proc.stdout
     assert "queues.quantity -> os" in proc.stdout
+
+
+def test_an_import_circle_in_the_engine_is_caught_even_when_only_for_typing(
+    tmp_path: Path,
+) -> None:
+    """engine-layers: the engine's modules form layers, so a module importing one above
+    it (here usage -> scheduler, which imports usage) breaks the contract, also when
+    the import is only under TYPE_CHECKING (the circle mypy and readers still see)."""
+    for package in ("queues", "admission", "webhooks"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with (tmp_path / "admission" / "engine" / "usage.py").open("a") as f:
+        f.write(
+            "\nfrom typing import TYPE_CHECKING  # noqa\n"
+            "if TYPE_CHECKING:\n    from admission.engine.scheduler import Scheduler  # noqa\n"
+        )
+    proc = subprocess.run(lint_imports(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "admission.engine.usage -> admission.engine.scheduler" in proc.stdout

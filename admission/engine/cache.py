@@ -10,12 +10,18 @@ a status write failed) through the methods here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from admission.engine import messages
-from admission.engine.checkpoint import WORKLOAD_SOURCE, Notice, ProgressBook
+from admission.engine.progress import WORKLOAD_SOURCE, Notice, ProgressBook
+from admission.engine.topology import (
+    ChosenPodSet,
+    TasCharge,
+    leaf_usage,
+    still_fits,
+    tas_charges,
+)
 from admission.engine.vocabulary import PendingReason
 from queues.model import (
     STOP_NONE,
@@ -34,10 +40,6 @@ from queues.pending import PendingQueue, scheduling_hash
 from queues.topology import Node, PodUsage, TopologyState, Usage, add_usage
 from queues.transformations import ResourceTransformer
 from queues.tree import CohortTree
-
-if TYPE_CHECKING:
-    from admission.engine.flavors import Assignment
-    from admission.engine.topology import TasCharge
 
 
 @dataclass(slots=True)
@@ -296,8 +298,6 @@ class Cache:
         return False
 
     def _charge_tas(self, wl: Workload, sign: int) -> None:
-        from admission.engine.topology import tas_charges
-
         if sign > 0:
             adm = wl.admission
             if adm is None:
@@ -335,29 +335,27 @@ class Cache:
         return old
 
     def topology_still_fits(
-        self, wl: Workload, a: Assignment, extra: Mapping[str, Mapping[tuple[str, ...], Usage]]
+        self,
+        wl: Workload,
+        pod_sets: Sequence[ChosenPodSet],
+        extra: Mapping[str, Mapping[tuple[str, ...], Usage]],
     ) -> str:
         """Kueue's TAS Fits check at admission time, with ``extra`` (this cycle's earlier
         admissions) taken too: "" or where the pods no longer fit."""
-        from admission.engine.topology import still_fits, tas_charges
-
-        charges = tas_charges(
-            wl, [(p.name, p.flavors, p.topology) for p in a.pod_sets], self.flavors
-        )
+        charges = tas_charges(wl, [(p.name, p.flavors, p.topology) for p in pod_sets], self.flavors)
         if not charges:
             return ""
         return still_fits(self.topology, self.flavors, charges, extra)
 
     def topology_assume(
-        self, wl: Workload, a: Assignment, into: dict[str, dict[tuple[str, ...], Usage]]
+        self,
+        wl: Workload,
+        pod_sets: Sequence[ChosenPodSet],
+        into: dict[str, dict[tuple[str, ...], Usage]],
     ) -> None:
         """Add what the assignment's topology placements hold to ``into`` (a cycle's
         not yet committed TAS usage)."""
-        from admission.engine.topology import leaf_usage, tas_charges
-
-        charges = tas_charges(
-            wl, [(p.name, p.flavors, p.topology) for p in a.pod_sets], self.flavors
-        )
+        charges = tas_charges(wl, [(p.name, p.flavors, p.topology) for p in pod_sets], self.flavors)
         for flavor, per_leaf in leaf_usage(charges).items():
             dest = into.setdefault(flavor, {})
             for key, usage in per_leaf.items():

@@ -45,20 +45,32 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
+from admission.engine.progress import WORKLOAD_SOURCE, Notice, ProgressBook
 from queues.progress import format_time
 
 if TYPE_CHECKING:
     from admission.engine.cache import Cache
-    from admission.engine.preemption import Target
     from queues.model import Workload
+
+__all__ = ["WORKLOAD_SOURCE", "Notice", "ProgressBook"]  # kept here too (progress.py)
+
+
+class Keyed(Protocol):
+    """What the lost-work choice reads of a preemption target (``preemption.Target``);
+    a protocol, so this module imports nothing above it."""
+
+    @property
+    def key(self) -> str: ...
+
+
+T = TypeVar("T", bound=Keyed)
 
 DEFAULT_LOST_WORK_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 MAX_NOTICE_SECONDS = 86_400.0  # a notice window is bounded: one day at most
 LOST_WORK = "LostWork"
 KUEUE_ORDER = "Kueue"
-WORKLOAD_SOURCE = "workload"
 
 
 # -- policy ---------------------------------------------------------------------------
@@ -140,70 +152,6 @@ class ProgressPolicy:
     @property
     def has_notices(self) -> bool:
         return self.default.notice > 0 or any(p.notice > 0 for p in self.cluster_queues.values())
-
-
-# -- what drivers report ------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Notice:
-    """A victim noticed of its eviction: when, until when, and for whom."""
-
-    noticed_at: float
-    deadline: float
-    preemptor: str = ""
-    reason: str = ""  # the preemption's reason and message, for the eviction to come
-    message: str = ""
-
-
-@dataclass(slots=True)
-class ProgressBook:
-    """Checkpoints per workload and source, and the notices in flight (``Cache.progress``)."""
-
-    checkpoints: dict[str, dict[str, float]] = field(default_factory=dict)
-    notices: dict[str, Notice] = field(default_factory=dict)
-
-    def report(self, key: str, source: str, at: float | None) -> bool:
-        """A checkpoint reported by ``source`` (None: it reports none any more). True
-        when the workload is noticed and this checkpoint is newer than the notice
-        (checkpoint-and-yield: the driver evicts it now)."""
-        if at is None:
-            per = self.checkpoints.get(key)
-            if per is not None:
-                per.pop(source, None)
-                if not per:
-                    del self.checkpoints[key]
-            return False
-        self.checkpoints.setdefault(key, {})[source] = at
-        n = self.notices.get(key)
-        return n is not None and at > n.noticed_at
-
-    def checkpoint(self, key: str) -> float | None:
-        per = self.checkpoints.get(key)
-        return max(per.values()) if per else None
-
-    def notice(self, key: str, notice: Notice) -> None:
-        self.notices.setdefault(key, notice)  # never given twice
-
-    def released(self, key: str) -> None:
-        """The workload no longer holds quota: a notice in flight is over."""
-        self.notices.pop(key, None)
-
-    def forget(self, key: str) -> None:
-        self.notices.pop(key, None)
-        self.checkpoints.pop(key, None)
-
-    def yielded(self, key: str) -> bool:
-        n = self.notices.get(key)
-        c = self.checkpoint(key)
-        return n is not None and c is not None and c > n.noticed_at
-
-    def due(self, now: float) -> list[str]:
-        """Noticed workloads to evict now: past their deadline, or checkpointed since."""
-        return sorted(k for k, n in self.notices.items() if n.deadline <= now or self.yielded(k))
-
-    def next_deadline(self) -> float | None:
-        return min((n.deadline for n in self.notices.values()), default=None)
 
 
 # -- lost work ------------------------------------------------------------------------------
@@ -342,7 +290,7 @@ class ProgressAware:
             lost = lost / max(1, self.lost_work().weight(key))
         return (lost, reported)
 
-    def choose(self, preemptor: Workload, search: Callable[[], list[Target]]) -> list[Target]:
+    def choose(self, preemptor: Workload, search: Callable[[], list[T]]) -> list[T]:
         """Run ``search`` once per order; keep the set that loses the least work
         (Kueue's on a tie)."""
         if not self.policy.lost_work:
@@ -350,7 +298,7 @@ class ProgressAware:
         # Fresh figures per search: admissions and evictions since the last one change
         # the median and the admissions (plan's clock never moves).
         lw = self._lost = LostWork(self.cache, self.policy, self.clock())
-        best: list[Target] | None = None
+        best: list[T] | None = None
         best_lost = kueue_lost = 0.0
         try:
             for order in ORDERS:
@@ -391,7 +339,7 @@ class ProgressAware:
         seconds = self.policy.for_cq(victim_cq).notice
         return self.clock() + seconds if seconds > 0 else None
 
-    def waiting_message(self, targets: Sequence[Target], issued: Mapping[str, float]) -> str:
+    def waiting_message(self, targets: Sequence[Keyed], issued: Mapping[str, float]) -> str:
         """The preemptor's pending message while noticed victims run out their window."""
         book = self.cache.progress
         deadlines = [

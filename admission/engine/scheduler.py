@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 from admission.engine import messages
 from admission.engine.cache import Cache, PendingStatus
-from admission.engine.checkpoint import Notice
 from admission.engine.flavors import Assignment, FlavorAssigner, OracleAnswer
 from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption import Preemptor, Target
+from admission.engine.progress import Notice
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
@@ -344,7 +344,7 @@ class Scheduler:
         if preempting:
             return self._issue_preemptions(e, snap, cycle)
         snap.tree.add_usage(e.cluster_queue, a.usage)  # later entries see this admission
-        self._cache.topology_assume(e.workload, a, snap.tas)  # and its topology placement
+        self._cache.topology_assume(e.workload, a.pod_sets, snap.tas)  # and its topology placement
         return _Admit(
             Admission(
                 cluster_queue=e.cluster_queue,
@@ -384,7 +384,7 @@ class Scheduler:
                 if v > left:
                     return messages.short_after_earlier_admissions(fr, v, left)
         if not e.targets:  # placed at nomination: do the pods still fit their domains?
-            return cache.topology_still_fits(e.workload, a, snap.tas)
+            return cache.topology_still_fits(e.workload, a.pod_sets, snap.tas)
         return ""
 
     @staticmethod

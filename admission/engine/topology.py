@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from admission.engine import messages
 from admission.engine.vocabulary import PendingReason
@@ -32,13 +32,11 @@ from queues.topology_placement import (
     requests_tas,
 )
 
-if TYPE_CHECKING:
-    from admission.engine.flavors import PodSetAssignmentResult
-
 TOPOLOGY_PLACEMENT_FAILED = PendingReason.TOPOLOGY_PLACEMENT_FAILED
 
 __all__ = [
     "TOPOLOGY_PLACEMENT_FAILED",
+    "ChosenPodSet",
     "PlacementCheck",
     "TasCharge",
     "flavor_level_mismatch",
@@ -49,6 +47,20 @@ __all__ = [
     "still_fits",
     "tas_charges",
 ]
+
+
+class ChosenPodSet(Protocol):
+    """What placement reads of a podSet's flavor assignment (``flavors.
+    PodSetAssignmentResult``); a protocol, so this module sits below the assigner."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def flavors(self) -> Mapping[str, str]: ...  # resource -> flavor
+    @property
+    def topology(self) -> TopologyAssignment | None: ...
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,7 +87,7 @@ def flavor_level_mismatch(
 
 def placement_requests(
     wl: Workload,
-    results: Sequence[PodSetAssignmentResult],
+    results: Sequence[ChosenPodSet],
     flavors: Mapping[str, ResourceFlavor],
     *,
     tas_only: bool,
