@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from admission.engine.cache import Cache
 from admission.engine.ordering import Entry, classical_order_key
 from admission.engine.preemption import (
+    Candidate,
     Preemptor,
     Target,
     Variant,
-    _Candidate,
     uses_resources,
     within_nominal,
 )
@@ -85,7 +85,7 @@ def parse_strategies(names: Sequence[str]) -> tuple[ShareRule, ...]:
 class _Victim(NamedTuple):
     """A victim taken during the search, why, and the rule that allowed it (if any)."""
 
-    candidate: _Candidate
+    candidate: Candidate
     reason: PreemptionReason
     rule: ShareRule | None
 
@@ -214,10 +214,10 @@ class FairPreemptor(Preemptor):
 
     def _fair_candidates(
         self, snap: Snapshot, wl: Workload, cq: QuotaNode, frs: set[FlavorResource]
-    ) -> list[_Candidate]:
+    ) -> list[Candidate]:
         cache = self.cache
         spec = cache.cluster_queues[cq.name]
-        out: list[_Candidate] = []
+        out: list[Candidate] = []
         if spec.preemption.within_cluster_queue != NEVER:
             same_prio_ok = spec.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY
             for key in cache.by_cq.get(cq.name, {}):
@@ -231,7 +231,7 @@ class FairPreemptor(Preemptor):
                 ):
                     continue
                 if uses_resources(cache.usage_of[key], frs):
-                    out.append(_Candidate(key, cand, cq.name, None, _FAIR))
+                    out.append(Candidate(key, cand, cq.name, None, _FAIR))
         if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
             only_lower = spec.preemption.reclaim_within_cohort != ANY
             stack = [cq.root()]
@@ -248,7 +248,7 @@ class FairPreemptor(Preemptor):
                         if only_lower and cand.priority >= wl.priority:
                             continue
                         if uses_resources(cache.usage_of[key], frs):
-                            out.append(_Candidate(key, cand, other.name, None, _FAIR))
+                            out.append(Candidate(key, cand, other.name, None, _FAIR))
         progress = self.progress
         if progress is not None:  # minimumRuntime (admission.engine.checkpoint)
             out = [c for c in out if not progress.protected(c.wl, c.cq, cq.name)]
@@ -298,7 +298,7 @@ class FairPreemptor(Preemptor):
     def _take(
         self,
         snap: Snapshot,
-        c: _Candidate,
+        c: Candidate,
         reason: PreemptionReason,
         removed: list[_Victim],
         rule: ShareRule | None = None,
@@ -312,14 +312,14 @@ class FairPreemptor(Preemptor):
         cq: QuotaNode,
         frs: set[FlavorResource],
         requests: Mapping[FlavorResource, int],
-        cands: list[_Candidate],
+        cands: list[Candidate],
         removed: list[_Victim],
-    ) -> tuple[bool, list[_Candidate]]:
+    ) -> tuple[bool, list[Candidate]]:
         rule = self._strategies[0]
-        per_cq: dict[str, list[_Candidate]] = {}
+        per_cq: dict[str, list[Candidate]] = {}
         for c in cands:
             per_cq.setdefault(c.cq, []).append(c)
-        retry: list[_Candidate] = []
+        retry: list[Candidate] = []
         for target in _target_queues(self.cache, cq, per_cq):
             lst = per_cq[target.name]
             if target is cq:
@@ -348,7 +348,7 @@ class FairPreemptor(Preemptor):
         return False, retry
 
     def _share_after_removal(
-        self, snap: Snapshot, target: QuotaNode, almost: QuotaNode, c: _Candidate
+        self, snap: Snapshot, target: QuotaNode, almost: QuotaNode, c: Candidate
     ) -> Share:
         tree = snap.tree
         with tree.scratch():
@@ -360,10 +360,10 @@ class FairPreemptor(Preemptor):
         snap: Snapshot,
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
-        retry: list[_Candidate],
+        retry: list[Candidate],
         removed: list[_Victim],
     ) -> bool:
-        per_cq: dict[str, list[_Candidate]] = {}
+        per_cq: dict[str, list[Candidate]] = {}
         for c in retry:
             per_cq.setdefault(c.cq, []).append(c)
         dropped: set[str] = set()
@@ -443,7 +443,7 @@ class FairPreemptor(Preemptor):
 def _target_queues(
     cache: Cache,
     preemptor: QuotaNode,
-    per_cq: dict[str, list[_Candidate]],
+    per_cq: dict[str, list[Candidate]],
     *,
     dropped: set[str] | None = None,
 ) -> Iterator[QuotaNode]:

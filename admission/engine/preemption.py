@@ -80,7 +80,11 @@ class Target:
 
 
 @dataclass(slots=True)
-class _Candidate:
+class Candidate:
+    """An admitted workload a search may preempt: its key and object, the ClusterQueue
+    it is charged to, the lowest common ancestor with the preemptor (for hierarchical
+    reclaim), and how the classical policies allow it."""
+
     key: str
     wl: Workload
     cq: str
@@ -118,7 +122,7 @@ def fits_in_quota(node: QuotaNode, requests: Mapping[FlavorResource, int]) -> Qu
 class Candidates(NamedTuple):
     """The ordered candidates of a search, and which kinds were found."""
 
-    ordered: list[_Candidate]
+    ordered: list[Candidate]
     none_from_others: bool  # every candidate is in the preemptor's own ClusterQueue
     none_hierarchical: bool  # no candidate with a hierarchical advantage
 
@@ -219,7 +223,7 @@ class Preemptor:
         lca: QuotaNode | None,
         frs: set[FlavorResource],
         advantage: bool,
-    ) -> list[_Candidate]:
+    ) -> list[Candidate]:
         out = []
         excluded = snap.victims
         progress = self.progress
@@ -232,7 +236,7 @@ class Preemptor:
             cand = self.cache.workloads[key]
             if progress is not None and progress.protected(cand, cand_cq, cq_name):
                 continue  # minimumRuntime
-            out.append(_Candidate(key, cand, cand_cq, lca, v))
+            out.append(Candidate(key, cand, cand_cq, lca, v))
         return out
 
     def _collect_in_subtree(
@@ -245,7 +249,7 @@ class Preemptor:
         skip: QuotaNode | None,
         frs: set[FlavorResource],
         advantage: bool,
-        out: list[_Candidate],
+        out: list[Candidate],
     ) -> None:
         for child in current.child_cohorts:
             if child is skip or within_nominal(child, frs):
@@ -265,11 +269,11 @@ class Preemptor:
         requests: Mapping[FlavorResource, int],
     ) -> Candidates:
         spec = self.cache.cluster_queues[cq.name]
-        same: list[_Candidate] = []
+        same: list[Candidate] = []
         if spec.preemption.within_cluster_queue != NEVER:
             same = self._from_cq(snap, wl, cq.name, cq.name, None, frs, False)
-        hierarchy: list[_Candidate] = []
-        prio: list[_Candidate] = []
+        hierarchy: list[Candidate] = []
+        prio: list[Candidate] = []
         if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
             # Without borrowWithinCohort, candidates without hierarchical advantage can
             # only be taken if the preemptor ends within nominal; when it is already at or
@@ -301,7 +305,7 @@ class Preemptor:
         evicting = self.cache.evicting
         tracker = self.tracker
 
-        def key(c: _Candidate) -> tuple:
+        def key(c: Candidate) -> tuple:
             t = c.wl.admission_time or 0.0
             # Admission fair sharing: within the preemptor's own ClusterQueue, victims
             # from the LocalQueue with the most usage first (Kueue compares LocalQueue
@@ -326,7 +330,7 @@ class Preemptor:
             # lost work first, then Kueue's most recently admitted first.
             lost = progress.order_key
 
-            def lost_key(c: _Candidate) -> tuple:
+            def lost_key(c: Candidate) -> tuple:
                 k = key(c)
                 return (*k[:4], lost(c.key), *k[4:])
 
@@ -337,7 +341,7 @@ class Preemptor:
 
     @staticmethod
     def _valid(
-        snap: Snapshot, c: _Candidate, cq: QuotaNode, frs: set[FlavorResource], borrow: bool
+        snap: Snapshot, c: Candidate, cq: QuotaNode, frs: set[FlavorResource], borrow: bool
     ) -> bool:
         if c.cq == cq.name:
             return True
@@ -429,7 +433,7 @@ class Preemptor:
         for allow_borrowing in attempts:
             # Removals are tried on the snapshot and undone when the block exits.
             with tree.scratch():
-                removed: list[_Candidate] = []
+                removed: list[Candidate] = []
                 for c in cands:
                     if not self._valid(snap, c, cq, frs, allow_borrowing):
                         continue
@@ -447,9 +451,9 @@ class Preemptor:
         snap: Snapshot,
         cq: QuotaNode,
         requests: Mapping[FlavorResource, int],
-        removed: list[_Candidate],
+        removed: list[Candidate],
         allow: bool,
-    ) -> list[_Candidate]:
+    ) -> list[Candidate]:
         """Re-add, newest removal first (except the last), every victim not needed.
 
         Runs inside the caller's ``tree.scratch()`` block, which undoes it."""
