@@ -6,8 +6,9 @@ A scenario file holds:
 description: what the scenario pins down
 args: ["--cycles", "1"]          # optional extra plan arguments
 config: {...}                    # optional configuration file content
-bases: [gpu-org]                 # optional: objects from tests/scenario_bases/<name>.yaml
-objects: [ {...}, {...} ]        # Kubernetes objects, as plan reads them
+bases: [cohort-trio]             # optional: objects from tests/scenario_bases/<name>.yaml
+objects: [ {...}, {...} ]        # Kubernetes objects, as plan reads them; one named as
+                                 # a base object (kind, namespace, name) replaces it
 workloads:                       # optional shorthand, expanded to kueue Workload objects
   - {name: a, ns: team-a, queue: lq, priority: 10, created: 1,
      podSets: [{count: 2, requests: {cpu: 1}, minCount: 1, nodeSelector: {...}, tolerations: [...]}],
@@ -255,11 +256,52 @@ def _times(v: Any, n: int) -> str:
     return str(int(total)) if total.denominator == 1 else f"{float(total)}"
 
 
+def object_key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    """What names an object: kind, namespace and name."""
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("kind")), str(meta.get("namespace", "")), str(meta.get("name")))
+
+
+def base_objects(name: str) -> list[dict[str, Any]]:
+    path = BASES / f"{name}.yaml"
+    assert path.exists(), f"bases: no base {name!r} in {BASES} (known: {known_bases()})"
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def known_bases() -> list[str]:
+    return sorted(p.stem for p in BASES.glob("*.yaml"))
+
+
 def scenario_objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bases' objects, in order, then the scenario's own and its workloads.
+
+    An object with the kind, namespace and name of one given earlier *replaces* it: a
+    later base (an overlay such as ``cq-a-reclaims-any``) or the scenario's own
+    ``objects`` change one ClusterQueue of a base, say its preemption policy, without
+    copying the rest. A replacement identical to what it replaces is an error, so the
+    tables stay factored."""
     objects: list[dict[str, Any]] = []
+    index: dict[tuple[str, str, str], int] = {}
+    where: dict[tuple[str, str, str], str] = {}
+
+    def put(obj: dict[str, Any], source: str) -> None:
+        key = object_key(obj)
+        i = index.get(key)
+        if i is None:
+            index[key] = len(objects)
+            objects.append(obj)
+        else:
+            assert obj != objects[i], (
+                f"{source}: {key} is the same as in base {where[key]!r}; leave it out"
+            )
+            objects[i] = obj
+        where[key] = source
+
     for base in spec.get("bases", []):
-        objects += [d for d in yaml.safe_load_all((BASES / f"{base}.yaml").read_text()) if d]
-    objects += spec.get("objects") or []
+        for obj in base_objects(base):
+            put(obj, base)
+    for obj in spec.get("objects") or []:
+        put(obj, "objects")
     objects += [n for group in spec.get("nodes") or [] for n in expand_nodes(group)]
     objects += [expand_workload(w) for w in spec.get("workloads") or []]
     return objects

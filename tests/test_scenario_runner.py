@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scenario_runner import validate_spec
+from tests.scenario_runner import base_objects, object_key, scenario_objects, validate_spec
 
 
 @pytest.mark.parametrize(
@@ -31,3 +31,50 @@ def test_known_keys_pass() -> None:
             "expect": {"admitted": {"default/a": {"cycle": 1}}, "left": {}, "inadmissibleLeft": {}},
         }
     )
+
+
+def _cq(name: str, **spec: object) -> dict:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "cohortName": "pool",
+            "namespaceSelector": {},
+            **spec,
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu"],
+                    "flavors": [
+                        {"name": "default", "resources": [{"name": "cpu", "nominalQuota": "10"}]}
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def test_a_scenario_object_replaces_the_base_object_of_its_name() -> None:
+    mine = _cq("cq-a", preemption={"reclaimWithinCohort": "LowerPriority"})
+    objects = scenario_objects({"bases": ["cohort-pair"], "objects": [mine]})
+    cqs = [o for o in objects if o["kind"] == "ClusterQueue"]
+    assert [o["metadata"]["name"] for o in cqs] == ["cq-a", "cq-b"]
+    assert cqs[0] is mine
+    assert len(objects) == len(base_objects("cohort-pair"))
+
+
+def test_a_later_base_overlays_an_earlier_one() -> None:
+    objects = scenario_objects({"bases": ["cohort-trio", "cq-a-reclaims-any"]})
+    (cq_a,) = [o for o in objects if object_key(o) == ("ClusterQueue", "", "cq-a")]
+    assert cq_a["spec"]["preemption"] == {"reclaimWithinCohort": "Any"}
+    assert len(objects) == len(base_objects("cohort-trio"))
+
+
+def test_a_replacement_identical_to_the_base_is_refused() -> None:
+    with pytest.raises(AssertionError, match="same as in base 'cohort-pair'; leave it out"):
+        scenario_objects({"bases": ["cohort-pair"], "objects": [_cq("cq-b")]})
+
+
+def test_an_unknown_base_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(AssertionError, match="no base 'cohort-pairs'.*cohort-pair"):
+        scenario_objects({"bases": ["cohort-pairs"]})
