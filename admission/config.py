@@ -3,8 +3,16 @@
 The same file is taken by ``plan --config``, ``simulate --config`` and
 ``serve --config``. It is Kueue's whole ``config.kueue.x-k8s.io`` ``Configuration``
 (v1beta2, and v1beta1's spellings): a Kueue user's file loads unchanged. Field names
-are Kueue's; ``cohortCredits`` is this project's extension (usage-based credits between
-ClusterQueues and Cohorts). Unknown fields are an error naming the path.
+are Kueue's. Unknown fields are an error naming the path. This project's extensions
+are off by default (Kueue's behaviour):
+
+* ``cohortCredits``: usage-based credits between ClusterQueues and Cohorts.
+* ``reserveEvictingCapacity: true`` (strict mode): capacity held by workloads being
+  evicted is usable only by the preemptors waiting for it, until the eviction finishes.
+  By default, as in Kueue, later heads of the cycle that issues a preemption may use
+  what the victims will free although the victims hold it until their Jobs stop, so
+  admitted plus evicting workloads may exceed a quota for that long; in strict mode
+  they never do (docs/semantics.md §4.7).
 
 Every field Kueue defines is parsed; the ones Quartermaster does not implement (yet)
 are listed in ``Config.warnings`` ("... has no effect"), which the commands print on
@@ -521,6 +529,8 @@ class ConfigurationDoc(_Strict):
     objectRetentionPolicies: ObjectRetentionPolicies | None = None
     visibilityServer: VisibilityServer | None = None
     queueVisibility: dict[str, Any] | None = None  # v1beta1 only
+    # Our extension (strict mode, off by default): see the module docstring.
+    reserveEvictingCapacity: bool = False
 
     @field_validator("internalCertManagement")
     @classmethod
@@ -625,6 +635,7 @@ def build_scheduler(
         usage=tracker,
         explain=explain,
         progress=progress,
+        reserve_evicting_capacity=config.doc.reserveEvictingCapacity,
     )
 
 

@@ -459,6 +459,18 @@ class CohortTree:
             node.remove_usage(fr, v, journal)
 
     @contextmanager
+    def keep_larger(self) -> Iterator[None]:
+        """Usage changes made inside the block are kept only where they raise usage: on
+        exit every changed value is the larger of before and after, however the block
+        exits.
+
+        The resulting usage is at least both states at every node, so any request that
+        fits it fits either: ``with tree.keep_larger(): remove(victims); add(preemptor)``
+        lets nobody else take the victims' capacity nor what the preemptor needs of the
+        rest (``reserveEvictingCapacity``)."""
+        yield from _keep_larger(self, self._journal)
+
+    @contextmanager
     def scratch(self) -> Iterator[None]:
         """Usage changes made inside the block are undone when it exits, however it
         exits (return, exception): searches try removals and additions freely.
@@ -480,6 +492,26 @@ class CohortTree:
                     usage[fr] = old
                 else:
                     usage.pop(fr, None)
+
+
+def _keep_larger(tree: CohortTree, outer: Journal | None) -> Iterator[None]:
+    journal: Journal = []
+    tree._journal = journal
+    try:
+        yield
+    finally:
+        tree._journal = outer
+        original: dict[tuple[int, FlavorResource], tuple[dict[FlavorResource, int], int]] = {}
+        for usage, fr, old in journal:
+            original.setdefault((id(usage), fr), (usage, old))
+        if outer is not None:
+            outer.extend(journal)  # an enclosing scratch() still restores the start
+        for (_, fr), (usage, old) in original.items():
+            value = max(old, usage.get(fr, 0))
+            if value:
+                usage[fr] = value
+            else:
+                usage.pop(fr, None)
 
 
 def _recompute(node: QuotaNode) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -104,6 +105,7 @@ class Scheduler:
         "_lq_order",
         "_explain",
         "_progress",
+        "_reserve_evicting",
         "cycle_count",
         "stats",
     )
@@ -118,9 +120,15 @@ class Scheduler:
         usage: UsageTracker | None = None,
         explain: bool = True,
         progress: ProgressAware | None = None,
+        reserve_evicting_capacity: bool = False,
     ) -> None:
         """``explain``: format numeric explanations for pending workloads (drivers that
-        never show them, the simulator, save the formatting)."""
+        never show them, the simulator, save the formatting).
+
+        ``reserve_evicting_capacity`` (the Configuration's ``reserveEvictingCapacity``,
+        our extension; off is Kueue's behaviour): in the cycle that issues preemptions,
+        the victims' quota stays charged for everybody else; only their preemptor
+        counts on it, so admitted plus evicting workloads never exceed any quota."""
         self._cache = cache
         self._clock = clock
         self._preemptor = preemptor if preemptor is not None else Preemptor(cache)
@@ -131,6 +139,7 @@ class Scheduler:
         )
         self._explain = explain
         self._progress = progress  # notice windows and lost-work explanations
+        self._reserve_evicting = reserve_evicting_capacity
         self.cycle_count = 0
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
 
@@ -163,6 +172,10 @@ class Scheduler:
     def progress(self) -> ProgressAware | None:
         """Progress-aware preemption (None when not configured: Kueue's behaviour)."""
         return self._progress
+
+    @property
+    def reserve_evicting_capacity(self) -> bool:
+        return self._reserve_evicting
 
     # -- the cycle ----------------------------------------------------------------
 
@@ -423,21 +436,29 @@ class Scheduler:
         assert a is not None
         issued: list[PreemptedDecision] = []
         progress = self._progress
+        tree = snap.tree
         deadlines: dict[str, float] = {}
+        # Kueue: the victims' quota counts as released for the rest of the cycle, and the
+        # preemptor's usage is held. Strict (reserveEvictingCapacity): both, but only
+        # where that leaves more in use than before, so the victims' capacity stays
+        # taken for everyone else until they are gone.
+        with tree.keep_larger() if self._reserve_evicting else nullcontext():
+            for t in e.targets:
+                deadline = None
+                if progress is not None and t.key not in cache.evicting:
+                    deadline = progress.notice_deadline(t.cluster_queue)
+                    if deadline is not None:
+                        deadlines[t.key] = deadline
+                if t.key not in snap.victims:
+                    snap.victims.add(t.key)
+                    if deadline is None and t.key not in cache.progress.notices:
+                        tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
+                    # A noticed victim keeps running, and so stays charged: what it
+                    # holds beyond the preemptor's need goes to nobody else until it is
+                    # evicted.
+            self._hold(snap, e.cluster_queue, a.usage)
         for t in e.targets:
-            new = t.key not in cache.evicting
-            deadline = None
-            if progress is not None and new:
-                deadline = progress.notice_deadline(t.cluster_queue)
-                if deadline is not None:
-                    deadlines[t.key] = deadline
-            if t.key not in snap.victims:
-                snap.victims.add(t.key)
-                if deadline is None and t.key not in cache.progress.notices:
-                    snap.tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
-                # A noticed victim keeps running, and so stays charged: what it holds
-                # beyond the preemptor's need goes to nobody else until it is evicted.
-            if not new:
+            if t.key in cache.evicting:
                 continue  # already being evicted: never issue twice
             msg = self._preemptor.message(
                 preemptor=wl,
@@ -449,10 +470,15 @@ class Scheduler:
                 msg += progress.explain(wl, t.key)
             issued.append(
                 PreemptedDecision(
-                    cache.workloads[t.key], t.cluster_queue, wl.key, t.reason, msg, cycle, deadline
+                    cache.workloads[t.key],
+                    t.cluster_queue,
+                    wl.key,
+                    t.reason,
+                    msg,
+                    cycle,
+                    deadlines.get(t.key),
                 )
             )
-        self._hold(snap, e.cluster_queue, a.usage)
         waiting = progress.waiting_message(e.targets, deadlines) if progress is not None else ""
         e.status = PendingStatus(
             PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS,
