@@ -363,6 +363,9 @@ FAST_PATH_SAMPLES = [
     "m:\n  <<: {a: 1}\n  b: 2\n",  # merge key: full loader
     "t: !!str 12\n",  # explicit tag: full loader
     'q: "0x1F"\np: 0x1F\nlong: |\n  two\n  lines\n',
+    # the fast path gives two documents (and an empty one), then meets an anchor: the
+    # full loader resumes at the fourth, without giving the first ones again
+    "a: 1\n---\nb: 2\n---\n---\nbase: &b {x: 1}\nuse: *b\n---\nc: 3\n",
 ]
 
 
@@ -374,13 +377,29 @@ def test_fast_yaml_path_matches_safe_load_all(text: str, tmp_path: Path) -> None
 
     want = list(yaml.safe_load_all(text))
     try:
-        assert _fast_documents(text) == want
+        assert list(_fast_documents(text)) == want
     except _NotPlain:
         pass  # falls back to the full loader, checked below
     f = tmp_path / "x.yaml"
     f.write_text(text)
-    got = [doc for _, doc in _documents(str(f))]
-    assert got == [d for d in want if d is not None]
+    got = list(_documents(str(f)))
+    assert got == [(i, d) for i, d in enumerate(want) if d is not None]
+
+
+def test_a_syntax_error_after_good_documents_names_its_document(tmp_path: Path) -> None:
+    """Documents are read one at a time: the fast path has given the first one when it
+    meets the error; the full loader, which words the error, resumes after it (nothing
+    is given twice) and names the document."""
+    from admission.drivers.loader import LoadError, _documents
+
+    f = tmp_path / "x.yaml"
+    f.write_text("a: 1\n---\nb: [1, 2\n")
+    got = []
+    with pytest.raises(LoadError, match="invalid YAML") as err:
+        for index, doc in _documents(str(f)):
+            got.append((index, doc))
+    assert got == [(0, {"a": 1})]
+    assert err.value.document == 1
 
 
 NODE = """apiVersion: v1

@@ -35,7 +35,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -254,12 +254,24 @@ def load_paths(
     are converted after every file is read, so they see all priority classes; objects
     of an integration ``frameworks`` does not enable are not managed and left out.
     """
-    documents: list[tuple[str, int, Any]] = []
+    for path in paths:  # a path that is not there is the first error, as kubectl's
+        if path != STDIN and not os.path.exists(path):
+            raise LoadError("no such file or directory", file=path)
+    documents = _read_paths(paths, recursive=recursive, stdin=stdin)
+    return load_documents(documents, namespace=namespace, frameworks=frameworks)
+
+
+def _read_paths(
+    paths: list[str], *, recursive: bool, stdin: TextIO | None
+) -> Iterator[tuple[str, int, Any]]:
+    """(file label, index in the file, object) of every document, one at a time: a
+    document is converted before the next is parsed, so the raw documents of a large
+    input are never all held at once."""
     for path in paths:
         found = 0
         for file, text in _sources(path, recursive=recursive, stdin=stdin):
             for index, doc in _documents_of(file, text):
-                documents.append((file, index, doc))
+                yield file, index, doc
                 found += 1
         if not found:
             where = STDIN_LABEL if path == STDIN else path
@@ -268,11 +280,10 @@ def load_paths(
                 "and *.json files" + ("" if recursive else "; -R reads subdirectories") + ")",
                 file=where,
             )
-    return load_documents(documents, namespace=namespace, frameworks=frameworks)
 
 
 def load_documents(
-    documents: list[tuple[str, int, Any]],
+    documents: Iterable[tuple[str, int, Any]],
     *,
     namespace: str | None = None,
     frameworks: Frameworks = ALL,
@@ -566,15 +577,16 @@ class _NotPlain(Exception):
     """The stream uses a YAML feature the fast path leaves to the full loader."""
 
 
-def _fast_documents(text: str) -> list[Any]:
-    """Every document of a YAML stream, built straight from libyaml's events.
+def _fast_documents(text: str) -> Iterator[Any]:
+    """Every document of a YAML stream, built straight from libyaml's events, one at a
+    time (a caller that converts and drops each one never holds them all).
 
     The same values as ``yaml.safe_load_all`` for the plain YAML Kubernetes manifests
     are made of, without composing a node graph first: plain scalars are resolved
     once per distinct value (they repeat a lot: kinds, API versions, images), quoted
     ones are strings. Anything else (anchors, aliases, tags, merge keys) raises
-    ``_NotPlain`` and the caller uses the full loader; so do syntax errors, so that
-    their messages come from one place.
+    ``_NotPlain``, and the caller reads on with the full loader from the first document
+    not yet given; so do syntax errors, so that their messages come from one place.
     """
     loader = _SafeLoader(text)
     cache: dict[str, Any] = {}
@@ -582,63 +594,69 @@ def _fast_documents(text: str) -> list[Any]:
     str_tag = "tag:yaml.org,2002:str"
 
     def plain(value: str) -> Any:
-        try:
-            return cache[value]
-        except KeyError:
-            tag = loader.resolve(yaml.ScalarNode, value, (True, False))
-            if tag == "tag:yaml.org,2002:merge":
-                raise _NotPlain from None
-            obj = (
-                value if tag == str_tag else constructors[tag](loader, yaml.ScalarNode(tag, value))
-            )
-            cache[value] = obj
-            return obj
+        tag = loader.resolve(yaml.ScalarNode, value, (True, False))
+        if tag == "tag:yaml.org,2002:merge":
+            raise _NotPlain
+        obj = value if tag == str_tag else constructors[tag](loader, yaml.ScalarNode(tag, value))
+        cache[value] = obj
+        return obj
 
-    docs: list[Any] = []
-    # Containers being built: [container, pending key] (key unused for lists).
-    stack: list[list[Any]] = []
-    root: Any = None
+    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+    mapping_start, sequence_start = yaml.MappingStartEvent, yaml.SequenceStartEvent
+    mapping_end, sequence_end = yaml.MappingEndEvent, yaml.SequenceEndEvent
+    document_end, stream_end = yaml.DocumentEndEvent, yaml.StreamEndEvent
+    next_event = loader.get_event
+    no_key = miss = _NO_KEY
+    # The container being built, its pending key (mappings; _NO_KEY: none yet) and
+    # whether it is a list; the enclosing ones wait on the stack.
+    stack: list[tuple[Any, Any, bool]] = []
+    container: Any = None
+    key: Any = no_key
+    is_list = False
     try:
         while True:
-            ev = loader.get_event()
+            ev = next_event()
             cls = type(ev)
-            if cls is yaml.ScalarEvent:
+            if cls is scalar_event:
                 if ev.anchor is not None or ev.tag is not None:
                     raise _NotPlain
-                value: Any = plain(ev.value) if ev.implicit[0] else ev.value
-            elif cls is yaml.MappingStartEvent or cls is yaml.SequenceStartEvent:
+                value: Any = ev.value
+                if ev.implicit[0]:
+                    got = cache.get(value, miss)
+                    value = plain(value) if got is miss else got
+            elif cls is mapping_start or cls is sequence_start:
                 if ev.anchor is not None or (ev.tag is not None and ev.tag != "!"):
                     raise _NotPlain
-                stack.append([{} if cls is yaml.MappingStartEvent else [], _NO_KEY])
+                stack.append((container, key, is_list))
+                is_list = cls is sequence_start
+                container, key = ([] if is_list else {}), no_key
                 continue
-            elif cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
-                value = stack.pop()[0]
-            elif cls is yaml.DocumentEndEvent:
-                docs.append(root)
-                root = None
+            elif cls is mapping_end or cls is sequence_end:
+                value = container
+                container, key, is_list = stack.pop()
+            elif cls is document_end:
+                doc, container = container, None
+                yield doc
                 continue
-            elif cls is yaml.StreamEndEvent:
-                return docs
-            elif cls is yaml.AliasEvent:
+            elif cls is stream_end:
+                return
+            elif cls is alias_event:
                 raise _NotPlain
             else:  # stream and document starts
                 continue
-            if not stack:
-                root = value
-                continue
-            top = stack[-1]
-            container = top[0]
-            if type(container) is list:
+            if not stack:  # the document's root
+                container = value
+            elif is_list:
                 container.append(value)
-            elif top[1] is _NO_KEY:
+            elif key is no_key:
                 try:
                     hash(value)
                 except TypeError:
                     raise _NotPlain from None
-                top[1] = value
+                key = value
             else:
-                container[top[1]] = value
-                top[1] = _NO_KEY
+                container[key] = value
+                key = no_key
     except yaml.YAMLError:
         raise _NotPlain from None
     finally:
@@ -699,17 +717,22 @@ def _documents(file: str) -> Iterator[tuple[int, dict[str, Any]]]:
 def _documents_of(file: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """Non-empty documents of a YAML or JSON stream with their 0-based index."""
     if file.endswith(".json") or text.lstrip().startswith("{"):
-        docs: list[Any] = _json_documents(file, text)
-    else:
-        try:
-            docs = _fast_documents(text)
-        except _NotPlain:
-            yield from _yaml_documents(file, text)
-            return
-    for index, doc in enumerate(docs):
-        if doc is None:
-            continue
-        yield index, _mapping(doc, file, index)
+        for index, doc in enumerate(_json_documents(file, text)):
+            if doc is not None:
+                yield index, _mapping(doc, file, index)
+        return
+    given = 0  # documents the fast path gave (the full loader resumes after them)
+    try:
+        for doc in _fast_documents(text):
+            index, given = given, given + 1
+            if doc is not None:
+                yield index, _mapping(doc, file, index)
+        return
+    except _NotPlain:
+        pass
+    for index, doc in _yaml_documents(file, text):
+        if index >= given:
+            yield index, doc
 
 
 def _mapping(doc: Any, file: str, index: int) -> dict[str, Any]:
