@@ -121,6 +121,31 @@ def test_an_empty_directory_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 2 and f"{tmp_path}: no objects found" in err
 
 
+def test_plan_runs_without_the_cyclic_collector_and_restores_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """plan is a batch command (admission.drivers.batch): the collector is off while it
+    runs, and as it was afterwards, also when the command fails."""
+    import gc
+
+    import admission.drivers.plan as plan_module
+
+    seen: list[bool] = []
+    real = plan_module.run_plan
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_module, "run_plan", recording)
+    assert gc.isenabled()
+    code, _, err = plan(capsys, "-f", str(EXAMPLES), "-o", "json")
+    assert code == 0, err
+    assert seen == [False] and gc.isenabled()
+    code, _, _ = plan(capsys, "-f", "/nonexistent/input.yaml")
+    assert code == 2 and gc.isenabled()
+
+
 # -- output formats ----------------------------------------------------------------------------------
 
 

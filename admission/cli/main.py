@@ -300,6 +300,13 @@ def _load(args: argparse.Namespace, paths: list[str], config: Any) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from admission.drivers.batch import without_cyclic_gc
+
+    with without_cyclic_gc():  # a batch run: see admission.drivers.batch
+        return _plan(args)
+
+
+def _plan(args: argparse.Namespace) -> int:
     from admission.config import ConfigError, load_config
     from admission.drivers.lint import input_warnings
     from admission.drivers.loader import LoadError, merge
