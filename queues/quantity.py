@@ -21,6 +21,7 @@ being capped or wrapped (Kubernetes is inconsistent there), and decimal exponent
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -94,7 +95,17 @@ def parse_quantity(value: str | int | float) -> Fraction:
     1/10); ``str`` must match the apimachinery grammar with nothing around it. Raises
     ``QuantityError`` (quoting the value) for anything else, including bools, NaN and
     infinities.
+
+    A string is parsed once per distinct text (manifests repeat a handful of quantities
+    over thousands of objects; a ``Fraction`` is immutable, and a text that fails is
+    not remembered, as ``lru_cache`` keeps no exceptions).
     """
+    if type(value) is str:
+        return _parse_text(value)
+    return _parse(value)
+
+
+def _parse(value: str | int | float) -> Fraction:
     if isinstance(value, bool):
         raise _invalid(value, "a boolean is not a quantity")
     if isinstance(value, int):
@@ -154,16 +165,27 @@ def parse_quantity(value: str | int | float) -> Fraction:
     return -magnitude if negative else magnitude
 
 
+_parse_text = functools.lru_cache(maxsize=4096)(_parse)
+
+
 def to_units(resource: str, value: str | int | float | Fraction) -> int:
     """The engine integer for ``value`` of ``resource``, rounded up (toward +inf).
 
     cpu is counted in milli-cores (like ``Quantity.MilliValue()``), every other resource
     in whole units (like ``Quantity.Value()``). Negative values are allowed here.
     """
+    if type(value) is str:
+        return _text_units(resource == CPU, value)
     amount = value if isinstance(value, Fraction) else parse_quantity(value)
     if resource == CPU:
         amount *= 1000
     return math.ceil(amount)
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_units(milli: bool, text: str) -> int:
+    amount = _parse_text(text)
+    return math.ceil(amount * 1000 if milli else amount)
 
 
 def format_quantity(resource: str, units: int) -> str:

@@ -317,3 +317,12 @@ def test_strings_with_foreign_characters_are_rejected(junk: str) -> None:
     with pytest.raises(QuantityError) as info:
         parse_quantity(text)
     assert text in str(info.value)
+
+
+def test_a_quantity_text_is_parsed_once_and_a_bad_one_fails_every_time() -> None:
+    """Strings are remembered per text (manifests repeat them); errors are not."""
+    assert parse_quantity("1500m") == parse_quantity("1500m") == Fraction(3, 2)
+    assert to_units("cpu", "1500m") == 1500 and to_units("memory", "1500m") == 2
+    for _ in range(2):
+        with pytest.raises(QuantityError):
+            parse_quantity("1.5.0")
