@@ -136,18 +136,26 @@ class PendingQueue:
 
     def push(self, wl: Workload) -> None:
         """Add (or re-add) a workload; its group becomes active again."""
-        self.remove(wl.key)
+        key = wl.key
+        self.remove(key)
         group = (f"{wl.namespace}/{wl.queue_name}", scheduling_hash(wl))
         group = self._canon.setdefault(group, group)
         okey = order_key(wl)
+        item = (okey, key)
+        self._keys[key] = (group, okey, wl)
         lst = self._groups.get(group)
         if lst is None:
             lst = self._groups[group] = SortedList()
             self._by_hash.setdefault(group[1], set()).add(group)
         elif group in self._active:
-            self._unindex(group)
-        lst.add((okey, wl.key))
-        self._keys[wl.key] = (group, okey, wl)
+            if item < lst[0]:  # the group's new head: re-index it
+                self._unindex(group)
+                lst.add(item)
+                self._index(group)
+            else:  # behind the head: the index of heads stays as it is
+                lst.add(item)
+            return
+        lst.add(item)
         self._active.add(group)
         self._index(group)
 
@@ -181,10 +189,14 @@ class PendingQueue:
         if entry is not None:
             group, okey, wl = entry
             lst = self._groups[group]
+            item = (okey, key)
             active = group in self._active
+            if active and lst[0] != item:  # not the group's head: the index stays
+                lst.remove(item)
+                return wl
             if active:
                 self._unindex(group)
-            lst.remove((okey, key))
+            lst.remove(item)
             if not lst:
                 del self._groups[group]
                 del self._canon[group]

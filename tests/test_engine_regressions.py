@@ -448,6 +448,14 @@ def test_head_equals_the_best_active_workload(ops: list) -> None:
                 best = cand if best is None or cand < best else best
             got = q.head(fn)
             assert (got.key if got else None) == (best[2] if best else None)
+        # The index holds exactly the first workload of every active group (a push behind
+        # a group's head, or the removal of one, leaves the index as it is).
+        heads = sorted(q._groups[g][0] for g in q._active)
+        assert list(q._heads) == heads
+        assert {lq: list(h) for lq, h in q._lq_heads.items()} == {
+            lq: sorted(q._groups[g][0] for g in q._active if g[0] == lq)
+            for lq in {g[0] for g in q._active}
+        }
 
 
 def namespaced_cache() -> Cache:
