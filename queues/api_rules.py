@@ -37,6 +37,7 @@ from queues.api_types import (
     quantity_value,
     to_quantity_text,
 )
+from queues.memo import ContentMemo, content_key
 
 if TYPE_CHECKING:
     from queues.api import ClusterQueueSpec, CohortSpec, ResourceFlavorSpec, Workload
@@ -358,8 +359,22 @@ def check_pod_template(template: dict[str, Any], path: str) -> Problems:
 
     Only labels and annotations are allowed in its metadata; ``spec`` and at least one
     container are required; requests/limits must be non-negative quantities and may not
-    use the ``pods`` key (kept for Kueue's own accounting).
+    use the ``pods`` key (kept for Kueue's own accounting). A template content found
+    valid once is not checked again (``queues.memo``); problems are found afresh.
     """
+    key = content_key(template)
+    if _VALID_TEMPLATES.get(key):
+        return []
+    problems = _pod_template_problems(template, path)
+    if not problems:
+        _VALID_TEMPLATES.put(key, True)
+    return problems
+
+
+_VALID_TEMPLATES: ContentMemo[bool] = ContentMemo()
+
+
+def _pod_template_problems(template: dict[str, Any], path: str) -> Problems:
     problems: Problems = []
     for key in template:
         if key not in ("metadata", "spec"):

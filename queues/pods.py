@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
+from queues.memo import ContentMemo, content_key
 from queues.model import (
     NodeSelectorTerm,
     PodSet,
@@ -321,11 +322,46 @@ def limit_violations(pod_spec: Mapping[str, Any]) -> tuple[tuple[str, int, tuple
 def podset_from_template(
     *, name: str, count: int, template: Mapping[str, Any], min_count: int | None = None
 ) -> PodSet:
-    """A ``PodSet`` for ``count`` pods of a ``PodTemplateSpec`` (``{metadata, spec}``)."""
+    """A ``PodSet`` for ``count`` pods of a ``PodTemplateSpec`` (``{metadata, spec}``).
+
+    What a template asks for is computed once per distinct template content (Jobs of
+    one array, and the workloads of a generated input, share a handful of templates);
+    every PodSet gets containers of its own."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise PodSpecError(f"podSet {name!r} count: must be a non-negative integer, got {count!r}")
     if min_count is not None and (isinstance(min_count, bool) or not isinstance(min_count, int)):
         raise PodSpecError(f"podSet {name!r} minCount: must be an integer, got {min_count!r}")
+    key = content_key(template)
+    asks = _TEMPLATE_ASKS.get(key)
+    if asks is None:
+        asks = _template_asks(template)  # raises for a bad template: nothing remembered
+        _TEMPLATE_ASKS.put(key, asks)
+    return PodSet(
+        name=name,
+        count=count,
+        requests=dict(asks.requests),
+        min_count=min_count,
+        node_selector=dict(asks.node_selector),
+        required_affinity=list(asks.required_affinity),
+        tolerations=list(asks.tolerations),
+        limit_violations=asks.limit_violations,
+    )
+
+
+class _TemplateAsks(NamedTuple):
+    """What one pod of a template asks for (shared, never changed: PodSets copy it)."""
+
+    requests: dict[str, int]
+    node_selector: dict[str, str]
+    required_affinity: list[NodeSelectorTerm]
+    tolerations: list[Toleration]
+    limit_violations: tuple[tuple[str, int, tuple[str, ...]], ...]
+
+
+_TEMPLATE_ASKS: ContentMemo[_TemplateAsks] = ContentMemo()
+
+
+def _template_asks(template: Mapping[str, Any]) -> _TemplateAsks:
     spec = _mapping(_mapping(template, "template").get("spec"), "template.spec")
     containers, init = _containers(spec, "containers"), _containers(spec, "initContainers")
     requests = _units(_exact_pod_requests(spec, (containers, init)))
@@ -333,11 +369,8 @@ def podset_from_template(
         for r, q in c.requests.items():
             if q == 0:
                 requests.setdefault(r, 0)  # an explicit zero still names its flavor
-    return PodSet(
-        name=name,
-        count=count,
+    return _TemplateAsks(
         requests=requests,
-        min_count=min_count,
         node_selector=pod_node_selector(spec),
         required_affinity=pod_required_affinity(spec),
         tolerations=pod_tolerations(spec),

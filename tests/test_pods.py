@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -443,3 +444,47 @@ def test_pod_level_hugepage_limit_wins_over_container_hugepages() -> None:
         "containers": [container("a", limits={"hugepages-2Mi": "100Mi"})],
     }
     assert pod_requests(spec) == {"hugepages-2Mi": 200 * 2**20}
+
+
+def test_pod_sets_of_one_template_content_are_independent() -> None:
+    """What a template asks for is remembered per content (queues.memo): each PodSet
+    still gets containers of its own, and a content that differs only in a value's type
+    ("1" vs 1) is another template."""
+    template = {
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+            "nodeSelector": {"zone": "a"},
+        }
+    }
+    a = podset_from_template(name="a", count=1, template=template)
+    b = podset_from_template(name="b", count=2, template=json.loads(json.dumps(template)))
+    assert (a.requests, b.requests) == ({"cpu": 1000}, {"cpu": 1000})
+    a.requests["cpu"] = 5
+    a.node_selector["zone"] = "b"
+    c = podset_from_template(name="c", count=1, template=template)
+    assert (b.requests, c.requests) == ({"cpu": 1000}, {"cpu": 1000})
+    assert (b.node_selector, c.node_selector) == ({"zone": "a"}, {"zone": "a"})
+    with pytest.raises(QuantityError):  # a remembered success does not hide a bad value
+        podset_from_template(
+            name="d",
+            count=1,
+            template={
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1x"}}}]}
+            },
+        )
+
+
+def test_a_template_found_valid_once_is_still_checked_when_it_differs() -> None:
+    from queues.api_rules import check_pod_template
+
+    good = {"spec": {"containers": [{"name": "c"}]}}
+    assert check_pod_template(good, "t") == []
+    assert check_pod_template(good, "t") == []
+    bad = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"pods": "1"}}}]}}
+    assert check_pod_template(bad, "t") == [
+        (
+            "t.spec.containers[0].resources.requests.pods",
+            "the key is reserved for internal kueue use",
+        )
+    ]
+    assert check_pod_template(bad, "t")  # problems are never remembered

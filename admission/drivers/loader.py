@@ -52,6 +52,7 @@ from admission.integrations.base import (
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from queues import api
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
+from queues.memo import ContentMemo, content_key
 from queues.model import (
     ClusterQueue,
     Cohort,
@@ -843,11 +844,20 @@ def _strict_templates(doc: dict[str, Any], origin: _Origin, name: str) -> None:
     problems: list[strict.FieldProblem] = []
     for i, ps in enumerate(pod_sets):
         if isinstance(ps, dict) and isinstance(ps.get("template"), dict):
-            problems += strict.check(
+            key = content_key(ps["template"])
+            if _STRICT_TEMPLATES.get(key):
+                continue  # this content passed before (queues.memo)
+            found = strict.check(
                 ps["template"], strict.POD_TEMPLATE_SPEC, path=f"spec.podSets[{i}].template"
             )
+            if not found:
+                _STRICT_TEMPLATES.put(key, True)
+            problems += found
     if problems:
         raise _strict_error(problems, origin, kind="Workload", name=name)
+
+
+_STRICT_TEMPLATES: ContentMemo[bool] = ContentMemo()
 
 
 def _strict_error(
