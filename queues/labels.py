@@ -32,6 +32,10 @@ ADMISSION_GATE = "kueue.x-k8s.io/admission"
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 IS_GROUP_WORKLOAD = "kueue.x-k8s.io/is-group-workload"
 JOB_UID = "kueue.x-k8s.io/job-uid"
+JOB_OWNER_GVK = "kueue.x-k8s.io/job-owner-gvk"  # Workload annotations for Kueue's tools
+JOB_OWNER_NAME = "kueue.x-k8s.io/job-owner-name"
+# Kueue's runtimePatchManagerName: the manager of its patches to a TrainJob's runtime.
+RUNTIME_PATCH_MANAGER = "kueue.x-k8s.io/manager"
 PODSET = "kueue.x-k8s.io/podset"
 WORKLOAD = "kueue.x-k8s.io/workload"  # pod annotation: the TAS Workload a pod belongs to
 POD_INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"  # pod annotation: first rank of its podSet

@@ -108,3 +108,24 @@ def test_an_import_circle_in_the_engine_is_caught_even_when_only_for_typing(
     proc = subprocess.run(lint_imports(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "admission.engine.usage -> admission.engine.scheduler" in proc.stdout
+
+
+# A Kueue label or annotation name spelled out (not an API version, not a prefix).
+_KUEUE_NAME = re.compile(
+    r"""["']kueue\.x-k8s\.io/(?!v1(?:alpha|beta)\d["'])[a-z][a-z0-9.-]*[a-z0-9]["']"""
+)
+
+
+def test_kueue_label_and_annotation_names_are_spelled_only_in_queues_labels() -> None:
+    """queues/labels.py owns Kueue's label, annotation, finalizer and gate names, so
+    the webhooks, reconcilers, engine messages and loader cannot drift apart (issue 12,
+    bug 8). The one other Kueue string is a priorityClassSource value, not a label."""
+    allowed = {("queues/api.py", "kueue.x-k8s.io/workloadpriorityclass")}
+    found = [
+        (str(path.relative_to(ROOT)), m.group(0)[1:-1])
+        for package in ("queues", "admission", "webhooks")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.name != "labels.py" or path.parent.name != "queues"
+        for m in _KUEUE_NAME.finditer(path.read_text())
+    ]
+    assert [f for f in found if f not in allowed] == []

@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable
 
 from admission.engine.vocabulary import PreemptionReason
+from queues import labels
 from queues.model import FlavorResource, ResourceFlavor, Taint, Workload
 from queues.quantity import format_quantity
 from queues.tree import QuotaNode
@@ -148,7 +149,7 @@ def preempted(
     """The victim's ``Preempted`` condition message (Kueue's wording)."""
     return (
         f"Preempted to accommodate a workload (UID: {preemptor.uid or preemptor.key}, "
-        f"JobUID: {preemptor.labels.get('kueue.x-k8s.io/job-uid', 'UNKNOWN')}) due to "
+        f"JobUID: {preemptor.labels.get(labels.JOB_UID, 'UNKNOWN')}) due to "
         f"{_HUMAN_REASON[reason]}; preemptor path: {node_path(preemptor_node)}; "
         f"preemptee path: {node_path(victim_node)}"
     )

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import quote
 
+from queues import labels
 from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import PODSET_UNCONSTRAINED_TOPOLOGY, TOPOLOGY_GATE
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
@@ -63,9 +64,9 @@ Obj = dict[str, Any]
 Path = tuple[str | int, ...]
 
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-OWNER_GVK_ANNOTATION = "kueue.x-k8s.io/job-owner-gvk"
-OWNER_NAME_ANNOTATION = "kueue.x-k8s.io/job-owner-name"
+JOB_UID_LABEL = labels.JOB_UID
+OWNER_GVK_ANNOTATION = labels.JOB_OWNER_GVK
+OWNER_NAME_ANNOTATION = labels.JOB_OWNER_NAME
 WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
 POD_PRIORITY_CLASS = "PriorityClass"
 MAX_POD_SETS = 8  # the Workload CRD's podSets maxItems

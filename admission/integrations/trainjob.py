@@ -46,6 +46,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from queues import labels
+
 from .base import (
     Finished,
     Integration,
@@ -67,7 +69,7 @@ TRAINING_RUNTIMES = Resource(GROUP, VERSION, "trainingruntimes", "TrainingRuntim
 CLUSTER_TRAINING_RUNTIMES = Resource(
     GROUP, VERSION, "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False
 )
-KUEUE_MANAGER = "kueue.x-k8s.io/manager"  # Kueue's runtimePatchManagerName
+KUEUE_MANAGER = labels.RUNTIME_PATCH_MANAGER  # Kueue's runtimePatchManagerName
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_ANCESTOR = "trainer"
 NODE_CONTAINER = "node"

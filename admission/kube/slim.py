@@ -59,6 +59,7 @@ except ImportError:  # pragma: no cover - orjson comes with the aiohttp extras
 
 
 from admission.integrations.base import SLIM_DIGEST
+from queues import labels
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]  # "*" stands for every element of a list
@@ -100,8 +101,8 @@ _POD_SPEC_KEYS = (
 _UNREAD = frozenset(
     {
         # written on Workloads for Kueue's tools; the ownerReference says the same
-        "kueue.x-k8s.io/job-owner-gvk",
-        "kueue.x-k8s.io/job-owner-name",
+        labels.JOB_OWNER_GVK,
+        labels.JOB_OWNER_NAME,
     }
 )
 
@@ -475,7 +476,7 @@ class _PodSlimmer(Slimmer):
         return self._share(out)
 
 
-ENGINE_LABELS = frozenset({"kueue.x-k8s.io/job-uid"})
+ENGINE_LABELS = frozenset({labels.JOB_UID})
 """The Workload labels the engine reads (preemption messages name the job's UID); it
 reads no annotations. The informer's slim copy keeps the others."""
 _EMPTY: dict[str, str] = {}  # shared: never written to (the engine builds new dicts)
