@@ -75,9 +75,9 @@ async def _pending_workloads(s: Stack, n: int) -> None:
         await s.user.create(k.WORKLOADS, wl, namespace="team-a")
 
 
-def test_list_verbs_show_kueuectls_columns_and_positions(tmp_path: Path) -> None:
+def test_list_verbs_show_kueuectls_columns_and_positions(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=OBJECTS, visibility=True) as s:
+        async with stack(tmp_path, backend=backend, objects=OBJECTS, visibility=True) as s:
             kc = s.kubeconfig(tmp_path / "kc", namespace="team-a")
             await _pending_workloads(s, 4)  # one by one: w0 and w1 fit (2 cpu), then w2, w3 wait
             await eventually(
@@ -156,9 +156,9 @@ def test_list_verbs_show_kueuectls_columns_and_positions(tmp_path: Path) -> None
     asyncio.run(main())
 
 
-def test_create_stop_and_resume_change_the_objects_the_service_acts_on(tmp_path: Path) -> None:
+def test_create_stop_and_resume_change_the_objects_the_service_acts_on(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=OBJECTS) as s:
+        async with stack(tmp_path, backend=backend, objects=OBJECTS) as s:
             kc = s.kubeconfig(tmp_path / "kc", namespace="team-a")
             code, out, err = await cli(kc, "create", "localqueue", "lq2", "-c", "cq")
             assert (code, out.strip()) == (0, "localqueue.kueue.x-k8s.io/lq2 created"), err
@@ -258,9 +258,9 @@ def plugin_shim(directory: Path) -> Path:
 
 
 @pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
-def test_kubectl_runs_the_plugin_list_workloads(tmp_path: Path) -> None:
+def test_kubectl_runs_the_plugin_list_workloads(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
-        async with stack(tmp_path, objects=OBJECTS) as s:
+        async with stack(tmp_path, backend=backend, objects=OBJECTS) as s:
             kc = s.kubeconfig(tmp_path / "kc", namespace="team-a")
             await _pending_workloads(s, 1)
             shim = plugin_shim(tmp_path / "bin")
@@ -289,7 +289,7 @@ def test_kubectl_runs_the_plugin_list_workloads(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_why_gives_the_reason_in_numbers_and_the_quota_that_would_admit(tmp_path: Path) -> None:
+def test_why_gives_the_reason_in_numbers_and_the_quota_that_would_admit(tmp_path: Path, backend: Any) -> None:
     objects = [
         namespace("team-a"),
         flavor("f"),
@@ -299,7 +299,7 @@ def test_why_gives_the_reason_in_numbers_and_the_quota_that_would_admit(tmp_path
     ]
 
     async def main() -> None:
-        async with stack(tmp_path, objects=objects) as s:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
             kc = s.kubeconfig(tmp_path / "kc", namespace="team-a")
             big = workload("team-a", "big", queue="lq", pod_sets=[("main", 5, "1")])
             await s.user.create(k.WORKLOADS, big, namespace="team-a")
