@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-import pytest
+import copy
+from pathlib import Path
 
-from tests.scenario_runner import base_objects, object_key, scenario_objects, validate_spec
+import pytest
+import yaml
+
+from tests.scenario_runner import (
+    base_objects,
+    object_key,
+    run_scenario_spec,
+    scenario_objects,
+    validate_spec,
+)
+
+SCENARIOS = Path(__file__).parent / "scenarios"
 
 
 @pytest.mark.parametrize(
@@ -78,3 +90,24 @@ def test_a_replacement_identical_to_the_base_is_refused() -> None:
 def test_an_unknown_base_is_refused_with_the_known_ones() -> None:
     with pytest.raises(AssertionError, match="no base 'cohort-pairs'.*cohort-pair"):
         scenario_objects({"bases": ["cohort-pairs"]})
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        # The parked workload claimed to be still in the heap, ...
+        {"left": {"other-alpha": ["eng-alpha/incoming"]}, "inadmissibleLeft": {}},
+        # ... parked in another ClusterQueue, or not left at all.
+        {"left": {}, "inadmissibleLeft": {"other-beta": ["eng-alpha/incoming"]}},
+        {"left": {}, "inadmissibleLeft": {}},
+    ],
+)
+def test_a_wrong_left_or_inadmissible_left_fails_the_table(wrong: dict, tmp_path: Path) -> None:
+    path = SCENARIOS / "kueue" / "only-a-workload-within-nominal-may-preempt.yaml"
+    spec = yaml.safe_load(path.read_text())
+    (tmp_path / "right").mkdir()
+    (tmp_path / "wrong").mkdir()
+    run_scenario_spec(copy.deepcopy(spec), tmp_path / "right")  # the table as written passes
+    spec["expect"].update(wrong)
+    with pytest.raises(AssertionError, match=r"(left|inadmissibleLeft): "):
+        run_scenario_spec(spec, tmp_path / "wrong")
