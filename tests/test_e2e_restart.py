@@ -60,7 +60,29 @@ def objects(seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def start_service(kubeconfig: Path, cert_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+class Serve(subprocess.Popen[bytes]):
+    """A ``serve`` process and the port of its health endpoint."""
+
+    health_port: int
+
+
+def wait_until_serving(proc: Serve, log: Path, seconds: float = 60) -> None:
+    """Until ``/healthz`` answers: only then is SIGTERM a graceful drain (a signal that
+    arrives while Python still imports the service ends the process by the signal)."""
+    import urllib.request
+
+    end = time.monotonic() + seconds
+    while True:
+        assert proc.poll() is None, f"serve exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{proc.health_port}/healthz", timeout=2):
+                return
+        except OSError:
+            assert time.monotonic() < end, f"serve never healthy:\n{log.read_text()[-3000:]}"
+            time.sleep(0.1)
+
+
+def start_service(kubeconfig: Path, cert_dir: Path, log: Path) -> Serve:
     env = {
         **os.environ,
         "QUARTERMASTER_LOG_LEVEL": "WARNING",
@@ -71,11 +93,11 @@ def start_service(kubeconfig: Path, cert_dir: Path, log: Path) -> subprocess.Pop
         sys.executable, "-m", "admission", "serve",
         "--kubeconfig", str(kubeconfig), "--cert-dir", str(cert_dir), "--host", "127.0.0.1",
         "--webhook-port", str(free_port()), "--metrics-port", str(free_port()),
-        "--health-port", str(free_port()),
+        "--health-port", str(health_port := free_port()),
     ]  # fmt: skip
-    return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab")
-    )
+    proc = Serve(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab"))
+    proc.health_port = health_port
+    return proc
 
 
 def play_job_controller(api: ApiServerThread) -> int:
@@ -247,6 +269,7 @@ def test_sigkilled_service_restarts_without_double_admission_or_leaked_quota(
                     proc = start_service(kubeconfig, tmp_path / "certs", log)
                     target = api.writes() + rng.randint(*api.kill_after)
                 time.sleep(0.01 if isinstance(api, DoubleRun) else 0.1)
+            wait_until_serving(proc, log)  # it may have been restarted just now
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0  # graceful drain exits 0
         finally:
