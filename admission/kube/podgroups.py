@@ -67,7 +67,7 @@ from admission.integrations.pod import (
 from . import objects as o
 from .client import JSON_PATCH, PODS, ApiError
 from .context import Context, Obj
-from .informer import DELETED, newer, rv_at_least
+from .grouped_pods import GroupedPods
 from .jobs import ComposeErrors, JobReconciler, create_workload, delete_workload, finish_eviction
 from .tas_ungate import topology_domains
 
@@ -85,8 +85,7 @@ class PodGroupReconciler:
     def __init__(self, ctx: Context, jobs: JobReconciler) -> None:
         self.ctx = ctx
         self.jobs = jobs
-        self.index: dict[str, set[str]] = {}  # group key -> pod keys
-        self.latest: dict[str, Obj] = {}  # pod key -> our last write (read-your-writes)
+        self.grouped = GroupedPods(PODS.plural)  # group key -> its pods
         self.errors = ComposeErrors(ctx, "pod group")
 
     # -- events and reads ---------------------------------------------------------------------
@@ -96,15 +95,7 @@ class PodGroupReconciler:
         gkey = group_key(new or old)
         if gkey is None:
             return
-        if event == DELETED:
-            self.latest.pop(key, None)
-            members = self.index.get(gkey)
-            if members is not None:
-                members.discard(key)
-                if not members:
-                    del self.index[gkey]
-        else:
-            self.index.setdefault(gkey, set()).add(key)
+        self.grouped.on_event(event, key, gkey)
         self.ctx.enqueue("podgroup", gkey)
 
     def owns(self, wkey: str) -> bool:
@@ -112,22 +103,10 @@ class PodGroupReconciler:
         return is_group_workload(self.ctx.writer.workload(wkey))
 
     def group_keys(self) -> list[str]:
-        return list(self.index)
-
-    def _pod(self, key: str) -> Obj | None:
-        inf = self.ctx.informers.get(PODS.plural)
-        stored = inf.get(key) if inf is not None else None
-        mine = self.latest.get(key)
-        if mine is None:
-            return stored
-        if stored is not None and rv_at_least(stored, o.rv(mine)):
-            del self.latest[key]
-            return stored
-        return newer(stored, mine)
+        return self.grouped.groups()
 
     def pods(self, gkey: str) -> list[Obj]:
-        out = [p for k in sorted(self.index.get(gkey, ())) if (p := self._pod(k)) is not None]
-        return out
+        return self.grouped.pods(self.ctx.informers, gkey)
 
     # -- the reconcile ------------------------------------------------------------------------
 
@@ -363,8 +342,6 @@ class PodGroupReconciler:
         if isinstance(new, dict) and o.meta(new).get("name"):
             new.setdefault("apiVersion", PODS.api_version)
             new.setdefault("kind", PODS.kind)
-            if o.deleting(new) and not o.meta(new).get("finalizers"):
-                self.latest.pop(key, None)
-            else:
-                self.latest[key] = new
+            gone = o.deleting(new) and not o.meta(new).get("finalizers")
+            self.grouped.wrote(key, None if gone else new)
         return True

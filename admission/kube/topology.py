@@ -47,7 +47,8 @@ from queues.topology_nodes import NodeInputError, node_from_object, pod_usage_fr
 from . import objects as o
 from .client import JSON_PATCH, PODS, ApiError
 from .context import Context
-from .informer import DELETED, newer, rv_at_least
+from .grouped_pods import GroupedPods
+from .informer import DELETED
 from .tas_ungate import topology_domains
 
 log = logging.getLogger("quartermaster.kube.topology")
@@ -378,37 +379,17 @@ class TopologyUngater:
     def __init__(self, ctx: Context, *, unhealthy: Callable[[str], set[str]]) -> None:
         self.ctx = ctx
         self.unhealthy = unhealthy  # workload key -> nodes awaiting a replacement
-        self.index: dict[str, set[str]] = {}  # workload key -> pod keys
-        self.latest: dict[str, Obj] = {}  # pod key -> our last write
+        self.grouped = GroupedPods(TAS_PODS)  # workload key -> its pods
 
     def on_pod(self, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
         wkey = workload_key_of_pod(new or old)
         if wkey is None:
             return
-        if event == DELETED:
-            self.latest.pop(key, None)
-            members = self.index.get(wkey)
-            if members is not None:
-                members.discard(key)
-                if not members:
-                    del self.index[wkey]
-        else:
-            self.index.setdefault(wkey, set()).add(key)
+        self.grouped.on_event(event, key, wkey)
         self.ctx.enqueue("tasungate", wkey)
 
-    def _pod(self, key: str) -> Obj | None:
-        inf = self.ctx.informers.get(TAS_PODS)
-        stored = inf.get(key) if inf is not None else None
-        mine = self.latest.get(key)
-        if mine is None:
-            return stored
-        if stored is not None and rv_at_least(stored, o.rv(mine)):
-            del self.latest[key]
-            return stored
-        return newer(stored, mine)
-
     def pods(self, wkey: str) -> list[Obj]:
-        return [p for k in sorted(self.index.get(wkey, ())) if (p := self._pod(k)) is not None]
+        return self.grouped.pods(self.ctx.informers, wkey)
 
     async def reconcile(self, wkey: str) -> None:
         ctx = self.ctx
@@ -451,5 +432,5 @@ class TopologyUngater:
                 return False  # a newer version is on its way: reconciled again then
             raise
         if isinstance(new, dict) and o.meta(new).get("name"):
-            self.latest[key] = slim_tas_pod(new)
+            self.grouped.wrote(key, slim_tas_pod(new))
         return True
