@@ -299,16 +299,28 @@ class StatusWriter:
     def _while_deciding(
         self, todo: list[tuple[str, str]], want: dict[tuple[str, str], Obj]
     ) -> list[tuple[str, str]]:
-        """The changed queues written while decisions are, as far as the low-priority
-        share affords: significant changes first, then the least recently written."""
+        """The changed queues written while decisions are: every significant change
+        (a queue's first status, its Active condition, empty <-> non-empty: bounded by
+        the queues' transitions, one write per queue per busy pass at most, and what
+        users and tooling wait for), then the least recently written others as far as
+        the low-priority share affords.
+
+        Significant changes must not depend on the share: thousands of due pending
+        reasons spend it the moment it is earned, and a queue whose status never says
+        it holds work looks idle for as long as the budget stays saturated (Kueue's
+        harness then stops its run at once)."""
         share = self.ctx.client.share
 
-        def rank(k: tuple[str, str]) -> tuple[bool, float]:
+        def is_significant(k: tuple[str, str]) -> bool:
             old = self.written.get(k)
-            return (not (old is None or significant(old, want[k])), self.written_at.get(k, 0.0))
+            return old is None or significant(old, want[k])
 
-        out = []
-        for k in sorted(todo, key=rank):
+        first = [k for k in todo if is_significant(k)]
+        others = sorted(
+            (k for k in todo if not is_significant(k)), key=lambda k: self.written_at.get(k, 0.0)
+        )
+        out = first
+        for k in others:
             if not share.take():
                 break
             out.append(k)
