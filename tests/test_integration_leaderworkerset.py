@@ -134,3 +134,51 @@ def test_each_group_is_admitted_only_when_its_leader_and_workers_fit(
                              what="the second group admitted once it fits whole")  # fmt: skip
 
     asyncio.run(main())
+
+
+def test_a_groups_workload_is_kept_while_the_set_runs_the_group_and_goes_when_scaled_away(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Each group's Workload is owned by the set: a group whose pods are all deleted (a
+    restart) keeps its Workload, and its quota, for the pods that replace it; a group
+    removed by scaling down goes with its last pod."""
+    objects = lifecycle_objects(KindCase(LEADERWORKERSET, lws, [("main", 4)], None))
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
+            obj = await s.user.create(LWS, lws("infer", 2, 2, meta("infer")), namespace=NS)
+            for g in (0, 1):
+                await _play_controller(s, obj, g)
+            names = {g: _group_pods(s, g)[0]["metadata"]["labels"][GROUP] for g in (0, 1)}
+            for g, name in names.items():
+                wl = await eventually(lambda n=name: admitted(w := s.get("workloads", n, NS)) and w,
+                                      what=f"group {g} admitted")  # fmt: skip
+                refs = wl["metadata"]["ownerReferences"]
+                assert [(r["kind"], r["uid"], r.get("controller")) for r in refs] == [
+                    ("LeaderWorkerSet", obj["metadata"]["uid"], None)
+                ]
+            groups = s.service.controller.podgroups
+
+            async def delete_pods(g: int) -> None:
+                for p in _group_pods(s, g):
+                    await s.user.delete(k.PODS, p["metadata"]["name"], namespace=NS)
+                await eventually(lambda: not _group_pods(s, g) and not groups.pods(f"{NS}/{names[g]}"),
+                                 what=f"group {g}'s pods gone")  # fmt: skip
+                await groups.reconcile(f"{NS}/{names[g]}")
+
+            await delete_pods(0)
+            kept = s.get("workloads", names[0], NS)
+            assert kept is not None and admitted(kept), "a restarted group keeps its Workload"
+
+            await s.user.patch(LWS, "infer", {"spec": {"replicas": 1}}, namespace=NS)
+            await delete_pods(1)
+            await eventually(lambda: s.get("workloads", names[1], NS) is None,
+                             what="the scaled-away group's Workload deleted")  # fmt: skip
+
+            await _play_controller(s, obj, 0)  # the replacements start on the kept admission
+            await eventually(lambda: all(not p["spec"].get("schedulingGates")
+                                         for p in _group_pods(s, 0)) and len(_group_pods(s, 0)) == 2,
+                             what="group 0's new pods ungated")  # fmt: skip
+            assert s.get("workloads", names[0], NS)["metadata"]["uid"] == kept["metadata"]["uid"]
+
+    asyncio.run(main())

@@ -17,6 +17,7 @@ import jsonpatch
 
 from admission.integrations.statefulset import STATEFULSET
 from admission.kube import client as k
+from admission.kube import objects as o
 from admission.kube.client import ApiError, Resource
 from tests.integration_kit import (
     NS,
@@ -205,5 +206,103 @@ def test_a_statefulset_is_admitted_whole_preempted_recreated_gated_and_readmitte
                 what="api's Workload ends with its pods",
             )
             await eventually(lambda: _ungated_on(s, "web", 2, "fa"), what="web admitted again")
+
+    asyncio.run(main())
+
+
+def _owned_by(wl: dict | None, sts: dict) -> bool:
+    refs = (wl or {}).get("metadata", {}).get("ownerReferences") or []
+    return any(
+        r.get("kind") == "StatefulSet" and r.get("uid") == sts["metadata"]["uid"]
+        and not r.get("controller")
+        for r in refs
+    )  # fmt: skip
+
+
+def test_a_preempted_statefulsets_workload_outlives_its_deleted_pods(tmp_path: Path) -> None:
+    """Between the deletion of a preempted set's pods and their recreation, its Workload
+    is kept (owned by the StatefulSet): a reconcile of the group in exactly that state
+    (no pods, no quota) is run, and the Workload is still there afterwards. On the
+    double only: a real StatefulSet controller recreates the pods at once."""
+    objects = lifecycle_objects(CASE)
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=objects) as s:
+            web = await s.user.create(
+                STS, statefulset("web", [("main", 2)], meta("web", priority_class="low")),
+                namespace=NS,
+            )  # fmt: skip
+            group = web["spec"]["template"]["metadata"]["labels"][GROUP]
+            await _play_controller(s, web)
+            await eventually(lambda: admitted(s.get("workloads", group, NS)), what="web admitted")
+
+            api = await s.user.create(
+                STS, statefulset("api", [("main", 2)], meta("api", priority_class="high")),
+                namespace=NS,
+            )  # fmt: skip
+            await _play_controller(s, api)
+            await eventually(lambda: not [p for p in s.server.list_objects("pods", NS)
+                                          if p["metadata"]["name"].startswith("web-")],
+                             what="web's pods gone (deleted, their finalizer lifted)")  # fmt: skip
+            groups = s.service.controller.podgroups
+            seen = s.service.controller.ctx.writer
+
+            def settled() -> bool:
+                w = seen.workload(f"{NS}/{group}")
+                return not groups.pods(f"{NS}/{group}") and (w is None or not o.has_quota(w))
+
+            await eventually(settled, what="serve sees web without pods and quota")
+            await groups.reconcile(f"{NS}/{group}")
+            kept = s.get("workloads", group, NS)
+            assert kept is not None, "the Workload was deleted"
+            assert not admitted(kept) and is_true(kept, "Preempted")
+            assert _owned_by(kept, web)
+            assert kept["metadata"]["annotations"]["kueue.x-k8s.io/job-owner-name"] == "web"
+            assert (kept["metadata"]["annotations"]["kueue.x-k8s.io/job-owner-gvk"]
+                    == "apps/v1, Kind=StatefulSet")  # fmt: skip
+
+            await _play_controller(s, web)  # recreated: the same Workload waits for quota
+            await eventually(lambda: _all_gated(s, "web", 2), what="web's new pods gated")
+            assert s.get("workloads", group, NS)["metadata"]["uid"] == kept["metadata"]["uid"]
+
+            await s.user.delete(STS, "api", namespace=NS)  # the garbage collector's turn
+            await eventually(lambda: _ungated_on(s, "web", 2, "fa"), what="web admitted again")
+            readmitted = s.get("workloads", group, NS)
+            assert (
+                readmitted is not None and readmitted["metadata"]["uid"] == kept["metadata"]["uid"]
+            )
+
+            await s.user.delete(STS, "web", namespace=NS)
+            await eventually(lambda: s.get("workloads", group, NS) is None,
+                             what="web's Workload goes with the StatefulSet")  # fmt: skip
+
+    asyncio.run(main())
+
+
+def test_a_serving_groups_workload_made_without_its_owner_is_adopted(tmp_path: Path) -> None:
+    """A Workload an older version made for a StatefulSet's group (no owner reference)
+    gets the StatefulSet as owner, as Kueue's StatefulSet reconciler sets it."""
+    objects = lifecycle_objects(CASE)
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=objects) as s:
+            web = await s.user.create(
+                STS, statefulset("web", [("main", 2)], meta("web")), namespace=NS
+            )
+            group = web["spec"]["template"]["metadata"]["labels"][GROUP]
+            tmpl = web["spec"]["template"]
+            old = {
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": group, "namespace": NS,
+                             "annotations": {"kueue.x-k8s.io/is-group-workload": "true"}},
+                "spec": {"queueName": "lq", "podSets": [
+                    {"name": "main", "count": 2, "template": {"spec": tmpl["spec"]}}]},
+            }  # fmt: skip
+            await s.user.create(k.WORKLOADS, old, namespace=NS)
+            await _play_controller(s, web)
+            wl = await eventually(lambda: _owned_by(w := s.get("workloads", group, NS), web) and w,
+                                  what="the Workload adopted by its StatefulSet")  # fmt: skip
+            assert wl["metadata"]["annotations"]["kueue.x-k8s.io/job-owner-name"] == "web"
+            await eventually(lambda: _ungated_on(s, "web", 2, "fa"), what="web admitted")
 
     asyncio.run(main())

@@ -886,6 +886,15 @@ def meta_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return m if isinstance(m, Mapping) else {}
 
 
+def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``metav1.GetControllerOf``: the owner reference with ``controller: true``."""
+    refs = meta_of(obj).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return ref
+    return None
+
+
 def ref_of(obj: Mapping[str, Any] | None) -> str:
     m = meta_of(obj)
     return f"{m.get('namespace') or 'default'}/{m.get('name') or '<unnamed>'}"

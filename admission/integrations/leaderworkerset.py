@@ -92,13 +92,29 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
             )
         return edits
 
+    def group_name(self, name: str, index: int | str) -> str:
+        """The pod group (and Workload) name of group ``index`` of the set ``name``."""
+        return workload_name(owner_name=f"{name}-{index}", owner_uid="", kind=self.kind,
+                             group=self.resource.group)  # fmt: skip
+
     def pod_group_of(self, pod: Mapping[str, Any]) -> str | None:
         labels = meta_of(pod).get("labels") or {}
         name, index = labels.get(NAME_LABEL), labels.get(GROUP_INDEX_LABEL)
         if not isinstance(name, str) or not isinstance(index, str) or not name or not index:
             return None
-        return workload_name(owner_name=f"{name}-{index}", owner_uid="", kind=self.kind,
-                             group=self.resource.group)  # fmt: skip
+        return self.group_name(name, index)
+
+    def group_owner(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
+        name = (meta_of(pod).get("labels") or {}).get(NAME_LABEL)
+        return (name, "") if isinstance(name, str) and name else None
+
+    def keeps_group(self, owner: Mapping[str, Any], group: str) -> bool:
+        """One of the set's ``replicas`` groups (a group removed by scaling down goes
+        with its pods, as Kueue's reconciler deletes the Workloads beyond ``replicas``)."""
+        replicas = (owner.get("spec") or {}).get("replicas", 1)
+        name = str(meta_of(owner).get("name") or "")
+        n = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+        return any(group == self.group_name(name, i) for i in range(n))
 
     def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
         errors = super().validate(new, old)

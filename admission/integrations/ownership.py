@@ -35,7 +35,7 @@ from typing import Any
 
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
-from .base import meta_of
+from .base import controller_ref, meta_of
 from .registry import BY_KIND, Frameworks
 
 MANAGED_OWNERS_CHAIN_LIMIT = 10
@@ -74,15 +74,6 @@ class OwnerRef:
 Lookup = Callable[[OwnerRef], Mapping[str, Any] | None]
 AsyncLookup = Callable[[OwnerRef], Awaitable[Mapping[str, Any] | None]]
 Walk = Generator[OwnerRef, Mapping[str, Any] | None, Mapping[str, Any] | None]
-
-
-def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """``metav1.GetControllerOf``: the owner reference with ``controller: true``."""
-    refs = meta_of(obj).get("ownerReferences")
-    for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return ref
-    return None
 
 
 def is_known_owner(frameworks: Frameworks, api_version: str, kind: str) -> bool:

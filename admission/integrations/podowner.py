@@ -6,6 +6,15 @@ no replica is ready (Kueue's rule for their queue-name immutability); its webhoo
 it by writing labels and annotations into its pod templates, which the pod webhook and
 the pod-group reconciler then act on. Source: Kueue pkg/controller/jobs/{statefulset,
 deployment,leaderworkerset}/*_webhook.go.
+
+A serving group's Workload is owned by the object (a non-controller owner reference,
+and Kueue's ``job-owner-gvk``/``job-owner-name`` annotations): it outlives its pods —
+a preempted StatefulSet's pods are deleted and recreated, and its Workload waits for
+them — and goes with the object (the garbage collector), or when the object no longer
+runs the group (:meth:`PodOwnerIntegration.keeps_group`). Kueue's StatefulSet and
+LeaderWorkerSet reconcilers own their Workloads the same way (pkg/controller/jobs/
+statefulset/statefulset_reconciler.go ``constructWorkload``, leaderworkerset_reconciler.go
+``constructWorkload``).
 """
 
 from __future__ import annotations
@@ -13,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from queues.labels import JOB_OWNER_GVK, JOB_OWNER_NAME, POD_SUSPENDING_PARENT
 from queues.labels import MANAGED as MANAGED_LABEL
-from queues.labels import POD_SUSPENDING_PARENT
 from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
-from .base import Finished, Integration
+from .base import Finished, Integration, meta_of
 
 Edit = tuple[tuple[str, ...], str, Any]
 
@@ -39,6 +48,26 @@ class PodOwnerIntegration(Integration):
 
     def is_active(self, obj: Mapping[str, Any]) -> bool:
         return bool((obj.get("status") or {}).get("replicas"))
+
+    def group_owner(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(name, uid or "") of the object of this kind whose group ``pod`` belongs to,
+        from what its controller wrote on it; None: not known from the pod."""
+        return None
+
+    def keeps_group(self, owner: Mapping[str, Any], group: str) -> bool:
+        """Whether ``owner`` still runs the pod group ``group`` (its Workload's name):
+        while it does, the group's Workload is kept when its pods are gone."""
+        return False
+
+    def owner_metadata(self, owner: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        """(owner reference, annotations) that make ``owner`` own a group's Workload:
+        not its controller (the group is), no ``blockOwnerDeletion`` (as Kueue's
+        ``SetOwnerReference``; it would need the owner's finalizers permission)."""
+        m = meta_of(owner)
+        ref = {"apiVersion": self.api_version, "kind": self.kind, "name": m.get("name"),
+               "uid": m.get("uid")}  # fmt: skip
+        gvk = f"{self.api_version}, Kind={self.kind}"
+        return ref, {JOB_OWNER_GVK: gvk, JOB_OWNER_NAME: str(m.get("name") or "")}
 
     def template_edits(
         self,

@@ -39,6 +39,7 @@ from .base import (
     IntegrationError,
     Resource,
     Role,
+    controller_ref,
     count_field,
     ref_of,
     template_at,
@@ -80,6 +81,18 @@ class StatefulSetIntegration(PodOwnerIntegration):
                 (POD_INDEX_LABEL_ANNOTATION, STS_POD_INDEX_LABEL),
             ],
         )
+
+    def group_owner(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
+        ref = controller_ref(pod)
+        if ref is None or (ref.get("apiVersion"), ref.get("kind")) != (self.api_version, self.kind):
+            return None
+        return str(ref.get("name") or ""), str(ref.get("uid") or "")
+
+    def keeps_group(self, owner: Mapping[str, Any], group: str) -> bool:
+        """The set's one group, while it has replicas (scaled to zero, its Workload goes
+        with its pods and a new one comes with the next pods)."""
+        replicas = (owner.get("spec") or {}).get("replicas", 1)
+        return group == self.workload_name(owner) and replicas != 0
 
     def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
         errors = super().validate(new, old)

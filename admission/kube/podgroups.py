@@ -21,7 +21,13 @@ only) and its Workload and does the next step:
   plain pods; the finalizer is lifted from deleting pods) and, once none is left
   running, its admission is cleared and the quota released (:func:`.jobs.finish_eviction`);
 * a Workload without quota whose pods are all gone is deleted (what the garbage
-  collector does to Kueue's pod-owned group Workloads);
+  collector does to Kueue's pod-owned group Workloads) — but a serving group's
+  Workload is owned by its StatefulSet or LeaderWorkerSet (an owner reference and
+  Kueue's ``job-owner-*`` annotations, added to one made before) and is kept while that
+  object exists and runs the group: a preempted StatefulSet's pods are deleted and
+  recreated, and wait at the gate for the same Workload to be admitted again; it is
+  deleted with its owner (the garbage collector) or with the group's last pod once the
+  owner no longer runs the group (scaled down);
 * ``pod-group-fast-admission``: the Workload is built from the first pod, for the
   group's total count (a StatefulSet creates its pods one by one);
   ``pod-group-serving``: the group never finishes — its controller replaces terminated
@@ -43,6 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 from admission.integrations.base import PodSetInfo, flavor_info
+from admission.integrations.ownership import OwnerRef
 from admission.integrations.pod import (
     DEFAULT_POD_SET,
     GROUP_TOTAL_COUNT_ANNOTATION,
@@ -63,9 +70,12 @@ from admission.integrations.pod import (
     ungate_patch,
     workload_for_group,
 )
+from admission.integrations.podowner import PodOwnerIntegration
+from admission.integrations.registry import BY_FRAMEWORK
+from queues.labels import POD_SUSPENDING_PARENT
 
 from . import objects as o
-from .client import JSON_PATCH, PODS, ApiError
+from .client import JSON_PATCH, PODS, WORKLOADS, ApiError
 from .context import Context, Obj
 from .grouped_pods import GroupedPods
 from .jobs import ComposeErrors, JobReconciler, create_workload, delete_workload, finish_eviction
@@ -77,6 +87,20 @@ __all__ = ["POD_SELECTOR", "PodGroupReconciler", "is_group_workload"]
 
 
 # -- the reconciler --------------------------------------------------------------------------
+
+
+def _owner_refs(ctx: Context, wl: Obj) -> list[tuple[PodOwnerIntegration, Obj]]:
+    """The Workload's owner references to objects of enabled pod-owner integrations."""
+    out = []
+    for ref in o.meta(wl).get("ownerReferences") or []:
+        if not isinstance(ref, dict):
+            continue
+        integ = ctx.options.frameworks.integration_for(
+            str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")
+        )
+        if isinstance(integ, PodOwnerIntegration):
+            out.append((integ, ref))
+    return out
 
 
 class PodGroupReconciler:
@@ -142,11 +166,15 @@ class PodGroupReconciler:
             await self._stop(gkey, pods)
             return
         if not pods:
-            if holds:
+            if await self._kept_by_owner(gkey, wl):
+                return  # a serving group between its pods: its owner recreates them
+            if holds and not _owner_refs(ctx, wl):
                 await self.jobs.finish(gkey, wl, succeeded=False, message="The pods were deleted")
-            else:
+            else:  # a serving group never finishes: its Workload goes with the group
                 await self._delete_workload(gkey, wl)
             return
+        if serving(pods[0]) and not _owner_refs(ctx, wl):
+            await self._adopt(gkey, wl, pods[0])
         ended = [p for p in pods if terminated(p)]
         if is_single_pod(pods[0]):  # Kueue's finalize of a deleted job: the pod goes
             await self._unfinalize(p for p in pods if o.deleting(p) and not terminated(p))
@@ -243,6 +271,13 @@ class PodGroupReconciler:
         except PodGroupError as err:
             self.errors.report(gkey, live[0], err)
             return
+        owner = await self._group_owner(members[0])  # whole: a slim pod lacks lws labels
+        if owner is not None:
+            if owner[1] is None:
+                return  # pods of a deleted owner: they go with it (so does its Workload)
+            ref, annotations = owner[0].owner_metadata(owner[1])
+            body["metadata"].setdefault("ownerReferences", []).append(ref)
+            body["metadata"].setdefault("annotations", {}).update(annotations)
         self.errors.clear(gkey)
         await create_workload(ctx, gkey, body, owner=live[0], errors=self.errors)
 
@@ -316,6 +351,74 @@ class PodGroupReconciler:
         ]
         if not remaining:
             await finish_eviction(ctx, gkey)
+
+    # -- a serving group's owner (its StatefulSet, its LeaderWorkerSet) ------------------------
+
+    def _parent_of(self, pod: Obj) -> PodOwnerIntegration | None:
+        """The enabled integration whose serving group ``pod`` is in (its webhook's
+        ``pod-suspending-parent`` annotation), if any."""
+        if not serving(pod):
+            return None
+        parent = (o.meta(pod).get("annotations") or {}).get(POD_SUSPENDING_PARENT)
+        integ = BY_FRAMEWORK.get(str(parent or ""))
+        if isinstance(integ, PodOwnerIntegration) and self.ctx.options.frameworks.is_enabled(integ):
+            return integ
+        return None
+
+    async def _group_owner(self, pod: Obj) -> tuple[PodOwnerIntegration, Obj | None] | None:
+        """The object whose serving group ``pod`` is in, read: None for a plain group
+        (or an owner of a disabled integration); ``(integration, None)`` when the owner
+        is gone or being deleted (its pods go with it)."""
+        integ = self._parent_of(pod)
+        found = integ.group_owner(pod) if integ is not None else None
+        if integ is None or found is None:
+            return None
+        ns, _ = o.split_key(o.ns_key(pod))
+        owner = await self.jobs.owners(OwnerRef(integ.api_version, integ.kind, ns, *found))
+        if (
+            owner is None
+            or o.deleting(owner)
+            or (found[1] and o.meta(owner).get("uid") != found[1])
+        ):
+            return integ, None
+        return integ, dict(owner)
+
+    async def _kept_by_owner(self, gkey: str, wl: Obj) -> bool:
+        """Whether the Workload's owner exists and still runs the group (Kueue keeps a
+        serving group's Workload while its owner lives; the garbage collector ends it)."""
+        ns, name = o.split_key(gkey)
+        for integ, ref in _owner_refs(self.ctx, wl):
+            uid = str(ref.get("uid") or "")
+            owner = await self.jobs.owners(
+                OwnerRef(integ.api_version, integ.kind, ns, str(ref.get("name") or ""), uid)
+            )
+            if owner is not None and o.meta(owner).get("uid") == uid:
+                if integ.keeps_group(owner, name):
+                    return True
+        return False
+
+    async def _adopt(self, gkey: str, wl: Obj, pod: Obj) -> None:
+        """A serving group's Workload made without its owner (by an older version): the
+        owner reference and annotations added, as Kueue's StatefulSet reconciler does."""
+        if self._parent_of(pod) is None:
+            return
+        whole = await self._whole_templates([pod])  # a slim pod lacks the lws labels
+        owner = await self._group_owner(whole[0]) if whole else None
+        if owner is None or owner[1] is None:
+            return
+        ref, annotations = owner[0].owner_metadata(owner[1])
+        refs = [r for r in o.meta(wl).get("ownerReferences") or [] if r.get("uid") != ref["uid"]]
+        patch = {"metadata": {"resourceVersion": o.rv(wl), "ownerReferences": [*refs, ref],
+                              "annotations": annotations}}  # fmt: skip
+        ns, name = o.split_key(gkey)
+        try:
+            new = await self.ctx.client.patch(WORKLOADS, name, patch, namespace=ns)
+        except ApiError as err:
+            if err.conflict or err.not_found:
+                return  # a newer version is on its way: reconciled again then
+            raise
+        self.ctx.writer.remember(WORKLOADS, gkey, new)
+        self.ctx.sync.workload(gkey, new)
 
     async def _delete_workload(self, gkey: str, wl: Obj) -> None:
         await delete_workload(self.ctx, gkey, wl, why="the pods of its group are gone")
