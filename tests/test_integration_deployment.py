@@ -60,10 +60,17 @@ def test_the_queue_of_a_deployment_with_ready_replicas_is_immutable() -> None:
     assert review(DEPLOYMENT, new, mutating=False, operation="UPDATE", old=old)[0]
 
 
-def test_plan_skips_a_deployment_saying_why() -> None:
-    inputs = load_documents([("f.yaml", 0, deployment("web", 2, meta("web")))])
-    assert inputs.workloads == []
-    assert any("Deployment team-a/web" in w and "does not read this kind" in w for w in inputs.warnings)
+def test_plan_builds_one_single_pod_workload_per_replica() -> None:
+    """As serve, whose pods each get a Workload (tests/scenarios/kinds/ has the table)."""
+    dep = deployment("web", 3, meta("web", uid="uid-web"))
+    inputs = load_documents([("f.yaml", 0, dep)])
+    assert [(w.name, [(p.name, p.count) for p in w.pod_sets]) for w in inputs.workloads] == [
+        (f"pod-web-{i}-{h}", [("main", 1)]) for i, h in enumerate(("684c8", "79f3d", "ed9fb"))
+    ]
+    assert {w.queue_name for w in inputs.workloads} == {"lq"}
+    assert len({w.uid for w in inputs.workloads}) == 3 and not inputs.warnings
+    none = deployment("idle", 0, meta("idle"))
+    assert load_documents([("f.yaml", 0, none)]).workloads == []
 
 
 # ---------------------------------------------------------------------------- serve

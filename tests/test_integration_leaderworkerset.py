@@ -51,6 +51,15 @@ def test_the_webhook_marks_both_templates_and_the_pod_webhook_names_each_group()
         assert m["labels"][Q] == "lq" and m["labels"]["kueue.x-k8s.io/priority-class"] == "low"
         assert m["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "4"
         assert m["annotations"]["kueue.x-k8s.io/pod-group-serving"] == "true"
+    # the podSet each template's pods are in, named as Kueue names them
+    assert lwt["leaderTemplate"]["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "leader"
+    assert lwt["workerTemplate"]["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "worker"
+    solo = lws("solo", 1, 3, meta("solo"))
+    del solo["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    solo_lwt = jsonpatch.apply_patch(solo, review(LEADERWORKERSET, solo, mutating=True)[1])[
+        "spec"]["leaderWorkerTemplate"]  # fmt: skip
+    assert solo_lwt["workerTemplate"]["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "main"
+    assert [(r.name, r.count) for r in LEADERWORKERSET.roles(solo)] == [("main", 3)]
     pod = {"metadata": {"labels": {NAME_LABEL: "infer", GROUP_INDEX_LABEL: "1"}}}
     name = LEADERWORKERSET.pod_group_of(pod)
     assert name is not None and name.startswith("leaderworkerset-infer-1-")
@@ -113,7 +122,11 @@ def test_each_group_is_admitted_only_when_its_leader_and_workers_fit(
             (first,) = [g for g in groups if admitted(s.get("workloads", g, NS))]
             (second,) = groups - {first}
             wl = s.get("workloads", first, NS)
-            assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 2  # leader + worker
+            # Kueue's podSet names, though leader and worker are alike here
+            assert [(ps["name"], ps["count"]) for ps in wl["spec"]["podSets"]] == [
+                ("leader", 1),
+                ("worker", 1),
+            ]
             await eventually(
                 lambda: all(
                     not p["spec"].get("schedulingGates")

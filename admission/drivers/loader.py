@@ -348,14 +348,14 @@ def load_documents(
         return referenced.get((res.plural, ns, name))
 
     for origin, integration, job in jobs:
-        wl = _job_workload(integration, job, origin, inputs, lookup)
-        if not wl.queue_name:
-            # Kueue's defaulting: the LocalQueue named "default" in the namespace, if any;
-            # otherwise the Job is not queue-managed and the service leaves it alone.
-            if f"{wl.namespace}/default" not in inputs.local_queues:
-                continue
-            wl.queue_name = "default"
-        workloads.append((origin, wl))
+        for wl in _job_workloads(integration, job, origin, inputs, lookup):
+            if not wl.queue_name:
+                # Kueue's defaulting: the LocalQueue named "default" in the namespace, if
+                # any; otherwise the Job is not queue-managed and the service leaves it alone.
+                if f"{wl.namespace}/default" not in inputs.local_queues:
+                    continue
+                wl.queue_name = "default"
+            workloads.append((origin, wl))
     workloads.sort(key=lambda item: item[0].position)
     keys: dict[str, _Origin] = {}
     for origin, wl in workloads:
@@ -554,20 +554,32 @@ def _core_object(
         raise origin.error(exc.message, kind=kind, name=name, path=exc.path) from None
 
 
-def _job_workload(
+def _job_workloads(
     integration: Integration,
     job: dict[str, Any],
     origin: _Origin,
     inputs: Inputs,
     lookup: ReferenceLookup,
-) -> Workload:
+) -> list[Workload]:
+    """The Workloads the service builds for ``job`` (one, or its pods' for a kind
+    admitted through them: ``Integration.plan_workloads``)."""
     try:
-        return workload_model(
-            integration,
-            integration.resolve(job, lookup),
-            workload_priority_classes=inputs.workload_priority_classes,
-            priority_classes=inputs.priority_classes,
-        )
+        resolved = integration.resolve(job, lookup)
+        planned = integration.plan_workloads(resolved)
+        out = []
+        for i, (name, roles) in enumerate(planned):
+            wl = workload_model(
+                integration,
+                resolved,
+                workload_priority_classes=inputs.workload_priority_classes,
+                priority_classes=inputs.priority_classes,
+                roles=roles,
+                name=name,
+            )
+            if len(planned) > 1:  # each its own UID, in order (the queue's tiebreak)
+                wl.uid = f"{wl.uid}-{i:05d}"
+            out.append(wl)
+        return out
     except IntegrationError as exc:
         name = _display(integration.kind, job.get("metadata"))
         message = str(exc).removeprefix(f"{integration.what} {name}: ")  # named once

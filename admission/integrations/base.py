@@ -213,7 +213,7 @@ class Integration:
     #: "parent" — an owner of pods admitted through them (a StatefulSet: its webhook
     #: writes the pod group into the pod template; not watched, read up owner chains)
     reconciler: ClassVar[str] = "object"
-    #: whether ``plan`` reads the kind's objects (a Deployment's Workloads are its pods')
+    #: whether ``plan`` reads the kind's objects (:meth:`plan_workloads` says what it builds)
     planned: ClassVar[bool] = True
     #: whether the Workload's name hashes the object's UID (Kueue's default); a kind
     #: whose pods name their group before the object has a UID says False
@@ -437,6 +437,13 @@ class Integration:
                         set_path(new, role.count_path, info.count)
         patch = merge_patch(obj, new)
         return Step(patch) if patch else None
+
+    def plan_workloads(self, obj: Mapping[str, Any]) -> list[tuple[str | None, list[Role]]]:
+        """The Workloads ``plan`` builds for ``obj``, offline, as the service would:
+        (name, roles) each, None naming the object's own Workload. One by default; a
+        kind admitted through its pods builds its pods' Workloads (a Deployment's
+        replicas, a LeaderWorkerSet's groups)."""
+        return [(None, self.roles(obj))]
 
     # -- ownership -----------------------------------------------------------------------
 

@@ -13,8 +13,8 @@ therefore admitted one by one, not as a gang: a Deployment of 4 replicas on quot
 
 The object itself is not watched (it is read up its pods' owner chain, through the
 ReplicaSet); the validating webhook keeps the queue name of a Deployment with ready
-replicas unchanged, and the priority class as for jobs. ``plan`` does not expand a
-Deployment into its pods' Workloads (no pods exist offline): it is not read there.
+replicas unchanged, and the priority class as for jobs. ``plan`` builds the Workloads its
+pods would get: ``replicas`` single-pod Workloads (:meth:`DeploymentIntegration.plan_workloads`).
 Source: Kueue pkg/controller/jobs/deployment/deployment_webhook.go.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Resource, Role, count_field, ref_of, template_at
+from .base import Resource, Role, count_field, meta_of, ref_of, template_at, workload_name
 from .podowner import Edit, PodOwnerIntegration
 
 FRAMEWORK = "deployment"
@@ -33,15 +33,29 @@ _TEMPLATE = ("spec", "template")
 class DeploymentIntegration(PodOwnerIntegration):
     framework = FRAMEWORK
     resource = Resource("apps", "v1", "deployments", "Deployment")
-    planned = False
+
+    def replicas(self, obj: Mapping[str, Any]) -> int:
+        return count_field((obj.get("spec") or {}).get("replicas"), self.what, ref_of(obj),
+                           "spec.replicas", default=1)  # fmt: skip
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         """One pod's podSet (each replica is its own Workload)."""
-        what = self.what
-        count_field((obj.get("spec") or {}).get("replicas"), what, ref_of(obj), "spec.replicas",
-                    default=1)  # fmt: skip
-        return [Role(name="main", count=1, template=template_at(obj, _TEMPLATE, what),
+        self.replicas(obj)
+        return [Role(name="main", count=1, template=template_at(obj, _TEMPLATE, self.what),
                      path=_TEMPLATE)]  # fmt: skip
+
+    def plan_workloads(self, obj: Mapping[str, Any]) -> list[tuple[str | None, list[Role]]]:
+        """One single-pod Workload per replica, as its pods get: named after a stand-in
+        pod ``<deployment>-<i>`` (the ReplicaSet names the real ones at random), so
+        ``pod-<deployment>-<i>-<hash>``."""
+        roles = self.roles(obj)
+        m = meta_of(obj)
+        name, uid = str(m.get("name") or ""), str(m.get("uid") or "")
+        out: list[tuple[str | None, list[Role]]] = []
+        for i in range(self.replicas(obj)):
+            pod = workload_name(owner_name=f"{name}-{i}", owner_uid=uid, kind="Pod", group="")
+            out.append((pod, roles))
+        return out
 
     def suspend_edits(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> list[Edit]:
         return self.template_edits(_TEMPLATE, labels)

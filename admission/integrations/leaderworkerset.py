@@ -15,14 +15,18 @@ group:
   (:meth:`LeaderWorkerSetIntegration.pod_group_of`:
   ``leaderworkerset-<name>-<group index>-<hash>``, hashed without a UID);
 * the pod-group reconciler admits a group only when its leader and all its workers fit
-  (one podSet per pod shape), ungates them with their flavors, and, as a serving
+  (its ``leader`` and ``worker`` podSets), ungates them with their flavors, and, as a serving
   group, lets its controller replace evicted pods; scaling ``replicas`` adds or removes
   whole groups (the Workload of a removed group ends with its pods).
 
 The set itself is not watched. The validating webhook keeps, for a queued set, the
-queue name while a replica is ready and ``size`` always (a group's total count). Not
-read by ``plan`` (each group is its own Workload, made from pods). Gaps against Kueue:
-the podSets are named by pod shape, not ``leader``/``worker``; no prebuilt Workloads
+queue name while a replica is ready and ``size`` always (a group's total count).
+``plan`` builds the Workloads the groups' pods would get: ``replicas`` of them, named as
+the pod webhook names the groups (:meth:`LeaderWorkerSetIntegration.plan_workloads`).
+Its podSets are Kueue's: ``leader`` and ``worker``, or ``main`` without a
+leader template (the webhook writes the podSet into each template's
+``kueue.x-k8s.io/podset`` label, and the pod-group reconciler groups a group's pods by
+it). Gaps against Kueue: a ``worker`` podSet of 0 pods (size 1) is left out; no prebuilt Workloads
 (Kueue's reconciler creates them before the pods); the TAS pod-index offset of the
 workers is not set. Sources: Kueue pkg/controller/jobs/leaderworkerset/
 leaderworkerset_webhook.go, leaderworkerset_reconciler.go; lws api/leaderworkerset/v1.
@@ -35,6 +39,7 @@ from typing import Any
 
 from queues.labels import POD_GROUP_SERVING
 from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
+from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 from .base import (
@@ -58,7 +63,6 @@ _LWT = ("spec", "leaderWorkerTemplate")
 class LeaderWorkerSetIntegration(PodOwnerIntegration):
     framework = FRAMEWORK
     resource = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
-    planned = False
     workload_name_uses_uid = False
 
     def size(self, obj: Mapping[str, Any]) -> int:
@@ -66,28 +70,52 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
         return count_field(lwt.get("size"), self.what, ref_of(obj),
                            "spec.leaderWorkerTemplate.size", default=1)  # fmt: skip
 
-    def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        """One group: the leader (its own template, or a worker's) and the workers."""
-        what, size = self.what, self.size(obj)
+    def pod_sets(self, obj: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...], int]]:
+        """(podSet name, template path, count) of one group, as Kueue's ``podSets``: with
+        a leader template, ``leader`` (1) and ``worker`` (size - 1, left out when 0);
+        without one, every pod of the group is a worker: ``main`` (size)."""
+        size = self.size(obj)
         lwt = ((obj.get("spec") or {}).get("leaderWorkerTemplate")) or {}
-        worker_path = (*_LWT, "workerTemplate")
-        leader_path = (*_LWT, "leaderTemplate") if lwt.get("leaderTemplate") else worker_path
-        roles = [Role(name="leader", count=1, template=template_at(obj, leader_path, what),
-                      path=leader_path)]  # fmt: skip
-        if size > 1:
-            roles.append(Role(name="worker", count=size - 1,
-                              template=template_at(obj, worker_path, what), path=worker_path))  # fmt: skip
-        return roles
+        worker = (*_LWT, "workerTemplate")
+        if not lwt.get("leaderTemplate"):
+            return [("main", worker, size)]
+        sets: list[tuple[str, tuple[str, ...], int]] = [("leader", (*_LWT, "leaderTemplate"), 1)]
+        return sets + ([("worker", worker, size - 1)] if size > 1 else [])
+
+    def roles(self, obj: Mapping[str, Any]) -> list[Role]:
+        """One group: its leader and its workers."""
+        return [Role(name=name, count=count, template=template_at(obj, path, self.what),
+                     path=path) for name, path, count in self.pod_sets(obj)]  # fmt: skip
+
+    def replicas(self, obj: Mapping[str, Any]) -> int:
+        return count_field((obj.get("spec") or {}).get("replicas"), self.what, ref_of(obj),
+                           "spec.replicas", default=1)  # fmt: skip
+
+    def plan_workloads(self, obj: Mapping[str, Any]) -> list[tuple[str | None, list[Role]]]:
+        """One Workload per group, named as its pods name it (``pod_group_of``)."""
+        roles = self.roles(obj)
+        name = str(meta_of(obj).get("name") or "")
+        out: list[tuple[str | None, list[Role]]] = []
+        for i in range(self.replicas(obj)):
+            out.append((self.group_name(name, i), roles))
+        return out
 
     def suspend_edits(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> list[Edit]:
+        """Each template: the pod group's labels and annotations, and the podSet its
+        pods are in (``kueue.x-k8s.io/podset``: the group's Workload names its podSets
+        ``leader``/``worker`` by it, whatever the templates' shapes)."""
         lwt = ((obj.get("spec") or {}).get("leaderWorkerTemplate")) or {}
         size = str(lwt.get("size", 1))
-        templates = ["workerTemplate"] + (["leaderTemplate"] if lwt.get("leaderTemplate") else [])
+        worker = "worker" if lwt.get("leaderTemplate") else "main"
+        templates = [("workerTemplate", worker)]
+        if lwt.get("leaderTemplate"):
+            templates.append(("leaderTemplate", "leader"))
         edits: list[Edit] = []
-        for t in templates:
+        for t, pod_set in templates:
             edits += self.template_edits(
                 (*_LWT, t),
                 labels,
+                extra_labels=[(PODSET_LABEL, pod_set)],
                 annotations=[(GROUP_TOTAL_COUNT_ANNOTATION, size), (POD_GROUP_SERVING, "true")],
             )
         return edits

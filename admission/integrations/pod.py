@@ -28,6 +28,7 @@ from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
 from queues.labels import POD_GROUP_POD_INDEX as POD_GROUP_INDEX_LABEL
 from queues.labels import POD_GROUP_SERVING as SERVING_ANNOTATION
 from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
+from queues.labels import PODSET as PODSET_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
 
@@ -225,12 +226,26 @@ def shape_of(pod: Mapping[str, Any]) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:8]
 
 
+_NAMED_ROLE = "podset:"
+
+
+def role_key(pod: Mapping[str, Any]) -> str:
+    """Which podSet of its group the pod is in: the one its ``kueue.x-k8s.io/podset``
+    label names (a parent's webhook writes it into each template: a LeaderWorkerSet's
+    ``leader`` and ``worker``, as Kueue names them), else its shape."""
+    label = (meta_of(pod).get("labels") or {}).get(PODSET_LABEL)
+    return f"{_NAMED_ROLE}{label}" if isinstance(label, str) and label else shape_of(pod)
+
+
 def pod_set_names(pods: list[Obj]) -> dict[str, str]:
-    """shape -> podSet name: ``main`` when all pods are alike, else the shapes."""
-    shapes = sorted({shape_of(p) for p in pods})
-    if len(shapes) == 1:
+    """role key -> podSet name: the podset label's name; ``main`` when all pods are
+    alike (and unnamed), else the shapes."""
+    keys = sorted({role_key(p) for p in pods})
+    names = {k: k.removeprefix(_NAMED_ROLE) for k in keys if k.startswith(_NAMED_ROLE)}
+    shapes = [k for k in keys if k not in names]
+    if len(shapes) == 1 and not names:
         return {shapes[0]: DEFAULT_POD_SET}
-    return {s: s for s in shapes}
+    return {**names, **{s: s for s in shapes}}
 
 
 def _template(pod: Mapping[str, Any]) -> Obj:
@@ -257,12 +272,12 @@ def _template(pod: Mapping[str, Any]) -> Obj:
 
 
 def group_roles(pods: list[Obj]) -> list[tuple[Role, str]]:
-    """One role per pod shape (podSets named by :func:`pod_set_names`), with the key
+    """One role per pod role (podSets named by :func:`pod_set_names`), with the key
     of the pod whose template it takes."""
     names = pod_set_names(pods)
     by_shape: dict[str, list[Obj]] = {}
     for p in pods:
-        by_shape.setdefault(shape_of(p), []).append(p)
+        by_shape.setdefault(role_key(p), []).append(p)
     out = []
     for shape, members in sorted(by_shape.items(), key=lambda kv: names[kv[0]]):
         role = Role(name=names[shape], count=len(members), template=_template(members[0]), path=())

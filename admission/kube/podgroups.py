@@ -9,8 +9,10 @@ behind the scheduling gate ``kueue.x-k8s.io/admission`` with the finalizer
 only) and its Workload and does the next step:
 
 * once the group's live pods reach the total count, one Workload named after the
-  group is created: one podSet per pod shape (``main`` when all pods are alike), the
-  queue from the ``queue-name`` label, priority resolved as for Jobs;
+  group is created: one podSet per pod role — the ``kueue.x-k8s.io/podset`` label its
+  parent's webhook wrote (a LeaderWorkerSet's ``leader``/``worker``), else the pod's shape
+  (``main`` when all pods are alike) —, the queue from the ``queue-name`` label,
+  priority resolved as for Jobs;
 * an admitted Workload (only ever after the admission write succeeded) ungates every
   pod of the group, adding its podSet's flavors' nodeSelector and tolerations — the
   additions a gated pod allows — in one JSON patch guarded by ``test`` operations;
@@ -61,6 +63,7 @@ from admission.integrations.pod import (
     is_group_workload,
     is_single_pod,
     pod_set_names,
+    role_key,
     serving,
     shape_of,
     succeeded,
@@ -83,7 +86,7 @@ from .tas_ungate import topology_domains
 
 log = logging.getLogger("quartermaster.kube.podgroups")
 
-__all__ = ["POD_SELECTOR", "PodGroupReconciler", "is_group_workload"]
+__all__ = ["POD_SELECTOR", "PodGroupReconciler", "is_group_workload", "shape_of"]
 
 
 # -- the reconciler --------------------------------------------------------------------------
@@ -201,7 +204,7 @@ class PodGroupReconciler:
         wl_sets = {ps.get("name") for ps in (wl.get("spec") or {}).get("podSets") or []}
         if wl_sets == {DEFAULT_POD_SET}:
             return lambda pod: DEFAULT_POD_SET
-        return lambda pod: names.get(shape_of(pod), DEFAULT_POD_SET)
+        return lambda pod: names.get(role_key(pod), DEFAULT_POD_SET)
 
     def _split_excess(self, wl: Obj, live: list[Obj]) -> tuple[list[Obj], list[Obj]]:
         """Pods the Workload counts, and the rest: a group may not run more pods than
@@ -288,7 +291,7 @@ class PodGroupReconciler:
         seen: set[str] = set()
         out: list[Obj] = []
         for pod in pods:
-            shape = shape_of(pod)
+            shape = role_key(pod)
             if shape not in seen:
                 seen.add(shape)
                 full = await inf.full(o.ns_key(pod), at_least=o.rv(pod))
