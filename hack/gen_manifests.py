@@ -102,7 +102,9 @@ def webhook_entry(integ: Integration, *, mutating: bool) -> dict[str, Any]:
         {
             "apiGroups": [r.group],
             "apiVersions": [r.version],
-            "operations": ["CREATE"] if mutating else ["CREATE", "UPDATE"],
+            "operations": (
+                ["CREATE", "UPDATE"] if not mutating or integ.mutates_on_update else ["CREATE"]
+            ),
             "resources": [r.plural],
             "scope": "Namespaced",
         }

@@ -331,6 +331,7 @@ def review(
     operation: str = "CREATE",
     old: Obj | None = None,
     config: WebhookConfig | None = None,
+    view: InMemoryView | None = None,
 ) -> tuple[bool, list[Obj], str]:
     """(allowed, JSON patch, denial message) of the kind's webhook at its path, over the
     server's own review parsing and encoding (no HTTP)."""
@@ -353,7 +354,7 @@ def review(
     body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                        "request": request}).encode()  # fmt: skip
     status, payload, _ = process_review(
-        body, spec, HandlerContext(view=webhook_view(), config=config)
+        body, spec, HandlerContext(view=view or webhook_view(), config=config)
     )
     assert status == 200, payload
     doc = json.loads(payload)

@@ -60,6 +60,34 @@ def test_the_queue_of_a_deployment_with_ready_replicas_is_immutable() -> None:
     assert review(DEPLOYMENT, new, mutating=False, operation="UPDATE", old=old)[0]
 
 
+def test_an_update_carries_the_queue_and_priority_class_into_the_template() -> None:
+    """Kueue's Deployment Default runs on updates: the pods made next name the new queue."""
+    old = deployment("web", 2, meta("web"))
+    old = jsonpatch.apply_patch(old, review(DEPLOYMENT, old, mutating=True)[1])
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"].update({Q: "other", "kueue.x-k8s.io/priority-class": "high"})
+    allowed, patch, _ = review(DEPLOYMENT, new, mutating=True, operation="UPDATE", old=old)
+    labels = jsonpatch.apply_patch(new, patch)["spec"]["template"]["metadata"]["labels"]
+    assert allowed and labels[Q] == "other" and labels["kueue.x-k8s.io/priority-class"] == "high"
+    assert review(DEPLOYMENT, old, mutating=True, operation="UPDATE", old=old)[1] == []
+    # the priority class, once set, is never removed; none is added to a serving one
+    ready = copy.deepcopy(new)
+    ready["status"] = {"readyReplicas": 2}
+    gone = copy.deepcopy(ready)
+    del gone["metadata"]["labels"]["kueue.x-k8s.io/priority-class"]
+    allowed, _, message = review(DEPLOYMENT, gone, mutating=False, operation="UPDATE", old=ready)
+    assert not allowed and "WorkloadPriorityClass cannot be removed from a workload" in message
+    bare = copy.deepcopy(old)
+    bare["status"] = {"readyReplicas": 1}
+    added = copy.deepcopy(bare)
+    added["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
+    allowed, _, message = review(DEPLOYMENT, added, mutating=False, operation="UPDATE", old=bare)
+    assert not allowed and "cannot be added to a non-suspended workload" in message
+    changed = copy.deepcopy(ready)
+    changed["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "low"
+    assert review(DEPLOYMENT, changed, mutating=False, operation="UPDATE", old=ready)[0]
+
+
 def test_plan_builds_one_single_pod_workload_per_replica() -> None:
     """As serve, whose pods each get a Workload (tests/scenarios/kinds/ has the table)."""
     dep = deployment("web", 3, meta("web", uid="uid-web"))

@@ -78,6 +78,37 @@ def test_the_group_size_of_a_queued_set_is_immutable() -> None:
     assert review(LEADERWORKERSET, more, mutating=False, operation="UPDATE", old=old)[0]
 
 
+def test_a_queued_sets_templates_keep_their_pod_shape_and_follow_its_queue() -> None:
+    old = lws("infer", 2, 4, meta("infer"))
+    old = jsonpatch.apply_patch(old, review(LEADERWORKERSET, old, mutating=True)[1])
+    new = copy.deepcopy(old)
+    new["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"][
+        "requests"]["cpu"] = "4"  # fmt: skip
+    allowed, _, message = review(LEADERWORKERSET, new, mutating=False, operation="UPDATE", old=old)
+    assert not allowed and (
+        "spec.leaderWorkerTemplate.workerTemplate.spec.containers[0].resources.requests: "
+        'Invalid value: {"cpu":"4"}: field is immutable') in message  # fmt: skip
+    solo = copy.deepcopy(old)
+    del solo["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    allowed, _, message = review(LEADERWORKERSET, solo, mutating=False, operation="UPDATE", old=old)
+    assert (
+        not allowed and "spec.leaderWorkerTemplate.leaderTemplate: Invalid value: null" in message
+    )
+    moved = copy.deepcopy(old)
+    moved["metadata"]["labels"][Q] = "other"
+    assert review(LEADERWORKERSET, moved, mutating=False, operation="UPDATE", old=old)[0]
+    allowed, patch, _ = review(LEADERWORKERSET, moved, mutating=True, operation="UPDATE", old=old)
+    lwt = jsonpatch.apply_patch(moved, patch)["spec"]["leaderWorkerTemplate"]
+    assert allowed and {lwt[t]["metadata"]["labels"][Q] for t in ("leaderTemplate",
+                                                                  "workerTemplate")} == {"other"}  # fmt: skip
+    ready = copy.deepcopy(old)
+    ready["status"] = {"readyReplicas": 1}
+    moved["status"] = ready["status"]
+    allowed, _, message = review(LEADERWORKERSET, moved, mutating=False, operation="UPDATE",
+                                 old=ready)  # fmt: skip
+    assert not allowed and "field is immutable" in message
+
+
 async def _play_controller(s: Any, obj: dict, group: int) -> None:
     """The LWS controller's pods of one group: the leader, then its workers."""
     name, lwt = obj["metadata"]["name"], obj["spec"]["leaderWorkerTemplate"]

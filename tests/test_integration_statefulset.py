@@ -19,8 +19,10 @@ from admission.integrations.statefulset import STATEFULSET
 from admission.kube import client as k
 from admission.kube import objects as o
 from admission.kube.client import ApiError, Resource
+from queues.model import Admission, Workload
 from tests.integration_kit import (
     NS,
+    PC,
     KindCase,
     Q,
     gang_scenario,
@@ -28,6 +30,7 @@ from tests.integration_kit import (
     meta,
     pod_template,
     review,
+    webhook_view,
 )
 from tests.kube_harness import admitted, eventually, is_true, stack
 
@@ -79,16 +82,111 @@ def test_the_webhook_writes_the_serving_pod_group_into_the_template() -> None:
                   mutating=True)[1] == []  # fmt: skip
 
 
-def test_a_queued_statefulsets_replicas_and_pod_group_are_immutable() -> None:
-    sts = statefulset("web", [("main", 2)], meta("web"))
-    old = jsonpatch.apply_patch(sts, review(STATEFULSET, sts, mutating=True)[1])
+def _queued(name: str = "web", replicas: int = 2, **labels: Any) -> dict:
+    sts = statefulset(name, [("main", replicas)], meta(name, **labels))
+    return jsonpatch.apply_patch(sts, review(STATEFULSET, sts, mutating=True)[1])
+
+
+def _update(old: dict, change: Any, *, workload: str | None = None) -> tuple[bool, str]:
+    """Validate the update ``change`` makes to ``old``; ``workload``: the set's Workload
+    in the webhook's view, "admitted" or "pending" (None: there is none)."""
     new = copy.deepcopy(old)
-    new["spec"]["replicas"] = 5
-    allowed, _, message = review(STATEFULSET, new, mutating=False, operation="UPDATE", old=old)
+    change(new)
+    view = webhook_view()
+    if workload is not None:
+        wl = Workload(namespace=NS, name=STATEFULSET.workload_name(old), queue_name="lq",
+                      pod_sets=[])  # fmt: skip
+        if workload == "admitted":
+            wl.admission = Admission(cluster_queue="cq", pod_set_assignments=[])
+        view.workloads[wl.key] = wl
+    allowed, _, message = review(STATEFULSET, new, mutating=False, operation="UPDATE", old=old,
+                                 view=view)  # fmt: skip
+    return allowed, message
+
+
+def _set(path: str, value: Any) -> Any:
+    def change(obj: dict) -> None:
+        *parents, leaf = path.split(".")
+        node = obj
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+
+    return change
+
+
+def test_a_queued_statefulset_is_resized_only_while_its_workload_holds_no_quota() -> None:
+    old = _queued()
+    assert _update(old, _set("spec.replicas", 5)) == (True, "")  # no Workload yet
+    assert _update(old, _set("spec.replicas", 5), workload="pending")[0]
+    allowed, message = _update(old, _set("spec.replicas", 5), workload="admitted")
     assert not allowed and "spec.replicas: Invalid value: 5: field is immutable" in message
+    # to and from zero as Kueue allows, even while admitted
+    assert _update(old, _set("spec.replicas", 0), workload="admitted")[0]
+    zero = copy.deepcopy(old)
+    zero["spec"]["replicas"] = 0
+    allowed, message = _update(zero, lambda o: (_set("spec.replicas", 3)(o),
+                                                _set("status.replicas", 1)(o)))  # fmt: skip
+    assert not allowed and "spec.replicas: Forbidden: scaling down is still in progress" in message
+    allowed, message = _update(zero, _set("spec.replicas", 3), workload="pending")
+    assert not allowed and "workload from previous scale-down is still being deleted" in message
+    assert _update(zero, _set("spec.replicas", 3))[0]
+    # a set that names no queue is not held to any of it
+    plain = statefulset("p", [("main", 2)], meta("p", queue=None))
+    assert _update(plain, _set("spec.replicas", 7), workload="admitted")[0]
+
+
+def test_a_queued_statefulsets_pod_shape_and_pod_group_are_immutable() -> None:
+    old = _queued()
+    allowed, message = _update(old, lambda o: o["spec"]["template"]["spec"]["containers"][0][
+        "resources"]["requests"].update(cpu="2"))  # fmt: skip
+    assert not allowed
+    assert ('spec.template.spec.containers[0].resources.requests: Invalid value: {"cpu":"2"}: '
+            "field is immutable") in message  # fmt: skip
+    assert _update(old, lambda o: o["spec"]["template"]["spec"]["containers"][0].update(
+        image="busybox:2"))[0]  # fmt: skip
+    allowed, message = _update(old, lambda o: o["spec"]["template"]["metadata"]["labels"].update(
+        {GROUP: "other"}))  # fmt: skip
+    assert not allowed and f"spec.template.metadata.labels[{GROUP}]" in message
+
+
+def test_the_queue_and_priority_class_of_a_statefulset_follow_kueues_update_rules() -> None:
+    old = _queued(priority_class=None)
+    assert _update(old, lambda o: o["metadata"]["labels"].update({Q: "other"}))[0]  # none ready
+    ready = copy.deepcopy(old)
+    ready["status"] = {"readyReplicas": 1}
+    allowed, message = _update(ready, lambda o: o["metadata"]["labels"].update({Q: "other"}))
+    assert (
+        not allowed
+        and f'metadata.labels[{Q}]: Invalid value: "other": field is immutable' in message
+    )
+    allowed, message = _update(old, lambda o: o["metadata"]["labels"].pop(Q))
+    assert not allowed and "field is immutable" in message  # never to no queue at all
+    allowed, message = _update(ready, lambda o: o["metadata"]["labels"].update({PC: "high"}))
+    assert not allowed and "cannot be added to a non-suspended workload" in message
+    assert _update(old, lambda o: o["metadata"]["labels"].update({PC: "high"}))[0]
+    with_pc = _queued(priority_class="low")
+    with_pc["status"] = {"readyReplicas": 1}
+    allowed, message = _update(with_pc, lambda o: o["metadata"]["labels"].pop(PC))
+    assert not allowed and "cannot be removed from a workload" in message
+    assert _update(with_pc, lambda o: o["metadata"]["labels"].update({PC: "high"}))[0]
+
+
+def test_the_mutating_webhook_on_update_leaves_a_queued_template_and_marks_a_newly_queued_one() -> (
+    None
+):
+    old = _queued()
     new = copy.deepcopy(old)
-    new["spec"]["template"]["spec"]["containers"][0]["image"] = "busybox:2"
-    assert review(STATEFULSET, new, mutating=False, operation="UPDATE", old=old)[0]
+    new["spec"]["replicas"] = 4
+    new["metadata"]["labels"][Q] = "other"
+    allowed, patch, _ = review(STATEFULSET, new, mutating=True, operation="UPDATE", old=old)
+    assert allowed and patch == []  # no rollout: the Workload follows the set itself
+    plain = statefulset("p", [("main", 2)], meta("p", queue=None))
+    queued = copy.deepcopy(plain)
+    queued["metadata"]["labels"][Q] = "lq"
+    allowed, patch, _ = review(STATEFULSET, queued, mutating=True, operation="UPDATE", old=plain)
+    labels = jsonpatch.apply_patch(queued, patch)["spec"]["template"]["metadata"]["labels"]
+    assert allowed and labels[GROUP] == STATEFULSET.workload_name(queued) and labels[Q] == "lq"
 
 
 def test_plan_admits_a_statefulset_only_when_all_its_replicas_fit(tmp_path: Path) -> None:
@@ -304,5 +402,58 @@ def test_a_serving_groups_workload_made_without_its_owner_is_adopted(tmp_path: P
                                   what="the Workload adopted by its StatefulSet")  # fmt: skip
             assert wl["metadata"]["annotations"]["kueue.x-k8s.io/job-owner-name"] == "web"
             await eventually(lambda: _ungated_on(s, "web", 2, "fa"), what="web admitted")
+
+    asyncio.run(main())
+
+
+async def _scale(s: Any, name: str, replicas: int) -> dict:
+    """Resize the set (through the webhooks) and, on the double, play its controller."""
+    sts = await s.user.patch(STS, name, {"spec": {"replicas": replicas}}, namespace=NS)
+    if not _controller_runs(s):
+        for p in _pods_of(s, name):
+            if int(p["metadata"]["name"].rsplit("-", 1)[1]) >= replicas:
+                await s.user.delete(k.PODS, p["metadata"]["name"], namespace=NS)
+        await _play_controller(s, sts)
+    return dict(sts)
+
+
+def test_a_pending_statefulset_is_resized_and_its_workload_follows(
+    tmp_path: Path, backend: Any
+) -> None:
+    """3 replicas do not fit 2 cpu: the set waits; scaled to 2 while pending, its Workload
+    follows and is admitted; while admitted it cannot be resized, but can be scaled to
+    zero, which ends its Workload."""
+    objects = lifecycle_objects(CASE)  # fa: 2 cpu
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
+            web = await s.user.create(
+                STS, statefulset("web", [("main", 3)], meta("web")), namespace=NS
+            )
+            group = web["spec"]["template"]["metadata"]["labels"][GROUP]
+            await _play_controller(s, web)
+            wl = await eventually(lambda: (w := s.get("workloads", group, NS)) and not admitted(w)
+                                  and is_true(w, "QuotaReserved") is False and w,
+                                  what="web pending")  # fmt: skip
+            assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("main", 3)]
+            uid = wl["metadata"]["uid"]
+
+            await _scale(s, "web", 2)
+            wl = await eventually(lambda: admitted(w := s.get("workloads", group, NS)) and w,
+                                  what="the resized set admitted")  # fmt: skip
+            assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("main", 2)]
+            assert wl["metadata"]["uid"] == uid  # the same Workload, resized in place
+            await eventually(lambda: _ungated_on(s, "web", 2, "fa"), what="web's 2 pods ungated")
+
+            try:
+                await s.user.patch(STS, "web", {"spec": {"replicas": 3}}, namespace=NS)
+            except ApiError as err:
+                assert "spec.replicas: Invalid value: 3: field is immutable" in str(err)
+            else:
+                raise AssertionError("an admitted set was resized")
+
+            await _scale(s, "web", 0)
+            await eventually(lambda: s.get("workloads", group, NS) is None,
+                             what="scaled to zero, its Workload ends with its pods")  # fmt: skip
 
     asyncio.run(main())

@@ -70,9 +70,15 @@ BASE_KINDS = {
 
 # (webhook name) -> (path, resources, operations); Kueue's paths (semantics §3.1): two
 # per job integration of the registry, then the queue objects'.
+# Kueue's markers: the pod owners' defaulters run on updates too (verbs=create;update)
+MUTATED_ON_UPDATE = {"statefulsets", "deployments", "leaderworkersets"}
 MUTATING = {
     **{
-        f"m{i.kind.lower()}.kb.io": (i.webhook_paths()[0], [i.resource.plural], ["CREATE"])
+        f"m{i.kind.lower()}.kb.io": (
+            i.webhook_paths()[0],
+            [i.resource.plural],
+            ["CREATE", "UPDATE"] if i.resource.plural in MUTATED_ON_UPDATE else ["CREATE"],
+        )
         for i in INTEGRATIONS
     },
     "mclusterqueue.kb.io": (

@@ -20,6 +20,7 @@ from typing import Any
 from admission.integrations.base import Integration
 from admission.integrations.job import JOB
 from admission.integrations.ownership import OwnershipError
+from admission.integrations.podowner import PodOwnerIntegration
 from queues.labels import ELASTIC_JOB as ELASTIC_JOB_ANNOTATION
 from queues.labels import (
     JOB_COMPLETIONS_EQUAL_PARALLELISM as JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
@@ -172,7 +173,11 @@ def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext
     suspend at the kind's ``suspend`` field — skipped when a managed ancestor admits
     the object (Kueue's ``WorkloadShouldBeSuspended``: a JobSet's Jobs, a TrainJob's
     JobSet)."""
-    if req.operation != "CREATE" or req.object is None:
+    if req.object is None:
+        return allow()
+    if req.operation == "UPDATE" and isinstance(integ, PodOwnerIntegration):
+        return _mutate_owner_update(integ, req, ctx)
+    if req.operation != "CREATE":
         return allow()
     obj = req.object
     if integ.skip(obj):
@@ -192,6 +197,29 @@ def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext
     ):
         for path, key, value in integ.suspend_edits(obj, m.labels()):
             m.set(path, key, value)
+    return allow(m.patch())
+
+
+def _mutate_owner_update(
+    integ: PodOwnerIntegration, req: AdmissionRequest, ctx: HandlerContext
+) -> Verdict:
+    """A queued pod owner's update: its templates follow its queue and priority class
+    (``PodOwnerIntegration.update_edits``); no defaults are applied to an update."""
+    obj, old = req.object, req.old_object
+    if obj is None or old is None or metadata_of(obj).get("deletionTimestamp") is not None:
+        return allow()
+    m = Mutation(obj)
+    namespace = request_namespace(req, obj)
+    ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
+    if not (m.labels().get(QUEUE_LABEL) or (ctx.config.manage_jobs_without_queue_name and ns_managed)):
+        return allow()
+    try:
+        if has_managed_ancestor(obj, ctx):
+            return allow()
+    except OwnershipError as err:
+        return deny(str(err), code=500, reason="InternalError")
+    for path, key, value in integ.update_edits(obj, old, m.labels()):
+        m.set(path, key, value)
     return allow(m.patch())
 
 

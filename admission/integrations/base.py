@@ -222,6 +222,9 @@ class Integration:
     writes: ClassVar[tuple[tuple[str, str], ...]] = (("patch", ""),)
     #: integrations that must be enabled with this one (Kueue's ImplicitlyEnabledFrameworkNames)
     implies: ClassVar[tuple[str, ...]] = ()
+    #: whether the mutating webhook also sees updates (a pod owner's: its templates
+    #: follow the object's queue and priority class, as Kueue's ``Default`` on update)
+    mutates_on_update: ClassVar[bool] = False
     #: the webhook entries' objectSelector in manifests/ (None: every object of the kind)
     webhook_object_selector: ClassVar[Obj | None] = None
     #: the label numbering the kind's pods (topology-aware placement hands out domains

@@ -40,7 +40,6 @@ from typing import Any
 from queues.labels import POD_GROUP_SERVING
 from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
 from queues.labels import PODSET as PODSET_LABEL
-from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 from .base import (
     IntegrationError,
@@ -52,7 +51,7 @@ from .base import (
     template_at,
     workload_name,
 )
-from .podowner import Edit, PodOwnerIntegration
+from .podowner import Edit, PodOwnerIntegration, WorkloadState, at, immutable, shape_errors
 
 FRAMEWORK = "leaderworkerset.x-k8s.io/leaderworkerset"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -144,18 +143,41 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
         n = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
         return any(group == self.group_name(name, i) for i in range(n))
 
-    def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
-        errors = super().validate(new, old)
-        queued = old is not None and (meta_of(old).get("labels") or {}).get(QUEUE_NAME_LABEL)
-        if queued and old is not None:
-            try:
-                before, after = self.size(old), self.size(new)
-            except IntegrationError:  # a malformed size is the API server's to refuse
-                return errors
-            if before != after:
-                errors.append(
-                    f"spec.leaderWorkerTemplate.size: Invalid value: {after}: field is immutable"
-                )
+    def group_size(self, owner: Mapping[str, Any]) -> int:
+        try:
+            return self.size(owner)
+        except IntegrationError:
+            return 1
+
+    def update_errors(
+        self,
+        new: Mapping[str, Any],
+        old: Mapping[str, Any],
+        *,
+        managed: bool,
+        workload: WorkloadState,
+    ) -> list[str]:
+        """Kueue's LeaderWorkerSet ``ValidateUpdate``: for a managed set, the leader and
+        worker templates keep their pods' shape (a leader template is neither added nor
+        removed) and ``size`` is fixed (``LWSImmutableGroupSize``, on by default: a
+        group's Workload is not resized); ``replicas`` may change (groups come and go)."""
+        errors = super().update_errors(new, old, managed=managed, workload=workload)
+        if not managed:
+            return errors
+        for t in ("leaderTemplate", "workerTemplate"):
+            path = (*_LWT, t)
+            n, o = at(new, path), at(old, path)
+            where = "spec.leaderWorkerTemplate." + t
+            if (n is None) != (o is None):
+                errors.append(immutable(where, n))
+            elif n is not None:
+                errors += shape_errors(at(n, ("spec",)), at(o, ("spec",)), f"{where}.spec")
+        try:
+            before, after = self.size(old), self.size(new)
+        except IntegrationError:  # a malformed size is the API server's to refuse
+            return errors
+        if before != after:
+            errors.append(immutable("spec.leaderWorkerTemplate.size", after))
         return errors
 
 

@@ -19,7 +19,8 @@ statefulset/statefulset_reconciler.go ``constructWorkload``, leaderworkerset_rec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from queues.labels import JOB_OWNER_GVK, JOB_OWNER_NAME, POD_SUSPENDING_PARENT
@@ -30,6 +31,65 @@ from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from .base import Finished, Integration, meta_of
 
 Edit = tuple[tuple[str, ...], str, Any]
+#: namespace/name of a Workload -> None: there is none; True: it holds quota; False: pending
+WorkloadState = Callable[[str], bool | None]
+
+QUEUE_PATH = f"metadata.labels[{QUEUE_NAME_LABEL}]"
+PRIORITY_CLASS_PATH = f"metadata.labels[{PRIORITY_CLASS_LABEL}]"
+# The pod-spec fields that decide how a pod is admitted (Kueue's ``SpecShape``), and of
+# each container its requests and ports: what a managed group's template may not change.
+_SHAPE_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority",
+                 "topologySpreadConstraints", "overhead", "resourceClaims")  # fmt: skip
+
+
+def go_quote(value: Any) -> str:
+    """A value as apimachinery's field errors print it (%q strings, %v scalars)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def immutable(path: str, value: Any) -> str:
+    return f"{path}: Invalid value: {go_quote(value)}: field is immutable"
+
+
+def at(obj: Any, path: Iterable[str]) -> Any:
+    """The value at ``path`` in ``obj``, None where it is missing or not an object."""
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def spec_shape(spec: Any) -> dict[str, Any]:
+    """Kueue's ``utilpod.SpecShape`` of a pod spec."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    shape: dict[str, Any] = {k: spec.get(k) for k in _SHAPE_FIELDS}
+    for key in ("initContainers", "containers"):
+        shape[key] = [
+            {"resources": {"requests": (c.get("resources") or {}).get("requests")},
+             "ports": c.get("ports")}
+            for c in spec.get(key) or [] if isinstance(c, Mapping)
+        ]  # fmt: skip
+    if isinstance(spec.get("resources"), Mapping):
+        shape["resources"] = spec["resources"].get("requests")
+    return shape
+
+
+def shape_errors(new_spec: Any, old_spec: Any, path: str) -> list[str]:
+    """Kueue's ``ValidateImmutablePodGroupPodSpec``: each changed field of the shape
+    (per container, when the containers are as many, its requests and ports)."""
+    new, old = spec_shape(new_spec), spec_shape(old_spec)
+    errors: list[str] = []
+    for key in sorted(set(new) | set(old)):
+        n, o = new.get(key), old.get(key)
+        if key in ("initContainers", "containers") and len(n or []) == len(o or []):
+            for i, (nc, oc) in enumerate(zip(n or [], o or [], strict=True)):
+                for field, value in (("resources.requests", nc["resources"]["requests"]),
+                                     ("ports", nc["ports"])):  # fmt: skip
+                    before = oc["resources"]["requests"] if field != "ports" else oc["ports"]
+                    if value != before:
+                        errors.append(immutable(f"{path}.{key}[{i}].{field}", value))
+        elif n != o:
+            errors.append(immutable(f"{path}.{key}", n))
+    return errors
 
 
 class PodOwnerIntegration(Integration):
@@ -37,6 +97,7 @@ class PodOwnerIntegration(Integration):
 
     reconciler: ClassVar[str] = "parent"
     implies: ClassVar[tuple[str, ...]] = ("pod",)
+    mutates_on_update: ClassVar[bool] = True
 
     def is_suspended(self, obj: Mapping[str, Any]) -> bool:
         """Kueue: suspended while no replica is ready."""
@@ -49,6 +110,42 @@ class PodOwnerIntegration(Integration):
     def is_active(self, obj: Mapping[str, Any]) -> bool:
         return bool((obj.get("status") or {}).get("replicas"))
 
+    # -- the webhooks on UPDATE (Kueue's ValidateUpdate / Default of these kinds) -----------
+
+    def update_errors(
+        self,
+        new: Mapping[str, Any],
+        old: Mapping[str, Any],
+        *,
+        managed: bool,
+        workload: WorkloadState,
+    ) -> list[str]:
+        """Kueue's rules for an update: the queue name may change only while no replica
+        is ready, and never to none; a WorkloadPriorityClass may not be added once a
+        replica is ready, nor ever removed. ``managed``: the new object is held by
+        Kueue (names a queue); ``workload`` tells the state of a Workload by key."""
+        errors: list[str] = []
+        suspended = self.is_suspended(old)
+        old_q, new_q = _label(old, QUEUE_NAME_LABEL), _label(new, QUEUE_NAME_LABEL)
+        if (not suspended or not new_q) and new_q != old_q:
+            errors.append(immutable(QUEUE_PATH, new_q))
+        old_pc, new_pc = _label(old, PRIORITY_CLASS_LABEL), _label(new, PRIORITY_CLASS_LABEL)
+        if not suspended and not old_pc and new_pc:
+            errors.append(f"{PRIORITY_CLASS_PATH}: Invalid value: {go_quote(new_pc)}: "
+                          "WorkloadPriorityClass cannot be added to a non-suspended workload")  # fmt: skip
+        elif old_pc and not new_pc:
+            errors.append(f"{PRIORITY_CLASS_PATH}: Invalid value: \"\": "
+                          "WorkloadPriorityClass cannot be removed from a workload")  # fmt: skip
+        return errors
+
+    def update_edits(
+        self, new: Mapping[str, Any], old: Mapping[str, Any], labels: Mapping[str, str]
+    ) -> list[Edit]:
+        """What the mutating webhook sets on an update of a queued object: the template
+        edits of a create again, so a changed queue or priority class reaches the pods
+        the controller makes next (Kueue's ``Default`` runs on updates too)."""
+        return self.suspend_edits(new, labels)
+
     def group_owner(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
         """(name, uid or "") of the object of this kind whose group ``pod`` belongs to,
         from what its controller wrote on it; None: not known from the pod."""
@@ -58,6 +155,11 @@ class PodOwnerIntegration(Integration):
         """Whether ``owner`` still runs the pod group ``group`` (its Workload's name):
         while it does, the group's Workload is kept when its pods are gone."""
         return False
+
+    def group_size(self, owner: Mapping[str, Any]) -> int | None:
+        """The pods of each of ``owner``'s groups, as it says now (None: as the pods'
+        ``pod-group-total-count`` says)."""
+        return None
 
     def owner_metadata(self, owner: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         """(owner reference, annotations) that make ``owner`` own a group's Workload:
@@ -87,3 +189,8 @@ class PodOwnerIntegration(Integration):
         edits += [(ta, k, v) for k, v in annotations]
         edits.append((ta, POD_SUSPENDING_PARENT, self.framework))
         return edits
+
+
+def _label(obj: Mapping[str, Any], key: str) -> str:
+    value = (meta_of(obj).get("labels") or {}).get(key)
+    return value if isinstance(value, str) else ""

@@ -15,10 +15,17 @@ it whole, ungates the pods with their flavor, deletes the running ones on evicti
 when the set is gone. The object itself is not watched; it is read up its pods' owner
 chain.
 
-The validating webhook keeps, for a StatefulSet that names a queue, the queue name and
-the pod group in its template, and ``spec.replicas``, unchanged (the group's total count
-is fixed: resizing a serving group is Kueue's newer StatefulSet reconciler, not done
-here). In ``plan`` a StatefulSet is one podSet ``main`` of ``replicas`` pods. Sources:
+On an update (Kueue's ``ValidateUpdate``), the queue name may change only while no
+replica is ready and never to none, a WorkloadPriorityClass may not be added once one is
+ready nor ever removed; for a queued set the pods' shape
+(``ValidateImmutablePodGroupPodSpec``) and the pod group's name are fixed, and
+``replicas`` may go to or from zero (Kueue) — or, our addition, change freely while the
+set's Workload holds no quota: a queued set can be resized. The template is not
+rewritten then (that would roll every pod, and under ``OrderedReady`` a gated pod never
+gets ready for the next): the group's size and queue are read from the set itself when
+its Workload is made, and a pending Workload follows them (``PodGroupReconciler``);
+scaled to zero, the Workload ends with its pods and the next pods make a new one. In
+``plan`` a StatefulSet is one podSet ``main`` of ``replicas`` pods. Sources:
 Kueue pkg/controller/jobs/statefulset/statefulset_webhook.go (``Default``,
 ``ValidateUpdate``), pkg/controller/jobs/pod/pod_controller.go (``fastAdmission``,
 ``isServing``).
@@ -33,7 +40,6 @@ from queues.labels import POD_GROUP_FAST_ADMISSION, POD_GROUP_SERVING
 from queues.labels import POD_GROUP_NAME as GROUP_NAME_LABEL
 from queues.labels import POD_GROUP_POD_INDEX_LABEL as POD_INDEX_LABEL_ANNOTATION
 from queues.labels import POD_GROUP_TOTAL_COUNT as GROUP_TOTAL_COUNT_ANNOTATION
-from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 from .base import (
     IntegrationError,
@@ -41,10 +47,11 @@ from .base import (
     Role,
     controller_ref,
     count_field,
+    meta_of,
     ref_of,
     template_at,
 )
-from .podowner import Edit, PodOwnerIntegration
+from .podowner import Edit, PodOwnerIntegration, WorkloadState, at, immutable, shape_errors
 
 FRAMEWORK = "statefulset"
 STS_POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
@@ -88,30 +95,65 @@ class StatefulSetIntegration(PodOwnerIntegration):
             return None
         return str(ref.get("name") or ""), str(ref.get("uid") or "")
 
+    def replicas(self, obj: Mapping[str, Any]) -> int:
+        """``spec.replicas`` (1 when unset or malformed: the API server refuses those)."""
+        value = (obj.get("spec") or {}).get("replicas", 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
     def keeps_group(self, owner: Mapping[str, Any], group: str) -> bool:
         """The set's one group, while it has replicas (scaled to zero, its Workload goes
         with its pods and a new one comes with the next pods)."""
-        replicas = (owner.get("spec") or {}).get("replicas", 1)
-        return group == self.workload_name(owner) and replicas != 0
+        return group == self.workload_name(owner) and self.replicas(owner) != 0
 
-    def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
-        errors = super().validate(new, old)
-        if old is None or not _labels(old).get(QUEUE_NAME_LABEL):
+    def group_size(self, owner: Mapping[str, Any]) -> int:
+        """The group's pods: ``replicas`` now (the template's total count is the one
+        at creation; a resized set is not rewritten, which would roll its pods)."""
+        return self.replicas(owner)
+
+    def update_edits(
+        self, new: Mapping[str, Any], old: Mapping[str, Any], labels: Mapping[str, str]
+    ) -> list[Edit]:
+        """Nothing once the template holds the pod group: a new queue, priority class or
+        replica count reaches the group's Workload from the set itself (rewriting the
+        template would roll every pod, and a gated pod never gets ready for the next).
+        A set that becomes queued gets the pod group as on a create."""
+        if _template_labels(old).get(GROUP_NAME_LABEL):
+            return []
+        return self.suspend_edits(new, labels)
+
+    def update_errors(
+        self,
+        new: Mapping[str, Any],
+        old: Mapping[str, Any],
+        *,
+        managed: bool,
+        workload: WorkloadState,
+    ) -> list[str]:
+        """Kueue's StatefulSet ``ValidateUpdate``: for a managed set, the pods' shape is
+        fixed and ``replicas`` may only go to or from zero — or, while the set's Workload
+        holds no quota, to any count (its Workload follows); scaling up from zero waits
+        until the last scale-down's pods and Workload are gone. The pod group's name in
+        the template is fixed."""
+        errors = super().update_errors(new, old, managed=managed, workload=workload)
+        if not managed:
             return errors
-        for where, get in (
-            ("spec.replicas", lambda o: (o.get("spec") or {}).get("replicas", 1)),
-            (f'spec.template.metadata.labels["{GROUP_NAME_LABEL}"]',
-             lambda o: _template_labels(o).get(GROUP_NAME_LABEL)),
-            (f'spec.template.metadata.labels["{QUEUE_NAME_LABEL}"]',
-             lambda o: _template_labels(o).get(QUEUE_NAME_LABEL)),
-        ):  # fmt: skip
-            if get(new) != get(old):
-                errors.append(f"{where}: Invalid value: {get(new)!r}: field is immutable")
+        errors += shape_errors(at(new, (*_TEMPLATE, "spec")),
+                               at(old, (*_TEMPLATE, "spec")), "spec.template.spec")  # fmt: skip
+        group = _template_labels(old).get(GROUP_NAME_LABEL)
+        if group and _template_labels(new).get(GROUP_NAME_LABEL) != group:
+            errors.append(immutable(f"spec.template.metadata.labels[{GROUP_NAME_LABEL}]",
+                                    _template_labels(new).get(GROUP_NAME_LABEL)))  # fmt: skip
+        before, after = self.replicas(old), self.replicas(new)
+        key = f"{meta_of(old).get('namespace') or 'default'}/{self.workload_name(old)}"
+        if before and after and before != after and workload(key) is True:
+            errors.append(immutable("spec.replicas", after))
+        elif not before and after:
+            if (new.get("status") or {}).get("replicas"):
+                errors.append("spec.replicas: Forbidden: scaling down is still in progress")
+            elif workload(key) is not None:
+                errors.append("spec.replicas: Forbidden: workload from previous scale-down "
+                              "is still being deleted")  # fmt: skip
         return errors
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def _template_labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:

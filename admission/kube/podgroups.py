@@ -76,6 +76,7 @@ from admission.integrations.pod import (
 from admission.integrations.podowner import PodOwnerIntegration
 from admission.integrations.registry import BY_FRAMEWORK
 from queues.labels import POD_SUSPENDING_PARENT
+from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 from . import objects as o
 from .client import JSON_PATCH, PODS, WORKLOADS, ApiError
@@ -90,6 +91,11 @@ __all__ = ["POD_SELECTOR", "PodGroupReconciler", "is_group_workload", "shape_of"
 
 
 # -- the reconciler --------------------------------------------------------------------------
+
+
+def _queue_of(owner: Obj) -> str:
+    queue = (o.meta(owner).get("labels") or {}).get(QUEUE_NAME_LABEL)
+    return queue if isinstance(queue, str) else ""
 
 
 def _owner_refs(ctx: Context, wl: Obj) -> list[tuple[PodOwnerIntegration, Obj]]:
@@ -178,6 +184,8 @@ class PodGroupReconciler:
             return
         if serving(pods[0]) and not _owner_refs(ctx, wl):
             await self._adopt(gkey, wl, pods[0])
+        elif not holds:
+            wl = await self._follow_owner(gkey, wl)
         ended = [p for p in pods if terminated(p)]
         if is_single_pod(pods[0]):  # Kueue's finalize of a deleted job: the pod goes
             await self._unfinalize(p for p in pods if o.deleting(p) and not terminated(p))
@@ -193,7 +201,7 @@ class PodGroupReconciler:
                 await self._unfinalize(ended)
             return
         keep, excess = self._split_excess(wl, live)
-        if excess:
+        if excess and not await self._owner_runs(gkey, wl, len(live)):
             await self._delete_excess(gkey, excess)
         if holds and o.is_true(wl, o.ADMITTED) and o.is_active(wl):
             await self._ungate(gkey, wl, keep)
@@ -263,6 +271,12 @@ class PodGroupReconciler:
             members = await self._whole_templates(sorted(live, key=o.ns_key)[:total])
             if members is None:
                 return  # a pod went away: reconciled again on its event
+            owner = await self._group_owner(members[0])  # whole: a slim pod lacks lws labels
+            if owner is not None:
+                if owner[1] is None:
+                    return  # pods of a deleted owner: they go with it (so does its Workload)
+                total = owner[0].group_size(owner[1]) or total  # a resized set: as it is now
+                members = members[:total]
             if len(members) < total:  # fast admission: the others are like the first
                 members += [members[0]] * (total - len(members))
             body = workload_for_group(
@@ -274,11 +288,10 @@ class PodGroupReconciler:
         except PodGroupError as err:
             self.errors.report(gkey, live[0], err)
             return
-        owner = await self._group_owner(members[0])  # whole: a slim pod lacks lws labels
-        if owner is not None:
-            if owner[1] is None:
-                return  # pods of a deleted owner: they go with it (so does its Workload)
+        if owner is not None and owner[1] is not None:
             ref, annotations = owner[0].owner_metadata(owner[1])
+            if queue := _queue_of(owner[1]):
+                body["spec"]["queueName"] = queue
             body["metadata"].setdefault("ownerReferences", []).append(ref)
             body["metadata"].setdefault("annotations", {}).update(annotations)
         self.errors.clear(gkey)
@@ -389,16 +402,64 @@ class PodGroupReconciler:
     async def _kept_by_owner(self, gkey: str, wl: Obj) -> bool:
         """Whether the Workload's owner exists and still runs the group (Kueue keeps a
         serving group's Workload while its owner lives; the garbage collector ends it)."""
-        ns, name = o.split_key(gkey)
+        owned = await self._owner(gkey, wl) if _owner_refs(self.ctx, wl) else None
+        return owned is not None and owned[0].keeps_group(owned[1], o.split_key(gkey)[1])
+
+    async def _owner(self, gkey: str, wl: Obj) -> tuple[PodOwnerIntegration, Obj] | None:
+        """The Workload's owner (by its owner reference, UID checked), if it exists."""
+        ns, _ = o.split_key(gkey)
         for integ, ref in _owner_refs(self.ctx, wl):
             uid = str(ref.get("uid") or "")
             owner = await self.jobs.owners(
                 OwnerRef(integ.api_version, integ.kind, ns, str(ref.get("name") or ""), uid)
             )
             if owner is not None and o.meta(owner).get("uid") == uid:
-                if integ.keeps_group(owner, name):
-                    return True
-        return False
+                return integ, dict(owner)
+        return None
+
+    async def _owner_runs(self, gkey: str, wl: Obj, pods: int) -> bool:
+        """Whether the Workload's owner runs this many pods in the group (a set resized
+        just as its Workload was admitted): they are not excess, they wait at the gate
+        (deleted, they would only be made again)."""
+        owned = await self._owner(gkey, wl) if _owner_refs(self.ctx, wl) else None
+        return owned is not None and (owned[0].group_size(owned[1]) or 0) >= pods
+
+    async def _follow_owner(self, gkey: str, wl: Obj) -> Obj:
+        """A pending Workload of a serving group is kept like its owner says now: its
+        queue (the owner's ``queue-name``), and the count of a one-podSet group (a
+        resized StatefulSet: its webhook lets ``replicas`` change while the Workload
+        holds no quota). Kueue's StatefulSet reconciler keeps the queue so. Returns the
+        Workload as it is now."""
+        owned = await self._owner(gkey, wl) if _owner_refs(self.ctx, wl) else None
+        if owned is None:
+            return wl
+        integ, owner = owned
+        spec = wl.get("spec") or {}
+        pod_sets = spec.get("podSets") or []
+        ops: list[Obj] = []
+        size = integ.group_size(owner)
+        if len(pod_sets) == 1 and size and pod_sets[0].get("count") != size:
+            ops.append({"op": "replace", "path": "/spec/podSets/0/count", "value": size})
+        queue = _queue_of(owner)
+        if queue and spec.get("queueName") != queue:
+            ops.append({"op": "add", "path": "/spec/queueName", "value": queue})
+        if not ops:
+            return wl
+        ns, name = o.split_key(gkey)
+        guard = {"op": "test", "path": "/metadata/resourceVersion", "value": o.rv(wl)}
+        try:  # the informer's Workload is slim: only these fields are written
+            new = await self.ctx.client.patch(
+                WORKLOADS, name, [guard, *ops], namespace=ns, content_type=JSON_PATCH
+            )
+        except ApiError as err:
+            if err.conflict or err.not_found or err.status == 422:
+                return wl  # a newer version is on its way: reconciled again then
+            raise
+        log.info("pod group %s: Workload follows its %s: %s", gkey, integ.kind,
+                 [op["path"] for op in ops])  # fmt: skip
+        self.ctx.writer.remember(WORKLOADS, gkey, new)
+        self.ctx.sync.workload(gkey, new)
+        return dict(new)
 
     async def _adopt(self, gkey: str, wl: Obj, pod: Obj) -> None:
         """A serving group's Workload made without its owner (by an older version): the
