@@ -132,6 +132,60 @@ def test_podsets_are_the_runtimes_replicated_jobs_with_the_trainers_node_count()
     assert [p.count for p in model(six, with_policy).pod_sets] == [1, 6]
 
 
+def mpi_runtime(name: str, *, launcher_as_node: bool) -> dict:
+    """As the trainer's MPI runtimes: a ``node`` Job and a ``launcher`` Job, the
+    trainer step the launcher when it runs as a node (deepspeed-distributed), else the
+    nodes (mpi-distributed)."""
+
+    def job(container: str, trainer: bool) -> dict:
+        tmpl = pod_template()
+        tmpl["spec"]["containers"][0]["name"] = container
+        out: dict[str, Any] = {"spec": {"template": tmpl}}
+        if trainer:
+            out["metadata"] = {"labels": {ANCESTOR_LABEL: "trainer"}}
+        return out
+
+    rjobs = [{"name": "node", "template": job("node", not launcher_as_node)},
+             {"name": "launcher", "template": job("node" if launcher_as_node else "launcher",
+                                                  launcher_as_node)}]  # fmt: skip
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": name},
+            "spec": {"mlPolicy": {"numNodes": 1, "mpi": {"numProcPerNode": 1,
+                                                         "runLauncherAsNode": launcher_as_node}},
+                     "template": {"spec": {"replicatedJobs": rjobs}}}}  # fmt: skip
+
+
+def test_an_mpi_runtime_that_runs_its_launcher_as_a_node_gets_one_node_fewer() -> None:
+    """The trainer's MPI plugin: numNodes counts the launcher when it runs as a node
+    (the node Job gets numNodes - 1, at least 1) and resourcesPerNode goes to both."""
+    deepspeed = mpi_runtime("deepspeed-distributed", launcher_as_node=True)
+    job = trainjob("t", ROLES, meta("t"), runtime_name="deepspeed-distributed")
+    job["spec"]["trainer"]["numNodes"] = 4
+    job["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"nvidia.com/gpu": "8"}}
+    wl = model(job, deepspeed)
+    assert [(p.name, p.count) for p in wl.pod_sets] == [("node", 3), ("launcher", 1)]
+    assert all(p.requests == {"cpu": 1000, "nvidia.com/gpu": 8} for p in wl.pod_sets)
+    job["spec"]["trainer"]["numNodes"] = 1
+    assert [p.count for p in model(job, deepspeed).pod_sets] == [1, 1]
+    mpi = mpi_runtime("mpi-distributed", launcher_as_node=False)
+    job = trainjob("t", ROLES, meta("t"), runtime_name="mpi-distributed")
+    job["spec"]["trainer"]["numNodes"] = 4
+    job["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"nvidia.com/gpu": "8"}}
+    wl = model(job, mpi)
+    assert [(p.name, p.count) for p in wl.pod_sets] == [("node", 4), ("launcher", 1)]
+    assert [p.requests.get("nvidia.com/gpu") for p in wl.pod_sets] == [8, None]
+
+
+def test_num_nodes_sets_the_trainer_job_without_an_ml_policy_too() -> None:
+    """The trainer's plain-ML plugin: numNodes applies without an mlPolicy; the other
+    Jobs run their parallelism, with as many completions (Kueue's child JobSet)."""
+    job = trainjob("t", [("dataset-initializer", 1), ("node", 6)], meta("t"))
+    assert [p.count for p in model(job).pod_sets] == [1, 6]
+    odd = runtime("torch-distributed", [("dataset-initializer", 2), ("node", 4)])
+    odd["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["completions"] = 1
+    assert [p.count for p in model(trainjob("t", ROLES, meta("t")), odd).pod_sets] == [2, 4]
+
+
 def test_resources_per_node_and_runtime_patches_shape_the_trainer_pods() -> None:
     job = trainjob("t", ROLES, meta("t"))
     job["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"nvidia.com/gpu": "8"}}

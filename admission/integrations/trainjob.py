@@ -13,10 +13,16 @@ plugins/jobset/builder.go ``Trainer``):
 * ``spec.runtimePatches[]`` are applied in order to the replicated Jobs, by name
   (their pod template labels, annotations, node selector, tolerations, affinity,
   scheduling gates, containers by name …);
-* the replicated Job labelled ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``
-  runs ``spec.trainer.numNodes`` pods (else the runtime's ``mlPolicy.numNodes``, else
-  1; without an mlPolicy its own parallelism) as one replica, and
-  ``spec.trainer.resourcesPerNode`` is merged into its ``node`` container's resources.
+* each replicated Job runs its parallelism (completions the same, as Kueue builds the
+  child JobSet); the one labelled ``trainer.kubeflow.org/trainjob-ancestor-step:
+  trainer`` runs as one replica the runtime's ``mlPolicy.numNodes`` (1 when unset),
+  then ``spec.trainer.numNodes`` when given (the plugins' ``EnforceMLPolicy``: torch,
+  JAX, XGBoost, plain) — except under an MPI policy, where ``numNodes`` sets the ``node``
+  Job, one fewer (at least 1) with ``runLauncherAsNode`` (the launcher is a node then);
+* ``spec.trainer.resourcesPerNode`` is merged into the ``node`` container of the
+  trainer Job (with an mlPolicy), and with ``runLauncherAsNode`` of the ``node`` Job too.
+  ``numProcPerNode`` (torch, MPI) only sets the processes' environment
+  (``PET_NPROC_PER_NODE``, the MPI slots): no count or request changes, nothing to admit.
 
 The runtime is the second informer of this kind (``references``): the reconciler and
 the ``plan`` loader put it at hand (:meth:`TrainJobIntegration.resolve`); a TrainJob
@@ -34,10 +40,10 @@ JobSet's. Sources: Kueue pkg/controller/jobs/trainjob/trainjob_controller.go,
 trainjob_webhook.go; trainer pkg/apis/trainer/v1alpha1/trainjob_types.go,
 trainingruntime_types.go.
 
-Gaps against Kueue: the MPI ``runLauncherAsNode`` and torch ``numProcPerNode``
-adjustments of the trainer's plugins are not reproduced (counts and requests come from
-the runtime's replicated Jobs as patched above); the webhook does not check the podSets
-(it has no runtime at hand); no partial admission (as Kueue).
+Sources for the counts: trainer pkg/runtime/core/trainingruntime.go ``newRuntimeInfo``,
+plugins/{mpi,torch,plainml}/*.go ``EnforceMLPolicy``, plugins/jobset/builder.go ``Trainer``;
+Kueue trainjob_controller.go ``getChildJobSet``. Gaps against Kueue: the webhook does
+not check the podSets (it has no runtime at hand); no partial admission (as Kueue).
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ KUEUE_MANAGER = labels.RUNTIME_PATCH_MANAGER  # Kueue's runtimePatchManagerName
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_ANCESTOR = "trainer"
 NODE_CONTAINER = "node"
+MPI_NODE = "node"  # the MPI policy's worker Job (trainer constants.Node)
 RUNTIME = "x-quartermaster-runtime"
 """Where :meth:`TrainJobIntegration.resolve` puts the runtime (never written back)."""
 
@@ -134,19 +141,41 @@ class TrainJobIntegration(Integration):
                 _strategic_merge(target.setdefault("template", {}), pj.get("template") or {})
         trainer = (obj.get("spec") or {}).get("trainer") or {}
         ml_policy = rspec.get("mlPolicy")
-        for rj in rjobs:
+        ml = ml_policy if isinstance(ml_policy, Mapping) else None
+        mpi = ml.get("mpi") if ml is not None else None
+        launcher_as_node = isinstance(mpi, Mapping) and mpi.get("runLauncherAsNode") is True
+        nodes = trainer.get("numNodes")
+        if nodes is not None:
+            nodes = count_field(nodes, what, ref, "spec.trainer.numNodes", default=1)
+        for i, rj in enumerate(rjobs):
             if not isinstance(rj, dict):
                 continue
+            rj_where = f"{where}[{i}]"
             labels = ((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}
-            if labels.get(ANCESTOR_LABEL) != TRAINER_ANCESTOR or not isinstance(ml_policy, Mapping):
-                continue
-            nodes = trainer.get("numNodes", ml_policy.get("numNodes", 1))
-            nodes = count_field(nodes, what, ref, "spec.trainer.numNodes", default=1)
-            rj["replicas"] = 1
+            is_trainer = labels.get(ANCESTOR_LABEL) == TRAINER_ANCESTOR
             job_spec = rj.setdefault("template", {}).setdefault("spec", {})
-            job_spec["parallelism"] = job_spec["completions"] = nodes
+            # newRuntimeInfo: a Job's pods are its parallelism; the trainer's, the policy's nodes
+            count = count_field(job_spec.get("parallelism"), what, ref,
+                                f"{rj_where}.template.spec.parallelism", default=1)  # fmt: skip
+            if is_trainer and ml is not None:
+                count = count_field(ml.get("numNodes", 1), what, ref,
+                                    f"{runtime['kind']} {runtime['name']}: spec.mlPolicy.numNodes",
+                                    default=1)  # fmt: skip
+            if nodes is not None:  # the plugins' EnforceMLPolicy
+                if isinstance(mpi, Mapping):  # MPI: the node Job (one node runs the launcher)
+                    if rj.get("name") == MPI_NODE:
+                        count = max(nodes - 1, 1) if launcher_as_node else nodes
+                elif is_trainer:  # torch, JAX, XGBoost, plain: the trainer Job
+                    count = nodes
+            if is_trainer:
+                rj["replicas"] = 1
+            # Kueue's getChildJobSet: parallelism and completions are the pods counted
+            job_spec["parallelism"] = job_spec["completions"] = count
             per_node = trainer.get("resourcesPerNode")
-            if isinstance(per_node, Mapping):
+            gets_resources = (is_trainer and ml is not None) or (
+                launcher_as_node and rj.get("name") == MPI_NODE
+            )
+            if isinstance(per_node, Mapping) and gets_resources:
                 pod = (job_spec.get("template") or {}).get("spec") or {}
                 for c in pod.get("containers") or [] if isinstance(pod, Mapping) else []:
                     if isinstance(c, dict) and c.get("name") == NODE_CONTAINER:
