@@ -158,20 +158,18 @@ def mpi_runtime(name: str, *, launcher_as_node: bool) -> dict:
 def test_an_mpi_runtime_that_runs_its_launcher_as_a_node_gets_one_node_fewer() -> None:
     """The trainer's MPI plugin: numNodes counts the launcher when it runs as a node
     (the node Job gets numNodes - 1, at least 1) and resourcesPerNode goes to both."""
-    deepspeed = mpi_runtime("deepspeed-distributed", launcher_as_node=True)
-    job = trainjob("t", ROLES, meta("t"), runtime_name="deepspeed-distributed")
-    job["spec"]["trainer"]["numNodes"] = 4
-    job["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"nvidia.com/gpu": "8"}}
-    wl = model(job, deepspeed)
+
+    def on(runtime_name: str, launcher_as_node: bool, nodes: int) -> Any:
+        job = trainjob("t", ROLES, meta("t"), runtime_name=runtime_name)
+        job["spec"]["trainer"]["numNodes"] = nodes
+        job["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"nvidia.com/gpu": "8"}}
+        return model(job, mpi_runtime(runtime_name, launcher_as_node=launcher_as_node))
+
+    wl = on("deepspeed-distributed", True, 4)
     assert [(p.name, p.count) for p in wl.pod_sets] == [("node", 3), ("launcher", 1)]
     assert all(p.requests == {"cpu": 1000, "nvidia.com/gpu": 8} for p in wl.pod_sets)
-    job["spec"]["trainer"]["numNodes"] = 1
-    assert [p.count for p in model(job, deepspeed).pod_sets] == [1, 1]
-    mpi = mpi_runtime("mpi-distributed", launcher_as_node=False)
-    job = trainjob("t", ROLES, meta("t"), runtime_name="mpi-distributed")
-    job["spec"]["trainer"]["numNodes"] = 4
-    job["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"nvidia.com/gpu": "8"}}
-    wl = model(job, mpi)
+    assert [p.count for p in on("deepspeed-distributed", True, 1).pod_sets] == [1, 1]
+    wl = on("mpi-distributed", False, 4)
     assert [(p.name, p.count) for p in wl.pod_sets] == [("node", 4), ("launcher", 1)]
     assert [p.requests.get("nvidia.com/gpu") for p in wl.pod_sets] == [8, None]
 

@@ -23,12 +23,17 @@ An integration the Configuration does not enable is answered "allowed", unchange
 from __future__ import annotations
 
 from admission.integrations.base import Integration
-from admission.integrations.podowner import PodOwnerIntegration
+from admission.integrations.podowner import PodOwnerIntegration, UpdateCheck
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
-from queues.labels import QUEUE_NAME as QUEUE_LABEL
 
 from . import jobs, pods
-from .jobs import mutate_object, request_namespace, validate_on_create, validate_on_update
+from .jobs import (
+    held_by_kueue,
+    mutate_object,
+    request_namespace,
+    validate_on_create,
+    validate_on_update,
+)
 from .review import (
     AdmissionRequest,
     FieldErrors,
@@ -56,18 +61,14 @@ def validate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerConte
     validate_on_create(labels, errs)
     old = req.old_object if req.operation == "UPDATE" else None
     if old is not None and isinstance(integ, PodOwnerIntegration):
-        namespace = request_namespace(req, new)
-        managed = bool(labels.get(QUEUE_LABEL)) or (
-            ctx.config.manage_jobs_without_queue_name
-            and ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
-        )
+        managed = held_by_kueue(labels, request_namespace(req, new), ctx)
         workloads = ctx.view.workloads
 
         def holds_quota(key: str) -> bool | None:
             wl = workloads.get(key)
             return None if wl is None else wl.admission is not None
 
-        errs.errors.extend(integ.update_errors(new, old, managed=managed, workload=holds_quota))
+        errs.errors.extend(integ.update_errors(new, old, UpdateCheck(managed, holds_quota)))
     elif old is not None:
         validate_on_update(
             old_labels=string_map(old, "labels"),

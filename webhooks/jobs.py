@@ -182,22 +182,37 @@ def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext
     obj = req.object
     if integ.skip(obj):
         return allow()
-    try:
-        if has_managed_ancestor(obj, ctx):
-            return allow()
-    except OwnershipError as err:
-        return deny(str(err), code=500, reason="InternalError")
+    left = _left_to_ancestor(obj, ctx)
+    if left is not None:
+        return left
     namespace = request_namespace(req, obj)
     ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
     m = Mutation(obj)
     apply_queue_defaults(m, namespace=namespace, ctx=ctx, default_queue=ns_managed)
     deleting = metadata_of(obj).get("deletionTimestamp") is not None
-    if not deleting and (
-        m.labels().get(QUEUE_LABEL) or (ctx.config.manage_jobs_without_queue_name and ns_managed)
-    ):
+    if not deleting and held_by_kueue(m.labels(), namespace, ctx):
         for path, key, value in integ.suspend_edits(obj, m.labels()):
             m.set(path, key, value)
     return allow(m.patch())
+
+
+def _left_to_ancestor(obj: JsonObj, ctx: HandlerContext) -> Verdict | None:
+    """"Allowed" unchanged when a managed ancestor admits ``obj``; a refusal when its
+    owner chain cannot be decided; None: the object is its own."""
+    try:
+        return allow() if has_managed_ancestor(obj, ctx) else None
+    except OwnershipError as err:
+        return deny(str(err), code=500, reason="InternalError")
+
+
+def held_by_kueue(labels: dict[str, str], namespace: str, ctx: HandlerContext) -> bool:
+    """An object Kueue holds: it names a queue, or (``manageJobsWithoutQueueName``) it
+    is in a managed namespace."""
+    if labels.get(QUEUE_LABEL):
+        return True
+    return ctx.config.manage_jobs_without_queue_name and ctx.config.namespace_is_managed(
+        ctx.view.namespace_labels(namespace)
+    )
 
 
 def _mutate_owner_update(
@@ -209,15 +224,11 @@ def _mutate_owner_update(
     if obj is None or old is None or metadata_of(obj).get("deletionTimestamp") is not None:
         return allow()
     m = Mutation(obj)
-    namespace = request_namespace(req, obj)
-    ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
-    if not (m.labels().get(QUEUE_LABEL) or (ctx.config.manage_jobs_without_queue_name and ns_managed)):
+    if not held_by_kueue(m.labels(), request_namespace(req, obj), ctx):
         return allow()
-    try:
-        if has_managed_ancestor(obj, ctx):
-            return allow()
-    except OwnershipError as err:
-        return deny(str(err), code=500, reason="InternalError")
+    left = _left_to_ancestor(obj, ctx)
+    if left is not None:
+        return left
     for path, key, value in integ.update_edits(obj, old, m.labels()):
         m.set(path, key, value)
     return allow(m.patch())

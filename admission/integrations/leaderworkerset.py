@@ -51,7 +51,7 @@ from .base import (
     template_at,
     workload_name,
 )
-from .podowner import Edit, PodOwnerIntegration, WorkloadState, at, immutable, shape_errors
+from .podowner import Edit, Obj, PodOwnerIntegration, UpdateCheck, at, immutable, shape_errors
 
 FRAMEWORK = "leaderworkerset.x-k8s.io/leaderworkerset"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -149,20 +149,13 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
         except IntegrationError:
             return 1
 
-    def update_errors(
-        self,
-        new: Mapping[str, Any],
-        old: Mapping[str, Any],
-        *,
-        managed: bool,
-        workload: WorkloadState,
-    ) -> list[str]:
+    def update_errors(self, new: Obj, old: Obj, check: UpdateCheck) -> list[str]:
         """Kueue's LeaderWorkerSet ``ValidateUpdate``: for a managed set, the leader and
         worker templates keep their pods' shape (a leader template is neither added nor
         removed) and ``size`` is fixed (``LWSImmutableGroupSize``, on by default: a
         group's Workload is not resized); ``replicas`` may change (groups come and go)."""
-        errors = super().update_errors(new, old, managed=managed, workload=workload)
-        if not managed:
+        errors = super().update_errors(new, old, check)
+        if not check.managed:
             return errors
         for t in ("leaderTemplate", "workerTemplate"):
             path = (*_LWT, t)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from queues.labels import JOB_OWNER_GVK, JOB_OWNER_NAME, POD_SUSPENDING_PARENT
@@ -31,8 +32,19 @@ from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from .base import Finished, Integration, meta_of
 
 Edit = tuple[tuple[str, ...], str, Any]
+Obj = Mapping[str, Any]
 #: namespace/name of a Workload -> None: there is none; True: it holds quota; False: pending
 WorkloadState = Callable[[str], bool | None]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateCheck:
+    """What the webhook knows besides the objects: whether the new object is held by
+    Kueue (names a queue, or ``manageJobsWithoutQueueName``), and its Workloads' state."""
+
+    managed: bool
+    workload: WorkloadState
+
 
 QUEUE_PATH = f"metadata.labels[{QUEUE_NAME_LABEL}]"
 PRIORITY_CLASS_PATH = f"metadata.labels[{PRIORITY_CLASS_LABEL}]"
@@ -112,18 +124,10 @@ class PodOwnerIntegration(Integration):
 
     # -- the webhooks on UPDATE (Kueue's ValidateUpdate / Default of these kinds) -----------
 
-    def update_errors(
-        self,
-        new: Mapping[str, Any],
-        old: Mapping[str, Any],
-        *,
-        managed: bool,
-        workload: WorkloadState,
-    ) -> list[str]:
+    def update_errors(self, new: Obj, old: Obj, check: UpdateCheck) -> list[str]:
         """Kueue's rules for an update: the queue name may change only while no replica
         is ready, and never to none; a WorkloadPriorityClass may not be added once a
-        replica is ready, nor ever removed. ``managed``: the new object is held by
-        Kueue (names a queue); ``workload`` tells the state of a Workload by key."""
+        replica is ready, nor ever removed."""
         errors: list[str] = []
         suspended = self.is_suspended(old)
         old_q, new_q = _label(old, QUEUE_NAME_LABEL), _label(new, QUEUE_NAME_LABEL)

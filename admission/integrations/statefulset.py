@@ -51,7 +51,7 @@ from .base import (
     ref_of,
     template_at,
 )
-from .podowner import Edit, PodOwnerIntegration, WorkloadState, at, immutable, shape_errors
+from .podowner import Edit, Obj, PodOwnerIntegration, UpdateCheck, at, immutable, shape_errors
 
 FRAMEWORK = "statefulset"
 STS_POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
@@ -121,21 +121,14 @@ class StatefulSetIntegration(PodOwnerIntegration):
             return []
         return self.suspend_edits(new, labels)
 
-    def update_errors(
-        self,
-        new: Mapping[str, Any],
-        old: Mapping[str, Any],
-        *,
-        managed: bool,
-        workload: WorkloadState,
-    ) -> list[str]:
+    def update_errors(self, new: Obj, old: Obj, check: UpdateCheck) -> list[str]:
         """Kueue's StatefulSet ``ValidateUpdate``: for a managed set, the pods' shape is
         fixed and ``replicas`` may only go to or from zero — or, while the set's Workload
         holds no quota, to any count (its Workload follows); scaling up from zero waits
         until the last scale-down's pods and Workload are gone. The pod group's name in
         the template is fixed."""
-        errors = super().update_errors(new, old, managed=managed, workload=workload)
-        if not managed:
+        errors = super().update_errors(new, old, check)
+        if not check.managed:
             return errors
         errors += shape_errors(at(new, (*_TEMPLATE, "spec")),
                                at(old, (*_TEMPLATE, "spec")), "spec.template.spec")  # fmt: skip
@@ -145,12 +138,12 @@ class StatefulSetIntegration(PodOwnerIntegration):
                                     _template_labels(new).get(GROUP_NAME_LABEL)))  # fmt: skip
         before, after = self.replicas(old), self.replicas(new)
         key = f"{meta_of(old).get('namespace') or 'default'}/{self.workload_name(old)}"
-        if before and after and before != after and workload(key) is True:
+        if before and after and before != after and check.workload(key) is True:
             errors.append(immutable("spec.replicas", after))
         elif not before and after:
             if (new.get("status") or {}).get("replicas"):
                 errors.append("spec.replicas: Forbidden: scaling down is still in progress")
-            elif workload(key) is not None:
+            elif check.workload(key) is not None:
                 errors.append("spec.replicas: Forbidden: workload from previous scale-down "
                               "is still being deleted")  # fmt: skip
         return errors

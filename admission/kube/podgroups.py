@@ -445,18 +445,25 @@ class PodGroupReconciler:
             ops.append({"op": "add", "path": "/spec/queueName", "value": queue})
         if not ops:
             return wl
-        ns, name = o.split_key(gkey)
         guard = {"op": "test", "path": "/metadata/resourceVersion", "value": o.rv(wl)}
-        try:  # the informer's Workload is slim: only these fields are written
-            new = await self.ctx.client.patch(
-                WORKLOADS, name, [guard, *ops], namespace=ns, content_type=JSON_PATCH
-            )
-        except ApiError as err:
-            if err.conflict or err.not_found or err.status == 422:
-                return wl  # a newer version is on its way: reconciled again then
-            raise
+        # the informer's Workload is slim: only these fields are written
+        new = await self._patch_workload(gkey, [guard, *ops], content_type=JSON_PATCH)
+        if new is None:
+            return wl
         log.info("pod group %s: Workload follows its %s: %s", gkey, integ.kind,
                  [op["path"] for op in ops])  # fmt: skip
+        return new
+
+    async def _patch_workload(self, gkey: str, patch: Any, **kw: Any) -> Obj | None:
+        """The Workload patched and remembered; None when a newer version is on its way
+        (a conflict, a failed ``test``, gone): the group is reconciled again then."""
+        ns, name = o.split_key(gkey)
+        try:
+            new = await self.ctx.client.patch(WORKLOADS, name, patch, namespace=ns, **kw)
+        except ApiError as err:
+            if err.conflict or err.not_found or err.status == 422:
+                return None
+            raise
         self.ctx.writer.remember(WORKLOADS, gkey, new)
         self.ctx.sync.workload(gkey, new)
         return dict(new)
@@ -474,15 +481,7 @@ class PodGroupReconciler:
         refs = [r for r in o.meta(wl).get("ownerReferences") or [] if r.get("uid") != ref["uid"]]
         patch = {"metadata": {"resourceVersion": o.rv(wl), "ownerReferences": [*refs, ref],
                               "annotations": annotations}}  # fmt: skip
-        ns, name = o.split_key(gkey)
-        try:
-            new = await self.ctx.client.patch(WORKLOADS, name, patch, namespace=ns)
-        except ApiError as err:
-            if err.conflict or err.not_found:
-                return  # a newer version is on its way: reconciled again then
-            raise
-        self.ctx.writer.remember(WORKLOADS, gkey, new)
-        self.ctx.sync.workload(gkey, new)
+        await self._patch_workload(gkey, patch)
 
     async def _delete_workload(self, gkey: str, wl: Obj) -> None:
         await delete_workload(self.ctx, gkey, wl, why="the pods of its group are gone")
