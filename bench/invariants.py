@@ -29,11 +29,15 @@ quota — evicting ones included):
 
 ``QM_INVARIANTS_STRICT=1`` runs with ``reserveEvictingCapacity: true`` in the
 Configuration (capacity held by evicting workloads usable only by their preemptors).
-``QM_INVARIANTS_JOBS``, ``QM_INVARIANTS_KILLS``, ``QM_INVARIANTS_SEED`` change the run.
+``QM_INVARIANTS_JOBS``, ``QM_INVARIANTS_KILLS``, ``QM_INVARIANTS_SEED`` change the run;
+``QM_INVARIANTS_TRACE=<file>`` writes one JSON line per Workload event (what it holds
+before and after, its conditions, the Lease holder) and per violation, to find the
+first violating write and its history.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tempfile
@@ -130,10 +134,16 @@ class Checker:
         self.per_cq: dict[str, int] = defaultdict(int)
         self.per_tree: dict[str, int] = defaultdict(int)
         self.holders: dict[str, set[str]] = defaultdict(set)  # owner uid -> Workloads
+        self._server: Any = None
+        trace = os.environ.get("QM_INVARIANTS_TRACE")
+        self.trace = open(trace, "w", encoding="utf-8") if trace else None  # noqa: SIM115
 
     def _violate(self, kind: str, what: str) -> None:
         self.violations[kind] += 1
         self.examples.setdefault(kind, what)
+        if self.trace is not None:
+            self.trace.write(json.dumps({"t": round(time.monotonic(), 3), "violation": kind,
+                                         "what": what}) + "\n")  # fmt: skip
 
     def install(self, server: Any) -> Checker:
         store = server.store
@@ -172,6 +182,8 @@ class Checker:
             self._violate("doubleAdmission", f"{name}: admission {before} replaced by {after}")
         was = self.held.pop(key, None)
         now = None if kind == "DELETED" else self._holding(new)
+        if self.trace is not None:
+            self._trace(kind, key, new, was, now)
         self.admissions += int(now is not None and was is None)
         self.releases += int(was is not None and now is None)
         if was is not None:
@@ -203,6 +215,28 @@ class Checker:
                 self._violate(
                     "doubleAdmission", f"job {uid}: {len(self.holders[uid])} Workloads hold quota"
                 )
+
+    def _trace(self, kind: str, key: str, new: Obj | None, was: Any, now: Any) -> None:
+        """One line per Workload event (``QM_INVARIANTS_TRACE``): to find the first
+        violating write and its history."""
+        assert self.trace is not None
+        status = (new or {}).get("status") or {}
+        conds = [
+            f"{c.get('type')}={c.get('status')}:{c.get('reason', '')}"
+            for c in status.get("conditions") or []
+        ]
+        leader = ""
+        if self._server is not None:
+            lease = self._server.get_object("leases", LEASE, SERVICE_NS) or {}
+            leader = (lease.get("spec") or {}).get("holderIdentity") or ""
+        self.trace.write(json.dumps({
+            "t": round(time.monotonic(), 3), "ev": kind, "key": key,
+            "rv": ((new or {}).get("metadata") or {}).get("resourceVersion"),
+            "was": was and list(was[:2]), "now": now and list(now[:2]),
+            "conds": conds, "leader": leader,
+            "msg": [c.get("message", "")[:160] for c in status.get("conditions") or []
+                    if c.get("type") in ("Evicted", "Preempted")],
+        }) + "\n")  # fmt: skip
 
     def recount(self, server: Any) -> None:
         """Recompute what is held from the store (server's loop): drift is a checker bug."""
@@ -427,6 +461,8 @@ def run() -> dict[str, Any]:
         drain = time.monotonic() - faults_stopped
         time.sleep(3.0)  # the leader's last queue status writes
         api.call(checker.recount)
+        if checker.trace is not None:
+            checker.trace.close()
         # only meaningful once drained: the queue status lags the Workloads while running
         released_twice = api.call(lambda s: _released_twice(s, tree)) if not unfinished else None
         stop.set()

@@ -54,6 +54,8 @@ class Applier:
         self.pending_written: dict[str, float] = {}  # key -> when its reason was last written
         self.tasks: set[asyncio.Task[None]] = set()
         self.notices: Notices | None = None  # progress-aware preemption (serve wires it)
+        # admissions being written that an eviction waits for (see preempt)
+        self._settling: dict[str, asyncio.Event] = {}
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -68,6 +70,21 @@ class Applier:
     # -- admission -------------------------------------------------------------------------
 
     async def admit(self, d: AdmittedDecision) -> None:
+        key = d.workload.key
+        try:
+            await self._admit(d)
+        finally:
+            settled = self._settling.pop(key, None)
+            if settled is not None:
+                settled.set()
+
+    async def _settled(self, key: str) -> None:
+        """Return once the admission of ``key`` being written (if any) has landed or
+        been rolled back."""
+        if key in self.ctx.sync.inflight:
+            await self._settling.setdefault(key, asyncio.Event()).wait()
+
+    async def _admit(self, d: AdmittedDecision) -> None:
         ctx = self.ctx
         key = d.workload.key
         ok = False
@@ -188,6 +205,11 @@ class Applier:
 
     async def preempt(self, d: PreemptedDecision) -> None:
         ctx = self.ctx
+        # A victim chosen while its own admission is still being written (the cycle
+        # assumed it): evict what lands. The Workload read before it lands holds no
+        # quota, so an eviction decided on it would write nothing and the admission
+        # would land after it, holding quota the preemptor is counting on.
+        await self._settled(d.workload.key)
         if not ctx.fence():
             log.warning(
                 "preemption of %s not written: this replica no longer leads", d.workload.key

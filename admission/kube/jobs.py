@@ -614,11 +614,14 @@ async def evict(
 ) -> bool:
     """Write Evicted=True (the admission stays until the job is inactive; a standalone
     Workload's is cleared in the same write). Nothing is written for a Workload that
-    finished or lost its quota meanwhile."""
+    finished or lost its quota meanwhile, and then nothing is released either: an
+    ``Evicted=True`` on a copy without quota is an earlier eviction's (the workload was
+    queued again since, and may be being admitted), not this one's."""
     now = ctx.clock()
     held: dict[str, str] = {}  # the ClusterQueue it held quota in (the write may clear it)
 
     def compute(w: Obj) -> Obj | None:
+        held.clear()
         if not o.has_quota(w) or o.is_true(w, o.EVICTED) or o.is_finished(w):
             return None
         held["cq"] = str((o.admission_of(w) or {}).get("clusterQueue", ""))
@@ -641,7 +644,8 @@ async def evict(
         ctx.metrics.api_writes.labels("evict", "error").inc()
         ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))  # a later cycle may retry
         return False
-    if new is None or not o.is_true(new, o.EVICTED):
+    wrote = bool(held)  # compute returned a status, and it was written
+    if new is None or not o.is_true(new, o.EVICTED) or not (wrote or o.has_quota(new)):
         ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))
         return False
     if o.has_quota(new):
