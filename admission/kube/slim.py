@@ -20,8 +20,9 @@ informers of the three kinds that come in large numbers store a *slim* object:
 
 Stored objects are then *packed* (:class:`Slimmer.pack`): the parts that repeat across
 objects (the slimmed template specs and metadata, condition messages) are interned
-once and referenced, the rest is one compact JSON ``bytes``. A slim pending Job costs
-~400 bytes instead of ~10 KB. ``Informer.get`` unpacks a fresh dict on each call; the
+once and referenced, the rest is one compact JSON ``bytes``, deflated against a
+dictionary of the kind's first records (:class:`RecordDeflater`). A slim pending Job
+costs ~200 bytes instead of ~10 KB. ``Informer.get`` unpacks a fresh dict on each call; the
 interned parts are shared between objects and must never be modified in place (no
 code here does: every write computes a new body).
 
@@ -33,6 +34,7 @@ the last full version seen (a small recent-object buffer) or reads it from the A
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -284,6 +286,46 @@ def _unpack_json(raw: bytes) -> Any:
     return _loads(raw)
 
 
+class RecordDeflater:
+    """Deflate packed records with a preset dictionary learnt from the first ones.
+
+    A pending Job's record is ~200 bytes and its Workload's ~470, and most of that is
+    what every record of the kind repeats (keys, the queue label, the owner reference,
+    the pending condition): alone, so little text barely compresses; against a
+    dictionary of the kind's first :attr:`SAMPLES` records it comes to ~80 and ~120
+    bytes, for ~15 µs per write and ~3 µs per read. The dictionary is fixed once learnt
+    (every record deflated with it needs it); records stored before it stay as they
+    are, and so does any record that would not shrink. A deflated record starts with a
+    0 byte, which packed JSON (an object: ``{``) never does."""
+
+    SAMPLES = 40
+    SIZE = 4096  # the dictionary: the end of the samples (nearest text is cheapest)
+    _WBITS = -12  # raw deflate, a 4 KiB window: the dictionary and a record fit in it
+
+    def __init__(self) -> None:
+        self._samples: list[bytes] = []
+        self._zdict: bytes | None = None
+
+    def deflate(self, raw: bytes) -> bytes:
+        zdict = self._zdict
+        if zdict is None:
+            self._samples.append(raw)
+            if len(self._samples) >= self.SAMPLES:
+                self._zdict = b"".join(self._samples)[-self.SIZE :]
+                self._samples = []
+            return raw
+        z = zlib.compressobj(6, zlib.DEFLATED, self._WBITS, 8, zlib.Z_DEFAULT_STRATEGY, zdict)
+        out = b"\0" + z.compress(raw) + z.flush()
+        return out if len(out) < len(raw) else raw
+
+    def inflate(self, record: bytes) -> bytes:
+        if not record or record[0] != 0:
+            return record
+        assert self._zdict is not None  # only records deflated with it start with 0
+        z = zlib.decompressobj(self._WBITS, self._zdict)
+        return z.decompress(record[1:]) + z.flush()
+
+
 # -- walking paths ----------------------------------------------------------------------------
 
 
@@ -347,6 +389,7 @@ class Slimmer:
         self.lift = tuple(lift)
         self.spec_options = dict(spec_options or {})
         self.interner = interner or Interner()
+        self.deflater = RecordDeflater()
 
     def slim(self, obj: Obj) -> Obj:
         """The slim copy of a full object (slimming a slim one changes nothing)."""
@@ -384,13 +427,13 @@ class Slimmer:
             for container, key in list(_get_all(skeleton, path)):
                 shared.append(container[key])
                 container[key] = None
-        raw = _pack_json(skeleton)
+        raw = self.deflater.deflate(_pack_json(skeleton))
         return (raw, *shared) if shared else raw
 
     def unpack(self, record: bytes | tuple[Any, ...]) -> Obj:
         if isinstance(record, bytes):
-            return _unpack_json(record)  # type: ignore[no-any-return]
-        obj: Obj = _unpack_json(record[0])
+            return _unpack_json(self.deflater.inflate(record))  # type: ignore[no-any-return]
+        obj: Obj = _unpack_json(self.deflater.inflate(record[0]))
         it = iter(record[1:])
         for path in self.lift:
             for container, key in list(_get_all(obj, path)):
