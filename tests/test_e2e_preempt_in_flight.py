@@ -18,42 +18,9 @@ from typing import Any
 
 from admission.kube import client as k
 from admission.kube import objects as o
-from tests.kube_harness import (
-    Stack,
-    admitted,
-    cluster_queue,
-    eventually,
-    flavor,
-    local_queue,
-    namespace,
-    stack,
-    workload,
-)
+from tests.kube_harness import Stack, admitted, eventually, stack
 from tests.kube_invariants import InvariantChecker, quotas_of
-
-NS = "team-a"
-
-
-def objects() -> list[dict[str, Any]]:
-    return [
-        namespace(NS),
-        flavor("f"),
-        cluster_queue("cq", {"f": {"cpu": 4}}, preemption={"withinClusterQueue": "LowerPriority"}),
-        local_queue(NS, "lq", "cq"),
-    ]
-
-
-def standalone(name: str, *, priority: int = 0) -> dict[str, Any]:
-    return workload(NS, name, queue="lq", pod_sets=[("main", 1, "4")], priority=priority)
-
-
-async def finish(s: Stack, name: str) -> None:
-    patch = [{"op": "add", "path": "/status/conditions/-", "value": {
-        "type": "Finished", "status": "True", "reason": "Succeeded", "message": "done",
-        "lastTransitionTime": "2026-01-01T00:00:00Z"}}]  # fmt: skip
-    await s.user.patch(
-        k.WORKLOADS, name, patch, namespace=NS, subresource="status", content_type=k.JSON_PATCH
-    )
+from tests.test_kube_write_economy import NS, mark_finished, objects, standalone
 
 
 class HeldAdmission:
@@ -104,7 +71,7 @@ def test_a_victim_whose_admission_is_in_flight_is_evicted_after_it_lands(
             w = s.get("workloads", "w", NS)
             assert w is not None and not o.has_quota(w) and o.is_true(w, o.EVICTED)
             hold = HeldAdmission(s, "w")
-            await finish(s, "h1")  # w is admitted again: its write is held on the wire
+            await mark_finished(s, "h1")  # w is admitted again: its write is held on the wire
             await eventually(lambda: hold.held.is_set(), what="w's admission is being written")
             preempted = ctrl.stats["preempted"]
             await s.user.create(k.WORKLOADS, standalone("h2", priority=100), namespace=NS)
