@@ -42,6 +42,7 @@ from typing import Any, TextIO
 import yaml
 
 from admission.drivers import strict
+from admission.drivers.loader_blocks import NotPlain, block_documents
 from admission.integrations.base import (
     Integration,
     IntegrationError,
@@ -70,10 +71,13 @@ __all__ = [
     "GeneratedName",
     "Inputs",
     "LoadError",
+    "NotPlain",
     "STDIN",
     "default_namespaces",
+    "load_documents",
     "load_paths",
     "merge",
+    "plain_yaml_documents",
 ]
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -586,8 +590,57 @@ def _job_workloads(
         raise origin.error(message, kind=integration.kind, name=name) from None
 
 
-class _NotPlain(Exception):
-    """The stream uses a YAML feature the fast path leaves to the full loader."""
+_NotPlain = NotPlain
+
+
+def _plain_scalars(loader: Any) -> Callable[[str], Any]:
+    """The value of a plain scalar as the full loader makes it (YAML 1.1 resolver and
+    safe constructors), once per distinct text: they repeat a lot (kinds, API versions,
+    images). A merge key or a value without a safe constructor (``=``) is the full
+    loader's to report."""
+    cache: dict[str, Any] = {}
+    constructors = loader.yaml_constructors
+    str_tag = "tag:yaml.org,2002:str"
+    miss = _NO_KEY
+
+    def plain(value: str) -> Any:
+        got = cache.get(value, miss)
+        if got is not miss:
+            return got
+        tag = loader.resolve(yaml.ScalarNode, value, (True, False))
+        if tag == str_tag:
+            obj: Any = value
+        else:
+            construct = constructors.get(tag)
+            if construct is None or tag == "tag:yaml.org,2002:merge":
+                raise _NotPlain
+            try:
+                obj = construct(loader, yaml.ScalarNode(tag, value))
+            except (ValueError, OverflowError):  # "2001-13-45": a timestamp, but no date
+                raise _NotPlain from None
+        cache[value] = obj
+        return obj
+
+    return plain
+
+
+def _block_documents(text: str) -> Iterator[Any]:
+    """The documents of a block-style stream, read line by line (``loader_blocks``)."""
+    loader = _SafeLoader("")
+    try:
+        yield from block_documents(text, _plain_scalars(loader))
+    finally:
+        loader.dispose()
+
+
+def plain_yaml_documents(text: str) -> list[Any]:
+    """Every document of a YAML stream (``None`` for an empty one) read by the fast
+    paths, the values ``yaml.safe_load_all`` gives; ``NotPlain`` when the text needs the
+    full loader (which then also words any syntax error)."""
+    try:
+        return list(_block_documents(text))
+    except _NotPlain:
+        return list(_fast_documents(text))
 
 
 def _fast_documents(text: str) -> Iterator[Any]:
@@ -596,30 +649,20 @@ def _fast_documents(text: str) -> Iterator[Any]:
 
     The same values as ``yaml.safe_load_all`` for the plain YAML Kubernetes manifests
     are made of, without composing a node graph first: plain scalars are resolved
-    once per distinct value (they repeat a lot: kinds, API versions, images), quoted
-    ones are strings. Anything else (anchors, aliases, tags, merge keys) raises
-    ``_NotPlain``, and the caller reads on with the full loader from the first document
-    not yet given; so do syntax errors, so that their messages come from one place.
+    once per distinct value, quoted ones are strings. Anything else (anchors, aliases,
+    tags, merge keys) raises ``_NotPlain``, and the caller reads on with the full
+    loader from the first document not yet given; so do syntax errors, so that their
+    messages come from one place.
     """
     loader = _SafeLoader(text)
-    cache: dict[str, Any] = {}
-    constructors = loader.yaml_constructors
-    str_tag = "tag:yaml.org,2002:str"
-
-    def plain(value: str) -> Any:
-        tag = loader.resolve(yaml.ScalarNode, value, (True, False))
-        if tag == "tag:yaml.org,2002:merge":
-            raise _NotPlain
-        obj = value if tag == str_tag else constructors[tag](loader, yaml.ScalarNode(tag, value))
-        cache[value] = obj
-        return obj
+    plain = _plain_scalars(loader)
 
     scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
     mapping_start, sequence_start = yaml.MappingStartEvent, yaml.SequenceStartEvent
     mapping_end, sequence_end = yaml.MappingEndEvent, yaml.SequenceEndEvent
     document_end, stream_end = yaml.DocumentEndEvent, yaml.StreamEndEvent
     next_event = loader.get_event
-    no_key = miss = _NO_KEY
+    no_key = _NO_KEY
     # The container being built, its pending key (mappings; _NO_KEY: none yet) and
     # whether it is a list; the enclosing ones wait on the stack.
     stack: list[tuple[Any, Any, bool]] = []
@@ -635,8 +678,7 @@ def _fast_documents(text: str) -> Iterator[Any]:
                     raise _NotPlain
                 value: Any = ev.value
                 if ev.implicit[0]:
-                    got = cache.get(value, miss)
-                    value = plain(value) if got is miss else got
+                    value = plain(value)
             elif cls is mapping_start or cls is sequence_start:
                 if ev.anchor is not None or (ev.tag is not None and ev.tag != "!"):
                     raise _NotPlain
@@ -734,15 +776,18 @@ def _documents_of(file: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
             if doc is not None:
                 yield index, _mapping(doc, file, index)
         return
-    given = 0  # documents the fast path gave (the full loader resumes after them)
-    try:
-        for doc in _fast_documents(text):
-            index, given = given, given + 1
-            if doc is not None:
-                yield index, _mapping(doc, file, index)
-        return
-    except _NotPlain:
-        pass
+    given = 0  # documents a fast path gave (the next path resumes after them)
+    for fast in (_block_documents, _fast_documents):
+        try:
+            for index, doc in enumerate(fast(text)):
+                if index < given:
+                    continue
+                given = index + 1
+                if doc is not None:
+                    yield index, _mapping(doc, file, index)
+            return
+        except _NotPlain:
+            pass
     for index, doc in _yaml_documents(file, text):
         if index >= given:
             yield index, doc
@@ -797,6 +842,8 @@ def _yaml_documents(file: str, text: str) -> Iterator[tuple[int, dict[str, Any]]
             index = _document_at(text, mark.line)  # the scanner reads ahead of the index
         problem = getattr(exc, "problem", None) or str(exc)
         raise LoadError(f"invalid YAML{where}: {problem}", file=file, document=index) from None
+    except (ValueError, OverflowError) as exc:  # a scalar its constructor refuses
+        raise LoadError(f"invalid YAML: {exc}", file=file, document=index) from None
     finally:
         loader.dispose()
 
