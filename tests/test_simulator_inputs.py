@@ -203,3 +203,63 @@ def test_a_scenario_file_that_does_not_exist_or_is_not_yaml_is_bad_input(tmp_pat
     bad.write_text("cohorts: [\n")
     with pytest.raises(ScenarioError, match="invalid YAML at line"):
         load_scenario(str(bad))
+
+
+# -- a JSON-lines trace is read one line at a time, its errors as if read whole ----------
+
+GOOD_LINE = (
+    '{"name": "%s", "namespace": "team-a", "localQueue": "main", "arrival": 0, "runtime": 5,'
+    ' "podSets": [{"name": "main", "count": 1, "requests": {"nvidia.com/gpu": 1}}]}'
+)
+BAD_ENTRY = '{"name": "bad", "namespace": "team-a", "localQueue": "main", "arrival": 0}'
+
+
+def _jsonl(tmp_path: Path, lines: list[str], raw: bytes = b"") -> str:
+    (tmp_path / "jobs.jsonl").write_bytes("\n".join(lines).encode() + b"\n" + raw)
+    return trace_file(tmp_path, "trace: jobs.jsonl\n")
+
+
+@pytest.mark.parametrize(
+    ("lines", "raw", "message"),
+    [
+        # a line that is not JSON, after a bad entry: the file's own error first
+        ([GOOD_LINE % "a", BAD_ENTRY, "{not json"], b"", "jobs.jsonl: line 3: not valid JSON"),
+        # a file that cannot be decoded, after a line that is not JSON: cannot read first
+        ([GOOD_LINE % "a", "{not json"], b"\xff\xfe\n", "jobs.jsonl: cannot read"),
+        ([BAD_ENTRY], b"\xff\n", "jobs.jsonl: cannot read"),
+        # a duplicate before a bad entry: the bad entry first (duplicates are checked last)
+        (
+            [GOOD_LINE % "a", GOOD_LINE % "a", BAD_ENTRY],
+            b"",
+            "jobs.jsonl: line 3: runtime: Required value",
+        ),
+        (
+            [GOOD_LINE % "a", "", GOOD_LINE % "b", GOOD_LINE % "a"],
+            b"",
+            "jobs.jsonl: line 4: name: workload team-a/a is already defined at ",
+        ),
+        (
+            [GOOD_LINE % "a", BAD_ENTRY, GOOD_LINE % "b"],
+            b"",
+            "jobs.jsonl: line 2: runtime: Required value",
+        ),
+        (["", "  "], b"", "no workloads"),
+    ],
+)
+def test_a_json_lines_trace_reports_the_error_a_whole_read_would(
+    tmp_path: Path, lines: list[str], raw: bytes, message: str
+) -> None:
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(_jsonl(tmp_path, lines, raw))
+    assert message in str(err.value)
+    if "already defined" in message:
+        assert str(err.value).endswith("jobs.jsonl: line 1")
+
+
+def test_json_lines_are_numbered_as_splitlines_numbers_them(tmp_path: Path) -> None:
+    """A form feed or CR alone ends a line too (str.splitlines), as when the whole
+    file was split at once."""
+    text = (GOOD_LINE % "a") + "\r" + (GOOD_LINE % "b") + "\x0c\n" + BAD_ENTRY + "\n"
+    (tmp_path / "jobs.jsonl").write_text(text, newline="")
+    with pytest.raises(ScenarioError, match="line 4: runtime: Required value"):
+        load_scenario(trace_file(tmp_path, "trace: jobs.jsonl\n"))

@@ -44,12 +44,18 @@ import copy
 import json
 import math
 import os
-import tempfile
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import yaml
 
-from admission.drivers.loader import Inputs, LoadError, load_paths
+from admission.drivers.loader import (
+    Inputs,
+    LoadError,
+    NotPlain,
+    load_documents,
+    plain_yaml_documents,
+)
 from admission.integrations.base import IntegrationError, workload_model
 from admission.integrations.registry import BY_KIND, INTEGRATIONS
 from admission.sim.scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
@@ -58,7 +64,6 @@ from queues.model import PodSet, PriorityClass, TopologyRequest, Workload
 from queues.quantity import QuantityError, to_units
 
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _TRACE_DOC = {"trace", "name", "description"}
 _ENTRY = {
     "name",
@@ -93,6 +98,10 @@ def read_documents(path: str) -> list[Any]:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(f"{path}: cannot read: {e}") from None
+    try:
+        return plain_yaml_documents(text)
+    except NotPlain:
+        pass  # anchors, tags, block scalars, or a syntax error: the full loader's
     try:
         return list(yaml.load_all(text, Loader=_SafeLoader))
     except yaml.YAMLError as e:
@@ -132,7 +141,7 @@ def load_trace(path: str, docs: list[Any], *, trace_path: str | None = None) -> 
             f"{path}: Workload {inputs.workloads[0].key}: workloads of a trace go in the trace: list "
             "(they need an arrival and a runtime)"
         )
-    entries: list[tuple[str, Any]] = []
+    entries: Iterable[tuple[str, Any]] = ()
     name = os.path.splitext(os.path.basename(path))[0]
     if trace_docs:
         index, tdoc = trace_docs[0]
@@ -151,22 +160,39 @@ def load_trace(path: str, docs: list[Any], *, trace_path: str | None = None) -> 
             raise ScenarioError(
                 f"{where}: must be a list of workloads or the path of a JSON-lines file"
             )
-    if trace_path is not None:
-        entries = _read_jsonl(trace_path)
-    if not entries:
-        raise ScenarioError(f"{path}: no workloads: add a trace: list (or a JSON-lines file)")
+    jsonl = _JsonLines(trace_path) if trace_path is not None else None
+    if jsonl is not None:
+        entries = jsonl
     priorities = {**inputs.priority_classes, **inputs.workload_priority_classes}
     default = next((p for p in inputs.priority_classes.values() if p.global_default), None)
-    workloads = [
-        _entry(where, entry, index=k, inputs=inputs, priorities=priorities, default=default)
-        for k, (where, entry) in enumerate(entries)
-    ]
-    seen: dict[str, str] = {}
-    for (where, _), s in zip(entries, workloads, strict=True):
-        key = s.workload.key
-        if key in seen:
-            raise ScenarioError(f"{where}: name: workload {key} is already defined at {seen[key]}")
-        seen[key] = where
+    workloads: list[SimWorkload] = []
+    seen: dict[str, int] = {}  # workload key -> index of the entry that defined it
+    wheres: list[str] = []  # (a trace list's entries only; a file's are its line numbers)
+    duplicate: ScenarioError | None = None  # reported once every entry is known good
+    try:
+        for k, (where, entry) in enumerate(entries):
+            s = _entry(where, entry, index=k, inputs=inputs, priorities=priorities,
+                       default=default)  # fmt: skip
+            workloads.append(s)
+            if jsonl is None:
+                wheres.append(where)
+            key = s.workload.key
+            first = seen.get(key)
+            if first is None:
+                seen[key] = k
+            elif duplicate is None:
+                at = wheres[first] if jsonl is None else jsonl.where(first)
+                duplicate = ScenarioError(
+                    f"{where}: name: workload {key} is already defined at {at}"
+                )
+    except ScenarioError:
+        if jsonl is not None:
+            jsonl.check_rest()  # the file's own errors (JSON, encoding) come first
+        raise
+    if not workloads:
+        raise ScenarioError(f"{path}: no workloads: add a trace: list (or a JSON-lines file)")
+    if duplicate is not None:
+        raise duplicate
     return Scenario(
         name=name,
         flavors=inputs.flavors,
@@ -189,41 +215,70 @@ def _load_objects(path: str, objects: list[tuple[int, Any]]) -> Inputs:
         raise ScenarioError(
             f"{path}: no queue objects (ResourceFlavor, ClusterQueue, LocalQueue, …)"
         )
-    fd, tmp = tempfile.mkstemp(suffix=".yaml", prefix="qm-trace-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yaml.dump_all([doc for _, doc in objects], f, Dumper=_SafeDumper, sort_keys=False)
-        try:
-            return load_paths([tmp])
-        except LoadError as e:
-            index = (
-                objects[e.document][0]
-                if e.document is not None and e.document < len(objects)
-                else None
-            )
-            err = LoadError(
-                e.detail, file=path, document=index, kind=e.kind, name=e.name, path=e.path
-            )
-            raise ScenarioError(str(err)) from None
-    finally:
-        os.unlink(tmp)
+        return load_documents((path, index, doc) for index, doc in objects)
+    except LoadError as e:
+        # the document's index in the trace file, as loading that file alone names it
+        err = LoadError(
+            e.detail, file=path, document=e.document, kind=e.kind, name=e.name, path=e.path
+        )
+        raise ScenarioError(str(err)) from None
 
 
-def _read_jsonl(path: str) -> list[tuple[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{path}: cannot read: {e}") from None
-    out = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+class _JsonLines:
+    """(where, entry) of every non-blank line of a JSON-lines file, read one at a time:
+    a large trace's text and raw entries are never all held at once.
+
+    Its errors are the ones, and in the order, a read of the whole file before any
+    entry is looked at would give: cannot read (encoding) first, then the first line
+    that is not JSON. A caller that finds an entry bad calls ``check_rest`` before
+    saying so."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lines: list[int] = []  # line number of each entry given
         try:
-            out.append((f"{path}: line {n}", json.loads(line)))
+            self._file = open(path, encoding="utf-8", newline="")  # noqa: SIM115
+        except OSError as e:
+            raise ScenarioError(f"{path}: cannot read: {e}") from None
+        self._rest = self._numbered()
+
+    def where(self, entry: int) -> str:
+        return f"{self.path}: line {self.lines[entry]}"
+
+    def _numbered(self) -> Iterator[tuple[int, str]]:
+        """(number, text) of every line, numbered as ``str.splitlines`` numbers them."""
+        n = 0
+        try:
+            with self._file:
+                for chunk in self._file:
+                    for line in chunk.splitlines():
+                        n += 1
+                        yield n, line
+        except (OSError, UnicodeDecodeError) as e:
+            raise ScenarioError(f"{self.path}: cannot read: {e}") from None
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        for n, line in self._rest:
+            if line.strip():
+                entry = self._decode(n, line)
+                self.lines.append(n)
+                yield f"{self.path}: line {n}", entry
+
+    def check_rest(self) -> None:
+        """Raise the error the rest of the file holds, if any."""
+        for n, line in self._rest:
+            if line.strip():
+                self._decode(n, line)
+
+    def _decode(self, n: int, line: str) -> Any:
+        try:
+            return json.loads(line)
         except json.JSONDecodeError as e:
-            raise ScenarioError(f"{path}: line {n}: not valid JSON: {e.msg}") from None
-    return out
+            error = ScenarioError(f"{self.path}: line {n}: not valid JSON: {e.msg}")
+        for _ in self._rest:  # a file that cannot be read says that first
+            pass
+        raise error
 
 
 def _fail(where: str, field: str, message: str) -> ScenarioError:
