@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission.drivers.loader import LoadError, _block_documents, _documents, _NotPlain
+from admission.drivers.loader_blocks import _lines
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -133,6 +134,11 @@ def test_empty_flow_collections_are_new_objects() -> None:
     assert len({id(v) for v in values}) == len(values)
     docs[0]["a"]["x"] = 1
     assert docs[1]["a"] == {}
+
+
+@given(text=st.text(st.sampled_from("ab\n"), max_size=40), chunk=st.integers(0, 6))
+def test_lines_are_split_a_chunk_at_a_time_as_split_splits_them(text: str, chunk: int) -> None:
+    assert list(_lines(text, chunk)) == text.split("\n")
 
 
 def test_every_yaml_file_of_the_repository() -> None:

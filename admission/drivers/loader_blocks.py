@@ -69,7 +69,7 @@ def block_documents(text: str, plain: Callable[[str], Any]) -> Iterator[Any]:
     waiting = False
     w_indent, w_key, w_same_level = 0, _NO_KEY, False
     w_collection: Any = None
-    for raw in text.split("\n"):
+    for raw in _lines(text):
         line = known.get(raw)
         if line is None:
             line = classify(raw)
@@ -154,6 +154,19 @@ def block_documents(text: str, plain: Callable[[str], Any]) -> Iterator[Any]:
         yield root
 
 
+def _lines(text: str, chunk: int = 1 << 16) -> Iterator[str]:
+    """``text.split("\\n")``, a chunk at a time: the lines of a large input are never
+    all held at once."""
+    start = 0
+    while True:
+        cut = text.find("\n", start + chunk)
+        if cut < 0:
+            yield from text[start:].split("\n")
+            return
+        yield from text[start:cut].split("\n")
+        start = cut + 1
+
+
 def _put(collection: Any, key: Any, value: Any) -> None:
     if key is _NO_KEY:
         collection.append(value)
@@ -170,7 +183,7 @@ _ENTRY_MAP, _ENTRY_MAP_OPEN = 6, 7  # - key: value / - key: (the block below)
 # Values that must be a new object at every use
 _NEW_DICT, _NEW_LIST = object(), object()
 _EMPTY_FLOW = {"{}": _NEW_DICT, "[]": _NEW_LIST}
-_MAX_KNOWN_LINES = 1 << 16
+_MAX_KNOWN_LINES = 1 << 14
 
 Line = tuple[int, int, Any, Any, int]  # kind, indent, key, value, column of an entry's map
 
