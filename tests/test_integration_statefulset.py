@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonpatch
 
+from admission.drivers.loader import load_documents
 from admission.integrations.statefulset import STATEFULSET
 from admission.kube import client as k
 from admission.kube import objects as o
@@ -191,6 +192,12 @@ def test_the_mutating_webhook_on_update_leaves_a_queued_template_and_marks_a_new
 
 def test_plan_admits_a_statefulset_only_when_all_its_replicas_fit(tmp_path: Path) -> None:
     gang_scenario(CASE, tmp_path)
+
+
+def test_plan_reads_a_statefulset_scaled_to_zero_as_running_nothing() -> None:
+    idle = statefulset("idle", [("main", 0)], meta("idle"))
+    inputs = load_documents([("f.yaml", 0, idle)])
+    assert inputs.workloads == [] and not inputs.warnings
 
 
 # ---------------------------------------------------------------------------- serve

@@ -74,6 +74,12 @@ class StatefulSetIntegration(PodOwnerIntegration):
                  path=_TEMPLATE)
         ]  # fmt: skip
 
+    def plan_workloads(self, obj: Mapping[str, Any]) -> list[tuple[str | None, list[Role]]]:
+        """Its one Workload; none for a set scaled to zero (it runs nothing)."""
+        if self.replicas(obj) == 0:
+            return []
+        return super().plan_workloads(obj)
+
     def suspend_edits(self, obj: Mapping[str, Any], labels: Mapping[str, str]) -> list[Edit]:
         replicas = (obj.get("spec") or {}).get("replicas")
         count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
