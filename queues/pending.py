@@ -92,9 +92,10 @@ class PendingQueue:
         # Individually parked workloads (BestEffortFIFO), outside any group.
         self._parked: dict[str, Workload] = {}
         # (order key, workload key) of each active group's first workload: all of them,
-        # and per LocalQueue.
+        # and per LocalQueue (kept only once admission fair sharing asks for it: without
+        # it, maintaining it was half the cost of every pop and park).
         self._heads: SortedList = SortedList()
-        self._lq_heads: dict[str, SortedList] = {}
+        self._lq_heads: dict[str, SortedList] | None = None
         # A preemptor waiting for its victims stays the head (Kueue's "sticky" head).
         self.sticky: str | None = None
         # Called when work is parked: the owner keeps track of which queues a capacity
@@ -119,14 +120,21 @@ class PendingQueue:
     def _index(self, group: tuple[str, int]) -> None:
         head = self._groups[group][0]
         self._heads.add(head)
-        lq = self._lq_heads.get(group[0])
+        if self._lq_heads is not None:
+            self._lq_index(group[0], head)
+
+    def _lq_index(self, lq_key: str, head: tuple[OrderKey, str]) -> None:
+        assert self._lq_heads is not None
+        lq = self._lq_heads.get(lq_key)
         if lq is None:
-            lq = self._lq_heads[group[0]] = SortedList()
+            lq = self._lq_heads[lq_key] = SortedList()
         lq.add(head)
 
     def _unindex(self, group: tuple[str, int]) -> None:
         head = self._groups[group][0]
         self._heads.remove(head)
+        if self._lq_heads is None:
+            return
         lq = self._lq_heads[group[0]]
         lq.remove(head)
         if not lq:
@@ -254,6 +262,10 @@ class PendingQueue:
             return None
         if lq_usage is None:
             return self._keys[self._heads[0][1]][2]
+        if self._lq_heads is None:  # first use: index the heads by LocalQueue from now on
+            self._lq_heads = {}
+            for head in self._heads:
+                self._lq_index(self._keys[head[1]][0][0], head)
         best: tuple | None = None
         for lq, heads in self._lq_heads.items():
             cand = (lq_usage(lq), heads[0])

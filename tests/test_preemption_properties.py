@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission.engine.cache import Cache
-from admission.engine.preemption import Preemptor
+from admission.engine.preemption import Preemptor, Variant
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
 from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
@@ -117,3 +117,46 @@ def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObjec
         tree.add_usage(t.cluster_queue, cache.usage_of[t.key])
         assert not Preemptor._fits(node, requests, allow), f"victim {t.key} was unnecessary"
         tree.remove_usage(t.cluster_queue, cache.usage_of[t.key])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world(), st.data())
+def test_candidate_collection_agrees_with_classifying_each(w: tuple, data: st.DataObject) -> None:
+    """``_from_cq`` works out the policy once per ClusterQueue; it must list exactly the
+    workloads (and variants, in order) that classifying each admitted workload with
+    ``_classify`` — Kueue's per-candidate reading — gives."""
+    cqs, cohorts, ops = w
+    flavors = {f: ResourceFlavor(name=f) for f in FLAVORS}
+    lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
+    cache = Cache(flavors=flavors, cluster_queues=cqs, cohorts=cohorts, local_queues=lqs)
+    sched = Scheduler(cache)
+    seq = 0
+    for op in ops:
+        if op[0] == "submit":
+            seq += 1
+            _, cq, count, cpu, gpu, prio = op
+            cache.add_workload(_workload(cq, seq, count, cpu, gpu, prio))
+            for p in sched.schedule().preempted:
+                cache.evicted(p.workload.key)
+    cq = data.draw(st.sampled_from(sorted(cqs)))
+    flavor = cqs[cq].resource_groups[0].flavors[0].name
+    preemptor = _workload(cq, 9999, 1, 1, 0, data.draw(st.integers(0, 3)))
+    preemptor.creation_time = data.draw(st.floats(0, float(seq + 1)))
+    frs = set(data.draw(st.sets(st.sampled_from([(flavor, "cpu"), (flavor, "nvidia.com/gpu")]))))
+    advantage = data.draw(st.booleans())
+    snap = Snapshot(cache.tree)
+    if cache.admitted:
+        snap.victims.add(data.draw(st.sampled_from(sorted(cache.admitted))))
+    pre = Preemptor(cache)
+    for cand_cq in sorted(cqs):
+        got = [
+            (c.key, c.variant)
+            for c in pre._from_cq(snap, preemptor, cq, cand_cq, None, frs, advantage)
+        ]
+        want = [
+            (k, v)
+            for k in cache.by_cq.get(cand_cq, {})
+            if k not in snap.victims
+            and (v := pre._classify(preemptor, cq, k, cand_cq, frs, advantage)) != Variant.NEVER
+        ]
+        assert got == want, (cand_cq, got, want)

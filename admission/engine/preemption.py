@@ -224,16 +224,57 @@ class Preemptor:
         frs: set[FlavorResource],
         advantage: bool,
     ) -> list[Candidate]:
-        out = []
+        """The candidates of one ClusterQueue: :meth:`_classify` for each of its admitted
+        workloads, with what is the same for all of them (policy, priorities, kind of
+        reclaim) worked out once; ``test_preemption_properties`` checks the two agree."""
+        cache = self.cache
+        keys = cache.by_cq.get(cand_cq)
+        if not keys:
+            return []
+        same = cand_cq == cq_name
+        p = cache.cluster_queues[cq_name].preemption
+        policy = p.within_cluster_queue if same else p.reclaim_within_cohort
+        if policy not in (LOWER_PRIORITY, LOWER_OR_NEWER_EQUAL_PRIORITY, ANY):
+            return []  # Never: no workload of this queue may be preempted
+        prio = wl.priority
+        newer_equal_ok = policy == LOWER_OR_NEWER_EQUAL_PRIORITY
+        order_time = wl.queue_order_time
+        if same:
+            fixed: Variant | None = Variant.WITHIN_CQ
+        elif advantage:
+            fixed = Variant.HIERARCHICAL_RECLAIM
+        elif p.borrow_within_cohort == NEVER:
+            fixed = Variant.RECLAIM_WITHOUT_BORROWING
+        else:
+            fixed = None  # by the candidate's priority (borrowWithinCohort's threshold)
+        threshold = p.max_priority_threshold
         excluded = snap.victims
         progress = self.progress
-        for key in self.cache.by_cq.get(cand_cq, {}):
+        usage_of = cache.usage_of
+        workloads = cache.workloads
+        single = next(iter(frs)) if len(frs) == 1 else None
+        out = []
+        for key in keys:
             if key in excluded:
                 continue
-            v = self._classify(wl, cq_name, key, cand_cq, frs, advantage)
-            if v == Variant.NEVER:
+            usage = usage_of[key]
+            if single is not None:
+                if single not in usage:
+                    continue
+            elif not any(fr in usage for fr in frs):
                 continue
-            cand = self.cache.workloads[key]
+            cand = workloads[key]
+            cp = cand.priority
+            if policy != ANY and not (
+                cp < prio or (newer_equal_ok and cp == prio and order_time < cand.queue_order_time)
+            ):
+                continue
+            v = fixed
+            if v is None:
+                if cp >= prio or (threshold is not None and cp > threshold):
+                    v = Variant.RECLAIM_WITHOUT_BORROWING
+                else:
+                    v = Variant.RECLAIM_WHILE_BORROWING
             if progress is not None and progress.protected(cand, cand_cq, cq_name):
                 continue  # minimumRuntime
             out.append(Candidate(key, cand, cand_cq, lca, v))
