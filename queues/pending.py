@@ -274,6 +274,26 @@ class PendingQueue:
         assert best is not None
         return self._keys[best[1][1]][2]
 
+    def take_head(self, lq_usage: Callable[[str], float] | None = None) -> Workload | None:
+        """The workload a cycle nominates, left where it is until the cycle decides
+        (:meth:`remove` when admitted, :meth:`park`, or :meth:`keep` when it goes back
+        to the heap): a head that goes back costs nothing. A waiting preemptor stops
+        being the sticky head when another workload is taken (as :meth:`pop_head`)."""
+        wl = self.head(lq_usage)
+        if wl is not None and self.sticky != wl.key:
+            self.sticky = None
+        return wl
+
+    def keep(self, wl: Workload) -> None:
+        """A head taken by :meth:`take_head` goes back to the heap: where it is, exactly
+        as :meth:`push` would put it back (it stops being the sticky head)."""
+        entry = self._keys.get(wl.key)
+        if entry is None or entry[2] is not wl or entry[0] not in self._active:
+            self.push(wl)
+            return
+        if self.sticky == wl.key:
+            self.sticky = None
+
     def pop_head(self, lq_usage: Callable[[str], float] | None = None) -> Workload | None:
         wl = self.head(lq_usage)
         if wl is not None:

@@ -459,6 +459,77 @@ def test_head_equals_the_best_active_workload(ops: list) -> None:
         }
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["push", "remove", "park", "park_equivalent", "wake", "cycle"]),
+            st.integers(0, 10),  # workload
+            st.integers(0, 2),  # priority
+            st.integers(0, 2),  # LocalQueue
+            st.sampled_from(["admit", "park", "back", "sticky"]),  # what the cycle decided
+        ),
+        max_size=60,
+    )
+)
+def test_a_head_left_in_place_ends_where_a_popped_one_would(ops: list) -> None:
+    """The cycle takes heads without removing them (take_head) and removes, parks or
+    keeps them when it commits: every queue ends exactly as when the head was popped
+    and then removed, parked or pushed back (the sticky preemptor included)."""
+    popped, taken = PendingQueue(), PendingQueue()
+    wls: dict[int, Workload] = {}
+
+    def state(q: PendingQueue) -> tuple:
+        return (
+            [w.key for w in q.workloads()],
+            sorted(q._parked),
+            sorted(q._active),
+            list(q._heads),
+            q.sticky if q.sticky in q else None,  # a sticky key no longer queued is inert
+            q.head().key if q.head() else None,
+        )
+
+    for op, i, prio, lq, decided in ops:
+        wl = wls.get(i) or Workload(
+            namespace="ns",
+            name=f"w{i}",
+            uid=f"u{i:03d}",
+            queue_name=f"lq{lq}",
+            priority=prio,
+            creation_time=float(i % 4),
+            pod_sets=[PodSet(name="main", count=1, requests={"cpu": 1000 * (i % 2 + 1)})],
+        )
+        wls[i] = wl
+        for q in (popped, taken):
+            if op == "push":
+                q.push(wl)
+            elif op == "remove":
+                q.remove(wl.key)
+            elif op == "park" and wl.key in q:
+                q.park(wl)
+            elif op == "park_equivalent" and wl.key in q._keys:
+                q.park_equivalent(wl)
+            elif op == "wake":
+                q.requeue_inadmissible()
+        if op != "cycle":
+            continue
+        a, b = popped.pop_head(), taken.take_head()
+        assert (a.key if a else None) == (b.key if b else None)
+        if a is None or b is None:
+            continue
+        if decided == "admit":
+            taken.remove(b.key)
+        elif decided == "park":
+            popped.park(a)
+            taken.park(b)
+        else:
+            popped.push(a)
+            taken.keep(b)
+            if decided == "sticky":
+                popped.sticky, taken.sticky = a.key, b.key
+        assert state(popped) == state(taken)
+
+
 def namespaced_cache() -> Cache:
     cache = make_cache(cq("cq", 10), cq("other", 10))
     cache.cluster_queues["cq"].namespace_selector = LabelSelector(match_labels=(("team", "a"),))

@@ -568,7 +568,7 @@ class Cache:
         if park and (even_if_strict or not strict):
             q.park(wl)
         else:
-            q.push(wl)
+            q.keep(wl)  # a head taken this cycle is still in place; else pushed
 
     def pending_workloads(self) -> Iterable[tuple[Workload, str | None]]:
         for name in sorted(self.queues):

@@ -201,7 +201,7 @@ class Scheduler:
             if name in cache.inactive:
                 continue
             q = cache.queues[name]
-            wl = q.pop_head(self._lq_order(name))
+            wl = q.take_head(self._lq_order(name))  # stays queued until committed
             if wl is not None:
                 heads.append(
                     Entry(workload=wl, cluster_queue=name, preemptor=wl.key in cache.preemptors)
@@ -221,7 +221,8 @@ class Scheduler:
             for e, outcome in decided:
                 self._commit(e, outcome, result)
         except BaseException:
-            # Heads not committed go back to their queues unchanged.
+            # Heads not committed are still in their queues (taken, not removed); one
+            # that is neither there nor admitted goes back.
             for e in heads:
                 key = e.workload.key
                 if key not in cache.admitted and key not in cache.queues[e.cluster_queue]:
@@ -519,6 +520,7 @@ class Scheduler:
         if isinstance(outcome, _Admit):
             wl.admission = outcome.admission
             wl.admission_time = self._clock()
+            cache.queues[e.cluster_queue].remove(wl.key)
             cache.assume(wl, e.cluster_queue, outcome.usage)
             if self._usage is not None:
                 self._usage.on_admit(wl, e.cluster_queue, outcome.usage)
@@ -543,7 +545,7 @@ class Scheduler:
             cache.status[wl.key] = e.status
             result.pending[wl.key] = e.status
             q = cache.queues[e.cluster_queue]
-            q.push(wl)
+            q.keep(wl)
             q.sticky = wl.key
             result.changed = True
             return
