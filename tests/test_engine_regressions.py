@@ -399,6 +399,32 @@ def test_head_does_not_scan_every_group() -> None:
     assert time.perf_counter() - start < 0.5
 
 
+def _queued_workload(i: int, prio: int, lq: int) -> Workload:
+    return Workload(
+        namespace="ns",
+        name=f"w{i}",
+        uid=f"u{i:03d}",
+        queue_name=f"lq{lq}",
+        priority=prio,
+        creation_time=float(i % 5),
+        pod_sets=[PodSet(name="main", count=1, requests={"cpu": 1000 * (i % 3 + 1)})],
+    )
+
+
+def _apply_queue_op(q: PendingQueue, op: str, wl: Workload) -> None:
+    """One of the random operations the PendingQueue tests drive a queue with."""
+    if op == "push":
+        q.push(wl)
+    elif op == "remove":
+        q.remove(wl.key)
+    elif op == "park" and wl.key in q:
+        q.park(wl)
+    elif op == "park_equivalent" and wl.key in q._keys:
+        q.park_equivalent(wl)
+    elif op == "wake":
+        q.requeue_inadmissible()
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(
@@ -417,28 +443,11 @@ def test_head_equals_the_best_active_workload(ops: list) -> None:
     q = PendingQueue()
     wls: dict[int, Workload] = {}
     for op, i, prio, lq in ops:
-        wl = wls.get(i) or Workload(
-            namespace="ns",
-            name=f"w{i}",
-            uid=f"u{i:03d}",
-            queue_name=f"lq{lq}",
-            priority=prio,
-            creation_time=float(i % 5),
-            pod_sets=[PodSet(name="main", count=1, requests={"cpu": 1000 * (i % 3 + 1)})],
-        )
-        wls[i] = wl
-        if op == "push":
-            q.push(wl)
-        elif op == "remove":
-            q.remove(wl.key)
-        elif op == "park" and wl.key in q:
-            q.park(wl)
-        elif op == "park_equivalent" and wl.key in q._keys:
-            q.park_equivalent(wl)
-        elif op == "wake":
-            q.requeue_inadmissible()
-        elif op == "pop":
+        wl = wls[i] = wls.get(i) or _queued_workload(i, prio, lq)
+        if op == "pop":
             q.pop_head()
+        else:
+            _apply_queue_op(q, op, wl)
         usage = {"ns/lq0": 0.5, "ns/lq1": 0.0, "ns/lq2": 0.5}
         for fn in (None, usage.__getitem__):
             best = None
@@ -490,28 +499,10 @@ def test_a_head_left_in_place_ends_where_a_popped_one_would(ops: list) -> None:
         )
 
     for op, i, prio, lq, decided in ops:
-        wl = wls.get(i) or Workload(
-            namespace="ns",
-            name=f"w{i}",
-            uid=f"u{i:03d}",
-            queue_name=f"lq{lq}",
-            priority=prio,
-            creation_time=float(i % 4),
-            pod_sets=[PodSet(name="main", count=1, requests={"cpu": 1000 * (i % 2 + 1)})],
-        )
-        wls[i] = wl
-        for q in (popped, taken):
-            if op == "push":
-                q.push(wl)
-            elif op == "remove":
-                q.remove(wl.key)
-            elif op == "park" and wl.key in q:
-                q.park(wl)
-            elif op == "park_equivalent" and wl.key in q._keys:
-                q.park_equivalent(wl)
-            elif op == "wake":
-                q.requeue_inadmissible()
+        wl = wls[i] = wls.get(i) or _queued_workload(i, prio, lq)
         if op != "cycle":
+            _apply_queue_op(popped, op, wl)
+            _apply_queue_op(taken, op, wl)
             continue
         a, b = popped.pop_head(), taken.take_head()
         assert (a.key if a else None) == (b.key if b else None)

@@ -47,9 +47,9 @@ def _workload(cq: str, seq: int, count: int, cpu: int, gpu: int, prio: int) -> W
     )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(world(), st.data())
-def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObject) -> None:
+def _filled(w: tuple) -> tuple[Cache, int]:
+    """A cache of the random world with its submitted workloads scheduled (victims
+    evicted at once); and how many were submitted."""
     cqs, cohorts, ops = w
     flavors = {f: ResourceFlavor(name=f) for f in FLAVORS}
     lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
@@ -63,6 +63,14 @@ def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObjec
             cache.add_workload(_workload(cq, seq, count, cpu, gpu, prio))
             for p in sched.schedule().preempted:
                 cache.evicted(p.workload.key)
+    return cache, seq
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world(), st.data())
+def test_victims_are_allowed_sufficient_and_minimal(w: tuple, data: st.DataObject) -> None:
+    cqs, _, _ = w
+    cache, _ = _filled(w)
     cq = data.draw(st.sampled_from(sorted(cqs)))
     spec = cqs[cq]
     flavor = spec.resource_groups[0].flavors[0].name
@@ -125,19 +133,8 @@ def test_candidate_collection_agrees_with_classifying_each(w: tuple, data: st.Da
     """``_from_cq`` works out the policy once per ClusterQueue; it must list exactly the
     workloads (and variants, in order) that classifying each admitted workload with
     ``_classify`` — Kueue's per-candidate reading — gives."""
-    cqs, cohorts, ops = w
-    flavors = {f: ResourceFlavor(name=f) for f in FLAVORS}
-    lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
-    cache = Cache(flavors=flavors, cluster_queues=cqs, cohorts=cohorts, local_queues=lqs)
-    sched = Scheduler(cache)
-    seq = 0
-    for op in ops:
-        if op[0] == "submit":
-            seq += 1
-            _, cq, count, cpu, gpu, prio = op
-            cache.add_workload(_workload(cq, seq, count, cpu, gpu, prio))
-            for p in sched.schedule().preempted:
-                cache.evicted(p.workload.key)
+    cqs, _, _ = w
+    cache, seq = _filled(w)
     cq = data.draw(st.sampled_from(sorted(cqs)))
     flavor = cqs[cq].resource_groups[0].flavors[0].name
     preemptor = _workload(cq, 9999, 1, 1, 0, data.draw(st.integers(0, 3)))

@@ -292,7 +292,7 @@ class Scheduler:
             preemptor.fair_sharing and p.reclaim_within_cohort != NEVER
         )
         kept = self._assigners.get(cq_name)
-        if kept is not None and all(a is b for a, b in zip(kept[0], built_from)):
+        if kept is not None and all(a is b for a, b in zip(kept[0], built_from, strict=True)):
             assigner = kept[1]
             # read from the spec every time, as when an assigner was built per head
             assigner.can_preempt_while_borrowing = may_borrow
