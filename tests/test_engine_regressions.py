@@ -6,6 +6,7 @@ model so that the bug, not a driver, is what they pin down.
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -713,3 +714,32 @@ def test_a_working_copy_in_use_is_not_handed_out_twice() -> None:
     tree.give_back(first)
     assert tree.working_copy() is first
     assert usage_of_tree(first) == usage_of_tree(tree)
+
+
+def test_the_collector_waits_for_the_cycle_and_is_restored_after_it() -> None:
+    """The cyclic collector is off during a cycle (its short-lived containers are freed
+    by reference counting) and as it was afterwards: on after a cycle, still off for a
+    caller that had turned it off (``plan``), on again after a cycle that raised."""
+    cache = make_cache(cq("cq", 10))
+    seen: list[bool] = []
+    sched = Scheduler(cache, clock=lambda: seen.append(gc.isenabled()) or 0.0)
+    cache.add_workload(workload("a", "cq", 1))
+    assert gc.isenabled()
+    sched.schedule()
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        cache.add_workload(workload("b", "cq", 1))
+        sched.schedule()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+    def boom() -> float:
+        raise RuntimeError("clock")
+
+    failing = Scheduler(cache, clock=boom)
+    cache.add_workload(workload("c", "cq", 1))
+    with pytest.raises(RuntimeError):
+        failing.schedule()
+    assert gc.isenabled()

@@ -17,9 +17,11 @@ The cycle returns decisions and performs no I/O; drivers apply them.
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,6 +49,36 @@ from queues.tree import QuotaNode
 if TYPE_CHECKING:
     from admission.engine.checkpoint import ProgressAware
     from admission.engine.usage import UsageTracker
+
+
+_collector_lock = threading.Lock()
+_collector_pauses = [0, False]  # cycles running now; whether the collector was enabled
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector stays off while a cycle runs, and runs after it.
+
+    A cycle allocates tens of short-lived containers per head (entries, assignments,
+    statuses) and keeps them until it ends; with thousands of heads the collector ran
+    hundreds of times inside every cycle, each time walking what the cycle still holds
+    and promoting it, so full collections of the whole heap followed every few cycles
+    (≈ a third of a 5,000-head cycle's CPU and its p99, ``bench cycle-5k``). What the
+    cycle frees, reference counting frees; the collector runs once it is over and finds
+    the survivors only. Cycles in several threads nest; a collector that was already
+    off (``plan``) stays off."""
+    with _collector_lock:
+        if _collector_pauses[0] == 0:
+            _collector_pauses[1] = gc.isenabled()
+            gc.disable()
+        _collector_pauses[0] += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pauses[0] -= 1
+            if _collector_pauses[0] == 0 and _collector_pauses[1]:
+                gc.enable()
 
 
 def _no_lq_order(_cq: str) -> None:
@@ -191,7 +223,12 @@ class Scheduler:
 
         Nothing in the cache changes until every head is decided; if anything raises
         before that, the heads go back to their queues and the cache (its tree's usage
-        included) is exactly as it was."""
+        included) is exactly as it was. The cyclic collector waits until the cycle is
+        over (:func:`_collector_paused`)."""
+        with _collector_paused():
+            return self._schedule()
+
+    def _schedule(self) -> CycleResult:
         self.cycle_count += 1
         self.stats["cycles"] += 1
         result = CycleResult(cycle=self.cycle_count)
