@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -92,3 +93,65 @@ def test_bad_cost_options_are_refused() -> None:
         Simulator(sc, cycle_cost="wall")
     with pytest.raises(ValueError, match="qps"):
         ApiModel(qps=0)
+
+
+class _Watching:
+    """The real engine, recording whether the cyclic collector could run during each
+    cycle, and making cyclic garbage (as the engine's tree copies do)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.collector_on: list[bool] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def schedule(self) -> Any:
+        self.collector_on.append(gc.isenabled())
+        for _ in range(1000):
+            a: list[Any] = []
+            a.append(a)
+        return self._inner.schedule()
+
+
+class _WatchingConfig:
+    def __init__(self) -> None:
+        self.scheduler: _Watching | None = None
+
+    def make_scheduler(self, cache: Cache, *, clock: Any, explain: bool = True) -> Any:
+        self.scheduler = _Watching(Config().make_scheduler(cache, clock=clock, explain=explain))
+        return self.scheduler
+
+
+@pytest.mark.parametrize(("cost", "held_off"), [("measured", True), ("fixed", False)])
+def test_measured_cycles_are_not_charged_for_the_garbage_collector(
+    cost: str, held_off: bool
+) -> None:
+    """The collector's passes walk the simulator's records too: in a measured cycle it
+    waits until the cycle returns (and then runs), so no cycle is charged for one.
+    The run hands every object it froze back to the collector at the end."""
+    sc = scenario([cq("a", 3)], [wl(f"w{i}", "a", arrival=i, runtime=1) for i in range(3)])
+    config = _WatchingConfig()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    collected_before = sum(s["collected"] for s in gc.get_stats())
+    Simulator(sc, config=config, cycle_cost=cost).run()  # type: ignore[arg-type]
+    assert config.scheduler is not None and config.scheduler.collector_on
+    assert all(on is not held_off for on in config.scheduler.collector_on)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.collect()
+    assert sum(s["collected"] for s in gc.get_stats()) > collected_before  # none leaked
+
+
+def test_the_collector_is_back_on_when_a_measured_cycle_raises() -> None:
+    class _Failing(_Watching):
+        def schedule(self) -> Any:
+            raise RuntimeError("engine bug")
+
+    class _FailingConfig:
+        def make_scheduler(self, cache: Cache, *, clock: Any, explain: bool = True) -> Any:
+            return _Failing(Config().make_scheduler(cache, clock=clock, explain=explain))
+
+    sc = scenario([cq("a", 1)], [wl("w", "a", arrival=0, runtime=1)])
+    with pytest.raises(RuntimeError, match="engine bug"):
+        Simulator(sc, config=_FailingConfig(), cycle_cost="measured").run()  # type: ignore[arg-type]
+    assert gc.isenabled() and gc.get_freeze_count() == 0

@@ -44,6 +44,7 @@ import copy
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -318,8 +319,10 @@ def _entry(
     for key in ("namespace", "localQueue", "arrival", "runtime", "podSets"):
         if key not in e:
             raise _fail(where, key, "Required value")
-    namespace = _text(where, "namespace", e["namespace"])
-    queue = _text(where, "localQueue", e["localQueue"])
+    # one string object per distinct value, not one per entry (the JSON decoder makes
+    # a new one every time; a trace repeats a few namespaces and queues 100,000s of times)
+    namespace = sys.intern(_text(where, "namespace", e["namespace"]))
+    queue = sys.intern(_text(where, "localQueue", e["localQueue"]))
     name = _text(where, "name", e["name"]) if "name" in e else f"trace-{index:06d}"
     arrival = _seconds(where, "arrival", e["arrival"])
     runtime = _seconds(where, "runtime", e["runtime"])
@@ -344,7 +347,7 @@ def _entry(
         priority = default.value if default is not None else 0
     wl_class = e.get("class")
     if wl_class is not None:
-        wl_class = _text(where, "class", wl_class)
+        wl_class = sys.intern(_text(where, "class", wl_class))
     else:
         wl_class = pclass.name if pclass is not None else "default"
     pod_sets = _pod_sets(where, e["podSets"])
@@ -452,7 +455,7 @@ def _pod_sets(where: str, value: Any) -> list[PodSet]:
         for key in ps:
             if key not in _POD_SET:
                 raise _fail(where, f"{path}.{key}", "unknown field")
-        name = _text(where, f"{path}.name", ps.get("name", "main"))
+        name = sys.intern(_text(where, f"{path}.name", ps.get("name", "main")))
         if name in names:
             raise _fail(where, f"{path}.name", f"duplicate podSet name {name!r}")
         names.add(name)
@@ -481,7 +484,7 @@ def _pod_sets(where: str, value: Any) -> list[PodSet]:
                 raise _fail(where, f"{path}.requests.{r}", str(exc)) from None
             if units < 0:
                 raise _fail(where, f"{path}.requests.{r}", f"must not be negative, got {q!r}")
-            requests[str(r)] = units
+            requests[sys.intern(str(r))] = units
         selector = ps.get("nodeSelector") or {}
         if not isinstance(selector, dict) or not all(isinstance(v, str) for v in selector.values()):
             raise _fail(where, f"{path}.nodeSelector", "must be a mapping of label to string value")
