@@ -25,6 +25,7 @@ BENCHMARKS = {
     "cycle-5k": "bench.cycle5k:run",
     "sim-baseline": "bench.sim:run_baseline",
     "sim-large": "bench.sim:run_large",
+    "sim-5k": "bench.sim5k:run",
     "webhook": "bench.webhook_bench:run_webhook",
     "webhook-burst": "bench.webhook_bench:run_webhook_burst",
     "webhook-impact": "bench.whatif_bench:run",
