@@ -61,6 +61,8 @@ def run_plan_cli(args: list[str]) -> tuple[int, dict[str, Any] | None, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["plan", *args, "-o", "json"])
     doc = json.loads(out.getvalue()) if code == 0 else None
+    if doc is not None:  # the text is the standard encoder's, whoever wrote it (plan_json_text)
+        assert out.getvalue() == json.dumps(doc, indent=2) + "\n"
     return code, doc, err.getvalue()
 
 

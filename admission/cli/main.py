@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import sys
 from datetime import datetime
 from typing import Any
@@ -310,7 +309,13 @@ def _plan(args: argparse.Namespace) -> int:
     from admission.config import ConfigError, load_config
     from admission.drivers.lint import input_warnings
     from admission.drivers.loader import LoadError, merge
-    from admission.drivers.plan import plan_json, plan_table, run_plan, what_if_diff
+    from admission.drivers.plan import (
+        plan_json,
+        plan_json_text,
+        plan_table,
+        run_plan,
+        what_if_diff,
+    )
     from admission.drivers.whatif import what_if
 
     if args.cycles is not None and args.cycles < 0:
@@ -346,7 +351,7 @@ def _plan(args: argparse.Namespace) -> int:
         ]
     fmt = _output_format(args.output)
     if fmt == "json":
-        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write(plan_json_text(doc))
         sys.stdout.write("\n")
     elif fmt == "yaml":
         write_yaml(doc)
