@@ -80,6 +80,7 @@ class PendingQueue:
         "_lq_heads",
         "sticky",
         "on_park",
+        "on_head",
     )
 
     def __init__(self) -> None:
@@ -101,6 +102,10 @@ class PendingQueue:
         # Called when work is parked: the owner keeps track of which queues a capacity
         # event must wake, so it does not visit every queue of a large tree each time.
         self.on_park: Callable[[], None] | None = None
+        # Called when the queue gets a head after having none: the owner keeps the set
+        # of queues a cycle must visit, so it does not visit every queue of a large
+        # cluster when only a few have work to nominate.
+        self.on_head: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         return len(self._keys) + len(self._parked)
@@ -119,6 +124,8 @@ class PendingQueue:
 
     def _index(self, group: tuple[str, int]) -> None:
         head = self._groups[group][0]
+        if not self._heads and self.on_head is not None:
+            self.on_head()
         self._heads.add(head)
         if self._lq_heads is not None:
             self._lq_index(group[0], head)

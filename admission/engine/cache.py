@@ -78,6 +78,9 @@ class Cache:
         # ClusterQueues with parked work, by cohort tree (see capacity_event)
         self._parked_in: dict[str, set[str]] = {}
         self._tree_of: dict[str, str] = {}
+        # ClusterQueues that may have a head (a superset: a queue joins when it gets a
+        # head after having none and leaves when a cycle finds it without one)
+        self.with_heads: set[str] = set()
         self.queues: dict[str, PendingQueue] = {
             name: self._new_queue(name) for name in self.cluster_queues
         }
@@ -202,6 +205,7 @@ class Cache:
             self._parked_in.setdefault(self._tree_of.get(name, name), set()).add(name)
 
         q.on_park = parked
+        q.on_head = lambda: self.with_heads.add(name)
         return q
 
     def _refresh_derived(self) -> None:
