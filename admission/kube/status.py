@@ -309,18 +309,13 @@ class StatusWriter:
         reasons spend it the moment it is earned, and a queue whose status never says
         it holds work looks idle for as long as the budget stays saturated (Kueue's
         harness then stops its run at once)."""
-        share = self.ctx.client.share
-
-        def is_significant(k: tuple[str, str]) -> bool:
+        out: list[tuple[str, str]] = []
+        others: list[tuple[str, str]] = []
+        for k in todo:
             old = self.written.get(k)
-            return old is None or significant(old, want[k])
-
-        first = [k for k in todo if is_significant(k)]
-        others = sorted(
-            (k for k in todo if not is_significant(k)), key=lambda k: self.written_at.get(k, 0.0)
-        )
-        out = first
-        for k in others:
+            (out if old is None or significant(old, want[k]) else others).append(k)
+        share = self.ctx.client.share
+        for k in sorted(others, key=lambda k: self.written_at.get(k, 0.0)):
             if not share.take():
                 break
             out.append(k)
