@@ -300,6 +300,10 @@ class Recorder:
     generation_done: bool = False
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
     stop_epoch: float = 0.0
+    # wall clock of the first and the last admission the runner saw (any workload):
+    # the stack's timeline says where a run's wall time went
+    first_admission_epoch: float | None = None
+    last_admission_epoch: float | None = None
 
     def record_cq(self, cq: Obj) -> None:
         now = time.time()
@@ -340,6 +344,9 @@ class Recorder:
         admitted = is_true(wl, "Admitted")
         if admitted and not s.admitted:
             s.observed_ms = (now - s.first) * 1000
+            if self.first_admission_epoch is None:
+                self.first_admission_epoch = now
+            self.last_admission_epoch = now
             created = parse_ts(meta.get("creationTimestamp"))
             at = parse_ts((condition(wl, "Admitted") or {}).get("lastTransitionTime"))
             if created is not None and at is not None and at >= created:
@@ -602,6 +609,8 @@ async def run(url: str, config: Obj, *, token: str | None, ca_file: str | None,
         "startEpoch": started,
         "generatedEpoch": generated,
         "stopEpoch": recorder.stop_epoch,
+        "firstAdmissionEpoch": recorder.first_admission_epoch,
+        "lastAdmissionEpoch": recorder.last_admission_epoch,
         "timedOut": timed_out,
         "workloads": len(recorder.wls),
         "runnerRequests": api.requests,

@@ -213,6 +213,7 @@ def run_harness(
         "budgetedRequestsPerWorkload": round(per_workload, 3),
         "eventsPerWorkload": round(events / workloads, 3),
         "impliedFloorMs": round(workloads * per_workload / qps * 1000),
+        "timeline": _timeline(result, started, text, budgeted, qps, burst),
         "serviceWrites": labelled(text, "quartermaster_api_writes_total"),
         "serviceRequestsByCall": by_call,
         "runnerRequests": result["runnerRequests"],
@@ -227,6 +228,35 @@ def run_harness(
             "requestsPerWorkloadAtMost": round(kueue["wallMs"] / 1000 * qps / workloads, 3),
         }
     return out
+
+
+def _timeline(
+    result: dict[str, Any], started: float, metrics_text: str, budgeted: float, qps: float,
+    burst: int,
+) -> dict[str, Any]:
+    """Where the wall time went, in ms from the service process's start: the runner's
+    start, the end of generation, the first and the last admission it saw, the stop.
+    ``budgetIdleMs`` is the wall time the bucket could have sent requests and did not
+    (wall − (budgeted − burst) ÷ qps); ``rateLimitWaitSeconds`` is what requests spent
+    waiting for tokens (the service's histogram sums, by priority)."""
+
+    def ms(epoch: float | None) -> int | None:
+        return None if epoch is None else round((epoch - started) * 1000)
+
+    wall = result["stopEpoch"] - started
+    waited = {
+        k.split('"')[1]: round(v, 1)
+        for k, v in labelled(metrics_text, "quartermaster_client_rate_limit_wait_seconds_sum").items()
+    }
+    return {
+        "runnerStartMs": ms(result.get("startEpoch")),
+        "generatedMs": ms(result.get("generatedEpoch")),
+        "firstAdmissionMs": ms(result.get("firstAdmissionEpoch")),
+        "lastAdmissionMs": ms(result.get("lastAdmissionEpoch")),
+        "stopMs": ms(result["stopEpoch"]),
+        "budgetIdleMs": round((wall - max(0.0, budgeted - burst) / qps) * 1000),
+        "rateLimitWaitSeconds": waited,
+    }
 
 
 def run_baseline() -> dict[str, Any]:

@@ -1,0 +1,62 @@
+"""The stack benchmark's plumbing on a tiny Kueue generator config (double backend).
+
+Speed is measured by ``python -m bench stack``, never here: this only checks that one
+small run of the harness (the real service, Kueue's runner, the double) admits every
+workload and that the figures it reports — requests per workload, the timeline of
+where the wall time went — are consistent with each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TINY = """\
+cohorts:
+  - className: cohort
+    count: 1
+    queuesSets:
+    - className: cq
+      count: 2
+      nominalQuota: 2
+      borrowingLimit: 2
+      reclaimWithinCohort: Any
+      withinClusterQueue: LowerPriority
+      workloadsSets:
+      - count: 8
+        creationIntervalMs: 600
+        workloads:
+        - className: small
+          runtimeMs: 100
+          priority: 50
+          request: 1
+      - count: 1
+        creationIntervalMs: 1
+        workloads:
+        - className: long
+          runtimeMs: 8000
+          priority: 50
+          request: 1
+"""
+
+
+def test_a_tiny_harness_run_admits_everything_and_its_timeline_adds_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.stack import run_harness
+
+    (tmp_path / "baseline.yaml").write_text(TINY)
+    monkeypatch.setenv("QM_KUEUE_PERF_DIR", str(tmp_path))
+    r = run_harness("baseline", backend="double", budget_seconds=60)
+    assert not r["timedOut"]
+    # (the long one holds quota past the end of generation, so the recorder sees the
+    # last small ones before its stop condition, as in Kueue's runner on a long run)
+    assert r["workloads"] == 18 and r["admissions"] == 18
+    # every admission is one budgeted write at least
+    assert r["budgetedRequestsPerWorkload"] >= 1.0
+    t = r["timeline"]
+    assert 0 <= t["runnerStartMs"] <= t["firstAdmissionMs"] <= t["lastAdmissionMs"] <= t["stopMs"]
+    assert t["stopMs"] == r["wallMs"]
+    # 8 workloads per queue are generated 600 ms apart: the runner cannot stop earlier
+    assert t["generatedMs"] - t["runnerStartMs"] >= 7 * 600
+    assert t["budgetIdleMs"] <= r["wallMs"]
