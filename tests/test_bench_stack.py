@@ -60,3 +60,15 @@ def test_a_tiny_harness_run_admits_everything_and_its_timeline_adds_up(
     # 8 workloads per queue are generated 600 ms apart: the runner cannot stop earlier
     assert t["generatedMs"] - t["runnerStartMs"] >= 7 * 600
     assert t["budgetIdleMs"] <= r["wallMs"]
+
+
+def test_the_sim_policy_variants_change_what_they_say_in_the_shipped_baseline() -> None:
+    """``bench sim-baseline``'s policyVariants rewrite Kueue's generator config: each
+    replacement must exist in the shipped copy (else the variant would silently be
+    Kueue's policy again)."""
+    from bench.sim import VARIANTS, scenario_dir
+
+    text = (scenario_dir() / "baseline.yaml").read_text()
+    for variant, (replacements, _section) in VARIANTS.items():
+        for old, _new in replacements:
+            assert old in text, variant
