@@ -1,9 +1,9 @@
-"""The stack benchmark's plumbing on a tiny Kueue generator config (double backend).
+"""The benchmarks' plumbing (speed is measured by ``python -m bench``, never here).
 
-Speed is measured by ``python -m bench stack``, never here: this only checks that one
-small run of the harness (the real service, Kueue's runner, the double) admits every
-workload and that the figures it reports — requests per workload, the timeline of
-where the wall time went — are consistent with each other."""
+One small run of the stack harness (the real service, Kueue's runner, the double) on a
+tiny Kueue generator config must admit every workload and report figures consistent
+with each other (requests per workload, the timeline of where the wall time went); the
+simulator benchmark's policy variants must change what they say they change."""
 
 from __future__ import annotations
 
