@@ -25,7 +25,11 @@ runner does against envtest, in its three parts (each mirrors a file there):
   ClusterQueue event integrates the previous event's ``flavorsUsage[0].resources[0]``
   over the time since it; it stops when generation is done and no active ClusterQueue's
   last status shows pending or reserving workloads (checked on every ClusterQueue event
-  and every 5 s).
+  and every 5 s) — and, our addition, every workload the generator created has been
+  seen finished. Kueue's condition alone can fire before the ClusterQueue statuses show
+  the last workloads (a short run, or a service slow to start, stops before they are
+  even admitted); with the addition a run never stops early, so the wall time can only
+  be longer than Kueue's condition would make it, never flattered.
 
 It prints one JSON summary: Kueue's summary fields (per ClusterQueue class
 ``cpuUsed``, ``nominalQuota``, the first and last event, and ``usagePercent`` as the
@@ -48,6 +52,7 @@ import json
 import ssl
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,7 +246,7 @@ def workload_body(name: str, ns: str, wlt: Obj) -> Obj:
     }  # fmt: skip
 
 
-async def generate(api: Api, config: Obj) -> None:
+async def generate(api: Api, config: Obj, on_created: Callable[[], None] | None = None) -> None:
     await api.create(f"{KUEUE}/resourceflavors", {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
         "metadata": {"name": FLAVOR, "labels": {CLEANUP_LABEL: "true"}}})  # fmt: skip
@@ -261,6 +266,8 @@ async def generate(api: Api, config: Obj) -> None:
                 await asyncio.sleep(delay)  # <-time.After(delay), then a synchronous Create
                 await api.create(path, workload_body(f"{wlt['className']}-{set_idx}-{si}-{i}",
                                                      queue, wlt))  # fmt: skip
+                if on_created is not None:
+                    on_created()
 
     await asyncio.gather(*(one_queue(objs, sets) for objs, sets in queue_objects(config)))
 
@@ -304,6 +311,8 @@ class Recorder:
     # the stack's timeline says where a run's wall time went
     first_admission_epoch: float | None = None
     last_admission_epoch: float | None = None
+    created: int = 0  # workloads the generator created
+    finished: int = 0  # ... of which seen Finished
 
     def record_cq(self, cq: Obj) -> None:
         now = time.time()
@@ -354,10 +363,18 @@ class Recorder:
         evicted = is_true(wl, "Evicted")
         if evicted and not s.evicted:
             s.evictions += 1
-        s.admitted, s.evicted, s.finished = admitted, evicted, is_true(wl, "Finished")
+        finished = is_true(wl, "Finished")
+        if finished and not s.finished:
+            self.finished += 1
+        s.admitted, s.evicted, s.finished = admitted, evicted, finished
 
     def expect_more(self) -> bool:
+        if self.finished < self.created:
+            return True
         return any((s.pending > 0 or s.reserving > 0) and s.active for s in self.cqs.values())
+
+    def note_created(self) -> None:
+        self.created += 1
 
     def check(self) -> None:
         if self.generation_done and not self.stopped.is_set() and not self.expect_more():
@@ -583,7 +600,7 @@ async def run(url: str, config: Obj, *, token: str | None, ca_file: str | None,
         ]
         gen_error: BaseException | None = None
         try:
-            await generate(api, config)
+            await generate(api, config, on_created=recorder.note_created)
         except BaseException as err:  # noqa: BLE001 - reported below
             gen_error = err
         recorder.generation_done = True
