@@ -431,6 +431,26 @@ def test_a_significant_queue_status_change_goes_out_while_decisions_wait(
     asyncio.run(main())
 
 
+def test_only_whole_queue_transitions_between_idle_and_busy_are_significant() -> None:
+    """A queue that keeps reserving quota while its pending count flips 0 -> 1 -> 0 (an
+    arrival admitted a cycle later) holds work throughout: those flips wait for the
+    low-priority share like any count. Idle <-> holding work, either way, and the
+    Active condition are significant."""
+    from admission.kube.status import significant
+
+    idle = {"pendingWorkloads": 0, "reservingWorkloads": 0}
+    running = {"pendingWorkloads": 0, "reservingWorkloads": 3}
+    running_and_waiting = {"pendingWorkloads": 1, "reservingWorkloads": 3}
+    waiting = {"pendingWorkloads": 2, "reservingWorkloads": 0}
+    assert not significant(running, running_and_waiting)
+    assert not significant(running_and_waiting, running)
+    assert not significant(waiting, running)  # work moved from pending to reserving
+    assert significant(idle, waiting) and significant(idle, running)
+    assert significant(running, idle) and significant(waiting, idle)
+    active = [{"type": "Active", "status": "True"}]
+    assert significant({**running, "conditions": []}, {**running, "conditions": active})
+
+
 def test_other_queue_status_changes_wait_while_decisions_are_written(tmp_path: Path) -> None:
     """A count that only moved (1 -> 2 reserving) is written while an admission waits
     for the budget only with the low-priority share (none here); once nothing is being

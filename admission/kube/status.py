@@ -197,14 +197,23 @@ def cache_invalid_cluster_queues(ctx: Context) -> list[str]:
 
 def significant(old: Obj, new: Obj) -> bool:
     """A queue status change that is written even while the budget is spent on
-    decisions: the Active condition changed, or the queue became empty or non-empty
-    (what users and tooling wait for: Kueue's own performance harness stops when every
-    ClusterQueue says nothing is pending or reserving)."""
+    decisions: the Active condition changed, or the queue went from holding no work
+    (nothing pending, nothing reserving) to holding some, or back (what users and
+    tooling wait for: Kueue's own performance harness stops when every ClusterQueue
+    says nothing is pending or reserving).
+
+    Whole-queue transitions, not each count's: in a cluster of a thousand busy queues
+    a queue's pending count goes 0 -> 1 -> 0 with every arrival admitted a cycle later
+    while its reserving count stays above zero; writing each of those flips cost
+    Kueue's large-scale harness 0.16 requests per workload (8,167 queue status writes
+    for 50,000 workloads), a token each that an admission waited for."""
     if old.get("conditions") != new.get("conditions"):
         return True
-    return any(
-        (not old.get(f)) != (not new.get(f)) for f in ("pendingWorkloads", "reservingWorkloads")
-    )
+    return _holds_work(old) != _holds_work(new)
+
+
+def _holds_work(status: Obj) -> bool:
+    return bool(status.get("pendingWorkloads")) or bool(status.get("reservingWorkloads"))
 
 
 class StatusWriter:
@@ -260,7 +269,7 @@ class StatusWriter:
         ``BUSY_PASS_EVERY`` intervals and write what the low-priority share of the budget
         affords (``low_share``: the cost follows the decisions, not the time they take),
         the changes that matter first (:func:`significant`: the Active condition, or the
-        queue became empty or non-empty). When nothing is being decided, every changed
+        queue started or stopped holding work). When nothing is being decided, every changed
         queue is written at most once per ``status_interval``."""
         ctx = self.ctx
         cache = ctx.cache
@@ -300,7 +309,7 @@ class StatusWriter:
         self, todo: list[tuple[str, str]], want: dict[tuple[str, str], Obj]
     ) -> list[tuple[str, str]]:
         """The changed queues written while decisions are: every significant change
-        (a queue's first status, its Active condition, empty <-> non-empty: bounded by
+        (a queue's first status, its Active condition, idle <-> holding work: bounded by
         the queues' transitions, one write per queue per busy pass at most, and what
         users and tooling wait for), then the least recently written others as far as
         the low-priority share affords.
