@@ -188,6 +188,21 @@ def _parser() -> argparse.ArgumentParser:
         "--trace", default=None, metavar="FILE", help="JSON-lines workloads for a trace scenario"
     )
     sim.add_argument(
+        "--max-cycles",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N scheduling cycles (default: 5,000,000); a run stopped early "
+        "says so in its summary (truncated, stoppedEarly: how far it got)",
+    )
+    sim.add_argument(
+        "--cpu-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop once the run has used this many CPU seconds (reported like --max-cycles)",
+    )
+    sim.add_argument(
         "-o",
         "--output",
         choices=["json", "table", "yaml"],

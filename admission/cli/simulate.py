@@ -141,6 +141,19 @@ def run_simulate_command(args: argparse.Namespace) -> int:
     """The ``simulate`` subcommand (CLI.md); returns the exit code."""
     from admission.cli.main import EXIT_OK, BadInput
 
+    limits: dict[str, Any] = {}
+    max_cycles = getattr(args, "max_cycles", None)
+    if max_cycles is not None:
+        if max_cycles < 1:
+            raise BadInput(f"--max-cycles: must be a positive number of cycles, got {max_cycles}")
+        limits["max_cycles"] = max_cycles
+    cpu_limit = getattr(args, "cpu_limit", None)
+    if cpu_limit is not None:
+        if not cpu_limit > 0 or cpu_limit == float("inf"):
+            raise BadInput(
+                f"--cpu-limit: must be a positive number of CPU seconds, got {cpu_limit}"
+            )
+        limits["cpu_limit"] = cpu_limit
     try:
         scenario = load_scenario(
             args.scenario, trace_path=getattr(args, "trace", None), seed=args.seed
@@ -153,7 +166,17 @@ def run_simulate_command(args: argparse.Namespace) -> int:
     warn("simulate", config.warnings)
     bar = ProgressBar(sys.stderr) if sys.stdout.isatty() else None
     summary, _ = simulate_summary(
-        scenario, config=config, report=args.report, progress=bar, seed=args.seed
+        scenario,
+        config=config,
+        report=args.report,
+        progress=bar,
+        seed=args.seed,
+        # run once: the engine may use the scenario's own objects (no copy of every
+        # workload) unless the topology comparison runs the scenario again; the
+        # per-queue series are drawn only by the report
+        copy_workloads=has_topology(scenario),
+        samples=bool(args.report),
+        **limits,
     )
     if bar is not None:
         bar.close()

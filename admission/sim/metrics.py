@@ -202,9 +202,13 @@ def summarize(
     classes: dict[str, dict[str, Any]] = {}
     tta: dict[str, list[int]] = {}
     ttf: dict[str, list[int]] = {}
-    never = 0
+    never = finished = running = 0
     for rec in result.records:
         c = rec.sim.wl_class
+        if rec.finished_us is not None:
+            finished += 1
+        elif rec.running:
+            running += 1
         entry = classes.setdefault(c, {"count": 0, "totalEvictions": 0, "neverAdmitted": 0})
         entry["count"] += 1
         entry["totalEvictions"] += rec.evictions
@@ -295,7 +299,7 @@ def summarize(
     loss = getattr(result, "loss", None)
     if loss is not None:  # checkpoints or progressAwarePreemption (admission.sim.progress)
         summary["preemptionLoss"] = preemption_loss(result)
-    if bound.ms:
+    if bound.ms and not result.truncated:  # a stopped run has no makespan to compare
         summary["makespanOverLowerBound"] = round(result.end_us / bound.us, 3)
     if getattr(result, "api_writes", 0):
         summary["api"] = {
@@ -304,6 +308,15 @@ def summarize(
         }
     if result.truncated:
         summary["truncated"] = True
+        arrived = getattr(result, "arrived", len(result.records))
+        summary["stoppedEarly"] = {
+            "by": getattr(result, "stopped_by", None) or "maxCycles",
+            "simulatedMs": getattr(result, "stopped_at_us", result.end_us) // US_PER_MS,
+            "arrivedWorkloads": arrived,
+            "finishedWorkloads": finished,
+            "runningWorkloads": running,
+            "waitingWorkloads": arrived - finished - running,
+        }
     if getattr(result, "livelock_breaks", 0):
         summary["livelockBreaks"] = result.livelock_breaks
     return summary
@@ -328,9 +341,12 @@ def preemption_loss(result: Any) -> dict[str, Any]:
 
 def summary_table(summary: dict[str, Any]) -> str:
     """The summary for a person."""
+    makespan = format_duration(summary["makespanMs"])
+    if summary.get("truncated"):
+        makespan = f"incomplete (last finish at {makespan})"
     lines = [
         f"Scenario: {summary['scenario']} ({summary['workloads']} workloads)",
-        f"Makespan: {format_duration(summary['makespanMs'])}   lower bound: {format_duration(summary['lowerBoundMs'])}"
+        f"Makespan: {makespan}   lower bound: {format_duration(summary['lowerBoundMs'])}"
         + (
             f"   ratio: {summary['makespanOverLowerBound']}"
             if "makespanOverLowerBound" in summary
@@ -339,7 +355,15 @@ def summary_table(summary: dict[str, Any]) -> str:
         f"  bound set by {summary['lowerBound']['binding']}",
     ]
     if summary.get("truncated"):
-        lines.append("  WARNING: stopped at the cycle limit; the run is incomplete")
+        stop = summary.get("stoppedEarly", {})
+        limit = {"cpuLimit": "the CPU limit"}.get(stop.get("by", ""), "the cycle limit")
+        lines.append(
+            f"  WARNING: stopped at {limit}; the run is incomplete: "
+            f"t={format_duration(stop.get('simulatedMs', 0))} simulated, "
+            f"{stop.get('finishedWorkloads', 0)} of {summary['workloads']} workloads finished, "
+            f"{stop.get('runningWorkloads', 0)} running, {stop.get('waitingWorkloads', 0)} waiting "
+            f"({stop.get('arrivedWorkloads', 0)} arrived)"
+        )
     if summary.get("livelockBreaks"):
         lines.append(
             f"  WARNING: {summary['livelockBreaks']} time(s) the engine cycled without end "

@@ -325,6 +325,21 @@ def _d(ms: int) -> str:
     return f'<span title="{ms} ms">{format_duration(ms)}</span>'
 
 
+def _stopped_html(summary: dict[str, Any]) -> str:
+    """A run stopped early says so at the top, with how far it got."""
+    stop = summary.get("stoppedEarly")
+    if not summary.get("truncated") or stop is None:
+        return ""
+    limit = "the CPU limit" if stop["by"] == "cpuLimit" else "the cycle limit"
+    return (
+        f'<p style="color:#a00"><b>Incomplete run:</b> stopped at {limit} at '
+        f"{_d(stop['simulatedMs'])} of simulated time; {stop['finishedWorkloads']} of "
+        f"{summary['workloads']} workloads had finished, {stop['runningWorkloads']} were "
+        f"running and {stop['waitingWorkloads']} waiting ({stop['arrivedWorkloads']} had "
+        "arrived). The figures below cover only that part.</p>"
+    )
+
+
 def _index_html(summary: dict[str, Any], bound: LowerBound, charts: list[Chart]) -> str:
     e = html.escape
     lb = summary["lowerBound"]
@@ -363,6 +378,7 @@ lower bound <b>{_d(summary["lowerBoundMs"])}</b>{f" (ratio {ratio})" if ratio el
 Engine: {eng["cycles"]} cycles, {eng["admissions"]} admissions, {eng["preemptions"]} preemptions,
 {eng["cpuSeconds"]} CPU seconds. Raw data: <a href="summary.json">summary.json</a>,
 <a href="workloads.csv">workloads.csv</a>, <a href="queues.csv">queues.csv</a>.</p>
+{_stopped_html(summary)}
 <h2>Workload classes</h2>
 <table><tr><th>class</th><th>count</th><th>avg time to admission</th><th>p95</th>
 <th>evictions</th><th>never admitted</th></tr>{rows}</table>

@@ -47,6 +47,19 @@ of figure; the default is the pure policy clock above):
   lands. Finishes are free, as the runner's are. A run with this model is bounded by
   ``admissions ÷ qps``, not by the policy.
 
+Options for large runs (``quartermaster simulate`` uses the first two):
+
+* ``copy_workloads=False`` — the engine works on the scenario's own ``Workload``
+  objects instead of a fresh copy of each (at 200,000 workloads the copies were a
+  fifth of the run's memory); the scenario is spent by the run (its workloads end as
+  the run left them), so run it only once;
+* ``samples=False`` — no per-ClusterQueue series (``SimResult.samples`` stays empty;
+  only the report draws them; at 5,000 queues they were the simulator's largest CPU
+  cost); ``on_sample`` is still called on its interval;
+* ``max_cycles`` / ``cpu_limit`` (CPU seconds of the run) stop a run early: the
+  result says so (``truncated``, ``stopped_by``, the simulated time reached, how many
+  workloads had arrived), and its queues are settled at the time it stopped.
+
 If cycles keep "changing something" for ``livelock_cycles`` cycles in a row with
 nothing arriving or finishing, the engine is going round in circles (mutual
 preemption, say); the simulator then waits for the next event instead of spinning
@@ -63,6 +76,7 @@ import dataclasses
 import gc
 import heapq
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -77,6 +91,7 @@ from admission.sim.progress import (
     units,
 )
 from admission.sim.scenario import US_PER_S, Scenario, SimWorkload
+from admission.sim.sharing import EMPTY
 from queues.model import ClusterQueue, TopologyAssignment
 
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated t=0 as the engine sees it
@@ -102,6 +117,10 @@ class ApiModel:
                 f"api model needs qps > 0, burst >= 1, latency >= 0 (got {self.qps}, "
                 f"{self.burst}, {self.latency})"
             )
+
+
+def _no_usage() -> dict[str, int]:
+    return EMPTY  # shared and never written: an admission assigns a map of its own
 
 
 class _Bucket:
@@ -134,7 +153,11 @@ class _Bucket:
 
 @dataclass(slots=True)
 class WorkloadRecord:
-    """What happened to one workload of the scenario."""
+    """What happened to one workload of the scenario.
+
+    Kept small: one exists per workload for the whole run (200,000 in ``sim-5k``).
+    ``usage`` is the shared empty map until an admission gives it one of its own, and
+    the run-progress bookkeeping exists only once the workload has run."""
 
     sim: SimWorkload
     cluster_queue: str | None = None
@@ -143,15 +166,23 @@ class WorkloadRecord:
     finished_us: int | None = None
     evictions: int = 0
     generation: int = 0  # bumped at every admission and preemption; stale finishes drop
-    usage: dict[str, int] = field(default_factory=dict)  # per resource, while admitted
+    usage: dict[str, int] = field(default_factory=_no_usage)  # per resource, while admitted
     # podSet -> its topology assignment at the first admission (placement quality)
     placement: dict[str, TopologyAssignment] | None = None
     running: bool = False  # its admission landed (counted in its queue's usage)
-    progress: RunProgress = field(default_factory=RunProgress)  # checkpoints, notices
+    run_progress: RunProgress | None = None  # checkpoints, notices: from its first run
 
     @property
     def key(self) -> str:
         return self.sim.workload.key
+
+    @property
+    def progress(self) -> RunProgress:
+        """Its progress across runs (checkpoints, notices), made when first needed."""
+        pr = self.run_progress
+        if pr is None:
+            pr = self.run_progress = RunProgress()
+        return pr
 
 
 @dataclass(slots=True)
@@ -208,7 +239,7 @@ class SimResult:
     stats: dict[str, int]
     end_us: int
     cpu_seconds: float
-    truncated: bool = False
+    truncated: bool = False  # stopped before the scenario ran out (``stopped_by`` says why)
     livelock_breaks: int = 0
     cycle_cpu_seconds: float = 0.0  # CPU time inside schedule(), all cycles
     api_writes: int = 0  # with an API model: decision writes sent
@@ -216,6 +247,14 @@ class SimResult:
     # Work lost to preemption, notices (admission.sim.progress); None when the scenario
     # has no checkpoints and the configuration no progressAwarePreemption.
     loss: LossReport | None = None
+    # A run stopped early: by which limit ("maxCycles", "cpuLimit"), the simulated time
+    # it had reached, and how many workloads had arrived by then.
+    stopped_by: str | None = None
+    stopped_at_us: int = 0
+    arrived: int = 0
+
+
+STOP_LIMITS = ("maxCycles", "cpuLimit")
 
 
 class Simulator:
@@ -236,6 +275,9 @@ class Simulator:
         progress: Callable[[int, int, int], None] | None = None,
         cycle_cost: str = "fixed",
         api: ApiModel | None = None,
+        copy_workloads: bool = True,
+        samples: bool = True,
+        cpu_limit: float | None = None,
     ) -> None:
         if cycle_cost not in CYCLE_COSTS:
             raise ValueError(f"cycle_cost must be one of {', '.join(CYCLE_COSTS)}")
@@ -243,6 +285,10 @@ class Simulator:
             raise ValueError("cycle_latency must be positive (simulated time must move)")
         if eviction_latency < 0:
             raise ValueError("eviction_latency must not be negative")
+        if max_cycles < 1:
+            raise ValueError("max_cycles must be at least 1")
+        if cpu_limit is not None and not cpu_limit > 0:
+            raise ValueError("cpu_limit must be a positive number of CPU seconds")
         self.scenario = scenario
         self.config = config or Config()
         self.cycle_us = max(1, round(cycle_latency * US_PER_S))
@@ -256,6 +302,9 @@ class Simulator:
         self._sample_interval = sample_interval
         self.measured = cycle_cost == "measured"
         self.api = api
+        self.copy_workloads = copy_workloads
+        self.keep_samples = samples
+        self.cpu_limit = cpu_limit
 
     # -- clock ----------------------------------------------------------------------
 
@@ -296,27 +345,39 @@ class Simulator:
         # nobody reads pending messages in a simulation: skip their numbers
         scheduler = self.config.make_scheduler(cache, clock=self.now, explain=False)
         self.cache, self.scheduler = cache, scheduler
-        # Fresh engine objects, so a Scenario can be simulated more than once.
-        records = [
-            WorkloadRecord(
-                sim=dataclasses.replace(
-                    s,
-                    workload=dataclasses.replace(
-                        s.workload,
-                        admission=None,
-                        admission_time=None,
-                        creation_time=self.epoch + s.arrival_us / US_PER_S,
-                    ),
+        epoch = self.epoch
+        if self.copy_workloads:  # fresh engine objects: the scenario can be run again
+            records = [
+                WorkloadRecord(
+                    sim=dataclasses.replace(
+                        s,
+                        workload=dataclasses.replace(
+                            s.workload,
+                            admission=None,
+                            admission_time=None,
+                            creation_time=epoch + s.arrival_us / US_PER_S,
+                        ),
+                    )
                 )
-            )
-            for s in sc.workloads
-        ]
-        order = sorted(range(len(records)), key=lambda i: (records[i].sim.arrival_us, i))
+                for s in sc.workloads
+            ]
+        else:  # the scenario's own objects are the engine's (it is spent by this run)
+            records = []
+            for s in sc.workloads:
+                wl = s.workload
+                wl.admission = None
+                wl.admission_time = None
+                wl.creation_time = epoch + s.arrival_us / US_PER_S
+                records.append(WorkloadRecord(sim=s))
+        # arrival order; the sort is stable, so equal arrivals keep scenario order
+        arrivals = [rec.sim.arrival_us for rec in records]
+        order = array("q", sorted(range(len(records)), key=arrivals.__getitem__))
         by_key: dict[str, WorkloadRecord] = {}
         for rec in records:
-            if rec.key in by_key:
-                raise ValueError(f"workload {rec.key} appears twice in the scenario")
-            by_key[rec.key] = rec
+            key = rec.key  # (made and interned at every call: once here)
+            if key in by_key:
+                raise ValueError(f"workload {key} appears twice in the scenario")
+            by_key[key] = rec
         if freeze:
             gc.freeze()
         queues = {name: _queue_record(name, cq) for name, cq in sc.cluster_queues.items()}
@@ -344,8 +405,9 @@ class Simulator:
         next_tracker = tracker_us if tracker_us is not None else inf
         credits = tracker is not None and getattr(tracker, "credits_cfg", None) is not None
         last_pending: dict | None = None
-        truncated = False
+        stopped_by: str | None = None
         end_us = 0
+        cpu_limit = self.cpu_limit
         progress_every = 256
         events_seen = 0
         streak = 0  # cycles since the last arrival or finish
@@ -357,17 +419,27 @@ class Simulator:
         track_loss = aware is not None or any(r.sim.checkpoint_interval_us for r in records)
         book = cache.progress
 
+        # The series are for the report (and the tests); ``samples=False`` keeps none,
+        # and with no ``on_sample`` either nothing is sampled at all.
+        keep_samples = self.keep_samples
+        if not keep_samples and self.on_sample is None:
+            next_sample = inf
+        columns = [
+            (queues[name], queues[name].primary, name, samples.usage[i], samples.pending[i])
+            for i, name in enumerate(cq_names)
+        ]
+
         def take_sample(at_us: int) -> None:
-            samples.times_us.append(at_us)
-            cq_queues = cache.queues
-            for i, name in enumerate(cq_names):
-                qr = queues[name]
-                samples.usage[i].append(qr.usage.get(qr.primary, 0) if qr.primary else 0)
-                q = cq_queues.get(name)
-                samples.pending[i].append(len(q) if q is not None else 0)
-            if credits and tracker is not None:
-                for name, value in tracker.report().get("clusterQueues", {}).items():
-                    samples.credits.setdefault(name, []).append(value)
+            if keep_samples:
+                samples.times_us.append(at_us)
+                cq_queues = cache.queues
+                for qr, primary, name, usage_col, pending_col in columns:
+                    usage_col.append(qr.usage.get(primary, 0) if primary else 0)
+                    q = cq_queues.get(name)
+                    pending_col.append(len(q) if q is not None else 0)
+                if credits and tracker is not None:
+                    for name, value in tracker.report().get("clusterQueues", {}).items():
+                        samples.credits.setdefault(name, []).append(value)
             if self.on_sample is not None:
                 saved = self.now_us
                 self.now_us = at_us
@@ -472,11 +544,11 @@ class Simulator:
             cq = rec.cluster_queue
             if cq is not None and rec.usage and rec.running:
                 queues[cq].add(self.now_us, rec.usage, -1)
-            rec.usage = {}
+            rec.usage = EMPTY
             rec.running = False
 
         while True:
-            t_arr = records[order[next_arrival]].sim.arrival_us if next_arrival < total else inf
+            t_arr = arrivals[order[next_arrival]] if next_arrival < total else inf
             t_evt = heap[0][0] if heap else inf
             t_cyc = next_cycle if next_cycle is not None else inf
             t_next = min(t_arr, t_evt, t_cyc)
@@ -496,7 +568,7 @@ class Simulator:
                 self.progress(done, total, now)
             if t_arr == now or t_evt == now:
                 changed = False
-                while next_arrival < total and records[order[next_arrival]].sim.arrival_us == now:
+                while next_arrival < total and arrivals[order[next_arrival]] == now:
                     rec = records[order[next_arrival]]
                     next_arrival += 1
                     wl = rec.sim.workload
@@ -522,6 +594,8 @@ class Simulator:
                         release(rec)
                         cache.finish(key)
                         rec.finished_us = now
+                        if not track_loss:  # nothing reads a finished run's progress
+                            rec.run_progress = None
                         changed = True
                         done += 1
                         end_us = now
@@ -556,7 +630,10 @@ class Simulator:
                 continue
             # A scheduling cycle at `now`.
             if self.scheduler.cycle_count >= self.max_cycles:
-                truncated = True
+                stopped_by = "maxCycles"
+                break
+            if cpu_limit is not None and time.process_time() - t0 >= cpu_limit:
+                stopped_by = "cpuLimit"
                 break
             deferred = self.measured and gc.isenabled()
             if deferred:  # the collector runs once the cycle returns, outside its charge
@@ -628,13 +705,18 @@ class Simulator:
                 progressed = False
             next_cycle = busy_until if progressed else None
 
-        self.now_us = end_us
+        # A run stopped early is settled where it stopped (queues may have changed
+        # after the last finish); a whole run ends at its last finish.
+        stopped_at_us = self.now_us if stopped_by is not None else end_us
+        settle_us = max(end_us, stopped_at_us)
+        self.now_us = settle_us
         for qr in queues.values():
-            qr.settle(end_us)
-        if not samples.times_us or samples.times_us[-1] < end_us:
-            take_sample(end_us)
+            qr.settle(settle_us)
+        if next_sample != inf and (not samples.times_us or samples.times_us[-1] < settle_us):
+            take_sample(settle_us)
+        self.now_us = end_us
         if self.progress is not None:
-            self.progress(done, total, end_us)
+            self.progress(done, total, settle_us)
         return SimResult(
             scenario=sc,
             records=records,
@@ -643,12 +725,15 @@ class Simulator:
             stats=dict(scheduler.stats),
             end_us=end_us,
             cpu_seconds=time.process_time() - t0,
-            truncated=truncated,
+            truncated=stopped_by is not None,
             livelock_breaks=livelock_breaks,
             cycle_cpu_seconds=cycle_cpu,
             api_writes=bucket.writes if bucket is not None else 0,
             api_wait_seconds=bucket.waited_us / US_PER_S if bucket is not None else 0.0,
             loss=loss if track_loss else None,
+            stopped_by=stopped_by,
+            stopped_at_us=stopped_at_us,
+            arrived=next_arrival,
         )
 
     def _auto_interval(self, records: list[WorkloadRecord]) -> int:

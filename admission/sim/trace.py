@@ -45,6 +45,7 @@ import json
 import math
 import os
 import sys
+from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -60,6 +61,7 @@ from admission.drivers.loader import (
 from admission.integrations.base import IntegrationError, workload_model
 from admission.integrations.registry import BY_KIND, INTEGRATIONS
 from admission.sim.scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
+from admission.sim.sharing import EMPTY, Ints, PodSetShapes
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import PodSet, PriorityClass, TopologyRequest, Workload
 from queues.quantity import QuantityError, to_units
@@ -166,6 +168,7 @@ def load_trace(path: str, docs: list[Any], *, trace_path: str | None = None) -> 
         entries = jsonl
     priorities = {**inputs.priority_classes, **inputs.workload_priority_classes}
     default = next((p for p in inputs.priority_classes.values() if p.global_default), None)
+    shared = _Shared()  # what the entries repeat, held once (admission.sim.sharing)
     workloads: list[SimWorkload] = []
     seen: dict[str, int] = {}  # workload key -> index of the entry that defined it
     wheres: list[str] = []  # (a trace list's entries only; a file's are its line numbers)
@@ -173,7 +176,7 @@ def load_trace(path: str, docs: list[Any], *, trace_path: str | None = None) -> 
     try:
         for k, (where, entry) in enumerate(entries):
             s = _entry(where, entry, index=k, inputs=inputs, priorities=priorities,
-                       default=default)  # fmt: skip
+                       default=default, shared=shared)  # fmt: skip
             workloads.append(s)
             if jsonl is None:
                 wheres.append(where)
@@ -237,7 +240,7 @@ class _JsonLines:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.lines: list[int] = []  # line number of each entry given
+        self.lines = array("q")  # line number of each entry given (8 bytes each)
         try:
             self._file = open(path, encoding="utf-8", newline="")  # noqa: SIM115
         except OSError as e:
@@ -300,6 +303,14 @@ def _text(where: str, field: str, value: Any) -> str:
     return value
 
 
+class _Shared:
+    """One trace's caches of repeated values (podSet lists by raw value, run times)."""
+
+    def __init__(self) -> None:
+        self.pod_sets = PodSetShapes()
+        self.ints = Ints()
+
+
 def _entry(
     where: str,
     e: Any,
@@ -308,6 +319,7 @@ def _entry(
     inputs: Inputs,
     priorities: dict[str, PriorityClass],
     default: PriorityClass | None,
+    shared: _Shared,
 ) -> SimWorkload:
     if not isinstance(e, dict):
         raise ScenarioError(f"{where}: must be a mapping, got {type(e).__name__}")
@@ -325,7 +337,7 @@ def _entry(
     queue = sys.intern(_text(where, "localQueue", e["localQueue"]))
     name = _text(where, "name", e["name"]) if "name" in e else f"trace-{index:06d}"
     arrival = _seconds(where, "arrival", e["arrival"])
-    runtime = _seconds(where, "runtime", e["runtime"])
+    runtime = shared.ints(_seconds(where, "runtime", e["runtime"]))
     if "priority" in e and "priorityClass" in e:
         raise _fail(where, "priority", "give priority or priorityClass, not both")
     pclass: PriorityClass | None = None
@@ -350,7 +362,8 @@ def _entry(
         wl_class = sys.intern(_text(where, "class", wl_class))
     else:
         wl_class = pclass.name if pclass is not None else "default"
-    pod_sets = _pod_sets(where, e["podSets"])
+    # equal podSets share one list; labels and the like one empty map (never written)
+    pod_sets = shared.pod_sets(e["podSets"], lambda raw: _pod_sets(where, raw))
     wl = Workload(
         namespace=namespace,
         name=name,
@@ -359,6 +372,9 @@ def _entry(
         priority=priority,
         priority_class=pclass.name if pclass is not None else None,
         priority_class_kind=pclass.kind if pclass is not None else None,
+        labels=EMPTY,
+        annotations=EMPTY,
+        reclaimable_pods=EMPTY,
     )
     return _sim_workload(where, e, wl, arrival_us=arrival, runtime_us=runtime, wl_class=wl_class)
 
