@@ -25,6 +25,7 @@ import yaml
 from admission.cli.main import main
 from admission.cli.simulate import load_scenario
 from admission.sim.metrics import lower_bound, summarize
+from admission.sim.scenario import ScenarioError
 from admission.sim.sharing import EMPTY, PodSetShapes
 from admission.sim.simulator import Simulator
 from tests.sim_helpers import cq, scenario, wl
@@ -290,3 +291,57 @@ def test_the_report_of_a_stopped_run_says_it_is_incomplete(tmp_path: Path) -> No
     summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
     assert summary["stoppedEarly"]["by"] == "maxCycles"
     assert (report / "queues.csv").read_text(encoding="utf-8").count("\n") > 12  # sampled
+
+
+QUEUES = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{name: default, resources: [{name: cpu, nominalQuota: "4"}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: lq, namespace: team}
+spec: {clusterQueue: cq}
+---
+trace: lines.jsonl
+"""
+LINE = (
+    '{"name": "w", "namespace": "team", "localQueue": "lq", "arrival": %s, "runtime": 5,'
+    ' "priority": %s, "podSets": [{"count": 1, "requests": {"cpu": "1"}}]}'
+)
+
+
+@pytest.mark.parametrize(
+    ("arrival", "priority", "expect"),
+    [
+        ("0.5", "7", 7),
+        # integers past 64 bits stay exact integers (as json reads them)
+        ("0", "123456789012345678901234567890", 123456789012345678901234567890),
+        ("0", "-9223372036854775809", -9223372036854775809),
+        # what json accepts and the entry then refuses: the entry's own error
+        ("NaN", "1", "arrival: must be a number of seconds, got nan"),
+        ("1e400", "1", "arrival: must be a number of seconds, got inf"),
+        ("0", '"x\\ud800"', "priority: must be an integer, got 'x\\ud800'"),
+        ("0", "1.0", "priority: must be an integer, got 1.0"),
+    ],
+)
+def test_json_lines_read_exactly_as_json_reads_them(
+    tmp_path: Path, arrival: str, priority: str, expect: Any
+) -> None:
+    (tmp_path / "lines.jsonl").write_text(LINE % (arrival, priority) + "\n", encoding="utf-8")
+    (tmp_path / "t.yaml").write_text(QUEUES, encoding="utf-8")
+    if isinstance(expect, int):
+        wl = load_scenario(str(tmp_path / "t.yaml")).workloads[0].workload
+        assert type(wl.priority) is int and wl.priority == expect
+    else:
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(str(tmp_path / "t.yaml"))
+        assert f"lines.jsonl: line 1: {expect}" in str(err.value)

@@ -44,11 +44,13 @@ import copy
 import json
 import math
 import os
+import re
 import sys
 from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import orjson
 import yaml
 
 from admission.drivers.loader import (
@@ -83,6 +85,8 @@ _ENTRY = {
     "checkpointOnNotice",
     "job",
 }
+_REQUIRED_ORDER = ("namespace", "localQueue", "arrival", "runtime", "podSets")
+_REQUIRED = frozenset(_REQUIRED_ORDER)
 _POD_SET = {"name", "count", "requests", "nodeSelector", "minCount", "topologyRequest"}
 _TOPOLOGY_REQUEST = {
     "required": "required",
@@ -276,6 +280,14 @@ class _JsonLines:
                 self._decode(n, line)
 
     def _decode(self, n: int, line: str) -> Any:
+        # orjson where it gives what json gives (a few times faster on 200,000 lines):
+        # it refuses what json accepts (NaN, lone surrogates, 1e400: json then decides,
+        # and words the error), and reads integers past 64 bits as floats (json then).
+        if _LONG_DIGITS.search(line) is None:
+            try:
+                return orjson.loads(line)
+            except orjson.JSONDecodeError:
+                pass
         try:
             return json.loads(line)
         except json.JSONDecodeError as e:
@@ -283,6 +295,9 @@ class _JsonLines:
         for _ in self._rest:  # a file that cannot be read says that first
             pass
         raise error
+
+
+_LONG_DIGITS = re.compile(r"\d{19}")
 
 
 def _fail(where: str, field: str, message: str) -> ScenarioError:
@@ -323,14 +338,16 @@ def _entry(
 ) -> SimWorkload:
     if not isinstance(e, dict):
         raise ScenarioError(f"{where}: must be a mapping, got {type(e).__name__}")
-    for key in e:
-        if key not in _ENTRY:
-            raise _fail(where, str(key), "unknown field")
+    if not _ENTRY.issuperset(e):  # (one set operation for the common, good entry)
+        for key in e:
+            if key not in _ENTRY:
+                raise _fail(where, str(key), "unknown field")
     if "job" in e:
         return _job_entry(where, e, inputs=inputs)
-    for key in ("namespace", "localQueue", "arrival", "runtime", "podSets"):
-        if key not in e:
-            raise _fail(where, key, "Required value")
+    if not _REQUIRED.issubset(e):
+        for key in _REQUIRED_ORDER:
+            if key not in e:
+                raise _fail(where, key, "Required value")
     # one string object per distinct value, not one per entry (the JSON decoder makes
     # a new one every time; a trace repeats a few namespaces and queues 100,000s of times)
     namespace = sys.intern(_text(where, "namespace", e["namespace"]))
@@ -383,6 +400,14 @@ def _sim_workload(
     where: str, e: dict[str, Any], wl: Workload, *, arrival_us: int, runtime_us: int, wl_class: str
 ) -> SimWorkload:
     """The entry's timing and checkpoint fields around its Workload."""
+    if (
+        "checkpointInterval" not in e
+        and "checkpointJitter" not in e
+        and "checkpointOnNotice" not in e
+    ):  # the common entry: no checkpoints
+        return SimWorkload(
+            workload=wl, arrival_us=arrival_us, runtime_us=runtime_us, wl_class=wl_class
+        )
     interval = _seconds(where, "checkpointInterval", e.get("checkpointInterval", 0))
     jitter = _seconds(where, "checkpointJitter", e.get("checkpointJitter", 0))
     if "checkpointInterval" in e and interval == 0:
