@@ -25,10 +25,10 @@ import yaml
 from admission.cli.main import main
 from admission.cli.simulate import load_scenario
 from admission.sim.metrics import lower_bound, summarize
-from admission.sim.scenario import ScenarioError
+from admission.sim.scenario import ScenarioError, parse_generator
 from admission.sim.sharing import EMPTY, PodSetShapes
 from admission.sim.simulator import Simulator
-from tests.sim_helpers import cq, scenario, wl
+from tests.sim_helpers import GENERATOR_SMALL, cq, scenario, wl
 
 PINNED = Path(__file__).parent / "data" / "sim_scale_summary.json"
 CPU_KEYS = ("cpuSeconds", "cycleCpuSeconds")
@@ -345,3 +345,22 @@ def test_json_lines_read_exactly_as_json_reads_them(
         with pytest.raises(ScenarioError) as err:
             load_scenario(str(tmp_path / "t.yaml"))
         assert f"lines.jsonl: line 1: {expect}" in str(err.value)
+
+
+def test_generator_workloads_of_one_template_share_their_podsets() -> None:
+    sc = parse_generator(yaml.safe_load(GENERATOR_SMALL), name="small")
+    by_class: dict[str, set[int]] = {}
+    for s in sc.workloads:
+        by_class.setdefault(s.wl_class, set()).add(id(s.workload.pod_sets))
+        assert s.workload.labels is EMPTY and s.workload.reclaimable_pods is EMPTY
+    assert {c: len(ids) for c, ids in by_class.items()} == {"small": 1, "large": 1}
+    small = next(s for s in sc.workloads if s.wl_class == "small").workload.pod_sets
+    large = next(s for s in sc.workloads if s.wl_class == "large").workload.pod_sets
+    assert [(p.count, p.requests) for p in small] == [(1, {"cpu": 1_000})]
+    assert [(p.count, p.requests) for p in large] == [(1, {"cpu": 4_000})]
+    # and a run over the shared objects is the run over objects of their own
+    own = parse_generator(yaml.safe_load(GENERATOR_SMALL), name="small")
+    for s in own.workloads:
+        s.workload.pod_sets = copy.deepcopy(s.workload.pod_sets)
+        s.workload.labels, s.workload.annotations, s.workload.reclaimable_pods = {}, {}, {}
+    assert _records(Simulator(sc, copy_workloads=False).run()) == _records(Simulator(own).run())

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from admission.sim.sharing import EMPTY
 from queues.model import (
     ANY,
     LOWER_OR_NEWER_EQUAL_PRIORITY,
@@ -231,6 +232,7 @@ def parse_generator(doc: Any, *, source: str = "scenario", name: str = "") -> Sc
     local_queues: dict[str, LocalQueue] = {}
     cq_class: dict[str, str] = {}
     workloads: list[SimWorkload] = []
+    shapes: dict[tuple[int, int], list[PodSet]] = {}  # (pods, cpu) -> podSets
     for ci, cset in enumerate(cohorts_doc):
         cpath = f"cohorts[{ci}]"
         cset = r.mapping(cset, cpath, _COHORT)
@@ -252,6 +254,7 @@ def parse_generator(doc: Any, *, source: str = "scenario", name: str = "") -> Sc
                     out_lqs=local_queues,
                     out_class=cq_class,
                     out_wls=workloads,
+                    shapes=shapes,
                 )
     return Scenario(
         name=name or source,
@@ -278,6 +281,7 @@ def _queue_set(
     out_lqs: dict[str, LocalQueue],
     out_class: dict[str, str],
     out_wls: list[SimWorkload],
+    shapes: dict[tuple[int, int], list[PodSet]],
 ) -> None:
     qset = r.mapping(qset, path, _QSET)
     qclass = r.name(qset.get("className"), f"{path}.className")
@@ -331,13 +335,23 @@ def _queue_set(
             for si in range(rounds):
                 for ti, (wclass, runtime_us, priority, request, pods, ckpt) in enumerate(tmpls):
                     k += 1
+                    # one podSet list per (pods, request) for the whole scenario: the
+                    # engine never changes one in place (admission.sim.sharing)
+                    pod_sets = shapes.get((pods, request))
+                    if pod_sets is None:
+                        pod_sets = shapes[pods, request] = [
+                            PodSet(name="main", count=pods, requests={"cpu": request})
+                        ]
                     wl = Workload(
                         namespace=cq_name,
                         name=f"{wclass}-{wl_set_idx}-{si}-{ti}",
                         queue_name=cq_name,
                         priority=priority,
-                        pod_sets=[PodSet(name="main", count=pods, requests={"cpu": request})],
+                        pod_sets=pod_sets,
                         creation_time=0.0,  # set by the simulator from arrival_us
+                        labels=EMPTY,
+                        annotations=EMPTY,
+                        reclaimable_pods=EMPTY,
                     )
                     out_wls.append(
                         SimWorkload(
