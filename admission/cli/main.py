@@ -200,7 +200,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="stop once the run has used this many CPU seconds (reported like --max-cycles)",
+        help="stop once the run has used this many CPU seconds (checked between cycles, so a "
+        "long cycle ends first; reported like --max-cycles)",
     )
     sim.add_argument(
         "-o",
