@@ -297,8 +297,23 @@ class Admission:
         return out
 
 
+class _KeyMemo:
+    """Where a :class:`Workload` keeps its key and the namespace and name it was built
+    from (slots, not dataclass fields: they take no part in equality, ``repr`` or
+    construction; three pointers, no tuple per workload)."""
+
+    __slots__ = ("_key", "_key_namespace", "_key_name")
+    _key: str
+    _key_namespace: str
+    _key_name: str
+
+    def _remember_key(self, namespace: str, name: str, key: str) -> str:
+        self._key, self._key_namespace, self._key_name = key, namespace, name
+        return key
+
+
 @dataclass(slots=True)
-class Workload:
+class Workload(_KeyMemo):
     namespace: str
     name: str
     pod_sets: list[PodSet]
@@ -327,9 +342,20 @@ class Workload:
 
     @property
     def key(self) -> str:
-        # interned: the informer's key of the object is the same string object, so the
-        # engine's dicts keyed by it (pending queues, statuses) hold no copies of it
-        return sys.intern(f"{self.namespace}/{self.name}")
+        """The workload's "namespace/name", interned: the informer's key of the object
+        is the same string object, so the engine's dicts keyed by it (pending queues,
+        statuses) hold no copies of it.
+
+        Kept once built, for as long as namespace and name are the objects it was
+        built from (a cycle asks for it a dozen times per head; formatting and
+        interning it each time was a measurable part of a 5,000-head cycle)."""
+        try:
+            if self._key_namespace is self.namespace and self._key_name is self.name:
+                return self._key
+        except AttributeError:  # not built yet
+            pass
+        namespace, name = self.namespace, self.name
+        return self._remember_key(namespace, name, sys.intern(f"{namespace}/{name}"))
 
     @property
     def queue_order_time(self) -> float:

@@ -35,10 +35,12 @@ from queues.model import (
     FlavorResource,
     PodSet,
     ResourceFlavor,
+    ResourceGroup,
     TopologyAssignment,
     Workload,
 )
 from queues.topology import TopologyState
+from queues.topology_placement import requests_tas
 from queues.tree import QuotaNode
 
 # Short names for the vocabulary's members, as the assigner reads them.
@@ -271,38 +273,8 @@ class FlavorAssigner:
         assumed: dict[FlavorResource, int] = {}
         results: list[PodSetAssignmentResult] = []
         out = Assignment(pod_sets=results)
-        reclaimable = wl.reclaimable_pods
-        # Units of assignment: one podSet, or every podSet of a podSet group
-        # (topologyRequest.podSetGroupName), which gets one flavor for its summed requests.
-        units: list[list[tuple[PodSet, int]]] = []
-        grouped: dict[str, list[tuple[PodSet, int]]] = {}
-        for ps in wl.pod_sets:
-            count = counts[ps.name] if counts is not None else ps.count
-            if reclaimable:  # status.reclaimablePods: pods that no longer need quota
-                count = max(0, count - reclaimable.get(ps.name, 0))
-            group = ps.topology.pod_set_group_name if ps.topology is not None else None
-            if group is None:
-                units.append([(ps, count)])
-            elif group in grouped:
-                grouped[group].append((ps, count))
-            else:
-                grouped[group] = [(ps, count)]
-                units.append(grouped[group])
-        if not grouped:
-            for unit in units:
-                results.append(self._assign_pod_set(unit[0][0], unit[0][1], assumed, out))
-        else:
-            by_name: dict[str, PodSetAssignmentResult] = {}
-            for unit in units:
-                if len(unit) == 1:
-                    by_name[unit[0][0].name] = self._assign_pod_set(
-                        unit[0][0], unit[0][1], assumed, out
-                    )
-                else:
-                    for res in self._assign_group(unit, assumed, out):
-                        by_name[res.name] = res
-            results.extend(by_name[ps.name] for ps in wl.pod_sets)
-        if self.topology is not None:
+        self._assign_pod_sets(wl, counts, assumed, out)
+        if self._needs_placement(wl):
             self._place_topology(wl, results, out)
         for res in results:
             if res.mode < out.mode:
@@ -319,6 +291,70 @@ class FlavorAssigner:
                 messages.pod_set_unassigned(r.name, r.messages) for r in failing
             )
         return out
+
+    def _assign_pod_sets(
+        self,
+        wl: Workload,
+        counts: Mapping[str, int] | None,
+        assumed: dict[FlavorResource, int],
+        out: Assignment,
+    ) -> None:
+        """Flavors for every podSet, into ``out.pod_sets``. A single podSet is its own
+        unit of assignment whether or not it names a podSet group, so it skips
+        working out the units (most heads of a large cluster have one podSet);
+        ``tests/test_cycle_fast_paths.py`` checks the two ways agree."""
+        pod_sets = wl.pod_sets
+        if len(pod_sets) == 1:
+            ps = pod_sets[0]
+            out.pod_sets.append(self._assign_pod_set(ps, _count(wl, ps, counts), assumed, out))
+        else:
+            self._assign_units(wl, counts, assumed, out)
+
+    def _needs_placement(self, wl: Workload) -> bool:
+        """Whether the TAS step has a podSet to place (or to refuse): only with a
+        topology state, in a TAS-only ClusterQueue or for a podSet that asks for TAS;
+        without one :meth:`_place_topology` changes nothing."""
+        return self.topology is not None and (
+            self.tas_only or any(requests_tas(ps.topology) for ps in wl.pod_sets)
+        )
+
+    def _assign_units(
+        self,
+        wl: Workload,
+        counts: Mapping[str, int] | None,
+        assumed: dict[FlavorResource, int],
+        out: Assignment,
+    ) -> None:
+        """Several podSets, in units of assignment: one podSet, or every podSet of a
+        podSet group (topologyRequest.podSetGroupName), which gets one flavor for its
+        summed requests. The results go to ``out.pod_sets`` in the workload's order."""
+        results = out.pod_sets
+        units: list[list[tuple[PodSet, int]]] = []
+        grouped: dict[str, list[tuple[PodSet, int]]] = {}
+        for ps in wl.pod_sets:
+            count = _count(wl, ps, counts)
+            group = ps.topology.pod_set_group_name if ps.topology is not None else None
+            if group is None:
+                units.append([(ps, count)])
+            elif group in grouped:
+                grouped[group].append((ps, count))
+            else:
+                grouped[group] = [(ps, count)]
+                units.append(grouped[group])
+        if not grouped:
+            for unit in units:
+                results.append(self._assign_pod_set(unit[0][0], unit[0][1], assumed, out))
+            return
+        by_name: dict[str, PodSetAssignmentResult] = {}
+        for unit in units:
+            if len(unit) == 1:
+                by_name[unit[0][0].name] = self._assign_pod_set(
+                    unit[0][0], unit[0][1], assumed, out
+                )
+            else:
+                for res in self._assign_group(unit, assumed, out):
+                    by_name[res.name] = res
+        results.extend(by_name[ps.name] for ps in wl.pod_sets)
 
     def _place_topology(
         self, wl: Workload, results: list[PodSetAssignmentResult], out: Assignment
@@ -490,46 +526,32 @@ class FlavorAssigner:
         requests: Mapping[str, int],
         assumed: Mapping[FlavorResource, int],
     ) -> _Candidate:
+        """Kueue's findFlavorForPodSetResource: the best flavor of the resource group
+        of ``resources``, trying them in list order as fungibility says."""
         group = self.cq.resource_groups[self.covered[resources[0]]]
+        if len(group.flavors) == 1:
+            return self._only_flavor(group, pod_sets, resources, requests, assumed)
+        return self._best_flavor(group, pod_sets, resources, requests, assumed)
+
+    def _best_flavor(
+        self,
+        group: ResourceGroup,
+        pod_sets: list[PodSet],
+        resources: list[str],
+        requests: Mapping[str, int],
+        assumed: Mapping[FlavorResource, int],
+    ) -> _Candidate:
+        """Try the group's flavors in order; keep the preferred candidate."""
         best: _Candidate | None = None
         why_not: list[str] = []
         reasons: set[PendingReason | None] = set()
         for fq in group.flavors:
-            flavor = self.flavors.get(fq.name)
-            if flavor is None:
-                why_not.append(messages.flavor_not_found(fq.name))
-                reasons.add(NO_MATCHING_FLAVOR)
-                continue
-            why = None
-            for ps in pod_sets:
-                why = flavor_matches(
-                    flavor,
-                    ps,
-                    tas_only=self.tas_only,
-                    topology=self.topology,
-                    covered=group.covered_resources,
-                )
-                if why is not None:
-                    break
+            why = self._mismatch(fq.name, group, pod_sets)
             if why is not None:
                 why_not.append(why)
                 reasons.add(NO_MATCHING_FLAVOR)
                 continue
-            cand = _Candidate(fq.name, FIT, 0, None, [], [])
-            for r in resources:
-                if not requests[r]:
-                    continue  # a zero request fits any flavor (it only names one)
-                fr = (fq.name, r)
-                earlier = assumed.get(fr, 0)
-                val = earlier + requests[r]
-                mode, borrow, msg, reason = self._fits_resource_quota(fr, val, earlier)
-                if mode < FIT:
-                    cand.messages.append(msg)
-                    cand.reason = _worse_reason(cand.reason, reason)
-                    if mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
-                        cand.need_preemption.append(fr)
-                cand.mode = min(cand.mode, mode)
-                cand.borrow = max(cand.borrow, borrow)
+            cand = self._flavor_candidate(fq.name, resources, requests, assumed)
             if cand.mode < FIT:
                 why_not.extend(cand.messages)
                 reasons.add(cand.reason)
@@ -538,18 +560,79 @@ class FlavorAssigner:
             if not _should_try_next(cand, self.cq):
                 break
         if best is None or best.mode == NO_FIT:
-            reason = (
-                WAITING_FOR_QUOTA
-                if WAITING_FOR_QUOTA in reasons
-                else EXCEEDS_MAX_QUOTA
-                if EXCEEDS_MAX_QUOTA in reasons
-                else NO_MATCHING_FLAVOR
-            )
+            reason = _no_fit_reason(reasons)
             return _Candidate(best.flavor if best else "", NO_FIT, 0, reason, why_not, [])
         if best.mode < FIT:
             best.reason = best.reason or WAITING_FOR_QUOTA
             best.messages = why_not
         return best
+
+    def _only_flavor(
+        self,
+        group: ResourceGroup,
+        pod_sets: list[PodSet],
+        resources: list[str],
+        requests: Mapping[str, int],
+        assumed: Mapping[FlavorResource, int],
+    ) -> _Candidate:
+        """:meth:`_choose_flavor` for a resource group of one flavor (the common
+        ClusterQueue): nothing to compare, so no list of reasons to collect; the same
+        candidate, reason and messages (``tests/test_cycle_fast_paths.py``)."""
+        name = group.flavors[0].name
+        why = self._mismatch(name, group, pod_sets)
+        if why is not None:
+            return _Candidate("", NO_FIT, 0, NO_MATCHING_FLAVOR, [why], [])
+        cand = self._flavor_candidate(name, resources, requests, assumed)
+        if cand.mode == NO_FIT:
+            reason = _no_fit_reason({cand.reason})
+            return _Candidate(name, NO_FIT, 0, reason, list(cand.messages), [])
+        if cand.mode < FIT:
+            cand.reason = cand.reason or WAITING_FOR_QUOTA
+        return cand
+
+    def _mismatch(self, name: str, group: ResourceGroup, pod_sets: list[PodSet]) -> str | None:
+        """Why the flavor ``name`` cannot take these podSets (missing, node affinity,
+        taints, topology), or None."""
+        flavor = self.flavors.get(name)
+        if flavor is None:
+            return messages.flavor_not_found(name)
+        for ps in pod_sets:
+            why = flavor_matches(
+                flavor,
+                ps,
+                tas_only=self.tas_only,
+                topology=self.topology,
+                covered=group.covered_resources,
+            )
+            if why is not None:
+                return why
+        return None
+
+    def _flavor_candidate(
+        self,
+        name: str,
+        resources: list[str],
+        requests: Mapping[str, int],
+        assumed: Mapping[FlavorResource, int],
+    ) -> _Candidate:
+        """How ``resources`` fit on the flavor ``name``: the worst mode, the highest
+        borrowing level, and what is short on each resource that does not fit."""
+        cand = _Candidate(name, FIT, 0, None, [], [])
+        for r in resources:
+            if not requests[r]:
+                continue  # a zero request fits any flavor (it only names one)
+            fr = (name, r)
+            earlier = assumed.get(fr, 0)
+            val = earlier + requests[r]
+            mode, borrow, msg, reason = self._fits_resource_quota(fr, val, earlier)
+            if mode < FIT:
+                cand.messages.append(msg)
+                cand.reason = _worse_reason(cand.reason, reason)
+                if mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
+                    cand.need_preemption.append(fr)
+            cand.mode = min(cand.mode, mode)
+            cand.borrow = max(cand.borrow, borrow)
+        return cand
 
     def _fits_resource_quota(self, fr: FlavorResource, val: int, earlier: int = 0) -> _ResourceFit:
         """Kueue's fitsResourceQuota; ``earlier`` is what earlier podSets of the same
@@ -558,18 +641,45 @@ class FlavorAssigner:
         if val > node.potential_available(fr):
             msg = messages.exceeds_max_capacity(node, fr, val, earlier, explain=self.explain)
             return _ResourceFit(NO_FIT, 0, msg, EXCEEDS_MAX_QUOTA)
-        level = node.height_of_lowest_subtree_that_fits(fr, val)
+        # The borrowing level is worked out only where the answer needs it (it walks
+        # the path to the root): the height of a fit, or whether a request beyond
+        # nominal may reclaim.
         if val <= node.available(fr):
-            return _ResourceFit(FIT, level.height, "", None)
+            return _ResourceFit(
+                FIT, node.height_of_lowest_subtree_that_fits(fr, val).height, "", None
+            )
         msg = messages.insufficient_unused_quota(node, fr, val, earlier, explain=self.explain)
         # Kueue: only a request within nominal quota (or one that may reclaim lower in
         # the hierarchy, or a queue that may preempt while borrowing) may preempt. A
         # request that needs borrowing may not even preempt in its own ClusterQueue.
-        if val <= node.nominal(fr) or level.may_reclaim or self.can_preempt_while_borrowing:
+        if (
+            val <= node.nominal(fr)
+            or self.can_preempt_while_borrowing
+            or node.height_of_lowest_subtree_that_fits(fr, val).may_reclaim
+        ):
             assert self._wl is not None  # set by assign()
             answer = self.oracle(self._wl, node, fr, val)
             return _ResourceFit(answer.mode, answer.borrow, msg, WAITING_FOR_QUOTA)
         return _ResourceFit(NO_FIT, 0, msg, WAITING_FOR_QUOTA)
+
+
+def _no_fit_reason(reasons: set[PendingReason | None]) -> PendingReason:
+    """The reason of a resource group no flavor fits, from its flavors' reasons."""
+    if WAITING_FOR_QUOTA in reasons:
+        return WAITING_FOR_QUOTA
+    if EXCEEDS_MAX_QUOTA in reasons:
+        return EXCEEDS_MAX_QUOTA
+    return NO_MATCHING_FLAVOR
+
+
+def _count(wl: Workload, ps: PodSet, counts: Mapping[str, int] | None) -> int:
+    """The pods of ``ps`` to assign: its count (or the reduced one of partial
+    admission), less its ``status.reclaimablePods`` (pods that no longer need quota)."""
+    count = counts[ps.name] if counts is not None else ps.count
+    reclaimable = wl.reclaimable_pods
+    if reclaimable:
+        count = max(0, count - reclaimable.get(ps.name, 0))
+    return count
 
 
 _REASON_RANK = {None: 0, WAITING_FOR_QUOTA: 1, NO_MATCHING_FLAVOR: 2, EXCEEDS_MAX_QUOTA: 3}

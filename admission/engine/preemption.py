@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from admission.engine import messages
 from admission.engine.cache import Cache
 from admission.engine.flavors import OracleAnswer
-from admission.engine.snapshot import Snapshot
+from admission.engine.snapshot import AdmittedRows, Snapshot
 from admission.engine.vocabulary import AssignmentMode, PreemptionReason
 from queues.model import (
     ANY,
@@ -97,8 +97,16 @@ def uses_resources(usage: Mapping[FlavorResource, int], frs: Iterable[FlavorReso
 
 
 def within_nominal(node: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
-    """Kueue's IsWithinNominalInResources: usage ≤ subtree quota on every fr."""
-    return all(node.usage.get(fr, 0) <= node.subtree_quota.get(fr, 0) for fr in frs)
+    """Kueue's IsWithinNominalInResources: usage ≤ subtree quota on every fr.
+
+    A plain loop, not ``all()`` over a generator: the victim search asks it for every
+    node between a candidate and the preemptor, hundreds of thousands of times a cycle
+    at 5,000 ClusterQueues, and the generator was most of its cost."""
+    usage, quota = node.usage, node.subtree_quota
+    for fr in frs:
+        if usage.get(fr, 0) > quota.get(fr, 0):
+            return False
+    return True
 
 
 class QuotaFit(NamedTuple):
@@ -128,8 +136,13 @@ class Candidates(NamedTuple):
 
 
 def under_nominal(cq: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
-    """Kueue's queueUnderNominalInResourcesNeedingPreemption."""
-    return all(cq.usage.get(fr, 0) < cq.nominal(fr) for fr in frs)
+    """Kueue's queueUnderNominalInResourcesNeedingPreemption (a plain loop, as
+    :func:`within_nominal`)."""
+    usage = cq.usage
+    for fr in frs:
+        if usage.get(fr, 0) >= cq.nominal(fr):
+            return False
+    return True
 
 
 def _search_key(
@@ -228,8 +241,8 @@ class Preemptor:
         workloads, with what is the same for all of them (policy, priorities, kind of
         reclaim) worked out once; ``test_preemption_properties`` checks the two agree."""
         cache = self.cache
-        keys = cache.by_cq.get(cand_cq)
-        if not keys:
+        admitted = self.admitted_rows(snap, cand_cq)
+        if admitted is None:
             return []
         same = cand_cq == cq_name
         p = cache.cluster_queues[cq_name].preemption
@@ -238,6 +251,9 @@ class Preemptor:
             return []  # Never: no workload of this queue may be preempted
         prio = wl.priority
         newer_equal_ok = policy == LOWER_OR_NEWER_EQUAL_PRIORITY
+        lowest = admitted.lowest_priority
+        if policy != ANY and (lowest > prio or (lowest == prio and not newer_equal_ok)):
+            return []  # nobody of a lower (or equal, newer) priority to take
         order_time = wl.queue_order_time
         if same:
             fixed: Variant | None = Variant.WITHIN_CQ
@@ -250,21 +266,16 @@ class Preemptor:
         threshold = p.max_priority_threshold
         excluded = snap.victims
         progress = self.progress
-        usage_of = cache.usage_of
-        workloads = cache.workloads
         single = next(iter(frs)) if len(frs) == 1 else None
         out = []
-        for key in keys:
+        for key, cand, cp, usage in admitted.rows:
             if key in excluded:
                 continue
-            usage = usage_of[key]
             if single is not None:
                 if single not in usage:
                     continue
             elif not any(fr in usage for fr in frs):
                 continue
-            cand = workloads[key]
-            cp = cand.priority
             if policy != ANY and not (
                 cp < prio or (newer_equal_ok and cp == prio and order_time < cand.queue_order_time)
             ):
@@ -279,6 +290,27 @@ class Preemptor:
                 continue  # minimumRuntime
             out.append(Candidate(key, cand, cand_cq, lca, v))
         return out
+
+    def admitted_rows(self, snap: Snapshot, cq_name: str) -> AdmittedRows | None:
+        """``cq_name``'s admitted workloads as the candidate search reads them, built
+        once per cycle (kept on the snapshot; the cache's admissions change only when
+        the cycle commits): each of the cycle's searches in a cohort reads every
+        borrowing queue's list, and looking up each workload's object and usage again
+        per search was most of the search's cost. None when it has none."""
+        got = snap.admitted_rows.get(cq_name)
+        if got is not None:
+            return got
+        cache = self.cache
+        keys = cache.by_cq.get(cq_name)
+        if not keys:
+            return None
+        workloads, usage_of = cache.workloads, cache.usage_of
+        rows = []
+        for key in keys:
+            wl = workloads[key]
+            rows.append((key, wl, wl.priority, usage_of[key]))
+        got = snap.admitted_rows[cq_name] = AdmittedRows(rows, min(r[2] for r in rows))
+        return got
 
     def _collect_in_subtree(
         self,
@@ -531,7 +563,12 @@ class Preemptor:
                 borrow = node.height_of_lowest_subtree_that_fits(fr, val).height
             own = any(t.cluster_queue == node.name for t in targets)
             answer = OracleAnswer(AssignmentMode.PREEMPT if own else AssignmentMode.RECLAIM, borrow)
-        snap.searches = (_search_key(snap, wl, node.name, {fr}, {fr: val}), targets)
+        # Kept for :meth:`targets` only when it found victims: a search that found
+        # nobody makes the request NO_CANDIDATES, whose victims nobody asks for (and
+        # its key is not worth building for each of the thousands of failed heads).
+        snap.searches = (
+            (_search_key(snap, wl, node.name, {fr}, {fr: val}), targets) if targets else None
+        )
         return answer
 
     def targets(

@@ -18,6 +18,7 @@ The cycle returns decisions and performs no I/O; drivers apply them.
 from __future__ import annotations
 
 import gc
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -79,6 +80,13 @@ def _collector_paused() -> Iterator[None]:
             _collector_pauses[0] -= 1
             if _collector_pauses[0] == 0 and _collector_pauses[1]:
                 gc.enable()
+
+
+def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """The two tuples hold the same objects, position by position (identity, not
+    equality: a spec replaced by an equal one still gets a new assigner). Asked once
+    per head, so compared in C (``map(operator.is_)``), not by a generator."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _no_lq_order(_cq: str) -> None:
@@ -304,10 +312,10 @@ class Scheduler:
             )
             e.park_even_if_strict = True
             return
-        invalid = messages.resource_validation_errors(wl)
-        if invalid:
-            e.status = PendingStatus(misconfigured, invalid)
-            return
+        for ps in wl.pod_sets:  # (formatting the errors only when there are some)
+            if ps.limit_violations:
+                e.status = PendingStatus(misconfigured, messages.resource_validation_errors(wl))
+                return
         assigner = self._assigner(e.cluster_queue, snap)
         a = assigner.assign(wl)
         if a.mode.needs_preemption:
@@ -336,7 +344,7 @@ class Scheduler:
             preemptor.fair_sharing and p.reclaim_within_cohort != NEVER
         )
         kept = self._assigners.get(cq_name)
-        if kept is not None and all(a is b for a, b in zip(kept[0], built_from, strict=True)):
+        if kept is not None and _same_objects(kept[0], built_from):
             assigner = kept[1]
             # read from the spec every time, as when an assigner was built per head
             assigner.can_preempt_while_borrowing = may_borrow
@@ -454,15 +462,18 @@ class Scheduler:
         a = e.assignment
         assert a is not None
         # This cycle's earlier victims are already off the snapshot; add the entry's own.
-        released = [
-            t.key for t in e.targets if t.key in cache.admitted and t.key not in snap.victims
-        ]
+        released = (
+            [t.key for t in e.targets if t.key in cache.admitted and t.key not in snap.victims]
+            if e.targets
+            else []
+        )
         # (no released victims: nothing to try on the tree, no scratch block to pay for)
         with tree.scratch() if released else nullcontext():
             for k in released:
                 tree.remove_usage(cache.admitted[k], cache.usage_of[k])
             node = tree.queues[e.cluster_queue]
-            for fr, v in sorted(a.usage.items()):
+            usage = a.usage.items()
+            for fr, v in sorted(usage) if len(usage) > 1 else usage:
                 left = node.available(fr)
                 if v > left:
                     return messages.short_after_earlier_admissions(fr, v, left)
@@ -561,10 +572,11 @@ class Scheduler:
     def _commit(self, e: Entry, outcome: _Outcome, result: CycleResult) -> None:
         cache = self._cache
         wl = e.workload
+        key = wl.key
         if isinstance(outcome, _Admit):
             wl.admission = outcome.admission
             wl.admission_time = self._clock()
-            cache.queues[e.cluster_queue].remove(wl.key)
+            cache.queues[e.cluster_queue].remove(key)
             cache.assume(wl, e.cluster_queue, outcome.usage)
             if self._usage is not None:
                 self._usage.on_admit(wl, e.cluster_queue, outcome.usage)
@@ -577,26 +589,26 @@ class Scheduler:
         assert e.status is not None
         if isinstance(outcome, _Preempt):
             for d in outcome.issued:
-                cache.evicting[d.workload.key] = wl.key
+                cache.evicting[d.workload.key] = key
                 if d.notice_deadline is not None:
                     cache.progress.notice(
                         d.workload.key,
-                        Notice(self._clock(), d.notice_deadline, wl.key, d.reason, d.message),
+                        Notice(self._clock(), d.notice_deadline, key, d.reason, d.message),
                     )
                 result.preempted.append(d)
                 self.stats["preemptions"] += 1
-            cache.preemptors.add(wl.key)
-            cache.status[wl.key] = e.status
-            result.pending[wl.key] = e.status
+            cache.preemptors.add(key)
+            cache.status[key] = e.status
+            result.pending[key] = e.status
             q = cache.queues[e.cluster_queue]
             q.keep(wl)
-            q.sticky = wl.key
+            q.sticky = key
             result.changed = True
             return
         if outcome.no_longer_preempting:
-            cache.preemptors.discard(wl.key)
-        cache.status[wl.key] = e.status
-        result.pending[wl.key] = e.status
+            cache.preemptors.discard(key)
+        cache.status[key] = e.status
+        result.pending[key] = e.status
         strict = cache.cluster_queues[e.cluster_queue].queueing_strategy == STRICT_FIFO
         park = outcome.park
         if park and (e.park_even_if_strict or not strict):

@@ -13,13 +13,25 @@ searches), never a hand-written inverse.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from queues.model import FlavorResource, Workload
 from queues.tree import CohortTree
+
+
+class AdmittedRows(NamedTuple):
+    """A ClusterQueue's admitted workloads, in admission order: (key, workload, its
+    priority, the usage it holds) each, and the lowest of their priorities (a search
+    that may take only lower priorities skips the queue when none is lower)."""
+
+    rows: list[tuple[str, Workload, int, dict[FlavorResource, int]]]
+    lowest_priority: int
 
 
 class Snapshot:
     """The tree the cycle works on, and the victims of preemptions issued in it."""
 
-    __slots__ = ("tree", "victims", "tas", "searches", "_source")
+    __slots__ = ("tree", "victims", "tas", "searches", "admitted_rows", "_source")
 
     def __init__(self, tree: CohortTree) -> None:
         """A snapshot of ``tree`` (a copy of its usage: ``tree`` itself is not touched)."""
@@ -35,6 +47,10 @@ class Snapshot:
         # unchanged since (``tree.changes``): flavor assignment asks the oracle, then the
         # scheduler asks for the victims of the same request — one search, not two.
         self.searches: tuple[tuple[object, ...], list] | None = None
+        # Per ClusterQueue, its admitted workloads as the victim searches read them
+        # (``Preemptor.admitted_rows``): the cache's admissions do not change until the
+        # cycle commits, and every search of the cycle in the same cohort reads them.
+        self.admitted_rows: dict[str, AdmittedRows] = {}
 
     def release(self) -> None:
         """The cycle is over: the tree's kept working copy may be handed out again."""

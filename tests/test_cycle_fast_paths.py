@@ -1,0 +1,206 @@
+"""The cycle's shortcuts decide exactly what the general paths decide.
+
+A cycle at 5,000 ClusterQueues takes shortcuts for the common head (docs/benchmarks.md,
+``cycle-5k``): one podSet is assigned without working out units of assignment, a
+resource group of one flavor without comparing candidates, the TAS step is skipped
+when there is nothing to place, each ClusterQueue's admitted workloads
+are read once per cycle for every victim search (and a queue with nobody of a lower
+priority is skipped), and the scheduler reuses the oracle's victim search. Each
+shortcut has a seam; :func:`general_paths` replaces every one of them with the general
+path it stands for, and the tests run the same random worlds both ways and compare
+every decision, pending status and message (``explain=True``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from admission.engine.cache import Cache
+from admission.engine.flavors import Assignment, FlavorAssigner
+from admission.engine.preemption import Preemptor, Variant
+from admission.engine.scheduler import Scheduler
+from admission.engine.snapshot import Snapshot
+from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
+from tests.test_engine_properties import FLAVORS, world
+from tests.test_preemption_properties import _filled, _workload
+
+_fast_admitted_rows = Preemptor.admitted_rows
+_fast_targets = Preemptor.targets
+
+
+def _units_always(
+    self: FlavorAssigner, wl: Workload, counts: object, assumed: dict, out: Assignment
+) -> None:
+    self._assign_units(wl, counts, assumed, out)  # type: ignore[arg-type]
+
+
+def _best_flavor_always(self: FlavorAssigner, *args: object) -> object:
+    return self._best_flavor(*args)  # type: ignore[arg-type]
+
+
+def _placement_always(self: FlavorAssigner, _wl: Workload) -> bool:
+    return self.topology is not None
+
+
+def _rows_every_time(self: Preemptor, snap: Snapshot, cq_name: str) -> object:
+    snap.admitted_rows.pop(cq_name, None)  # read from the cache again, for every search
+    return _fast_admitted_rows(self, snap, cq_name)
+
+
+def _search_every_time(self: Preemptor, snap: Snapshot, *args: object, **kw: object) -> object:
+    snap.searches = None  # never the oracle's answer: search again
+    return _fast_targets(self, snap, *args, **kw)  # type: ignore[arg-type]
+
+
+@contextmanager
+def general_paths() -> Iterator[None]:
+    """Every shortcut replaced by the general path it stands for."""
+    with ExitStack() as stack:
+        for owner, name, general in (
+            (FlavorAssigner, "_assign_pod_sets", _units_always),
+            (FlavorAssigner, "_only_flavor", _best_flavor_always),
+            (FlavorAssigner, "_needs_placement", _placement_always),
+            (Preemptor, "admitted_rows", _rows_every_time),
+            (Preemptor, "targets", _search_every_time),
+        ):
+            stack.enter_context(mock.patch.object(owner, name, general))
+        yield
+
+
+def _workload_of(cq: str, seq: int, pod_sets: list[PodSet], priority: int) -> Workload:
+    return Workload(
+        namespace=f"ns-{cq}",
+        name=f"w{seq}",
+        uid=f"w{seq:04d}",
+        queue_name="lq",
+        priority=priority,
+        creation_time=float(seq),
+        pod_sets=pod_sets,
+    )
+
+
+def _pod_sets(seq: int, count: int, cpu: int, gpu: int) -> list[PodSet]:
+    """One podSet, or (every third workload) two: a launcher and its workers; every
+    fourth may be admitted partially (minCount 1)."""
+    main = PodSet(
+        name="main",
+        count=count + 1 if seq % 4 == 1 else count,
+        requests={"cpu": cpu * 1000, "nvidia.com/gpu": gpu},
+        min_count=1 if seq % 4 == 1 else None,
+    )
+    if seq % 3:
+        return [main]
+    return [PodSet(name="launcher", count=1, requests={"cpu": 500}), main]
+
+
+def decisions(cqs: dict, cohorts: dict, ops: list) -> list[tuple]:
+    """Everything the cycles of one random world decide and say, in order."""
+    flavors = {f: ResourceFlavor(name=f) for f in FLAVORS}
+    lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
+    cache = Cache(flavors=flavors, cluster_queues=cqs, cohorts=cohorts, local_queues=lqs)
+    sched = Scheduler(cache, explain=True)
+    log: list[tuple] = []
+    seq = 0
+    for op in ops:
+        if op[0] in ("submit", "burst"):
+            if op[0] == "submit":
+                _, cq, count, cpu, gpu, prio = op
+                targets = [(cq, prio)]
+            else:
+                _, count, cpu, gpu = op
+                targets = [(cq, (seq + i) % 3) for i, cq in enumerate(sorted(cqs))]
+            for cq, prio in targets:
+                seq += 1
+                cache.add_workload(_workload_of(cq, seq, _pod_sets(seq, count, cpu, gpu), prio))
+        elif op[0] == "cycle":
+            r = sched.schedule()
+            log.append(("heads", r.heads, r.changed))
+            log.append(
+                ("admitted", [(d.workload.key, d.cluster_queue, d.admission) for d in r.admitted])
+            )
+            log.append(
+                (
+                    "preempted",
+                    [
+                        (p.workload.key, p.cluster_queue, p.by, p.reason, p.message)
+                        for p in r.preempted
+                    ],
+                )
+            )
+            log.append(("pending", {k: (s.reason, s.message) for k, s in r.pending.items()}))
+            for p in r.preempted:
+                cache.evicted(p.workload.key)
+        elif op[0] == "finish":
+            admitted = sorted(cache.admitted)
+            if admitted:
+                cache.finish(admitted[op[1] % len(admitted)])
+        elif op[0] == "quota":
+            _, cq, nominal = op
+            spec = cqs[cq]
+            group = spec.resource_groups[0]
+            first = group.flavors[0]
+            resources = {
+                r: replace(q, nominal=nominal * (1000 if r == "cpu" else 1), lending_limit=None)
+                for r, q in first.resources.items()
+            }
+            flavors_now = [replace(first, resources=resources), *group.flavors[1:]]
+            cqs = {**cqs, cq: replace(spec, resource_groups=[replace(group, flavors=flavors_now)])}
+            cache.update_objects(cluster_queues=cqs)
+    log.append(("status", {k: (s.reason, s.message) for k, s in sorted(cache.status.items())}))
+    log.append(
+        ("groups", {k: (s.reason, s.message) for k, s in sorted(cache.group_status.items())})
+    )
+    log.append(("admitted at the end", sorted(cache.admitted.items())))
+    return log
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world())
+def test_shortcuts_decide_and_explain_as_the_general_paths(w: tuple) -> None:
+    cqs, cohorts, ops = w
+    fast = decisions(cqs, cohorts, ops)
+    with general_paths():
+        general = decisions(cqs, cohorts, ops)
+    assert fast == general
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world(), st.data())
+def test_admitted_rows_kept_for_the_cycle_give_every_search_its_candidates(
+    w: tuple, data: st.DataObject
+) -> None:
+    """The rows are read once per snapshot; later searches of the same cycle, by
+    preemptors of other priorities and after victims were taken, still list exactly
+    the workloads (and variants, in order) that classifying each one gives."""
+    cqs, _, _ = w
+    cache, seq = _filled(w)
+    snap = Snapshot(cache.tree)
+    pre = Preemptor(cache)
+    admitted = sorted(cache.admitted)
+    for _ in range(3):
+        cq = data.draw(st.sampled_from(sorted(cqs)))
+        flavor = cqs[cq].resource_groups[0].flavors[0].name
+        preemptor = _workload(cq, 9999, 1, 1, 0, data.draw(st.integers(0, 3)))
+        preemptor.creation_time = data.draw(st.floats(0, float(seq + 1)))
+        frs = {(flavor, "cpu")}
+        advantage = data.draw(st.booleans())
+        for cand_cq in sorted(cqs):
+            got = [
+                (c.key, c.variant)
+                for c in pre._from_cq(snap, preemptor, cq, cand_cq, None, frs, advantage)
+            ]
+            want = [
+                (k, v)
+                for k in cache.by_cq.get(cand_cq, {})
+                if k not in snap.victims
+                and (v := pre._classify(preemptor, cq, k, cand_cq, frs, advantage)) != Variant.NEVER
+            ]
+            assert got == want, (cand_cq, got, want)
+        if admitted:  # the next search runs after this one took a victim
+            snap.victims.add(data.draw(st.sampled_from(admitted)))
