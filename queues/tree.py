@@ -63,6 +63,8 @@ class QuotaNode:
         "fair_weight",
         "disabled_reason",
         "memo",
+        "tree",
+        "available_memo",
     )
 
     def __init__(self, name: str, *, is_cohort: bool, fair_weight: float = 1.0) -> None:
@@ -82,6 +84,10 @@ class QuotaNode:
         # Derived values that only change when the tree is rebuilt (heights, potential
         # availability, explanations): new nodes, new memo.
         self.memo: dict[object, object] = {}
+        # The tree this node is in (its ``changes`` count dates ``available_memo``), and
+        # what ``available`` last gave per fr, with that count: see ``available``.
+        self.tree: CohortTree | None = None
+        self.available_memo: dict[FlavorResource, tuple[int, int]] = {}
 
     def __repr__(self) -> str:
         kind = "Cohort" if self.is_cohort else "ClusterQueue"
@@ -168,10 +174,28 @@ class QuotaNode:
         return self.subtree_quota.get(fr, 0) + q.borrowing_limit
 
     def available(self, fr: FlavorResource) -> int:
-        """How much more of fr this node can use now (may be negative after a quota cut)."""
+        """How much more of fr this node can use now (may be negative after a quota cut).
+
+        A Cohort below the root keeps its answer until its tree's usage changes
+        (``CohortTree.changes``, bumped by every change of usage, restores included):
+        every ClusterQueue below it asks for it, and in a deep tree each of a cycle's
+        thousands of heads walked the whole path to the root, twice."""
         parent = self.parent
         if parent is None:
             return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
+        tree = self.tree
+        if tree is None or not self.is_cohort:
+            return self._available_under(parent, fr)
+        got = self.available_memo.get(fr)
+        if got is not None and got[0] == tree.changes:
+            return got[1]
+        value = self._available_under(parent, fr)
+        self.available_memo[fr] = (tree.changes, value)
+        return value
+
+    def _available_under(self, parent: QuotaNode, fr: FlavorResource) -> int:
+        """:meth:`available` of a node with a parent: what it has unused locally, plus
+        what the parent can give it (within its borrowingLimit)."""
         parent_available = parent.available(fr)
         q = self.quotas.get(fr)
         if q is not None and q.borrowing_limit is not None:
@@ -334,6 +358,7 @@ class CohortTree:
                 node = QuotaNode(
                     name, is_cohort=True, fair_weight=spec.fair_weight if spec else 1.0
                 )
+                node.tree = self
                 if spec is not None:
                     node.quotas = _quotas_of(spec.resource_groups)
                 self.cohorts[name] = node
@@ -368,6 +393,7 @@ class CohortTree:
         for name in sorted(cluster_queues):
             spec = cluster_queues[name]
             node = QuotaNode(name, is_cohort=False, fair_weight=spec.fair_weight)
+            node.tree = self
             node.quotas = _quotas_of(spec.resource_groups)
             if spec.cohort:
                 cohort = cohort_node(spec.cohort)
@@ -412,6 +438,8 @@ class CohortTree:
             c.fair_weight = n.fair_weight
             c.disabled_reason = n.disabled_reason
             c.memo = {}
+            c.tree = copy
+            c.available_memo = {}
             mapping[id(n)] = c
             return c
 
@@ -524,6 +552,7 @@ def _keep_larger(tree: CohortTree, outer: Journal | None) -> Iterator[None]:
             original.setdefault((id(usage), fr), (usage, old))
         if outer is not None:
             outer.extend(journal)  # an enclosing scratch() still restores the start
+        tree.changes += 1
         for (_, fr), (usage, old) in original.items():
             value = max(old, usage.get(fr, 0))
             if value:

@@ -5,7 +5,8 @@ A cycle at 5,000 ClusterQueues takes shortcuts for the common head (docs/benchma
 resource group of one flavor without comparing candidates, the TAS step is skipped
 when there is nothing to place, each ClusterQueue's admitted workloads
 are read once per cycle for every victim search (and a queue with nobody of a lower
-priority is skipped), and the scheduler reuses the oracle's victim search. Each
+priority is skipped), the scheduler reuses the oracle's victim search, and a Cohort
+keeps what it has available until its tree's usage changes. Each
 shortcut has a seam; :func:`general_paths` replaces every one of them with the general
 path it stands for, and the tests run the same random worlds both ways and compare
 every decision, pending status and message (``explain=True``).
@@ -26,7 +27,8 @@ from admission.engine.flavors import Assignment, FlavorAssigner
 from admission.engine.preemption import Preemptor, Variant
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
-from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
+from queues.model import FlavorResource, LocalQueue, PodSet, ResourceFlavor, Workload
+from queues.tree import CohortTree, QuotaNode
 from tests.test_engine_properties import FLAVORS, world
 from tests.test_preemption_properties import _filled, _workload
 
@@ -58,6 +60,15 @@ def _search_every_time(self: Preemptor, snap: Snapshot, *args: object, **kw: obj
     return _fast_targets(self, snap, *args, **kw)  # type: ignore[arg-type]
 
 
+_kept_available = QuotaNode.available
+
+
+def _available_every_time(self: QuotaNode, fr: FlavorResource) -> int:
+    if self.parent is None:
+        return _kept_available(self, fr)
+    return self._available_under(self.parent, fr)  # the whole path, never a kept value
+
+
 @contextmanager
 def general_paths() -> Iterator[None]:
     """Every shortcut replaced by the general path it stands for."""
@@ -68,6 +79,7 @@ def general_paths() -> Iterator[None]:
             (FlavorAssigner, "_needs_placement", _placement_always),
             (Preemptor, "admitted_rows", _rows_every_time),
             (Preemptor, "targets", _search_every_time),
+            (QuotaNode, "available", _available_every_time),
         ):
             stack.enter_context(mock.patch.object(owner, name, general))
         yield
@@ -204,3 +216,50 @@ def test_admitted_rows_kept_for_the_cycle_give_every_search_its_candidates(
             assert got == want, (cand_cq, got, want)
         if admitted:  # the next search runs after this one took a victim
             snap.victims.add(data.draw(st.sampled_from(admitted)))
+
+
+def _available_now(tree: CohortTree) -> dict[tuple[str, FlavorResource], int]:
+    """What every ClusterQueue has available, kept values used where valid..."""
+    frs = [(f, r) for f in FLAVORS for r in ("cpu", "nvidia.com/gpu")]
+    return {(n, fr): node.available(fr) for n, node in tree.queues.items() for fr in frs}
+
+
+def _available_fresh(tree: CohortTree) -> dict[tuple[str, FlavorResource], int]:
+    """... and worked out along the whole path, ignoring them."""
+    with mock.patch.object(QuotaNode, "available", _available_every_time):
+        return _available_now(tree)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world(), st.data())
+def test_kept_available_follows_every_change_of_usage(w: tuple, data: st.DataObject) -> None:
+    """Usage changes of every kind a cycle makes (charges, releases, a search's scratch
+    block and its restore, reserveEvictingCapacity's keep-larger block, the next
+    cycle's working copy) leave no stale kept value behind."""
+    cache, _ = _filled(w)
+    snap = Snapshot(cache.tree)
+    tree = snap.tree
+    keys = sorted(cache.admitted)
+    assert _available_now(tree) == _available_fresh(tree)
+    if not keys:
+        return
+    for _ in range(6):
+        key = data.draw(st.sampled_from(keys))
+        cq, usage = cache.admitted[key], cache.usage_of[key]
+        step = data.draw(st.sampled_from(["remove", "add", "scratch", "keep_larger"]))
+        if step == "remove":
+            tree.remove_usage(cq, usage)
+        elif step == "add":
+            tree.add_usage(cq, usage)
+        else:
+            with tree.scratch() if step == "scratch" else tree.keep_larger():
+                tree.remove_usage(cq, usage)
+                assert _available_now(tree) == _available_fresh(tree)
+                tree.add_usage(data.draw(st.sampled_from(sorted(tree.queues))), usage)
+                assert _available_now(tree) == _available_fresh(tree)
+        assert _available_now(tree) == _available_fresh(tree), step
+    snap.release()
+    cache.finish(keys[0])  # the live tree changes: the next cycle's copy follows it
+    again = Snapshot(cache.tree)
+    assert _available_now(again.tree) == _available_fresh(again.tree)
+    again.release()

@@ -314,9 +314,14 @@ class FlavorAssigner:
         """Whether the TAS step has a podSet to place (or to refuse): only with a
         topology state, in a TAS-only ClusterQueue or for a podSet that asks for TAS;
         without one :meth:`_place_topology` changes nothing."""
-        return self.topology is not None and (
-            self.tas_only or any(requests_tas(ps.topology) for ps in wl.pod_sets)
-        )
+        if self.topology is None:
+            return False
+        if self.tas_only:
+            return True
+        for ps in wl.pod_sets:  # (a loop, not any() over a generator: once per head)
+            if requests_tas(ps.topology):
+                return True
+        return False
 
     def _assign_units(
         self,

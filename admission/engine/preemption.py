@@ -369,8 +369,11 @@ class Preemptor:
         for lst in (same, hierarchy, prio):
             lst.sort(key=order)
         evicting = self.cache.evicting
-        ordered = [c for lst in (hierarchy, prio, same) for c in lst if c.key in evicting]
-        ordered += [c for lst in (hierarchy, prio, same) for c in lst if c.key not in evicting]
+        if evicting:
+            ordered = [c for lst in (hierarchy, prio, same) for c in lst if c.key in evicting]
+            ordered += [c for lst in (hierarchy, prio, same) for c in lst if c.key not in evicting]
+        else:  # (nobody is being evicted: nobody to put first)
+            ordered = hierarchy + prio + same
         return Candidates(ordered, not hierarchy and not prio, not hierarchy)
 
     def candidate_order(self, cq_name: str):  # noqa: ANN201 - a sort key function

@@ -402,7 +402,7 @@ class Scheduler:
         """Kueue's processEntry: admit, preempt, or requeue with a reason. Changes only
         the snapshot; what it returns is committed to the cache after the last entry."""
         if e.status is not None:
-            return _Requeue(park=True)
+            return _PARK
         a = e.assignment
         assert a is not None
         preempting = a.mode.needs_preemption and bool(e.targets)
@@ -410,7 +410,7 @@ class Scheduler:
             if a.mode != AssignmentMode.NO_FIT:  # preemption was needed, and found nobody
                 self._reserve_unreclaimable(e, snap)
             e.status = PendingStatus(a.reason or PendingReason.WAITING_FOR_QUOTA, a.message)
-            return _Requeue(park=True, equivalents=True, no_longer_preempting=True)
+            return _PARK_EQUIVALENTS
         if any(t.key in snap.victims for t in e.targets):
             # Another preemptor took some of these victims earlier in this cycle: search
             # again, with their preemptions counted as issued.
@@ -424,13 +424,13 @@ class Scheduler:
             )
             if not e.targets:
                 e.status = PendingStatus(PendingReason.WAITING_FOR_QUOTA, messages.TARGETS_TAKEN)
-                return _Requeue(park=False)
+                return _BACK_TO_THE_HEAP
         short = self._still_fits(e, snap)
         if short:
             e.status = PendingStatus(
                 PendingReason.WAITING_FOR_QUOTA, messages.no_longer_fits(short)
             )
-            return _Requeue(park=False)
+            return _BACK_TO_THE_HEAP
         if preempting:
             return self._issue_preemptions(e, snap, cycle)
         snap.tree.add_usage(e.cluster_queue, a.usage)  # later entries see this admission
@@ -647,3 +647,8 @@ class _Requeue:
 
 
 _Outcome = _Admit | _Preempt | _Requeue
+
+# The requeue outcomes, shared (frozen): thousands of heads a cycle end in one of them.
+_PARK = _Requeue(park=True)
+_PARK_EQUIVALENTS = _Requeue(park=True, equivalents=True, no_longer_preempting=True)
+_BACK_TO_THE_HEAP = _Requeue(park=False)
