@@ -24,13 +24,18 @@ from hypothesis import strategies as st
 
 from admission.engine.cache import Cache
 from admission.engine.flavors import Assignment, FlavorAssigner
-from admission.engine.preemption import Preemptor, Variant
+from admission.engine.preemption import Preemptor
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
 from queues.model import FlavorResource, LocalQueue, PodSet, ResourceFlavor, Workload
 from queues.tree import CohortTree, QuotaNode
 from tests.test_engine_properties import FLAVORS, world
-from tests.test_preemption_properties import _filled, _workload
+from tests.test_preemption_properties import (
+    _filled,
+    _workload,
+    assert_candidates_as_classified,
+    workload_of,
+)
 
 _fast_admitted_rows = Preemptor.admitted_rows
 _fast_targets = Preemptor.targets
@@ -85,18 +90,6 @@ def general_paths() -> Iterator[None]:
         yield
 
 
-def _workload_of(cq: str, seq: int, pod_sets: list[PodSet], priority: int) -> Workload:
-    return Workload(
-        namespace=f"ns-{cq}",
-        name=f"w{seq}",
-        uid=f"w{seq:04d}",
-        queue_name="lq",
-        priority=priority,
-        creation_time=float(seq),
-        pod_sets=pod_sets,
-    )
-
-
 def _pod_sets(seq: int, count: int, cpu: int, gpu: int) -> list[PodSet]:
     """One podSet, or (every third workload) two: a launcher and its workers; every
     fourth may be admitted partially (minCount 1)."""
@@ -129,7 +122,7 @@ def decisions(cqs: dict, cohorts: dict, ops: list) -> list[tuple]:
                 targets = [(cq, (seq + i) % 3) for i, cq in enumerate(sorted(cqs))]
             for cq, prio in targets:
                 seq += 1
-                cache.add_workload(_workload_of(cq, seq, _pod_sets(seq, count, cpu, gpu), prio))
+                cache.add_workload(workload_of(cq, seq, _pod_sets(seq, count, cpu, gpu), prio))
         elif op[0] == "cycle":
             r = sched.schedule()
             log.append(("heads", r.heads, r.changed))
@@ -202,18 +195,7 @@ def test_admitted_rows_kept_for_the_cycle_give_every_search_its_candidates(
         preemptor.creation_time = data.draw(st.floats(0, float(seq + 1)))
         frs = {(flavor, "cpu")}
         advantage = data.draw(st.booleans())
-        for cand_cq in sorted(cqs):
-            got = [
-                (c.key, c.variant)
-                for c in pre._from_cq(snap, preemptor, cq, cand_cq, None, frs, advantage)
-            ]
-            want = [
-                (k, v)
-                for k in cache.by_cq.get(cand_cq, {})
-                if k not in snap.victims
-                and (v := pre._classify(preemptor, cq, k, cand_cq, frs, advantage)) != Variant.NEVER
-            ]
-            assert got == want, (cand_cq, got, want)
+        assert_candidates_as_classified(pre, snap, preemptor, cq, sorted(cqs), frs, advantage)
         if admitted:  # the next search runs after this one took a victim
             snap.victims.add(data.draw(st.sampled_from(admitted)))
 

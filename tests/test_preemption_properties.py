@@ -33,7 +33,8 @@ def policy_allows(policy: str, *, preemptor: Workload, candidate: Workload) -> b
     )
 
 
-def _workload(cq: str, seq: int, count: int, cpu: int, gpu: int, prio: int) -> Workload:
+def workload_of(cq: str, seq: int, pod_sets: list[PodSet], prio: int) -> Workload:
+    """The ``seq``-th workload of the random world, in ``cq``'s LocalQueue."""
     return Workload(
         namespace=f"ns-{cq}",
         name=f"w{seq}",
@@ -41,10 +42,13 @@ def _workload(cq: str, seq: int, count: int, cpu: int, gpu: int, prio: int) -> W
         queue_name="lq",
         priority=prio,
         creation_time=float(seq),
-        pod_sets=[
-            PodSet(name="main", count=count, requests={"cpu": cpu * 1000, "nvidia.com/gpu": gpu})
-        ],
+        pod_sets=pod_sets,
     )
+
+
+def _workload(cq: str, seq: int, count: int, cpu: int, gpu: int, prio: int) -> Workload:
+    requests = {"cpu": cpu * 1000, "nvidia.com/gpu": gpu}
+    return workload_of(cq, seq, [PodSet(name="main", count=count, requests=requests)], prio)
 
 
 def _filled(w: tuple) -> tuple[Cache, int]:
@@ -144,8 +148,24 @@ def test_candidate_collection_agrees_with_classifying_each(w: tuple, data: st.Da
     snap = Snapshot(cache.tree)
     if cache.admitted:
         snap.victims.add(data.draw(st.sampled_from(sorted(cache.admitted))))
-    pre = Preemptor(cache)
-    for cand_cq in sorted(cqs):
+    assert_candidates_as_classified(
+        Preemptor(cache), snap, preemptor, cq, sorted(cqs), frs, advantage
+    )
+
+
+def assert_candidates_as_classified(
+    pre: Preemptor,
+    snap: Snapshot,
+    preemptor: Workload,
+    cq: str,
+    cand_cqs: list[str],
+    frs: set,
+    advantage: bool,
+) -> None:
+    """``_from_cq`` of every queue in ``cand_cqs`` lists exactly the workloads (and
+    variants, in order) that classifying each admitted workload gives."""
+    cache = pre.cache
+    for cand_cq in cand_cqs:
         got = [
             (c.key, c.variant)
             for c in pre._from_cq(snap, preemptor, cq, cand_cq, None, frs, advantage)
