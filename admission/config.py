@@ -13,6 +13,13 @@ are off by default (Kueue's behaviour):
   what the victims will free although the victims hold it until their Jobs stop, so
   admitted plus evicting workloads may exceed a quota for that long; in strict mode
   they never do (docs/semantics.md §4.7).
+* ``parkUntilFeasible: true`` (deficit-bounded parking): a head parked because it can
+  neither fit nor preempt carries how much quota must be released, and where, before it
+  could be admitted, and only such releases wake it (``admission.engine.feasibility``);
+  Kueue wakes every parked head of a cohort tree on any release in it. Kueue's rules
+  decide, in fewer nominations (the timing of decisions can differ: docs/semantics.md
+  §4.3). Not with ``fairSharing`` or ``admissionFairSharing`` (a warning says so;
+  heads are then parked as Kueue parks them).
 
 Every field Kueue defines is parsed; the ones Quartermaster does not implement (yet)
 are listed in ``Config.warnings`` ("... has no effect"), which the commands print on
@@ -529,8 +536,9 @@ class ConfigurationDoc(_Strict):
     objectRetentionPolicies: ObjectRetentionPolicies | None = None
     visibilityServer: VisibilityServer | None = None
     queueVisibility: dict[str, Any] | None = None  # v1beta1 only
-    # Our extension (strict mode, off by default): see the module docstring.
+    # Our extensions (off by default): see the module docstring.
     reserveEvictingCapacity: bool = False
+    parkUntilFeasible: bool = False
 
     @field_validator("internalCertManagement")
     @classmethod
@@ -611,6 +619,10 @@ def build_scheduler(
     policy = config.progress
     progress = ProgressAware(cache, policy, clock) if policy is not None else None
     fs = config.fair_sharing
+    if config.doc.parkUntilFeasible and fs is None and config.admission_fair_sharing is None:
+        from admission.engine.feasibility import blocking
+
+        cache.enable_bounded_parking(blocking)
     preemptor: Preemptor
     order: EntryOrder
     if fs is not None:
@@ -702,6 +714,13 @@ def unimplemented(doc: ConfigurationDoc) -> list[str]:
 
     if doc.controller is not None:
         no_effect("controller", "Quartermaster reconciles on one event loop, not per kind")
+    fair = doc.fairSharing is not None and doc.fairSharing.enable is not False
+    if doc.parkUntilFeasible and (fair or doc.admissionFairSharing is not None):
+        no_effect(
+            "parkUntilFeasible",
+            "not with fairSharing or admissionFairSharing: their preemption is not bounded "
+            "by quota alone, so heads are parked as Kueue parks them",
+        )
     if doc.pprofBindAddress not in (None, "", "0"):
         no_effect("pprofBindAddress", "no pprof; send SIGUSR1 for every thread's stack")
     if doc.tls is not None:

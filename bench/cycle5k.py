@@ -23,11 +23,16 @@ collector took, ``gcOutsideCyclesCpuSeconds`` what it took between the timed cyc
 ``fullCollections`` how many walked the whole heap (the 1.4M objects of 100k workloads:
 about 1 s each), both over the steady phase. Measurement only: compare with itself over
 time and with the tight-loop floor the issue quotes; there is no peer figure.
+
+``QM_CYCLE5K_PARK_UNTIL_FEASIBLE=1`` runs the engine with deficit-bounded parking
+(``parkUntilFeasible: true``, our extension; off is Kueue's behaviour), reported as
+``parkUntilFeasible``; ``headsPerCycle`` is the heads nominated per steady cycle.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import random
 import time
 from typing import Any
@@ -117,7 +122,7 @@ def _percentile(sorted_values: list[float], p: float) -> float:
 
 
 def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
-    from admission.config import Config
+    from admission.config import parse_config
     from admission.engine.cache import Cache
     from queues import model as m
     from queues.api import parse_model
@@ -132,7 +137,9 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
     )
     cq_names = list(cache.cluster_queues)
     now = [1_767_225_600.0]
-    scheduler = Config().make_scheduler(cache, clock=lambda: now[0], explain=False)
+    bounded = os.environ.get("QM_CYCLE5K_PARK_UNTIL_FEASIBLE", "") not in ("", "0")
+    config = parse_config({"parkUntilFeasible": True} if bounded else {})
+    scheduler = config.make_scheduler(cache, clock=lambda: now[0], explain=False)
     serial = iter(range(10**9))
 
     def arrive(count: int) -> None:
@@ -154,7 +161,7 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
         gc_spent[0 if gc_spent[3] else 1] += time.thread_time() - gc_spent[2]
         gc_spent[4] += info["generation"] == 2
 
-    def cycle() -> tuple[float, int, int]:
+    def cycle() -> tuple[float, int, int, int]:
         gc_spent[0] = 0.0
         gc_spent[3] = True
         t0 = time.thread_time()
@@ -165,12 +172,12 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
             if p.workload.key in cache.admitted:
                 cache.evicted(p.workload.key)
         now[0] += 1.0
-        return spent, len(r.admitted), len(r.preempted)
+        return spent, len(r.admitted), len(r.preempted), r.heads
 
     arrive(PENDING)
     fill, fill_cpu = 0, 0.0
     while fill < WARMUP_MAX:
-        spent, admitted, _ = cycle()
+        spent, admitted, _, _ = cycle()
         fill += 1
         fill_cpu += spent
         if admitted < STEADY_ADMISSIONS or fill_cpu > CPU_BUDGET:
@@ -180,15 +187,16 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
     gc_spent[1] = gc_spent[4] = 0
     cpu: list[float] = []
     in_gc: list[float] = []
-    admissions = preemptions = 0
+    admissions = preemptions = heads = 0
     while len(cpu) < CYCLES and sum(cpu) < CPU_BUDGET:
         running = list(cache.admitted)
         done = rng.sample(running, min(FINISHES, len(running)))
         for key in done:
             cache.finish(key)
         arrive(len(done))
-        spent, admitted, preempted = cycle()
+        spent, admitted, preempted, nominated = cycle()
         cpu.append(spent)
+        heads += nominated
         in_gc.append(gc_spent[0])
         admissions += admitted
         preemptions += preempted
@@ -197,6 +205,7 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
     total = sum(cpu)
     gc_ordered = sorted(in_gc)
     return {
+        "parkUntilFeasible": bounded,
         "clusterQueues": len(cq_names),
         "cohorts": len(cache.cohorts) or len(cohort_objects(shape)[1]),
         "pending": sum(len(q) for q in cache.queues.values()),
@@ -218,6 +227,7 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
         # cycle's allocations may have made due run there too
         "gcOutsideCyclesCpuSeconds": round(gc_spent[1], 3),
         "fullCollections": gc_spent[4],
+        "headsPerCycle": round(heads / len(cpu), 1) if cpu else 0.0,
         "admissionsPerCycle": round(admissions / len(cpu), 1) if cpu else 0.0,
         "preemptionsPerCycle": round(preemptions / len(cpu), 1) if cpu else 0.0,
         "admissionsPerCpuSecond": round(admissions / total, 1) if total else None,

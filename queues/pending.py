@@ -8,7 +8,11 @@ first without re-sorting anything when usage changes.
 
 BestEffortFIFO parks a head that cannot be admitted in an *inadmissible* set until a
 capacity event (a workload finishes or is evicted, a quota or cohort changes) moves it
-back; StrictFIFO puts it straight back so it keeps blocking the queue.
+back; StrictFIFO puts it straight back so it keeps blocking the queue. With deficit-
+bounded parking (``parkUntilFeasible``, admission.engine.feasibility) the owner may give
+parked work a *ticket*: it then wakes only with its ticket (:meth:`wake`) or on a spec
+change (:meth:`requeue_inadmissible`), not on every capacity event
+(:meth:`wake_unbounded`).
 """
 
 from __future__ import annotations
@@ -81,6 +85,9 @@ class PendingQueue:
         "sticky",
         "on_park",
         "on_head",
+        "_group_ticket",
+        "_key_ticket",
+        "_ticket_members",
     )
 
     def __init__(self) -> None:
@@ -99,13 +106,19 @@ class PendingQueue:
         self._lq_heads: dict[str, SortedList] | None = None
         # A preemptor waiting for its victims stays the head (Kueue's "sticky" head).
         self.sticky: str | None = None
-        # Called when work is parked: the owner keeps track of which queues a capacity
-        # event must wake, so it does not visit every queue of a large tree each time.
-        self.on_park: Callable[[], None] | None = None
+        # Called with the failed workload when work is parked: the owner keeps track of
+        # which queues a capacity event must wake, so it does not visit every queue of a
+        # large tree each time; it may answer with a ticket (bounded parking).
+        self.on_park: Callable[[Workload], int | None] | None = None
         # Called when the queue gets a head after having none: the owner keeps the set
         # of queues a cycle must visit, so it does not visit every queue of a large
         # cluster when only a few have work to nominate.
         self.on_head: Callable[[], None] | None = None
+        # Parked work that has a ticket (parked groups, individually parked keys), and
+        # what each ticket parked (entries may be stale: the maps above decide).
+        self._group_ticket: dict[tuple[str, int], int] = {}
+        self._key_ticket: dict[str, int] = {}
+        self._ticket_members: dict[int, list[tuple[str, int] | str]] = {}
 
     def __len__(self) -> int:
         return len(self._keys) + len(self._parked)
@@ -172,6 +185,8 @@ class PendingQueue:
             return
         lst.add(item)
         self._active.add(group)
+        if self._group_ticket:
+            self._group_ticket.pop(group, None)
         self._index(group)
 
     def park(self, wl: Workload) -> None:
@@ -179,13 +194,17 @@ class PendingQueue:
         self.remove(wl.key)
         self._parked[wl.key] = wl
         if self.on_park is not None:
-            self.on_park()
+            ticket = self.on_park(wl)
+            if ticket is not None:
+                self._key_ticket[wl.key] = ticket
+                self._ticket_members.setdefault(ticket, []).append(wl.key)
 
     def park_equivalent(self, wl: Workload) -> int:
         """Park every workload interchangeable with ``wl`` (which just failed): their
         groups stop being nominated until the next capacity event. Returns how many."""
         sticky_group = self._keys[self.sticky][0] if self.sticky in self._keys else None
         parked = 0
+        groups = []
         for group in self._by_hash.get(scheduling_hash(wl), ()):
             if (
                 group in self._active and group != sticky_group
@@ -193,8 +212,13 @@ class PendingQueue:
                 self._unindex(group)
                 self._active.discard(group)
                 parked += len(self._groups[group])
+                groups.append(group)
         if parked and self.on_park is not None:
-            self.on_park()
+            ticket = self.on_park(wl)
+            if ticket is not None:
+                for group in groups:
+                    self._group_ticket[group] = ticket
+                self._ticket_members.setdefault(ticket, []).extend(groups)
         return parked
 
     def remove(self, key: str) -> Workload | None:
@@ -216,6 +240,8 @@ class PendingQueue:
                 del self._groups[group]
                 del self._canon[group]
                 self._active.discard(group)
+                if self._group_ticket:
+                    self._group_ticket.pop(group, None)
                 groups = self._by_hash[group[1]]
                 groups.discard(group)
                 if not groups:
@@ -223,6 +249,8 @@ class PendingQueue:
             elif active:
                 self._index(group)
             return wl
+        if self._key_ticket:
+            self._key_ticket.pop(key, None)
         return self._parked.pop(key, None)
 
     def take_local_queue(self, lq_key: str) -> list[Workload]:
@@ -240,6 +268,10 @@ class PendingQueue:
         """A capacity event: every parked workload may be nominated again. Returns the
         number of groups and individually parked workloads woken."""
         woken = 0
+        if self._ticket_members:
+            self._group_ticket.clear()
+            self._key_ticket.clear()
+            self._ticket_members.clear()
         if len(self._active) != len(self._groups):
             for group in self._groups:
                 if group not in self._active:
@@ -253,6 +285,69 @@ class PendingQueue:
                 self.push(wl)
             woken += len(parked)
         return woken
+
+    def wake_unbounded(self) -> int:
+        """A capacity event under bounded parking: what was parked without a ticket may
+        be nominated again (everything, when nothing has one). Returns as
+        :meth:`requeue_inadmissible`."""
+        if not self._ticket_members:
+            return self.requeue_inadmissible()
+        woken = 0
+        bound = self._group_ticket
+        if len(self._active) != len(self._groups):
+            for group in self._groups:
+                if group not in self._active and group not in bound:
+                    self._active.add(group)
+                    self._index(group)
+                    woken += 1
+        if len(self._parked) != len(self._key_ticket):
+            free = [wl for k, wl in self._parked.items() if k not in self._key_ticket]
+            for wl in free:
+                del self._parked[wl.key]
+                self.push(wl)
+            woken += len(free)
+        return woken
+
+    def wake(self, ticket: int) -> int:
+        """What was parked with ``ticket`` and is still parked with it may be nominated
+        again. Returns the number of groups and workloads woken."""
+        woken = 0
+        for m in self._ticket_members.pop(ticket, ()):
+            if isinstance(m, str):
+                if self._key_ticket.get(m) == ticket:
+                    del self._key_ticket[m]
+                    wl = self._parked.pop(m)
+                    self.push(wl)
+                    woken += 1
+            elif self._group_ticket.get(m) == ticket:
+                del self._group_ticket[m]
+                if m in self._groups and m not in self._active:
+                    self._active.add(m)
+                    self._index(m)
+                    woken += 1
+        return woken
+
+    def holds(self, ticket: int) -> bool:
+        """Is anything still parked with ``ticket``? (Forgets the ticket when not.)"""
+        for m in self._ticket_members.get(ticket, ()):
+            if isinstance(m, str):
+                if self._key_ticket.get(m) == ticket:
+                    return True
+            elif self._group_ticket.get(m) == ticket:
+                return True
+        self._ticket_members.pop(ticket, None)
+        return False
+
+    def parked(self) -> list[tuple[Workload, int | None]]:
+        """Each parked group's first workload and each individually parked workload,
+        with its ticket (None: parked as Kueue parks, woken by any capacity event)."""
+        out: list[tuple[Workload, int | None]] = [
+            (self._keys[lst[0][1]][2], self._group_ticket.get(g))
+            for g, lst in self._groups.items()
+            if g not in self._active
+        ]
+        out += [(wl, self._key_ticket.get(k)) for k, wl in self._parked.items()]
+        return out
 
     def head(self, lq_usage: Callable[[str], float] | None = None) -> Workload | None:
         """The next workload to nominate, without removing it.

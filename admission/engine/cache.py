@@ -10,10 +10,11 @@ a status write failed) through the methods here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from admission.engine import messages
+from admission.engine.parking import Evidence, WakeIndex, own_key
 from admission.engine.progress import WORKLOAD_SOURCE, Notice, ProgressBook
 from admission.engine.topology import (
     ChosenPodSet,
@@ -77,6 +78,11 @@ class Cache:
         self.tree = CohortTree(self.cluster_queues, self.cohorts)
         # ClusterQueues with parked work, by cohort tree (see capacity_event)
         self._parked_in: dict[str, set[str]] = {}
+        # Deficit-bounded parking (parkUntilFeasible; see enable_bounded_parking):
+        # None is Kueue's behaviour, every parked head woken by any release in its tree.
+        self.wake_index: WakeIndex | None = None
+        self._bound: Callable[[Cache, str, Workload], Evidence | None] | None = None
+        self._last_ticket: tuple[str, str, int, int] | None = None
         self._tree_of: dict[str, str] = {}
         # ClusterQueues that may have a head (a superset: a queue joins when it gets a
         # head after having none and leaves when a cycle finds it without one)
@@ -198,11 +204,49 @@ class Cache:
             self._refresh_derived()
         self.requeue_all()
 
+    def enable_bounded_parking(
+        self, bound: Callable[[Cache, str, Workload], Evidence | None]
+    ) -> None:
+        """``parkUntilFeasible`` (our extension, admission.engine.feasibility): a head
+        parked because it can neither fit nor preempt is woken only once enough quota
+        was released where it could help it (or on a spec change), not by any release in
+        its tree; a head that no longer fits after earlier heads of its cycle is parked
+        the same way when the bound shows it cannot be admitted before a release.
+
+        ``bound`` is ``admission.engine.feasibility.blocking`` (``build_scheduler`` passes
+        it: the bound reads flavor matching, which sits above the cache)."""
+        self._bound = bound
+        if self.wake_index is None:
+            self.wake_index = WakeIndex(
+                lambda t, cq: cq in self.queues and self.queues[cq].holds(t)
+            )
+
+    def _ticket(self, cq: str, wl: Workload) -> int | None:
+        """The wake ticket of ``wl`` parked in ``cq`` now (None: park it as Kueue does).
+        The same for a workload and its equivalents parked in one commit."""
+        index = self.wake_index
+        if index is None:
+            return None
+        memo = self._last_ticket
+        if memo is not None and memo[:3] == (cq, wl.key, self.tree.changes):
+            return memo[3]
+        assert self._bound is not None
+        evidence = self._bound(self, cq, wl)
+        if evidence is None:
+            return None
+        within = self.cluster_queues[cq].preemption.within_cluster_queue
+        ticket = index.park(cq, evidence, own_key(within, wl.priority))
+        self._last_ticket = (cq, wl.key, self.tree.changes, ticket)
+        return ticket
+
     def _new_queue(self, name: str) -> PendingQueue:
         q = PendingQueue()
 
-        def parked() -> None:
-            self._parked_in.setdefault(self._tree_of.get(name, name), set()).add(name)
+        def parked(wl: Workload) -> int | None:
+            ticket = self._ticket(name, wl)
+            if ticket is None:
+                self._parked_in.setdefault(self._tree_of.get(name, name), set()).add(name)
+            return ticket
 
         q.on_park = parked
         q.on_head = lambda: self.with_heads.add(name)
@@ -379,11 +423,13 @@ class Cache:
             self.resources.apply(wl)  # idempotent: recomputed from the declared requests
         old = self.workloads.get(wl.key)
         held: dict[FlavorResource, int] | None = None
+        reprioritised = False
         if old is not None and wl.key in self.admitted:
             # Re-read while admitted (Kueue's cache UpdateWorkload: delete the old
             # object, add the new one): charge the new object, so a priority change is
             # what preemption sees, without charging twice. An eviction in progress stays.
             held = self.usage_of[wl.key]
+            reprioritised = old.priority != wl.priority
             self._uncharge(wl.key, old)
         self.workloads[wl.key] = wl
         if wl.last_checkpoint is not None:
@@ -402,12 +448,12 @@ class Cache:
             if cq in self.tree.queues:
                 self.tree.add_usage(cq, usage)
             self._charge_tas(wl, +1)
-            if (
-                held is not None
-                and cq in self.tree.queues
-                and any(usage.get(fr, 0) < v for fr, v in held.items())
-            ):
-                self.capacity_event(cq)  # its reclaimable pods gave quota back
+            if held is None or reprioritised:
+                self._own_admission(cq, wl.priority)
+            if held is not None and cq in self.tree.queues:
+                freed = {fr: v - usage.get(fr, 0) for fr, v in held.items() if usage.get(fr, 0) < v}
+                if freed:
+                    self.capacity_event(cq, freed)  # its reclaimable pods gave quota back
             return
         if wl.active:
             self._route(wl)
@@ -474,6 +520,17 @@ class Cache:
         self.tree.add_usage(cq, usage)
         self._charge_tas(wl, +1)
         self.status.pop(wl.key, None)
+        self._own_admission(cq, wl.priority)
+
+    def _own_admission(self, cq: str, priority: int) -> None:
+        """A workload of ``priority`` now holds quota in ``cq`` (admitted, or its
+        priority changed): bounded heads there that could preempt it may fit now."""
+        index = self.wake_index
+        if index is not None:
+            for ticket, name in index.admitted(cq, priority):
+                q = self.queues.get(name)
+                if q is not None:
+                    q.wake(ticket)
 
     def forget(self, key: str) -> None:
         """An assumed admission could not be written: undo it and queue the workload again."""
@@ -510,11 +567,12 @@ class Cache:
 
     def _release(self, key: str) -> None:
         cq = self.admitted[key]
+        freed = self.usage_of[key]
         self._uncharge(key, self.workloads.get(key))
         self.evicting.pop(key, None)
         self.progress.released(key)
         if cq in self.tree.queues:
-            self.capacity_event(cq)
+            self.capacity_event(cq, freed)
 
     def _uncharge(self, key: str, wl: Workload | None) -> None:
         """Take an admission's usage off the books (``wl``: the object it was charged for)."""
@@ -538,13 +596,32 @@ class Cache:
         """The ClusterQueues sharing ``cq``'s cohort tree (``cq`` itself included)."""
         return self._same_tree.get(cq, [cq])
 
-    def capacity_event(self, cq: str) -> None:
-        """Quota was freed in cq's tree: parked workloads there may fit now.
+    def capacity_event(self, cq: str, freed: Mapping[FlavorResource, int] | None = None) -> None:
+        """Quota was freed in cq's tree (``freed``: how much; None: unknown): parked
+        workloads there may fit now.
 
         Only the queues of that tree that parked something since its last capacity
         event are visited: in a tree of thousands of ClusterQueues a burst of finishes
-        wakes each of them once, not once per finish."""
-        for name in self._parked_in.pop(self._tree_of.get(cq, cq), ()):
+        wakes each of them once, not once per finish. With bounded parking those are
+        the queues that parked something as Kueue does; a head parked with a ticket is
+        woken only when the released quota covers its deficit (O(log n) per head woken,
+        nothing for the others)."""
+        tree = self._tree_of.get(cq, cq)
+        index = self.wake_index
+        if index is not None and cq in self.tree.queues:
+            path = list(self.tree.queues[cq].path_to_root())
+            frs = None if freed is None else [fr for fr, v in freed.items() if v > 0]
+            fired = index.released(path, frs)
+            for ticket, name in fired:
+                q = self.queues.get(name)
+                if q is not None:
+                    q.wake(ticket)
+            for name in self._parked_in.pop(tree, ()):
+                q = self.queues.get(name)
+                if q is not None:
+                    q.wake_unbounded()
+            return
+        for name in self._parked_in.pop(tree, ()):
             q = self.queues.get(name)
             if q is not None:
                 q.requeue_inadmissible()
@@ -558,6 +635,9 @@ class Cache:
 
     def requeue_all(self) -> None:
         self._parked_in = {}
+        if self.wake_index is not None:
+            self.wake_index.clear()
+        self._last_ticket = None
         for q in self.queues.values():
             q.requeue_inadmissible()
 
@@ -566,11 +646,27 @@ class Cache:
 
         StrictFIFO keeps a failed head in the heap so it blocks newer workloads, except
         when it can never be admitted there (``even_if_strict``: namespace mismatch).
+        With bounded parking a BestEffortFIFO head sent back to the heap (it no longer
+        fits after earlier heads of its cycle) is parked with its equivalents instead
+        when the bound shows it inadmissible until enough quota is released: it would
+        only fail again. A waiting preemptor keeps its place.
         """
         q = self.queues[cq]
         strict = self.cluster_queues[cq].queueing_strategy == STRICT_FIFO
         if park and (even_if_strict or not strict):
             q.park(wl)
+        elif (
+            not park
+            and not strict
+            and self.wake_index is not None
+            and wl.key not in self.preemptors
+            and self._ticket(cq, wl) is not None
+        ):
+            q.park(wl)  # the ticket just made (memo)
+            if q.park_equivalent(wl):
+                st = self.status.get(wl.key)
+                if st is not None:
+                    self.group_status[(cq, scheduling_hash(wl))] = st
         else:
             q.keep(wl)  # a head taken this cycle is still in place; else pushed
 
