@@ -8,6 +8,9 @@ written to a temporary directory one line at a time, then run through the real
 ``cpuSeconds`` is that command's CPU time and ``peakRssMiB`` its process's peak (the
 generator holds nothing). ``QM_SIM5K_WORKLOADS`` sets another number of workloads
 (e.g. 20000 for a quick look; the target is for 200,000).
+``QM_SIM5K_PARK_UNTIL_FEASIBLE=1`` runs it with a ``--config`` file that sets
+``parkUntilFeasible: true`` (deficit-bounded parking, our extension), reported as
+``parkUntilFeasible``.
 
 Figures: cpuSeconds (the command: reading the trace, the run, the summary),
 runCpuSeconds (the simulated run), cycleCpuSeconds (of it, inside the engine's
@@ -36,19 +39,30 @@ def run() -> dict[str, Any]:
     from bench.cycle5k import write_simulate_trace
 
     workloads = int(os.environ.get("QM_SIM5K_WORKLOADS", WORKLOADS))
+    bounded = os.environ.get("QM_SIM5K_PARK_UNTIL_FEASIBLE", "") not in ("", "0")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sim-5k.yaml"
         write_simulate_trace(str(path), workloads=workloads)
+        args = ["simulate", str(path), "-o", "json"]
+        if bounded:
+            config = Path(tmp) / "config.yaml"
+            config.write_text(
+                "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+                "parkUntilFeasible: true\n",
+                encoding="utf-8",
+            )
+            args += ["--config", str(config)]
         out = io.StringIO()
         t0 = time.process_time()
         with contextlib.redirect_stdout(out):
-            code = main(["simulate", str(path), "-o", "json"])
+            code = main(args)
         cpu = time.process_time() - t0
     if code != 0:
         raise RuntimeError(f"simulate exited {code}")
     summary = json.loads(out.getvalue())
     engine = summary["engine"]
     return {
+        "parkUntilFeasible": bounded,
         "workloads": summary["workloads"],
         "clusterQueues": len(summary["clusterQueueClasses"]),
         "cpuSeconds": round(cpu, 3),

@@ -163,6 +163,28 @@ def usage_snapshot(tree: CohortTree) -> dict[str, dict]:
     return {n.name: {k: v for k, v in n.usage.items() if v} for n in nodes}
 
 
+def requota(spec: ClusterQueue, nominal: int) -> ClusterQueue:
+    """An admin's quota edit: the first flavor's nominal quota set to ``nominal`` units of
+    every resource (and its lending limit dropped), the rest as it was."""
+    fq = spec.resource_groups[0].flavors[0]
+    new_res = {
+        r: replace(q, nominal=nominal * (1000 if r == "cpu" else 1), lending_limit=None)
+        for r, q in fq.resources.items()
+    }
+    return replace(
+        spec,
+        resource_groups=[
+            ResourceGroup(
+                covered_resources=list(RESOURCES),
+                flavors=[
+                    FlavorQuotas(name=fq.name, resources=new_res),
+                    *spec.resource_groups[0].flavors[1:],
+                ],
+            )
+        ],
+    )
+
+
 def run(cqs: dict, cohorts: dict, ops: list, *, check: bool) -> list[tuple]:
     flavors = {f: ResourceFlavor(name=f) for f in FLAVORS}
     lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
@@ -234,25 +256,7 @@ def run(cqs: dict, cohorts: dict, ops: list, *, check: bool) -> list[tuple]:
                 log.append(("finish", key))
         elif op[0] == "quota":
             _, cq, nominal = op
-            spec = cqs[cq]
-            fq = spec.resource_groups[0].flavors[0]
-            new_res = {
-                r: replace(q, nominal=nominal * (1000 if r == "cpu" else 1), lending_limit=None)
-                for r, q in fq.resources.items()
-            }
-            new_spec = replace(
-                spec,
-                resource_groups=[
-                    ResourceGroup(
-                        covered_resources=list(RESOURCES),
-                        flavors=[
-                            FlavorQuotas(name=fq.name, resources=new_res),
-                            *spec.resource_groups[0].flavors[1:],
-                        ],
-                    )
-                ],
-            )
-            cqs = {**cqs, cq: new_spec}
+            cqs = {**cqs, cq: requota(cqs[cq], nominal)}
             cache.update_objects(cluster_queues=cqs)
         if check:
             # Incremental accounting equals a rebuild from the admitted workloads.

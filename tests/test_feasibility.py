@@ -39,6 +39,7 @@ from tests.test_engine_properties import (
     FLAVORS,
     RESOURCES,
     admitted_tree,
+    requota,
     usage_snapshot,
     violations,
     world,
@@ -183,17 +184,7 @@ def play_bounded(cqs: dict, cohorts: dict, ops: list, *, check: bool) -> list[tu
     def submit(cq: str, pod_sets: list[PodSet], prio: int) -> None:
         nonlocal seq
         seq += 1
-        cache.add_workload(
-            Workload(
-                namespace=f"ns-{cq}",
-                name=f"w{seq}",
-                uid=f"w{seq:04d}",
-                queue_name="lq",
-                priority=prio,
-                creation_time=float(seq),
-                pod_sets=pod_sets,
-            )
-        )
+        cache.add_workload(replace(_workload(cq, seq, 1, 0, 0, prio), pod_sets=pod_sets))
 
     def released_in(cq: str) -> None:
         if not check:
@@ -264,22 +255,7 @@ def play_bounded(cqs: dict, cohorts: dict, ops: list, *, check: bool) -> list[tu
                 log.append(("reprioritise", key, op[2]))
         elif kind == "quota":
             _, cq, nominal = op
-            spec = cqs[cq]
-            fq = spec.resource_groups[0].flavors[0]
-            new_res = {
-                r: replace(q, nominal=nominal * (1000 if r == "cpu" else 1), lending_limit=None)
-                for r, q in fq.resources.items()
-            }
-            groups = [
-                ResourceGroup(
-                    covered_resources=list(RESOURCES),
-                    flavors=[
-                        FlavorQuotas(name=fq.name, resources=new_res),
-                        *spec.resource_groups[0].flavors[1:],
-                    ],
-                )
-            ]
-            cqs = {**cqs, cq: replace(spec, resource_groups=groups)}
+            cqs = {**cqs, cq: requota(cqs[cq], nominal)}
             cache.update_objects(cluster_queues=cqs)
         if check:
             for name in sorted(cache.queues):
@@ -387,26 +363,28 @@ def test_bounded_parking_is_deterministic(w: tuple) -> None:
     )
 
 
+def _cpu_cq(name: str, cohort: str | None, **preemption: str) -> ClusterQueue:
+    """A ClusterQueue of 4 cpu nominal in flavor f1, no borrowing limit."""
+    return ClusterQueue(
+        name=name,
+        cohort=cohort,
+        namespace_selector=LabelSelector(),
+        resource_groups=[
+            ResourceGroup(
+                covered_resources=["cpu"],
+                flavors=[FlavorQuotas("f1", {"cpu": ResourceQuota(nominal=4000)})],
+            )
+        ],
+        preemption=PreemptionPolicy(**preemption),
+    )
+
+
 def _pool(*, reclaim: str = "Never") -> tuple[Scheduler, Scheduler]:
     """Cohort ``pool`` of ``a`` and ``b`` (4 cpu nominal each, no borrowing limit),
     one cache with ``parkUntilFeasible`` and one without (Kueue's parking)."""
     out = []
     for bounded in (True, False):
-        cqs = {
-            n: ClusterQueue(
-                name=n,
-                cohort="pool",
-                namespace_selector=LabelSelector(),
-                resource_groups=[
-                    ResourceGroup(
-                        covered_resources=["cpu"],
-                        flavors=[FlavorQuotas("f1", {"cpu": ResourceQuota(nominal=4000)})],
-                    )
-                ],
-                preemption=PreemptionPolicy(reclaim_within_cohort=reclaim),
-            )
-            for n in ("a", "b")
-        }
+        cqs = {n: _cpu_cq(n, "pool", reclaim_within_cohort=reclaim) for n in ("a", "b")}
         lqs = {
             f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs
         }
@@ -534,17 +512,7 @@ def test_an_admission_it_could_preempt_wakes_a_parked_head_in_time() -> None:
     1-cpu workloads of priority 5; a 3-cpu head of priority 2 is parked. A 1-cpu
     workload of priority 0 is admitted after it: once one of the priority-5 workloads
     finishes, the head fits by preempting it, and must not stay parked."""
-    cq = ClusterQueue(
-        name="solo",
-        namespace_selector=LabelSelector(),
-        resource_groups=[
-            ResourceGroup(
-                covered_resources=["cpu"],
-                flavors=[FlavorQuotas("f1", {"cpu": ResourceQuota(nominal=4000)})],
-            )
-        ],
-        preemption=PreemptionPolicy(within_cluster_queue="LowerPriority"),
-    )
+    cq = _cpu_cq("solo", None, within_cluster_queue="LowerPriority")
     cache = Cache(
         flavors={"f1": ResourceFlavor(name="f1")},
         cluster_queues={"solo": cq},
