@@ -553,3 +553,23 @@ def test_park_until_feasible_is_off_by_default_and_has_no_effect_with_fair_shari
     build_scheduler(parse_config({"parkUntilFeasible": True}), cache, clock=lambda: 0.0)
     assert cache.wake_index is not None
     assert not parse_config({"parkUntilFeasible": True}).warnings
+
+
+def test_the_wake_index_forgets_tickets_nobody_holds_and_keeps_the_others() -> None:
+    """Tickets whose heads were woken otherwise are dropped when the index compacts
+    (after as many parks as it holds tickets, plus 4,096), live ones still fire."""
+    from admission.engine.parking import WakeIndex
+    from queues.tree import QuotaNode
+
+    node = QuotaNode("cq", is_cohort=False)
+    node.usage[("f1", "cpu")] = 100
+    held = set(range(1, 10_001, 7))  # the tickets a queue still holds
+    index = WakeIndex(lambda t, _cq: t in held)
+    for _ in range(10_000):
+        index.park("cq", [(node, ("f1", "cpu"), 50)], -float("inf"))
+    assert len(index) < 10_000  # compacted: dead tickets forgotten
+    node.usage[("f1", "cpu")] = 49
+    fired = {t for t, _ in index.released([node], [("f1", "cpu")])}
+    assert held <= fired, "a ticket still held was lost"
+    assert len(fired) < 10_000
+    assert not index.released([node], [("f1", "cpu")])  # each fires once

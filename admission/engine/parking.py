@@ -45,11 +45,12 @@ class WakeIndex:
     back once each. A ticket whose bound counts on the ClusterQueue's own preemptable
     workloads is also filed under the highest own priority it could preempt: an
     admission (or priority change) of such a workload in that ClusterQueue wakes it.
-    Tickets whose heads were woken otherwise (an arrival in their group) are dropped
-    when their entries come up, or when the heaps are compacted (more than four
-    entries per live ticket)."""
+    Tickets whose heads were woken otherwise (an arrival in their group, a later park
+    of the same group) are dropped when their entries come up, or when the index is
+    compacted (after as many new tickets as there were, plus 4,096: amortised O(1) per
+    park, and memory bounded by the parked heads, not by the parks of a long run)."""
 
-    __slots__ = ("_heaps", "_tickets", "_own", "_next", "_entries", "_alive")
+    __slots__ = ("_heaps", "_tickets", "_own", "_next", "_since", "_budget", "_entries", "_alive")
 
     def __init__(self, alive: Callable[[int, str], bool]) -> None:
         self._heaps: dict[tuple[QuotaNode, FlavorResource], list[tuple[int, int]]] = {}
@@ -57,6 +58,8 @@ class WakeIndex:
         # ClusterQueue -> highest own priority a head could preempt -> tickets
         self._own: dict[str, dict[float, list[int]]] = {}
         self._next = 0
+        self._since = 0  # tickets made since the last compaction
+        self._budget = 4096  # how many more before the next: live ones then, plus 4,096
         self._entries = 0
         self._alive = alive  # (ticket, ClusterQueue) -> does the queue still hold it
 
@@ -74,8 +77,9 @@ class WakeIndex:
             self._entries += 1
         if own != -NEVER_ADMISSIBLE:
             self._own.setdefault(cq, {}).setdefault(own, []).append(ticket)
-        if self._entries > 4 * len(self._tickets) + 4096:
-            self._compact()
+        self._since += 1
+        if self._since > self._budget:
+            self._compact()  # amortised: after at least as many parks as live tickets
         return ticket
 
     def released(
@@ -124,10 +128,12 @@ class WakeIndex:
         self._tickets.clear()
         self._own.clear()
         self._entries = 0
+        self._since, self._budget = 0, 4096
 
     def _compact(self) -> None:
         alive = self._alive
         self._tickets = {t: cq for t, cq in self._tickets.items() if alive(t, cq)}
+        self._since, self._budget = 0, len(self._tickets) + 4096
         live = self._tickets
         self._entries = 0
         for key, heap in list(self._heaps.items()):
