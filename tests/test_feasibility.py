@@ -44,6 +44,7 @@ from tests.test_engine_properties import (
     violations,
     world,
 )
+from tests.test_engine_regressions import cq as cpu_queue
 from tests.test_preemption_properties import _filled, _workload
 
 
@@ -363,33 +364,17 @@ def test_bounded_parking_is_deterministic(w: tuple) -> None:
     )
 
 
-def _cpu_cq(name: str, cohort: str | None, **preemption: str) -> ClusterQueue:
-    """A ClusterQueue of 4 cpu nominal in flavor f1, no borrowing limit."""
-    return ClusterQueue(
-        name=name,
-        cohort=cohort,
-        namespace_selector=LabelSelector(),
-        resource_groups=[
-            ResourceGroup(
-                covered_resources=["cpu"],
-                flavors=[FlavorQuotas("f1", {"cpu": ResourceQuota(nominal=4000)})],
-            )
-        ],
-        preemption=PreemptionPolicy(**preemption),
-    )
-
-
 def _pool(*, reclaim: str = "Never") -> tuple[Scheduler, Scheduler]:
     """Cohort ``pool`` of ``a`` and ``b`` (4 cpu nominal each, no borrowing limit),
     one cache with ``parkUntilFeasible`` and one without (Kueue's parking)."""
     out = []
     for bounded in (True, False):
-        cqs = {n: _cpu_cq(n, "pool", reclaim_within_cohort=reclaim) for n in ("a", "b")}
+        cqs = {n: cpu_queue(n, 4, cohort="pool", reclaim_within_cohort=reclaim) for n in ("a", "b")}
         lqs = {
             f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs
         }
         cache = Cache(
-            flavors={"f1": ResourceFlavor(name="f1")},
+            flavors={"default": ResourceFlavor(name="default")},
             cluster_queues=cqs,
             cohorts={"pool": Cohort(name="pool")},
             local_queues=lqs,
@@ -455,7 +440,9 @@ def test_a_head_held_back_by_its_own_borrowing_limit_ignores_releases_elsewhere(
             ResourceGroup(
                 covered_resources=["cpu"],
                 flavors=[
-                    FlavorQuotas("f1", {"cpu": ResourceQuota(nominal=4000, borrowing_limit=1000)})
+                    FlavorQuotas(
+                        "default", {"cpu": ResourceQuota(nominal=4000, borrowing_limit=1000)}
+                    )
                 ],
             )
         ],
@@ -512,10 +499,10 @@ def test_an_admission_it_could_preempt_wakes_a_parked_head_in_time() -> None:
     1-cpu workloads of priority 5; a 3-cpu head of priority 2 is parked. A 1-cpu
     workload of priority 0 is admitted after it: once one of the priority-5 workloads
     finishes, the head fits by preempting it, and must not stay parked."""
-    cq = _cpu_cq("solo", None, within_cluster_queue="LowerPriority")
+    solo = cpu_queue("solo", 4, within_cluster_queue="LowerPriority")
     cache = Cache(
-        flavors={"f1": ResourceFlavor(name="f1")},
-        cluster_queues={"solo": cq},
+        flavors={"default": ResourceFlavor(name="default")},
+        cluster_queues={"solo": solo},
         cohorts={},
         local_queues={
             "ns-solo/lq": LocalQueue(namespace="ns-solo", name="lq", cluster_queue="solo")
