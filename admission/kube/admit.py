@@ -93,7 +93,7 @@ class Applier:
         except Exception:  # noqa: BLE001 - never leave an assumption behind
             log.exception("admission of %s failed", key)
         finally:
-            ctx.sync.inflight.discard(key)
+            ctx.sync.settle(key)  # and what the informer delivered meanwhile
         if not ok:
             ctx.metrics.api_writes.labels("admit", "rolled-back").inc()
             refused = self._refused.pop(key, False)

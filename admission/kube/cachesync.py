@@ -80,6 +80,8 @@ class CacheSync:
         self.invalid: dict[str, str] = {}  # "Kind key" -> error, for logs and status
         self.objects_dirty = False
         self.inflight: set[str] = set()
+        # The newest event of each in-flight workload, applied when its write settles
+        self._held: dict[str, Obj | None] = {}
         self.expect: dict[str, str] = {}
         self.wl_sigs: dict[str, tuple] = {}
         self.admitted_gen: dict[str, int] = {}  # charged workload -> generation last parsed
@@ -182,12 +184,26 @@ class CacheSync:
         if written is not None and o.rv(written):
             self.expect[key] = o.rv(written)
 
+    def settle(self, key: str) -> None:
+        """The admission write of ``key`` landed or failed: it is no longer in flight,
+        and the newest event that arrived meanwhile is applied now (an older version
+        than what we wrote is ignored as usual, see :meth:`expect_written`)."""
+        self.inflight.discard(key)
+        if key in self._held:
+            self.workload(key, self._held.pop(key))
+
     def workload(self, key: str, obj: Obj | None) -> None:
         """Bring the cache in line with the latest version of one Workload."""
         if self.paused:
             self._deferred.append(lambda: self.workload(key, obj))
             return
         if key in self.inflight:
+            # Its admission is being written: the cache holds the assumption until the
+            # write settles. Keep the newest event for then (:meth:`settle`) — dropping
+            # it lost a finish that came before a slow write's response (the runner
+            # finishes a workload 150 ms after it sees it admitted), and the finished
+            # workload's quota stayed charged for good.
+            self._held[key] = obj
             return
         want = self.expect.get(key)
         if want is not None:
