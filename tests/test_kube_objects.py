@@ -162,15 +162,7 @@ def test_cache_sync_charges_an_admitted_workload_once_and_releases_it_once() -> 
 
 
 def test_cache_sync_ignores_in_flight_and_stale_versions() -> None:
-    cache = make_cache()
-    sync = CacheSync(cache, clock=lambda: 0.0)
-    pending = wl_obj(rv="10")
-    sync.workload("ns/w", pending)
-    wl = cache.queues["cq"].pop_head()
-    assert wl is not None and wl.key == "ns/w"
-    wl.admission = admission()
-    cache.assume(wl, "cq", {("f", "cpu"): 2000})
-    sync.inflight.add("ns/w")
+    cache, sync, pending = _admission_in_flight()
     sync.workload("ns/w", wl_obj(rv="11"))  # our own pending-condition write comes back
     assert "ns/w" in cache.admitted
     sync.inflight.discard("ns/w")
@@ -185,13 +177,8 @@ def test_cache_sync_ignores_in_flight_and_stale_versions() -> None:
     assert "ns/w" not in cache.admitted and "ns/w" in cache.queues["cq"]
 
 
-def test_a_finish_seen_while_the_admission_write_is_in_flight_releases_once_it_settles() -> None:
-    """Under load the response to our admission write can come seconds after the API
-    applied it: the runner (Kueue's harness) sees the admission, finishes the workload
-    150 ms later, and that event reaches the informer while the write is still in
-    flight. It must be applied when the write settles; dropping it kept a finished
-    workload's quota charged for good (25 of 50,000 in a large-scale run on the real
-    server, which then never stopped)."""
+def _admission_in_flight() -> tuple[Cache, CacheSync, dict[str, Any]]:
+    """A pending workload (rv 10) the cache assumed admitted, its write in flight."""
     cache = make_cache()
     sync = CacheSync(cache, clock=lambda: 0.0)
     pending = wl_obj(rv="10")
@@ -201,6 +188,17 @@ def test_a_finish_seen_while_the_admission_write_is_in_flight_releases_once_it_s
     wl.admission = admission()
     cache.assume(wl, "cq", {("f", "cpu"): 2000})
     sync.inflight.add("ns/w")
+    return cache, sync, pending
+
+
+def test_a_finish_seen_while_the_admission_write_is_in_flight_releases_once_it_settles() -> None:
+    """Under load the response to our admission write can come seconds after the API
+    applied it: the runner (Kueue's harness) sees the admission, finishes the workload
+    150 ms later, and that event reaches the informer while the write is still in
+    flight. It must be applied when the write settles; dropping it kept a finished
+    workload's quota charged for good (25 of 50,000 in a large-scale run on the real
+    server, which then never stopped)."""
+    cache, sync, pending = _admission_in_flight()
     written = wl_obj(rv="20", status=o.admission_status(pending, admission(), now=1))
     sync.workload("ns/w", written)  # our write, applied, comes back before its response
     finished = copy.deepcopy(written)
@@ -221,15 +219,7 @@ def test_a_finish_seen_while_the_admission_write_is_in_flight_releases_once_it_s
 def test_an_older_event_held_during_the_write_is_ignored_when_it_settles() -> None:
     """What the informer delivered while the write was in flight and is older than
     what we wrote changes nothing when the write settles."""
-    cache = make_cache()
-    sync = CacheSync(cache, clock=lambda: 0.0)
-    pending = wl_obj(rv="10")
-    sync.workload("ns/w", pending)
-    wl = cache.queues["cq"].pop_head()
-    assert wl is not None
-    wl.admission = admission()
-    cache.assume(wl, "cq", {("f", "cpu"): 2000})
-    sync.inflight.add("ns/w")
+    cache, sync, pending = _admission_in_flight()
     sync.workload("ns/w", wl_obj(rv="11"))  # our own pending-condition write comes back
     sync.expect_written(
         "ns/w", wl_obj(rv="20", status=o.admission_status(pending, admission(), now=1))
