@@ -5,9 +5,12 @@
   ``Admitted`` and ``status.admission``, pinned to the resourceVersion the decision was
   computed from. A ``409`` re-reads the Workload: if it is still pending with the same
   spec (generation) the write is retried once on the new version, otherwise the
-  assumption is rolled back (``Cache.forget``). A transport error or a 5xx is ambiguous
-  (the write may have landed), so the Workload is re-read before deciding; a definite
-  failure rolls back. Only after the write succeeded is the Job started.
+  assumption is rolled back (``Cache.forget``). A ``429`` (or 5xx) with ``Retry-After``
+  is sent again by the client after the wait, the assumption held meanwhile
+  (``KubeClient._send``); a 429 that outlasts those retries was not applied and rolls
+  back. A transport error or a 5xx is ambiguous (the write may have landed), so the
+  Workload is re-read before deciding; a definite failure rolls back. Only after the
+  write succeeded is the Job started.
 * **Preemption** — the victim gets ``Evicted`` + ``Preempted``; the job reconciler stops
   its Job and releases the quota once the Job is inactive.
 * **Pending** — ``QuotaReserved=False`` with the engine's reason and message, written
@@ -166,9 +169,11 @@ class Applier:
         except Abandon:
             return False
         except ApiError as err:
-            if err.conflict or not err.retryable:
+            if err.conflict or err.throttled or not err.retryable:
+                # a 429 that outlasted the client's Retry-After retries was not applied
+                # either: roll back without a read, and without counting a refusal
                 log.info("admission of %s not written: %s", key, err)
-                if not err.conflict and err.status != 0:
+                if not (err.conflict or err.throttled) and err.status != 0:
                     self._refused[key] = True
                 return False
             return await self._verify(key, d, err)

@@ -17,6 +17,7 @@ construction and the RBAC manifest can be checked against it.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import contextvars
@@ -208,14 +209,34 @@ API_CALLS: frozenset[ApiCall] = frozenset(
 """Every API call the adapter makes. ``manifests/base/rbac.yaml`` must grant each."""
 
 
-class ApiError(Exception):
-    """A failed API request: HTTP status, Kubernetes reason and message."""
+MAX_RETRIES = 10
+"""How often a request the server answered ``429`` (or a 5xx) *with* ``Retry-After`` is
+sent again before the error is raised: client-go's ``rest.Request`` default
+(``maxRetries``; ``checkWait`` in ``rest/with_retry.go``)."""
+RETRY_AFTER_CAP = 30.0
+"""The longest one such wait (seconds). client-go sleeps whatever the header says; a
+cap keeps a misconfigured proxy from parking a decision for an hour (kube-apiserver
+itself sends 1: max-in-flight's constant, and APF's estimate)."""
 
-    def __init__(self, status: int, reason: str, message: str, *, call: str = "") -> None:
+
+class ApiError(Exception):
+    """A failed API request: HTTP status, Kubernetes reason and message, and the
+    server's ``Retry-After`` (seconds) when it sent one."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        call: str = "",
+        retry_after: float | None = None,
+    ) -> None:
         self.status = status
         self.reason = reason
         self.message = message
         self.call = call
+        self.retry_after = retry_after
         super().__init__(f"{call}: {status} {reason}: {message}" if call else message)
 
     @property
@@ -235,13 +256,29 @@ class ApiError(Exception):
         """Transient: throttling, server errors, transport failures (status 0)."""
         return self.status in (0, 429) or self.status >= 500
 
+    @property
+    def throttled(self) -> bool:
+        """``429 TooManyRequests``: the server refused the request before acting on it
+        (max-in-flight, API Priority and Fairness): it was certainly not applied."""
+        return self.status == 429
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds to wait before sending the same request again, when the server
+        asked for it: a 429 or a 5xx with ``Retry-After`` (client-go's ``checkWait``)."""
+        if self.retry_after is None or not (self.status == 429 or self.status >= 500):
+            return None
+        return min(RETRY_AFTER_CAP, self.retry_after)
+
 
 class UndeclaredCall(RuntimeError):
     """The adapter tried a call missing from API_CALLS (a bug, caught by tests)."""
 
 
-def _error_from(status: int, raw: bytes, call: str) -> ApiError:
-    reason, message = "", raw.decode("utf-8", "replace")[:500]
+def _error_from(status: int, raw: bytes, call: str, retry_after: str | None = None) -> ApiError:
+    """The error of a non-2xx answer: a ``Status`` body (most errors), or plain text
+    (kube-apiserver's max-in-flight and APF 429s: Go's ``http.Error``)."""
+    reason, message = "", raw.decode("utf-8", "replace").strip()[:500]
     try:
         body = json.loads(raw)
     except ValueError:
@@ -249,7 +286,24 @@ def _error_from(status: int, raw: bytes, call: str) -> ApiError:
     if isinstance(body, dict) and body.get("kind") == "Status":
         reason = str(body.get("reason") or "")
         message = str(body.get("message") or message)
-    return ApiError(status, reason or _REASONS.get(status, "Unknown"), message, call=call)
+    return ApiError(
+        status,
+        reason or _REASONS.get(status, "Unknown"),
+        message,
+        call=call,
+        retry_after=_retry_after_seconds(retry_after),
+    )
+
+
+def _retry_after_seconds(header: str | None) -> float | None:
+    """``Retry-After`` as client-go reads it (``retryAfterSeconds``): whole seconds,
+    anything else (an HTTP date, garbage) is no header at all."""
+    if header is None:
+        return None
+    try:
+        return float(max(0, int(header.strip())))
+    except ValueError:
+        return None
 
 
 _REASONS = {
@@ -324,6 +378,10 @@ class KubeClient:
         self.counts: Counter[str] = Counter()  # "verb group/resource[/sub]" -> requests
         self.errors: Counter[int] = Counter()
         self.on_request: Callable[[str], None] | None = None  # e.g. a metrics counter
+        # (call, status) of every request sent again after a Retry-After answer
+        self.on_retry: Callable[[str, int], None] | None = None
+        self.retries: Counter[str] = Counter()
+        self.sleep: Callable[[float], Any] = asyncio.sleep  # the Retry-After waits
         self.limiter: TokenBucket | None = None  # clientConnection.qps/burst (see .ratelimit)
         # calls with a budget of their own, outside ``limiter`` (client-go gives the
         # event recorder its own client and rate limit: Events never delay decisions)
@@ -420,30 +478,60 @@ class KubeClient:
         content_type: str | None = None,
         timeout: float | aiohttp.ClientTimeout | None = None,
     ) -> Any:
+        """One request, sent again (up to :data:`MAX_RETRIES` times) while the server
+        answers 429 or a 5xx with ``Retry-After``, after the wait it asks for — as
+        client-go's ``rest.Request`` does. Every attempt goes through the rate limit
+        (client-go: "this request should also be throttled with the client-internal
+        rate limiter"): a retry takes a new token, at the caller's priority, and is
+        counted as a request. A throttled write was not applied, so sending the same
+        body again is safe; a conditional one (pinned to a resourceVersion) answers
+        409 if the object moved meanwhile, and the caller decides again as usual.
+        With an explicit ``timeout`` the attempts share it (client-go's request
+        context): no retry starts that could not finish within it."""
         headers = {"Accept": "application/json"}
         if content_type is not None:
             headers["Content-Type"] = content_type
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if isinstance(timeout, (int, float)) else None
+        attempt_timeout = timeout or self.request_timeout
         await self._admit(call)
-        try:
-            # the body is plain JSON already: skip the client's model sanitizing walk
-            m, url, hdrs, _, post = await self.api.param_serialize(
-                method,
-                path,
-                query_params=query or None,
-                header_params=headers,
-                auth_settings=["BearerToken"],
-            )
-            resp = await self.api.call_api(
-                m, url, hdrs, body, post, _request_timeout=timeout or self.request_timeout
-            )
-            raw = await resp.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            self.errors[0] += 1
-            raise ApiError(0, "TransportError", repr(exc), call=call) from exc
-        if not 200 <= resp.status <= 299:
+        retries = 0
+        while True:
+            try:
+                # the body is plain JSON already: skip the client's model sanitizing walk
+                m, url, hdrs, _, post = await self.api.param_serialize(
+                    method,
+                    path,
+                    query_params=query or None,
+                    header_params=headers,
+                    auth_settings=["BearerToken"],
+                )
+                resp = await self.api.call_api(
+                    m, url, hdrs, body, post, _request_timeout=attempt_timeout
+                )
+                raw = await resp.read()
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                self.errors[0] += 1
+                raise ApiError(0, "TransportError", repr(exc), call=call) from exc
+            if 200 <= resp.status <= 299:
+                return _loads(raw) if raw else None
             self.errors[resp.status] += 1
-            raise _error_from(resp.status, raw, call)
-        return _loads(raw) if raw else None
+            err = _error_from(resp.status, raw, call, resp.getheader("Retry-After"))
+            wait = err.wait
+            if wait is None or retries >= MAX_RETRIES:
+                raise err
+            if deadline is not None:
+                left = deadline - loop.time() - wait
+                if left <= 0:
+                    raise err
+                attempt_timeout = left
+            retries += 1
+            self.retries[call] += 1
+            if self.on_retry is not None:
+                self.on_retry(call, resp.status)
+            log.debug("%s: %s %s, sent again in %.1fs", call, err.status, err.reason, wait)
+            await self.sleep(wait)
+            await self._admit(call)
 
     # -- verbs ----------------------------------------------------------------------------
 
@@ -611,7 +699,8 @@ class KubeClient:
         try:
             if not 200 <= resp.status <= 299:
                 self.errors[resp.status] += 1
-                raise _error_from(resp.status, await resp.read(), call)
+                raw = await resp.read()
+                raise _error_from(resp.status, raw, call, resp.getheader("Retry-After"))
             while True:
                 try:
                     line = await raw_resp.content.readline()

@@ -131,6 +131,14 @@ class Metrics:
             ["call"],
             registry=r,
         )
+        self.api_retries = Counter(
+            "quartermaster_api_retries_total",
+            "Requests sent again after the API server answered 429 (or a 5xx) with "
+            "Retry-After, by call and the status of the answer (each is also counted in "
+            "quartermaster_api_requests_total)",
+            ["call", "code"],
+            registry=r,
+        )
         self.rate_limit_wait = Histogram(
             "quartermaster_client_rate_limit_wait_seconds",
             "Time requests waited for the client-side rate limit (clientConnection.qps/burst)",

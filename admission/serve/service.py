@@ -284,6 +284,8 @@ class Service:
         assert self.client is not None
         counter = self.metrics.api_requests
         self.client.on_request = lambda call: counter.labels(call).inc()
+        retried = self.metrics.api_retries
+        self.client.on_retry = lambda call, code: retried.labels(call, str(code)).inc()
         copts = opts.controller or controller_options(opts.config, opts.namespace)
         # the integrations are the configuration's, whoever built the options
         copts = dataclasses.replace(copts, frameworks=opts.config.frameworks)

@@ -1,9 +1,12 @@
 """Kubernetes ``Status`` error objects for the API-server test double.
 
-The real API server answers every failure with a ``Status`` body whose ``code``,
+The real API server answers nearly every failure with a ``Status`` body whose ``code``,
 ``reason`` and ``message`` clients (and our controller) branch on.  Every error the
 double raises is an :class:`ApiError`; the HTTP layer turns it into that body, so the
-message formats here copy kube-apiserver's wording.
+message formats here copy kube-apiserver's wording.  The exception is a request its
+filters refuse before any handler runs: max-in-flight (and APF) answer ``429`` with
+Go's ``http.Error`` — a plain-text line and ``Retry-After: 1``
+(:func:`too_many_requests_in_flight`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class ApiError(Exception):
         reason: str | None = None,
         details: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        text: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -47,6 +51,7 @@ class ApiError(Exception):
         self.reason = reason if reason is not None else REASONS.get(code, "Unknown")
         self.details = details
         self.headers = dict(headers or {})
+        self.text = text  # a plain-text body instead of a Status (Go's http.Error)
 
     def status(self) -> dict[str, Any]:
         """The ``Status`` body kube-apiserver would send for this error."""
@@ -122,6 +127,19 @@ def bad_request(message: str) -> ApiError:
 
 def expired(message: str) -> ApiError:
     return ApiError(410, message, reason="Expired")
+
+
+MAX_IN_FLIGHT_MESSAGE = "Too many requests, please try again later."
+
+
+def too_many_requests_in_flight() -> ApiError:
+    """What kube-apiserver's max-in-flight filter (``WithMaxInFlightLimit``, and APF's
+    rejection alike) answers when its seats are taken: ``tooManyRequests`` sets
+    ``Retry-After: 1`` and calls ``http.Error`` — status 429, ``text/plain`` and the
+    message plus a newline, no ``Status`` object."""
+    return ApiError(
+        429, MAX_IN_FLIGHT_MESSAGE, headers={"Retry-After": "1"}, text=MAX_IN_FLIGHT_MESSAGE + "\n"
+    )
 
 
 def internal(message: str) -> ApiError:

@@ -3,7 +3,11 @@
 Controllers must survive a flaky API server: 500s, throttling (429 with Retry-After),
 conflicts.  :class:`FaultInjector` makes the next N matching requests fail with a
 chosen code before they touch the store, so a test can assert that the controller
-re-reads instead of blindly retrying.  :class:`RequestRecorder` keeps every request
+re-reads instead of blindly retrying.  The answers are kube-apiserver's: a 429 with
+neither ``message`` nor ``retry_after`` is its max-in-flight refusal (plain text,
+``Retry-After: 1``: what a busy server sends); any other fault is a ``Status``, and
+``retry_after`` > 0 puts ``details.retryAfterSeconds`` and the ``Retry-After`` header on
+it, as ``ErrorNegotiated`` does (never for 0: the field is ``omitempty``).  :class:`RequestRecorder` keeps every request
 (verb, resource, path, query, content type, response code) so tests and benchmarks
 can count API calls per admission.
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .errors import REASONS, ApiError
+from .errors import REASONS, ApiError, too_many_requests_in_flight
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
@@ -65,11 +69,13 @@ class FaultRule:
             self.message
             or f"injected fault: {self.code} on {request.verb} {request.resource or request.path}"
         )
-        headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
-        if self.code == 429 and not headers:
-            headers = {"Retry-After": "1"}
+        if self.code == 429 and self.message is None and self.retry_after is None:
+            return too_many_requests_in_flight()
+        headers, details = {}, None
+        if self.retry_after:  # ErrorNegotiated: the header only for retryAfterSeconds > 0
+            headers = {"Retry-After": str(self.retry_after)}
+            details = {"retryAfterSeconds": self.retry_after}
         reason = REASONS.get(self.code, "InternalError")
-        details = {"retryAfterSeconds": self.retry_after} if self.retry_after is not None else None
         return ApiError(self.code, message, reason=reason, details=details, headers=headers)
 
 

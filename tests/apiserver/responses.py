@@ -39,7 +39,13 @@ def add_warnings(response: web.StreamResponse, warnings: Iterable[str]) -> None:
 
 
 def error_response(error: ApiError) -> web.Response:
-    response = json_response(error.status(), status=error.code)
+    if error.text is not None:  # Go's http.Error: text/plain, nosniff
+        response = web.Response(
+            text=error.text, status=error.code, content_type="text/plain", charset="utf-8"
+        )
+        response.headers["X-Content-Type-Options"] = "nosniff"
+    else:
+        response = json_response(error.status(), status=error.code)
     for key, value in error.headers.items():
         response.headers[key] = value
     return response

@@ -6,7 +6,8 @@ proxy (its own TLS certificate, trusted through the client configuration's CA), 
 forwards every request, headers and body unchanged, to the real server and streams the
 answer back (watches included). The test controls it with the double's vocabulary:
 
-* :meth:`fail_next` — answer the next N matching requests with an error ``Status``;
+* :meth:`fail_next` — answer the next N matching requests with an error (a ``Status``,
+  or max-in-flight's plain-text 429: :mod:`tests.apiserver.hooks`);
 * :meth:`drop_watches` — end every open watch, cleanly or by killing the connection;
 * :meth:`pause` / :meth:`resume` — hold every new request (and watch data) meanwhile;
 * :attr:`recorder` — every request seen, by Kubernetes verb and resource, to count
@@ -30,6 +31,7 @@ from aiohttp import web
 
 from tests.apiserver.certs import make_serving_cert
 from tests.apiserver.hooks import FaultInjector, FaultRule, RecordedRequest, RequestRecorder
+from tests.apiserver.responses import error_response
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
 
@@ -159,12 +161,7 @@ class FaultProxy:
         fault = self.faults.check(rec)
         if fault is not None:
             rec.status = fault.code
-            return web.Response(
-                status=fault.code,
-                body=json.dumps(fault.status()).encode(),
-                content_type="application/json",
-                headers=fault.headers,
-            )
+            return error_response(fault)  # as the double answers it (kube-apiserver's shapes)
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         assert self._session is not None
