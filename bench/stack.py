@@ -216,6 +216,9 @@ def run_harness(
         "timeline": _timeline(result, started, text, budgeted, qps, burst),
         "serviceWrites": labelled(text, "quartermaster_api_writes_total"),
         "serviceRequestsByCall": by_call,
+        # requests sent again after a 429 (or 5xx) with Retry-After, by call and status:
+        # each is in serviceRequests too (a token each, as client-go's retries take)
+        "serviceRetries": labelled(text, "quartermaster_api_retries_total"),
         "runnerRequests": result["runnerRequests"],
         "runnerErrors": result["runnerErrors"],
         "cpuSeconds": cpu,  # the service process's (the runner and API server excluded)

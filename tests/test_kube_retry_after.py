@@ -282,6 +282,7 @@ def test_a_throttled_admission_is_retried_in_place_and_admitted_once(
             )
             await s.user.create(k.WORKLOADS, standalone("a", cpu="3"), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "a", NS)), what="a admitted")
+            await eventually(lambda: written(s, "admit", "ok"), what="the service saw it land")
             assert rule.fired == 2 and waits == [1.0, 1.0]
             assert retried(s, STATUS_CALL) == 2
             assert written(s, "admit", "ok") == 1
@@ -308,6 +309,10 @@ def test_a_throttled_eviction_is_retried_and_the_preemptor_admitted(
             )
             await s.user.create(k.WORKLOADS, standalone("high", priority=100), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "high", NS)), what="high admitted")
+            await eventually(
+                lambda: counter(s.service.metrics.admitted_total, "cq") >= 2,
+                what="the service saw high's admission land",
+            )
             low = s.get("workloads", "low", NS)
             assert low is not None and not admitted(low) and o.is_true(low, o.EVICTED)
             assert rule.fired == 1 and waits == [1.0]
@@ -352,6 +357,7 @@ def test_an_admission_throttled_beyond_the_retries_rolls_back_unread_and_is_admi
             )
             await s.user.create(k.WORKLOADS, standalone("a", cpu="3"), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "a", NS)), what="a admitted")
+            await eventually(lambda: written(s, "admit", "ok"), what="the service saw it land")
             assert rule.fired == k.MAX_RETRIES + 1 and len(waits) == k.MAX_RETRIES
             assert written(s, "admit", "rolled-back") == 1
             assert written(s, "admit", "ok") == 1
