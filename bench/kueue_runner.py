@@ -313,6 +313,7 @@ class Recorder:
     last_admission_epoch: float | None = None
     created: int = 0  # workloads the generator created
     finished: int = 0  # ... of which seen Finished
+    last_finish_epoch: float | None = None  # when the runner saw the last one finish
 
     def record_cq(self, cq: Obj) -> None:
         now = time.time()
@@ -366,6 +367,7 @@ class Recorder:
         finished = is_true(wl, "Finished")
         if finished and not s.finished:
             self.finished += 1
+            self.last_finish_epoch = now
         s.admitted, s.evicted, s.finished = admitted, evicted, finished
 
     def expect_more(self) -> bool:
@@ -628,6 +630,7 @@ async def run(url: str, config: Obj, *, token: str | None, ca_file: str | None,
         "stopEpoch": recorder.stop_epoch,
         "firstAdmissionEpoch": recorder.first_admission_epoch,
         "lastAdmissionEpoch": recorder.last_admission_epoch,
+        "lastFinishEpoch": recorder.last_finish_epoch,
         "timedOut": timed_out,
         "workloads": len(recorder.wls),
         "runnerRequests": api.requests,

@@ -238,7 +238,8 @@ def _timeline(
     burst: int,
 ) -> dict[str, Any]:
     """Where the wall time went, in ms from the service process's start: the runner's
-    start, the end of generation, the first and the last admission it saw, the stop.
+    start, the end of generation, the first and the last admission it saw, the last
+    finish it saw (from there to the stop: the ClusterQueue statuses), the stop.
     ``budgetIdleMs`` is the wall time the bucket could have sent requests and did not
     (wall − (budgeted − burst) ÷ qps); ``rateLimitWaitSeconds`` is what requests spent
     waiting for tokens (the service's histogram sums, by priority)."""
@@ -256,6 +257,7 @@ def _timeline(
         "generatedMs": ms(result.get("generatedEpoch")),
         "firstAdmissionMs": ms(result.get("firstAdmissionEpoch")),
         "lastAdmissionMs": ms(result.get("lastAdmissionEpoch")),
+        "lastFinishMs": ms(result.get("lastFinishEpoch")),
         "stopMs": ms(result["stopEpoch"]),
         "budgetIdleMs": round((wall - max(0.0, budgeted - burst) / qps) * 1000),
         "rateLimitWaitSeconds": waited,

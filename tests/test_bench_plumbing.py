@@ -56,6 +56,8 @@ def test_a_tiny_harness_run_admits_everything_and_its_timeline_adds_up(
     assert r["budgetedRequestsPerWorkload"] >= 1.0
     t = r["timeline"]
     assert 0 <= t["runnerStartMs"] <= t["firstAdmissionMs"] <= t["lastAdmissionMs"] <= t["stopMs"]
+    # the long one finishes 8 s after its admission, before the stop (all must finish)
+    assert t["lastAdmissionMs"] <= t["lastFinishMs"] <= t["stopMs"]
     assert t["stopMs"] == r["wallMs"]
     # 8 workloads per queue are generated 600 ms apart: the runner cannot stop earlier
     assert t["generatedMs"] - t["runnerStartMs"] >= 7 * 600

@@ -552,3 +552,74 @@ def test_cycles_decide_no_further_ahead_than_the_budget_can_write(tmp_path: Path
                 )
 
     asyncio.run(main())
+
+
+def test_when_nothing_is_decided_clusterqueues_going_idle_are_written_first() -> None:
+    """At the end of a run every queue goes idle at once (Kueue's large-scale harness:
+    1,000 ClusterQueues and 1,000 LocalQueues) and tooling waits for the ClusterQueues
+    to say so: significant changes go first, ClusterQueues before LocalQueues, the other
+    changes after them, each group in its round-robin order."""
+    from admission.kube.status import StatusWriter
+
+    busy = {"pendingWorkloads": 0, "reservingWorkloads": 2}
+    busier = {"pendingWorkloads": 0, "reservingWorkloads": 3}
+    idle = {"pendingWorkloads": 0, "reservingWorkloads": 0}
+    writer = StatusWriter(None, fair_sharing=False)  # type: ignore[arg-type]
+    writer.written = {("cq", "a"): busy, ("cq", "b"): busy, ("lq", "ns/a"): busy,
+                      ("lq", "ns/x"): busy}  # fmt: skip
+    want = {("cq", "a"): idle, ("cq", "b"): busier, ("cq", "new"): busy,
+            ("lq", "ns/a"): idle, ("lq", "ns/x"): busier}  # fmt: skip
+    todo = list(want)  # desired()'s order: ClusterQueues, then LocalQueues
+    writer._offset = 3  # where the last pass's budget ran out
+    assert writer._when_idle(todo, want) == [
+        ("cq", "a"), ("cq", "new"),  # idle now; a first status
+        ("lq", "ns/a"),
+        ("lq", "ns/x"), ("cq", "b"),  # counts only: in the rotation's order
+    ]  # fmt: skip
+
+
+def test_a_status_pass_has_several_writes_waiting_for_the_budget_at_once(tmp_path: Path) -> None:
+    """One write at a time, a pass is bound by the API's latency, not by the budget:
+    up to ``STATUS_WRITERS`` of its writes wait for their turn at once (never more)."""
+    from admission.kube.ratelimit import LOW
+    from admission.kube.status import STATUS_WRITERS
+
+    queues = [f"cq{i}" for i in range(STATUS_WRITERS + 2)]
+    objs = [namespace(NS), flavor("f")]
+    for q in queues:
+        objs += [cluster_queue(q, {"f": {"cpu": 4}}), local_queue(NS, q, q)]
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=objs, controller=options(low_share=0.0)) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            status = ctrl.status
+
+            def all_written() -> bool:
+                want = status.desired()
+                return len(want) == 2 * len(queues) and all(
+                    status.written.get(k) == v for k, v in want.items()
+                )
+
+            await eventually(all_written, what="the first statuses")
+            gate = shut(s)
+            for q in queues:  # each queue goes from idle to holding work: significant
+                await create(s, workload(NS, q, queue=q, pod_sets=[("main", 1, "1")]))
+
+            def status_waiting() -> int:
+                return sum(1 for p, _, f in gate._waiters if p == LOW and not f.done())
+
+            await eventually(
+                lambda: status_waiting() >= STATUS_WRITERS, what="the pass's writes wait"
+            )
+            assert status_waiting() == STATUS_WRITERS
+            gate.open()
+
+            def reserving(q: str) -> int:
+                return int(((s.get("clusterqueues", q) or {}).get("status") or {}).get(
+                    "reservingWorkloads") or 0)  # fmt: skip
+
+            for q in queues:
+                await eventually(lambda q=q: reserving(q) == 1, what=f"{q}'s status shows it")
+
+    asyncio.run(main())

@@ -8,13 +8,14 @@ milliseconds, and rewriting every queue on each change would be a write storm.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
 from admission.engine.cache import Cache
-from admission.engine.vocabulary import PendingReason
 from admission.engine.usage import UsageTracker
+from admission.engine.vocabulary import PendingReason
 from queues.labels import RESOURCE_IN_USE
 from queues.quantity import format_quantity
 
@@ -25,6 +26,10 @@ from .ratelimit import low_priority
 
 log = logging.getLogger("quartermaster.kube.status")
 BUSY_PASS_EVERY = 5  # while decisions wait for the budget: one status pass in this many
+STATUS_WRITERS = 4
+"""Queue status writes of one pass in flight at once: one at a time, a pass is bound by
+the API's latency (20 ms a write caps it at the 50 QPS of Kueue's budget, and a busy
+server answers slower), not by the client's budget, which each write still waits for."""
 
 
 Obj = dict[str, Any]
@@ -286,24 +291,53 @@ class StatusWriter:
         if busy:
             todo = self._while_deciding(todo, want)
         elif todo:
-            self._offset %= len(todo)
-            todo = todo[self._offset :] + todo[: self._offset]
+            todo = self._when_idle(todo, want)
         self._budget = ctx.options.status_budget
-        for i, item in enumerate(todo):
-            if self._budget <= 0:
-                self._offset += i
-                break
-            with low_priority():  # queue status waits behind admissions and evictions
-                async with ctx.client.turn():
-                    if time.monotonic() - taken >= ctx.options.status_interval:
-                        await ctx.cache_ready()  # the wait was long: write what is true now
-                        want, taken = self.desired(), time.monotonic()
-                    status = want.get(item)
-                    if status is not None and self.written.get(item) != status:
-                        await self._write_now(*item, status)
+        queue = iter(enumerate(todo))
+        stopped_at: list[int] = []
+
+        async def writer() -> None:
+            # one of STATUS_WRITERS: the items of ``todo`` in order, each written once
+            nonlocal want, taken
+            for i, item in queue:
+                if self._budget <= 0:
+                    stopped_at.append(i)
+                    return
+                with low_priority():  # queue status waits behind admissions and evictions
+                    async with ctx.client.turn():
+                        if time.monotonic() - taken >= ctx.options.status_interval:
+                            await ctx.cache_ready()  # the wait was long: write what is true now
+                            want, taken = self.desired(), time.monotonic()
+                        status = want.get(item)
+                        if status is not None and self.written.get(item) != status:
+                            await self._write_now(*item, status)
+
+        await asyncio.gather(*(writer() for _ in range(min(STATUS_WRITERS, len(todo)))))
+        if stopped_at:
+            self._offset += min(stopped_at)
         for k in [k for k in self.written if k[1] not in cache.cluster_queues and k[0] == "cq"]:
             del self.written[k]
             self.written_at.pop(k, None)
+
+    def _when_idle(
+        self, todo: list[tuple[str, str]], want: dict[tuple[str, str], Obj]
+    ) -> list[tuple[str, str]]:
+        """The order changed queues are written in when nothing is being decided: the
+        significant changes first, ClusterQueues before LocalQueues (what users and
+        tooling wait for: at the end of Kueue's large-scale harness 1,000 ClusterQueues
+        and 1,000 LocalQueues go idle at once, and the run stops when every
+        ClusterQueue says so), the rest after them; round-robin within each group (the
+        budget reaches every queue)."""
+        self._offset %= len(todo)
+        rotated = todo[self._offset :] + todo[: self._offset]
+
+        def urgency(k: tuple[str, str]) -> int:
+            old = self.written.get(k)
+            if old is None or significant(old, want[k]):
+                return 0 if k[0] == "cq" else 1
+            return 2
+
+        return sorted(rotated, key=urgency)  # stable: the rotation holds within a group
 
     def _while_deciding(
         self, todo: list[tuple[str, str]], want: dict[tuple[str, str], Obj]
