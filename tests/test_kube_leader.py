@@ -252,3 +252,35 @@ def test_a_leader_whose_lease_requests_hang_stops_writing_before_a_successor_lea
                 await asyncio.gather(ta, tb, return_exceptions=True)
 
     asyncio.run(main())
+
+
+def test_cancelling_the_election_as_an_attempt_returns_stops_it() -> None:
+    """The cancellation of a stopping replica's election lands in the same loop turn as
+    a Lease attempt's answer. ``asyncio.wait_for`` on Python 3.11 returns that answer
+    and drops the cancellation (bpo-42130): the election renewed on for good and the
+    replica's shutdown never returned (a hang of the full suite under load)."""
+
+    async def main() -> None:
+        elector = LeaderElector(
+            None,  # type: ignore[arg-type]
+            namespace=SERVICE_NS, identity="a", lease_duration=3600, renew_deadline=1800,
+            retry_period=0.01,
+        )  # fmt: skip
+        task: asyncio.Task[None] | None = None
+        attempts = 0
+
+        async def answer() -> bool:
+            nonlocal attempts
+            attempts += 1
+            if attempts == 3:  # a renewal: the replica stops as its answer comes in
+                assert task is not None
+                asyncio.get_running_loop().call_soon(task.cancel)
+            return True
+
+        elector.try_acquire_or_renew = answer  # type: ignore[method-assign]
+        task = asyncio.create_task(elector.run())
+        done, _ = await asyncio.wait({task}, timeout=10)  # a guard against the hang only
+        assert task in done and task.cancelled()
+        assert attempts == 3
+
+    asyncio.run(main())

@@ -145,9 +145,15 @@ class LeaderElector:
             self._observed_at = self.monotonic()
 
     async def _attempt(self, budget: float) -> bool:
-        """One acquire/renew attempt that gives up after ``budget`` seconds."""
+        """One acquire/renew attempt that gives up after ``budget`` seconds.
+
+        ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` returns the
+        result of an attempt that finishes as the task is cancelled and drops the
+        cancellation (bpo-42130, fixed in 3.12), so a stopping replica went on renewing its
+        Lease for good and its shutdown never returned."""
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(0.0, budget))
+            async with asyncio.timeout(max(0.0, budget)):
+                return await self.try_acquire_or_renew()
         except TimeoutError:
             log.warning("Lease %s/%s: no answer within %.1fs", self.namespace, self.name, budget)
             return False
