@@ -13,6 +13,12 @@ bounded parking (``parkUntilFeasible``, admission.engine.feasibility) the owner 
 parked work a *ticket*: it then wakes only with its ticket (:meth:`wake`) or on a spec
 change (:meth:`requeue_inadmissible`), not on every capacity event
 (:meth:`wake_unbounded`).
+
+As in Kueue (SchedulingEquivalenceHashing, ``ClusterQueue.PushOrUpdate``), a workload
+that arrives (or changes) while workloads of its scheduling hash are parked because one
+of them could not be admitted goes straight to the parked set (:meth:`arrive`) until the
+next capacity event; it does not wake the parked ones, and a push into a parked group
+leaves the group's workloads parked.
 """
 
 from __future__ import annotations
@@ -88,6 +94,8 @@ class PendingQueue:
         "_group_ticket",
         "_key_ticket",
         "_ticket_members",
+        "_bulk",
+        "on_bulk",
     )
 
     def __init__(self) -> None:
@@ -119,6 +127,13 @@ class PendingQueue:
         self._group_ticket: dict[tuple[str, int], int] = {}
         self._key_ticket: dict[str, int] = {}
         self._ticket_members: dict[int, list[tuple[str, int] | str]] = {}
+        # Kueue's hashToBulkMoveReason: the scheduling hashes parked with their failed
+        # workload since the last capacity event (:meth:`requeue_inadmissible`); a
+        # workload of one of them that :meth:`arrive`s is parked at once.
+        self._bulk: set[int] = set()
+        # Called when a hash joins that set: the owner makes sure the next capacity
+        # event in the queue's tree reaches the queue (and clears it), as Kueue's does.
+        self.on_bulk: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         return len(self._keys) + len(self._parked)
@@ -183,11 +198,27 @@ class PendingQueue:
             else:  # behind the head: the index of heads stays as it is
                 lst.add(item)
             return
+        elif lst:
+            self._unpark_group_members(group)
         lst.add(item)
         self._active.add(group)
-        if self._group_ticket:
-            self._group_ticket.pop(group, None)
         self._index(group)
+
+    def _unpark_group_members(self, group: tuple[str, int]) -> None:
+        """A workload joins a parked group as an active one: the group's workloads stay
+        parked, one by one (with the group's ticket, if it has one), as Kueue keeps
+        its inadmissible workloads where they are when another one is queued."""
+        lst = self._groups[group]
+        ticket = self._group_ticket.pop(group, None) if self._group_ticket else None
+        for _, key in lst:
+            _, _, wl = self._keys.pop(key)
+            self._parked[key] = wl
+        if ticket is not None:
+            keys = [key for _, key in lst]
+            for key in keys:
+                self._key_ticket[key] = ticket
+            self._ticket_members.setdefault(ticket, []).extend(keys)
+        lst.clear()
 
     def park(self, wl: Workload) -> None:
         """Move one workload out of its group to the parked set (BestEffortFIFO)."""
@@ -199,13 +230,85 @@ class PendingQueue:
                 self._key_ticket[wl.key] = ticket
                 self._ticket_members.setdefault(ticket, []).append(wl.key)
 
-    def park_equivalent(self, wl: Workload) -> int:
+    def arrive(self, wl: Workload) -> None:
+        """A new (or changed) pending workload, as Kueue's ``PushOrUpdate``: queued
+        (:meth:`push`), unless it is not queued as active already and workloads of its
+        scheduling hash were parked for failing since the last capacity event — then
+        it is parked with them, and wakes nobody."""
+        if self._bulk:
+            entry = self._keys.get(wl.key)
+            if (entry is None or entry[0] not in self._active) and scheduling_hash(
+                wl
+            ) in self._bulk:
+                self.park(wl)
+                return
+        self.push(wl)
+
+    def _remember(self, h: int) -> None:
+        if h not in self._bulk:
+            self._bulk.add(h)
+            if self.on_bulk is not None:
+                self.on_bulk()
+
+    def park_with_equivalents(self, wl: Workload, *, remember: bool = True) -> int:
+        """:meth:`park` then :meth:`park_equivalent` (``wl`` failed and parks every
+        workload interchangeable with it), in fewer sorted-list operations: ``wl``
+        stays first in its group and the group is parked with it (one removal from
+        the index of heads, none from the group). Returns the number of workloads
+        parked besides ``wl``, as :meth:`park_equivalent`."""
+        key = wl.key
+        entry = self._keys.get(key)
+        if (
+            self.sticky is not None
+            or entry is None
+            or entry[2] is not wl
+            or entry[0] not in self._active
+        ):
+            self.park(wl)  # (a waiting preemptor, or not queued as active: the long way)
+            return self.park_equivalent(wl, remember=remember)
+        group, okey, _ = entry
+        if self._groups[group][0][1] != key:
+            self.park(wl)
+            return self.park_equivalent(wl, remember=remember)
+        h = group[1]
+        if remember:
+            self._remember(h)
+        groups = []
+        parked = -1  # wl itself
+        for g in self._by_hash[h]:
+            if g in self._active:
+                self._unindex(g)
+                self._active.discard(g)
+                parked += len(self._groups[g])
+                groups.append(g)
+        if self.on_park is not None:
+            ticket = self.on_park(wl)
+            if ticket is not None:
+                for g in groups:
+                    self._group_ticket[g] = ticket
+                self._ticket_members.setdefault(ticket, []).extend(groups)
+        return parked
+
+    def hash_of(self, wl: Workload) -> int:
+        """``scheduling_hash(wl)``, read from its group when it is queued in one."""
+        entry = self._keys.get(wl.key)
+        if entry is not None and entry[2] is wl:
+            return entry[0][1]
+        return scheduling_hash(wl)
+
+    def park_equivalent(self, wl: Workload, *, remember: bool = True) -> int:
         """Park every workload interchangeable with ``wl`` (which just failed): their
-        groups stop being nominated until the next capacity event. Returns how many."""
+        groups stop being nominated until the next capacity event. Returns how many.
+
+        ``remember``: as Kueue's bulk move, workloads of that hash that :meth:`arrive`
+        before the next capacity event are parked too."""
+        h = scheduling_hash(wl)
+        if remember:
+            self._remember(h)
         sticky_group = self._keys[self.sticky][0] if self.sticky in self._keys else None
         parked = 0
         groups = []
-        for group in self._by_hash.get(scheduling_hash(wl), ()):
+        for group in self._by_hash.get(h, ()):
             if (
                 group in self._active and group != sticky_group
             ):  # a waiting preemptor keeps its place
@@ -268,6 +371,7 @@ class PendingQueue:
         """A capacity event: every parked workload may be nominated again. Returns the
         number of groups and individually parked workloads woken."""
         woken = 0
+        self._bulk.clear()
         if self._ticket_members:
             self._group_ticket.clear()
             self._key_ticket.clear()
@@ -292,6 +396,7 @@ class PendingQueue:
         :meth:`requeue_inadmissible`."""
         if not self._ticket_members:
             return self.requeue_inadmissible()
+        self._bulk.clear()
         woken = 0
         bound = self._group_ticket
         if len(self._active) != len(self._groups):
@@ -312,19 +417,20 @@ class PendingQueue:
         """What was parked with ``ticket`` and is still parked with it may be nominated
         again. Returns the number of groups and workloads woken."""
         woken = 0
-        for m in self._ticket_members.pop(ticket, ()):
-            if isinstance(m, str):
-                if self._key_ticket.get(m) == ticket:
-                    del self._key_ticket[m]
-                    wl = self._parked.pop(m)
-                    self.push(wl)
-                    woken += 1
-            elif self._group_ticket.get(m) == ticket:
+        members = self._ticket_members.pop(ticket, ())
+        for m in members:  # the groups first: a workload woken joins its group awake
+            if not isinstance(m, str) and self._group_ticket.get(m) == ticket:
                 del self._group_ticket[m]
                 if m in self._groups and m not in self._active:
                     self._active.add(m)
                     self._index(m)
                     woken += 1
+        for m in members:
+            if isinstance(m, str) and self._key_ticket.get(m) == ticket:
+                del self._key_ticket[m]
+                wl = self._parked.pop(m)
+                self.push(wl)
+                woken += 1
         return woken
 
     def holds(self, ticket: int) -> bool:

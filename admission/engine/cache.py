@@ -248,7 +248,11 @@ class Cache:
                 self._parked_in.setdefault(self._tree_of.get(name, name), set()).add(name)
             return ticket
 
+        def bulk() -> None:
+            self._parked_in.setdefault(self._tree_of.get(name, name), set()).add(name)
+
         q.on_park = parked
+        q.on_bulk = bulk
         q.on_head = lambda: self.with_heads.add(name)
         return q
 
@@ -458,7 +462,11 @@ class Cache:
         if wl.active:
             self._route(wl)
 
-    def _route(self, wl: Workload) -> None:
+    def _route(self, wl: Workload, *, fresh: bool = True) -> None:
+        """Queue a pending workload where its LocalQueue points. ``fresh``: a new or
+        changed workload (Kueue's ``AddOrUpdateWorkload``: parked at once when its
+        equivalents are, see ``PendingQueue.arrive``); else one put back at once
+        (Kueue's immediate requeue)."""
         lq = self.local_queue_of(wl)
         if lq is None and not wl.queue_name:
             self.unroutable[wl.key] = wl
@@ -480,7 +488,11 @@ class Cache:
         st = self.status.get(wl.key)
         if st is not None and st.reason == PendingReason.MISCONFIGURED:  # why it was not routable
             del self.status[wl.key]
-        self.queues[lq.cluster_queue].push(wl)
+        q = self.queues[lq.cluster_queue]
+        if fresh:
+            q.arrive(wl)
+        else:
+            q.push(wl)
 
     def remove_pending(self, key: str) -> Workload | None:
         wl = self.unroutable.pop(key, None)
@@ -538,7 +550,7 @@ class Cache:
         self._release(key)
         wl.admission = None
         wl.admission_time = None
-        self._route(wl)
+        self._route(wl, fresh=False)  # Kueue requeues a failed admission at once
 
     def finish(self, key: str) -> None:
         """The workload finished or was deleted: release its quota exactly once."""
@@ -641,8 +653,22 @@ class Cache:
         for q in self.queues.values():
             q.requeue_inadmissible()
 
-    def requeue(self, wl: Workload, cq: str, *, park: bool, even_if_strict: bool = False) -> None:
+    def requeue(
+        self,
+        wl: Workload,
+        cq: str,
+        *,
+        park: bool,
+        even_if_strict: bool = False,
+        equivalents: bool = False,
+    ) -> None:
         """Put a nominated head back: parked (BestEffortFIFO) or in the heap.
+
+        ``equivalents`` (it neither fits nor can preempt): a BestEffortFIFO head parked
+        takes every workload interchangeable with it along (Kueue's scheduling
+        equivalence: none of them can be admitted either), and those that arrive
+        before the next capacity event are parked too; the group keeps the head's
+        pending status.
 
         StrictFIFO keeps a failed head in the heap so it blocks newer workloads, except
         when it can never be admitted there (``even_if_strict``: namespace mismatch).
@@ -653,7 +679,12 @@ class Cache:
         """
         q = self.queues[cq]
         strict = self.cluster_queues[cq].queueing_strategy == STRICT_FIFO
-        if park and (even_if_strict or not strict):
+        if park and equivalents and not strict:
+            q.park_with_equivalents(wl)
+            st = self.status.get(wl.key)
+            if st is not None:  # (also what an equivalent that arrives is told)
+                self.group_status[(cq, q.hash_of(wl))] = st
+        elif park and (even_if_strict or not strict):
             q.park(wl)
         elif (
             not park
@@ -662,8 +693,9 @@ class Cache:
             and wl.key not in self.preemptors
             and self._ticket(cq, wl) is not None
         ):
-            q.park(wl)  # the ticket just made (memo)
-            if q.park_equivalent(wl):
+            # the ticket just made (memo); not remembered for arrivals: Kueue requeues
+            # this head at once, and an arrival gets a ticket of its own or none
+            if q.park_with_equivalents(wl, remember=False):
                 st = self.status.get(wl.key)
                 if st is not None:
                     self.group_status[(cq, scheduling_hash(wl))] = st

@@ -44,7 +44,6 @@ from queues.model import (
     PodSetAssignment,
     Workload,
 )
-from queues.pending import scheduling_hash
 from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
@@ -613,12 +612,16 @@ class Scheduler:
         park = outcome.park
         if park and (e.park_even_if_strict or not strict):
             result.changed = True  # the next head differs
-        cache.requeue(wl, e.cluster_queue, park=park, even_if_strict=e.park_even_if_strict)
-        if outcome.equivalents and park and not strict:
-            # Scheduling equivalence: workloads interchangeable with this one cannot be
-            # admitted either; park them all until the next capacity event.
-            if cache.queues[e.cluster_queue].park_equivalent(wl):
-                cache.group_status[(e.cluster_queue, scheduling_hash(wl))] = e.status
+        # Scheduling equivalence (``equivalents``): workloads interchangeable with this
+        # one cannot be admitted either; they are parked with it until the next
+        # capacity event.
+        cache.requeue(
+            wl,
+            e.cluster_queue,
+            park=park,
+            even_if_strict=e.park_even_if_strict,
+            equivalents=outcome.equivalents,
+        )
 
 
 @dataclass(slots=True, frozen=True)
