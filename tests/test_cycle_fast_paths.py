@@ -56,7 +56,8 @@ def _placement_always(self: FlavorAssigner, _wl: Workload) -> bool:
 
 
 def _rows_every_time(self: Preemptor, snap: Snapshot, cq_name: str) -> object:
-    snap.admitted_rows.pop(cq_name, None)  # read from the cache again, for every search
+    snap.admitted_rows.pop(cq_name, None)  # read from the cache again, for every search,
+    self.cache._rows.pop(cq_name, None)  # and built again there
     return _fast_admitted_rows(self, snap, cq_name)
 
 

@@ -1,4 +1,5 @@
-"""Parking failed heads and their equivalents, as Kueue does (issue 16, cycle-5k).
+"""Parking failed heads and their equivalents, as Kueue does, and the admitted
+workloads the victim searches read (issue 16, cycle-5k).
 
 Kueue (SchedulingEquivalenceHashing, on by default since 0.18) parks a BestEffortFIFO
 head that neither fits nor can preempt together with every queued workload of its
@@ -15,6 +16,10 @@ ones stay where they are. ``pkg/cache/queue/cluster_queue.go``,
 ``PendingQueue.park_with_equivalents`` does what ``park`` then ``park_equivalent`` do
 in fewer sorted-list operations; the property tests below run random operations through
 both and compare everything observable, on one queue and on whole engines.
+
+``Cache.admitted_rows`` keeps each ClusterQueue's admitted workloads for the victim
+searches across cycles until an admission there changes; a property test checks it
+against a fresh read before every cycle of random worlds.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from admission.engine.cache import Cache
 from admission.engine.scheduler import Scheduler
 from queues.model import PodSet, Workload
 from queues.pending import PendingQueue
@@ -262,3 +268,36 @@ def test_engines_decide_the_same_either_way(w: tuple) -> None:
     with mock.patch.object(PendingQueue, "park_with_equivalents", _long_way):
         long = decisions(cqs, cohorts, ops)
     assert short == long
+
+
+def _fresh_rows(cache: Cache, cq_name: str) -> list[tuple] | None:
+    keys = cache.by_cq.get(cq_name)
+    if not keys:
+        return None
+    return [(k, cache.workloads[k], cache.workloads[k].priority, cache.usage_of[k]) for k in keys]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world())
+def test_kept_admitted_rows_are_what_the_cache_holds_before_every_cycle(w: tuple) -> None:
+    cqs, cohorts, ops = w
+    checked = [0]
+    real = Scheduler.schedule
+
+    def schedule(self: Scheduler) -> object:
+        cache = self.cache
+        for name in cache.cluster_queues:
+            kept = cache.admitted_rows(name)
+            fresh = _fresh_rows(cache, name)
+            assert (kept[0] if kept else None) == fresh, name
+            if kept is not None:
+                assert all(
+                    a[1] is b[1] and a[3] is b[3]
+                    for a, b in zip(kept[0], fresh or [], strict=True)
+                )
+                assert kept[1] == min(r[2] for r in kept[0])
+            checked[0] += 1
+        return real(self)
+
+    with mock.patch.object(Scheduler, "schedule", schedule):
+        decisions(cqs, cohorts, ops)

@@ -42,6 +42,9 @@ from queues.topology import Node, PodUsage, TopologyState, Usage, add_usage
 from queues.transformations import ResourceTransformer
 from queues.tree import CohortTree
 
+# A ClusterQueue's admitted workloads for the victim searches (see admitted_rows)
+KeptRows = tuple[list[tuple[str, Workload, int, dict[FlavorResource, int]]], int]
+
 
 @dataclass(slots=True)
 class PendingStatus:
@@ -94,6 +97,9 @@ class Cache:
         self.admitted: dict[str, str] = {}  # workload key -> ClusterQueue charged
         self.usage_of: dict[str, dict[FlavorResource, int]] = {}  # what each admission holds
         self.by_cq: dict[str, dict[str, None]] = {}  # ClusterQueue -> admitted keys (ordered)
+        # ClusterQueue -> its admitted workloads as the victim searches read them
+        # (:meth:`admitted_rows`), kept until the admissions there change.
+        self._rows: dict[str, KeptRows | None] = {}
         # ClusterQueue -> priority -> admitted usage: a cheap bound on what preemption
         # could ever free, checked before the candidate search.
         self.prio_usage: dict[str, dict[int, dict[FlavorResource, int]]] = {}
@@ -448,6 +454,7 @@ class Cache:
             self.admitted[wl.key] = cq
             self.usage_of[wl.key] = usage
             self.by_cq.setdefault(cq, {})[wl.key] = None
+            self._rows.pop(cq, None)
             self._count_priority(cq, wl.priority, usage, +1)
             if cq in self.tree.queues:
                 self.tree.add_usage(cq, usage)
@@ -527,6 +534,7 @@ class Cache:
         self.admitted[wl.key] = cq
         self.usage_of[wl.key] = usage
         self.by_cq.setdefault(cq, {})[wl.key] = None
+        self._rows.pop(cq, None)
         self._count_priority(cq, wl.priority, usage, +1)
         self.preemptors.discard(wl.key)
         self.tree.add_usage(cq, usage)
@@ -591,6 +599,7 @@ class Cache:
         cq = self.admitted.pop(key)
         usage = self.usage_of.pop(key)
         self.by_cq.get(cq, {}).pop(key, None)
+        self._rows.pop(cq, None)
         if wl is not None:
             self._count_priority(cq, wl.priority, usage, -1)
         if cq in self.tree.queues:
@@ -598,6 +607,29 @@ class Cache:
         if key in self.tas_charged:
             for ch in self.tas_charged.pop(key):
                 self.topology.charge(ch.flavor, ch.assignment, ch.per_pod, -1)
+
+    def admitted_rows(self, cq: str) -> KeptRows | None:
+        """``cq``'s admitted workloads, in admission order, as the victim searches read
+        them: (key, workload, priority, usage held) each, and the lowest of their
+        priorities. Built when first asked after
+        an admission there changed (one cycle's searches, and the next cycles', read
+        the same list while nothing is admitted to or released from ``cq``); None when
+        it has none."""
+        try:
+            return self._rows[cq]
+        except KeyError:
+            pass
+        keys = self.by_cq.get(cq)
+        got = None
+        if keys:
+            workloads, usage_of = self.workloads, self.usage_of
+            rows = []
+            for key in keys:
+                wl = workloads[key]
+                rows.append((key, wl, wl.priority, usage_of[key]))
+            got = (rows, min(r[2] for r in rows))
+        self._rows[cq] = got
+        return got
 
     def _count_priority(
         self, cq: str, priority: int, usage: dict[FlavorResource, int], sign: int

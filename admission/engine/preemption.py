@@ -293,24 +293,20 @@ class Preemptor:
         return out
 
     def admitted_rows(self, snap: Snapshot, cq_name: str) -> AdmittedRows | None:
-        """``cq_name``'s admitted workloads as the candidate search reads them, built
+        """``cq_name``'s admitted workloads as the candidate search reads them, read
         once per cycle (kept on the snapshot; the cache's admissions change only when
-        the cycle commits): each of the cycle's searches in a cohort reads every
-        borrowing queue's list, and looking up each workload's object and usage again
-        per search was most of the search's cost. None when it has none."""
+        the cycle commits) from the cache, which keeps them until an admission there
+        changes (``Cache.admitted_rows``): each of the cycle's searches in a cohort
+        reads every borrowing queue's list, and looking up each workload's object and
+        usage again per search, then per cycle, was most of the search's cost. None
+        when it has none."""
         got = snap.admitted_rows.get(cq_name)
         if got is not None:
             return got
-        cache = self.cache
-        keys = cache.by_cq.get(cq_name)
-        if not keys:
+        kept = self.cache.admitted_rows(cq_name)
+        if kept is None:
             return None
-        workloads, usage_of = cache.workloads, cache.usage_of
-        rows = []
-        for key in keys:
-            wl = workloads[key]
-            rows.append((key, wl, wl.priority, usage_of[key]))
-        got = snap.admitted_rows[cq_name] = AdmittedRows(rows, min(r[2] for r in rows))
+        got = snap.admitted_rows[cq_name] = AdmittedRows(*kept)
         return got
 
     def _collect_in_subtree(
