@@ -281,13 +281,17 @@ class PendingQueue:
                 self._active.discard(g)
                 parked += len(self._groups[g])
                 groups.append(g)
+        self._ticket_groups(wl, groups)
+        return parked
+
+    def _ticket_groups(self, wl: Workload, groups: list[tuple[str, int]]) -> None:
+        """Tell the owner ``wl`` was parked with ``groups``; they share its ticket."""
         if self.on_park is not None:
             ticket = self.on_park(wl)
             if ticket is not None:
-                for g in groups:
-                    self._group_ticket[g] = ticket
+                for group in groups:
+                    self._group_ticket[group] = ticket
                 self._ticket_members.setdefault(ticket, []).extend(groups)
-        return parked
 
     def hash_of(self, wl: Workload) -> int:
         """``scheduling_hash(wl)``, read from its group when it is queued in one."""
@@ -316,12 +320,8 @@ class PendingQueue:
                 self._active.discard(group)
                 parked += len(self._groups[group])
                 groups.append(group)
-        if parked and self.on_park is not None:
-            ticket = self.on_park(wl)
-            if ticket is not None:
-                for group in groups:
-                    self._group_ticket[group] = ticket
-                self._ticket_members.setdefault(ticket, []).extend(groups)
+        if parked:
+            self._ticket_groups(wl, groups)
         return parked
 
     def remove(self, key: str) -> Workload | None:

@@ -36,7 +36,7 @@ from queues.model import PodSet, Workload
 from queues.pending import PendingQueue
 from tests.test_cycle_fast_paths import decisions
 from tests.test_engine_properties import world
-from tests.test_engine_regressions import cq, make_cache, workload
+from tests.test_engine_regressions import _queued_workload, cq, make_cache, workload
 
 
 def _long_way(self: PendingQueue, wl: Workload, *, remember: bool = True) -> int:
@@ -137,18 +137,6 @@ def test_a_workload_put_back_at_once_wakes_none_of_its_parked_equivalents() -> N
 # -- the short way parks exactly what the long way parks ---------------------------------
 
 
-def _workload(i: int, prio: int, lq: int, size: int) -> Workload:
-    return Workload(
-        namespace="ns",
-        name=f"w{i}",
-        uid=f"u{i:03d}",
-        queue_name=f"lq{lq}",
-        priority=prio,
-        creation_time=float(i % 5),
-        pod_sets=[PodSet(name="main", count=1, requests={"cpu": 1000 * size})],
-    )
-
-
 def _observed(q: PendingQueue, keys: list[str], tickets: list[int]) -> tuple:
     usage = {"ns/lq0": 0.5, "ns/lq1": 0.0, "ns/lq2": 0.25}
     head = q.head()
@@ -183,7 +171,6 @@ _OPS = st.lists(
         st.integers(0, 11),  # workload
         st.integers(0, 1),  # priority
         st.integers(0, 2),  # LocalQueue
-        st.integers(1, 2),  # size
         st.sampled_from(["admit", "park", "park_eq", "park_eq", "park_eq_unremembered", "back"]),
         st.booleans(),  # does the owner give the park a ticket
     ),
@@ -210,8 +197,8 @@ def _run(ops: list, park_eq: Callable[..., int]) -> list[tuple]:
     wls: dict[int, Workload] = {}
     seen: list[tuple] = []
     keys: list[str] = []
-    for op, i, prio, lq, size, decided, ticketed in ops:
-        wl = wls[i] = wls.get(i) or _workload(i, prio, lq, size)
+    for op, i, prio, lq, decided, ticketed in ops:
+        wl = wls[i] = wls.get(i) or _queued_workload(i, prio, lq)
         if wl.key not in keys:
             keys.append(wl.key)
         give[0] = ticketed
@@ -292,8 +279,7 @@ def test_kept_admitted_rows_are_what_the_cache_holds_before_every_cycle(w: tuple
             assert (kept[0] if kept else None) == fresh, name
             if kept is not None:
                 assert all(
-                    a[1] is b[1] and a[3] is b[3]
-                    for a, b in zip(kept[0], fresh or [], strict=True)
+                    a[1] is b[1] and a[3] is b[3] for a, b in zip(kept[0], fresh or [], strict=True)
                 )
                 assert kept[1] == min(r[2] for r in kept[0])
             checked[0] += 1
