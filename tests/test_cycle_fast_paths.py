@@ -5,8 +5,10 @@ A cycle at 5,000 ClusterQueues takes shortcuts for the common head (docs/benchma
 resource group of one flavor without comparing candidates, the TAS step is skipped
 when there is nothing to place, each ClusterQueue's admitted workloads
 are read once per cycle for every victim search (and a queue with nobody of a lower
-priority is skipped), the scheduler reuses the oracle's victim search, and a Cohort
-keeps what it has available until its tree's usage changes. Each
+priority is skipped), a search under ``borrowWithinCohort: Never`` that would borrow
+whatever it took from its own queue tries no other queue's workloads, the scheduler
+reuses the oracle's victim search, and a Cohort keeps what it has available until its
+tree's usage changes. Each
 shortcut has a seam; :func:`general_paths` replaces every one of them with the general
 path it stands for, and the tests run the same random worlds both ways and compare
 every decision, pending status and message (``explain=True``).
@@ -75,6 +77,10 @@ def _available_every_time(self: QuotaNode, fr: FlavorResource) -> int:
     return self._available_under(self.parent, fr)  # the whole path, never a kept value
 
 
+def _never_hopeless(self: Preemptor, *_args: object) -> bool:
+    return False  # every search tries reclaiming from other queues
+
+
 @contextmanager
 def general_paths() -> Iterator[None]:
     """Every shortcut replaced by the general path it stands for."""
@@ -86,6 +92,7 @@ def general_paths() -> Iterator[None]:
             (Preemptor, "admitted_rows", _rows_every_time),
             (Preemptor, "targets", _search_every_time),
             (QuotaNode, "available", _available_every_time),
+            (Preemptor, "_borrows_after_own_removals", _never_hopeless),
         ):
             stack.enter_context(mock.patch.object(owner, name, general))
         yield

@@ -349,8 +349,8 @@ class Preemptor:
             # only be taken if the preemptor ends within nominal; when it is already at or
             # over nominal the search runs with borrowing allowed only, where they are
             # invalid, so collecting them would be wasted work.
-            useless_prio = spec.preemption.borrow_within_cohort == NEVER and not under_nominal(
-                cq, frs
+            useless_prio = spec.preemption.borrow_within_cohort == NEVER and (
+                not under_nominal(cq, frs) or self._borrows_after_own_removals(wl, cq, requests)
             )
             advantage, remaining = fits_in_quota(cq, requests)
             prev: QuotaNode | None = None
@@ -454,7 +454,11 @@ class Preemptor:
         p = cache.cluster_queues[cq.name].preemption
         own = cache.prio_usage.get(cq.name, {})
         others = cq.parent is not None and p.reclaim_within_cohort != NEVER
-        if others and p.borrow_within_cohort == NEVER and not under_nominal(cq, frs):
+        if (
+            others
+            and p.borrow_within_cohort == NEVER
+            and (not under_nominal(cq, frs) or self._borrows_after_own_removals(wl, cq, requests))
+        ):
             # Only candidates with a hierarchical advantage are usable (see candidates):
             # they exist only if the request fits some subtree below the root.
             advantage, remaining = fits_in_quota(cq, requests)
@@ -488,6 +492,37 @@ class Preemptor:
                 return False
         return True
 
+    def _borrows_after_own_removals(
+        self, wl: Workload, cq: QuotaNode, requests: Mapping[FlavorResource, int]
+    ) -> bool:
+        """Would ``requests`` make ``cq`` borrow even with every own workload ``wl`` may
+        preempt gone? Then, without ``borrowWithinCohort``, reclaiming from other queues
+        cannot help: such a victim is valid only in the search that keeps the preemptor
+        within nominal, and only the preemptor's own removals lower its usage — so that
+        search fails whatever it removes elsewhere, and the other one never takes them.
+
+        (At 5,000 ClusterQueues in one tree, a head under nominal whose request does not
+        fit its nominal quota listed and tried all of the tree's thousands of borrowed
+        workloads before failing: 97 % of ``simulate``'s cycles once the tree was full.)
+        The own removals are over-counted — every own workload of a priority the policy
+        allows, as the cache books them, victims and protected ones included — so the
+        answer is True only when the search could not succeed."""
+        within = self.cache.cluster_queues[cq.name].preemption.within_cluster_queue
+        own = self.cache.prio_usage.get(cq.name, {}) if within != NEVER else {}
+        prio = wl.priority
+        usage, quota = cq.usage, cq.subtree_quota
+        for fr, v in requests.items():
+            free = 0
+            for p, u in own.items():
+                if within == LOWER_PRIORITY and p >= prio:
+                    continue
+                if within == LOWER_OR_NEWER_EQUAL_PRIORITY and p > prio:
+                    continue
+                free += u.get(fr, 0)
+            if usage.get(fr, 0) - free + v > quota.get(fr, 0):
+                return True
+        return False
+
     def minimal_targets(
         self,
         snap: Snapshot,
@@ -505,8 +540,11 @@ class Preemptor:
             return []
         spec = self.cache.cluster_queues[cq.name]
         forbidden = spec.preemption.borrow_within_cohort == NEVER
-        if none_from_others or (forbidden and not under_nominal(cq, frs)):
-            attempts = [True]
+        if none_from_others or (
+            forbidden
+            and (not under_nominal(cq, frs) or self._borrows_after_own_removals(wl, cq, requests))
+        ):
+            attempts = [True]  # the search within nominal could not succeed
         elif forbidden and none_hierarchical:
             attempts = [False, True]
         else:
