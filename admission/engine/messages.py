@@ -87,17 +87,38 @@ def resource_validation_errors(wl: Workload) -> str:
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 
 
+# Thousands of heads of a cycle fail the same way once a cohort is full (the same
+# resource, request and nothing left): their texts are made once and shared (strings
+# are immutable), in tables that start over when they grow large.
+_WORDED_LIMIT = 4096
+_no_longer_fits_worded: dict[str, str] = {}
+_short_worded: dict[tuple[FlavorResource, int, int], str] = {}
+
+
 def no_longer_fits(why: str) -> str:
     """Kueue's "no longer fits", with what is short."""
-    return f"{NO_LONGER_FITS}: {why}"
+    text = _no_longer_fits_worded.get(why)
+    if text is None:
+        if len(_no_longer_fits_worded) >= _WORDED_LIMIT:
+            _no_longer_fits_worded.clear()
+        text = _no_longer_fits_worded[why] = f"{NO_LONGER_FITS}: {why}"
+    return text
 
 
 def short_after_earlier_admissions(fr: FlavorResource, requested: int, left: int) -> str:
-    r = fr[1]
-    return (
-        f"{r} on flavor {fr[0]}: requested {format_quantity(r, requested)}, "
-        f"{format_quantity(r, max(0, left))} left after this cycle's earlier admissions"
-    )
+    if left < 0:
+        left = 0
+    key = (fr, requested, left)
+    text = _short_worded.get(key)
+    if text is None:
+        if len(_short_worded) >= _WORDED_LIMIT:
+            _short_worded.clear()
+        r = fr[1]
+        text = _short_worded[key] = (
+            f"{r} on flavor {fr[0]}: requested {format_quantity(r, requested)}, "
+            f"{format_quantity(r, left)} left after this cycle's earlier admissions"
+        )
+    return text
 
 
 TARGETS_TAKEN = (

@@ -18,7 +18,6 @@ The cycle returns decisions and performs no I/O; drivers apply them.
 from __future__ import annotations
 
 import gc
-import operator
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -81,11 +80,29 @@ def _collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    """The two tuples hold the same objects, position by position (identity, not
-    equality: a spec replaced by an equal one still gets a new assigner). Asked once
-    per head, so compared in C (``map(operator.is_)``), not by a generator."""
-    return len(a) == len(b) and all(map(operator.is_, a, b))
+def _built_from(kept: tuple[object, ...], cq: object, node: object, cache: Cache) -> bool:
+    """A kept assigner was built from these very objects: the ClusterQueue's spec, its
+    node of the kept working tree, the flavors, the topology state and the TAS charges
+    (identity, not equality: a spec replaced by an equal one still gets a new
+    assigner). Asked once per head, so compared one by one, not by building a tuple."""
+    return (
+        kept[0] is cq
+        and kept[1] is node
+        and kept[2] is cache.flavors
+        and kept[3] is cache.topology
+        and kept[4] is cache.tas_charged
+    )
+
+
+def _short_on(node: QuotaNode, usage: dict[FlavorResource, int]) -> str:
+    """What of ``usage`` no longer fits ``node`` now, in (flavor, resource) order: ""
+    when all of it fits, else the first resource short (for the pending message)."""
+    items = usage.items()
+    for fr, v in sorted(items) if len(items) > 1 else items:
+        left = node.available(fr)
+        if v > left:
+            return messages.short_after_earlier_admissions(fr, v, left)
+    return ""
 
 
 def _no_lq_order(_cq: str) -> None:
@@ -241,36 +258,36 @@ class Scheduler:
         result = CycleResult(cycle=self.cycle_count)
         cache = self._cache
         heads: list[Entry] = []
+        queues, inactive, preemptors = cache.queues, cache.inactive, cache.preemptors
+        lq_order = self._lq_order
         # Only the queues that got a head since a cycle last found them empty: a cycle
         # in a cluster of 5,000 ClusterQueues with work in a few costs those few.
         for name in sorted(cache.with_heads):
-            q = cache.queues.get(name)
+            q = queues.get(name)
             if q is None:
                 cache.with_heads.discard(name)
                 continue
-            if name in cache.inactive:
+            if name in inactive:
                 continue
-            wl = q.take_head(self._lq_order(name))  # stays queued until committed
+            wl = q.take_head(lq_order(name))  # stays queued until committed
             if wl is None:
                 cache.with_heads.discard(name)  # it joins again when it gets a head
                 continue
-            heads.append(
-                Entry(workload=wl, cluster_queue=name, preemptor=wl.key in cache.preemptors)
-            )
+            heads.append(Entry(wl, name, preemptor=wl.key in preemptors))
         result.heads = len(heads)
         if not heads:
             return result
         snap: Snapshot | None = None
         try:
             snap = self._snap = Snapshot(cache.tree)
+            nominate, process, commit = self._nominate, self._process, self._commit
             for e in heads:
-                self._nominate(e, snap)
+                nominate(e, snap)
             self.stats["nominations"] += len(heads)
-            decided = [
-                (e, self._process(e, snap, result.cycle)) for e in self._order(heads, snap.tree)
-            ]
+            cycle = result.cycle
+            decided = [(e, process(e, snap, cycle)) for e in self._order(heads, snap.tree)]
             for e, outcome in decided:
-                self._commit(e, outcome, result)
+                commit(e, outcome, result)
         except BaseException:
             # Heads not committed are still in their queues (taken, not removed); one
             # that is neither there nor admitted goes back.
@@ -336,14 +353,13 @@ class Scheduler:
         cache = self._cache
         cq = cache.cluster_queues[cq_name]
         node = snap.tree.queues[cq_name]
-        built_from = (cq, node, cache.flavors, cache.topology, cache.tas_charged)
         p = cq.preemption
         preemptor = self._preemptor
         may_borrow = p.borrow_within_cohort != NEVER or (
             preemptor.fair_sharing and p.reclaim_within_cohort != NEVER
         )
         kept = self._assigners.get(cq_name)
-        if kept is not None and _same_objects(kept[0], built_from):
+        if kept is not None and _built_from(kept[0], cq, node, cache):
             assigner = kept[1]
             # read from the spec every time, as when an assigner was built per head
             assigner.can_preempt_while_borrowing = may_borrow
@@ -367,6 +383,7 @@ class Scheduler:
             topology=cache.topology,
             tas_charges=cache.tas_charged,
         )
+        built_from = (cq, node, cache.flavors, cache.topology, cache.tas_charged)
         self._assigners[cq_name] = (built_from, assigner)
         return assigner
 
@@ -404,13 +421,14 @@ class Scheduler:
             return _PARK
         a = e.assignment
         assert a is not None
-        preempting = a.mode.needs_preemption and bool(e.targets)
-        if a.mode != AssignmentMode.FIT and not preempting:
-            if a.mode != AssignmentMode.NO_FIT:  # preemption was needed, and found nobody
+        mode = a.mode
+        preempting = mode in _NEEDS_PREEMPTION and bool(e.targets)
+        if mode != _FIT and not preempting:
+            if mode != AssignmentMode.NO_FIT:  # preemption was needed, and found nobody
                 self._reserve_unreclaimable(e, snap)
             e.status = PendingStatus(a.reason or PendingReason.WAITING_FOR_QUOTA, a.message)
             return _PARK_EQUIVALENTS
-        if any(t.key in snap.victims for t in e.targets):
+        if e.targets and any(t.key in snap.victims for t in e.targets):
             # Another preemptor took some of these victims earlier in this cycle: search
             # again, with their preemptions counted as issued.
             e.targets = self._preemptor.targets(
@@ -426,9 +444,7 @@ class Scheduler:
                 return _BACK_TO_THE_HEAP
         short = self._still_fits(e, snap)
         if short:
-            e.status = PendingStatus(
-                PendingReason.WAITING_FOR_QUOTA, messages.no_longer_fits(short)
-            )
+            e.status = PendingStatus(_WAITING_FOR_QUOTA, messages.no_longer_fits(short))
             return _BACK_TO_THE_HEAP
         if preempting:
             return self._issue_preemptions(e, snap, cycle)
@@ -460,23 +476,24 @@ class Scheduler:
         tree = snap.tree
         a = e.assignment
         assert a is not None
+        targets = e.targets
+        node = tree.queues[e.cluster_queue]
         # This cycle's earlier victims are already off the snapshot; add the entry's own.
         released = (
-            [t.key for t in e.targets if t.key in cache.admitted and t.key not in snap.victims]
-            if e.targets
-            else []
+            [t.key for t in targets if t.key in cache.admitted and t.key not in snap.victims]
+            if targets
+            else None
         )
-        # (no released victims: nothing to try on the tree, no scratch block to pay for)
-        with tree.scratch() if released else nullcontext():
-            for k in released:
-                tree.remove_usage(cache.admitted[k], cache.usage_of[k])
-            node = tree.queues[e.cluster_queue]
-            usage = a.usage.items()
-            for fr, v in sorted(usage) if len(usage) > 1 else usage:
-                left = node.available(fr)
-                if v > left:
-                    return messages.short_after_earlier_admissions(fr, v, left)
-        if not e.targets:  # placed at nomination: do the pods still fit their domains?
+        if released:
+            with tree.scratch():
+                for k in released:
+                    tree.remove_usage(cache.admitted[k], cache.usage_of[k])
+                short = _short_on(node, a.usage)
+        else:  # nothing to try on the tree, no scratch block to pay for
+            short = _short_on(node, a.usage)
+        if short:
+            return short
+        if not targets:  # placed at nomination: do the pods still fit their domains?
             return cache.topology_still_fits(e.workload, a.pod_sets, snap.tas)
         return ""
 
@@ -650,6 +667,10 @@ class _Requeue:
 
 
 _Outcome = _Admit | _Preempt | _Requeue
+
+_FIT = AssignmentMode.FIT
+_NEEDS_PREEMPTION = frozenset(m for m in AssignmentMode if m.needs_preemption)
+_WAITING_FOR_QUOTA = PendingReason.WAITING_FOR_QUOTA
 
 # The requeue outcomes, shared (frozen): thousands of heads a cycle end in one of them.
 _PARK = _Requeue(park=True)
