@@ -345,13 +345,8 @@ class Preemptor:
         hierarchy: list[Candidate] = []
         prio: list[Candidate] = []
         if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
-            # Without borrowWithinCohort, candidates without hierarchical advantage can
-            # only be taken if the preemptor ends within nominal; when it is already at or
-            # over nominal the search runs with borrowing allowed only, where they are
-            # invalid, so collecting them would be wasted work.
-            useless_prio = spec.preemption.borrow_within_cohort == NEVER and (
-                not under_nominal(cq, frs) or self._borrows_after_own_removals(wl, cq, requests)
-            )
+            # candidates without a hierarchical advantage that no search may take
+            useless_prio = self._within_nominal_search_hopeless(wl, cq, frs, requests)
             advantage, remaining = fits_in_quota(cq, requests)
             prev: QuotaNode | None = None
             node: QuotaNode | None = cq.parent
@@ -454,11 +449,7 @@ class Preemptor:
         p = cache.cluster_queues[cq.name].preemption
         own = cache.prio_usage.get(cq.name, {})
         others = cq.parent is not None and p.reclaim_within_cohort != NEVER
-        if (
-            others
-            and p.borrow_within_cohort == NEVER
-            and (not under_nominal(cq, frs) or self._borrows_after_own_removals(wl, cq, requests))
-        ):
+        if others and self._within_nominal_search_hopeless(wl, cq, frs, requests):
             # Only candidates with a hierarchical advantage are usable (see candidates):
             # they exist only if the request fits some subtree below the root.
             advantage, remaining = fits_in_quota(cq, requests)
@@ -491,6 +482,22 @@ class Preemptor:
             if free < need:
                 return False
         return True
+
+    def _within_nominal_search_hopeless(
+        self,
+        wl: Workload,
+        cq: QuotaNode,
+        frs: set[FlavorResource],
+        requests: Mapping[FlavorResource, int],
+    ) -> bool:
+        """Without ``borrowWithinCohort``, can the search that keeps ``wl`` within its
+        queue's nominal quota not succeed? Then only the search with borrowing allowed
+        runs, where other queues' victims without a hierarchical advantage are invalid,
+        so they are neither collected nor counted. It cannot when the queue is already
+        at or over nominal, or would borrow whatever own workloads it removed."""
+        if self.cache.cluster_queues[cq.name].preemption.borrow_within_cohort != NEVER:
+            return False
+        return not under_nominal(cq, frs) or self._borrows_after_own_removals(wl, cq, requests)
 
     def _borrows_after_own_removals(
         self, wl: Workload, cq: QuotaNode, requests: Mapping[FlavorResource, int]
@@ -540,11 +547,8 @@ class Preemptor:
             return []
         spec = self.cache.cluster_queues[cq.name]
         forbidden = spec.preemption.borrow_within_cohort == NEVER
-        if none_from_others or (
-            forbidden
-            and (not under_nominal(cq, frs) or self._borrows_after_own_removals(wl, cq, requests))
-        ):
-            attempts = [True]  # the search within nominal could not succeed
+        if none_from_others or self._within_nominal_search_hopeless(wl, cq, frs, requests):
+            attempts = [True]
         elif forbidden and none_hierarchical:
             attempts = [False, True]
         else:
