@@ -15,8 +15,9 @@ fault proxy in front of the real server answers with the same shapes as the doub
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,22 @@ def recording_sleep(waits: list[float], *, real: bool = True) -> Callable[[float
     return sleep
 
 
-async def raw_client(server: Any) -> k.KubeClient:
-    return await k.KubeClient.connect(configuration=kube_client_config(server.url), strict=False)
+@contextlib.asynccontextmanager
+async def throttled_client(
+    *, real: bool = False
+) -> AsyncIterator[tuple[Any, k.KubeClient, list[float]]]:
+    """The double, a client of it and the Retry-After waits the client was asked for
+    (waited for real only with ``real``)."""
+    async with running_apiserver() as server:
+        client = await k.KubeClient.connect(
+            configuration=kube_client_config(server.url), strict=False
+        )
+        waits: list[float] = []
+        client.sleep = recording_sleep(waits, real=real)
+        try:
+            yield server, client, waits
+        finally:
+            await client.close()
 
 
 # -- the double answers like kube-apiserver ---------------------------------------------------
@@ -120,29 +135,23 @@ def test_a_429_fault_is_max_in_flights_answer_unless_told_otherwise() -> None:
 
 def test_a_throttled_request_is_sent_again_after_retry_after_each_attempt_paying_a_token() -> None:
     async def main() -> None:
-        async with running_apiserver() as server:
-            client = await raw_client(server)
+        async with throttled_client(real=True) as (server, client, waits):
             bucket = client.limiter = CountingBucket()
-            waits: list[float] = []
-            client.sleep = recording_sleep(waits)
             retried: list[tuple[str, int]] = []
             client.on_retry = lambda call, code: retried.append((call, code))
             sent: list[str] = []
             client.on_request = sent.append
-            try:
-                server.fail_next(2, code=429, verb="create", resource="namespaces")
-                created = await client.create(k.NAMESPACES, ns("a"))
-                assert created["metadata"]["name"] == "a"
-                assert server.get_object("namespaces", "a") is not None
-                assert waits == [1.0, 1.0]  # max-in-flight's Retry-After
-                assert retried == [("create core/namespaces", 429)] * 2
-                assert client.retries["create core/namespaces"] == 2
-                # three requests reached the server, each through the rate limit
-                assert sent == ["create core/namespaces"] * 3
-                assert bucket.taken == 3
-                assert client.errors[429] == 2
-            finally:
-                await client.close()
+            server.fail_next(2, code=429, verb="create", resource="namespaces")
+            created = await client.create(k.NAMESPACES, ns("a"))
+            assert created["metadata"]["name"] == "a"
+            assert server.get_object("namespaces", "a") is not None
+            assert waits == [1.0, 1.0]  # max-in-flight's Retry-After
+            assert retried == [("create core/namespaces", 429)] * 2
+            assert client.retries["create core/namespaces"] == 2
+            # three requests reached the server, each through the rate limit
+            assert sent == ["create core/namespaces"] * 3
+            assert bucket.taken == 3
+            assert client.errors[429] == 2
 
     asyncio.run(main())
 
@@ -151,51 +160,39 @@ def test_which_answers_are_retried_and_how_long_the_client_waits() -> None:
     """client-go's ``checkWait``: 429 or any 5xx, and only with ``Retry-After``."""
 
     async def main() -> None:
-        async with running_apiserver() as server:
-            client = await raw_client(server)
-            waits: list[float] = []
-            client.sleep = recording_sleep(waits, real=False)
-            try:
-                server.fail_next(code=503, verb="get", resource="namespaces", retry_after=2)
-                assert (await client.get(k.NAMESPACES, "default"))["metadata"]["name"] == "default"
-                assert waits == [2.0]
-                server.fail_next(code=429, verb="get", resource="namespaces", retry_after=3)
-                await client.get(k.NAMESPACES, "default")
-                assert waits == [2.0, 3.0]
-                for code in (500, 429):  # no Retry-After: the caller decides
-                    server.fail_next(code=code, verb="get", resource="namespaces", retry_after=0)
-                    with pytest.raises(k.ApiError) as err:
-                        await client.get(k.NAMESPACES, "default")
-                    assert err.value.status == code and err.value.wait is None
-                server.fail_next(code=409, verb="get", resource="namespaces", retry_after=1)
-                with pytest.raises(k.ApiError) as err:  # a 4xx other than 429: never
+        async with throttled_client() as (server, client, waits):
+            server.fail_next(code=503, verb="get", resource="namespaces", retry_after=2)
+            assert (await client.get(k.NAMESPACES, "default"))["metadata"]["name"] == "default"
+            assert waits == [2.0]
+            server.fail_next(code=429, verb="get", resource="namespaces", retry_after=3)
+            await client.get(k.NAMESPACES, "default")
+            assert waits == [2.0, 3.0]
+            for code in (500, 429):  # no Retry-After: the caller decides
+                server.fail_next(code=code, verb="get", resource="namespaces", retry_after=0)
+                with pytest.raises(k.ApiError) as err:
                     await client.get(k.NAMESPACES, "default")
-                assert err.value.conflict
-                server.fail_next(code=429, verb="get", resource="namespaces", retry_after=3600)
+                assert err.value.status == code and err.value.wait is None
+            server.fail_next(code=409, verb="get", resource="namespaces", retry_after=1)
+            with pytest.raises(k.ApiError) as err:  # a 4xx other than 429: never
                 await client.get(k.NAMESPACES, "default")
-                assert waits[-1] == k.RETRY_AFTER_CAP
-                assert len(waits) == 3
-            finally:
-                await client.close()
+            assert err.value.conflict
+            server.fail_next(code=429, verb="get", resource="namespaces", retry_after=3600)
+            await client.get(k.NAMESPACES, "default")
+            assert waits[-1] == k.RETRY_AFTER_CAP
+            assert len(waits) == 3
 
     asyncio.run(main())
 
 
 def test_the_retries_are_bounded_and_the_last_429_is_raised() -> None:
     async def main() -> None:
-        async with running_apiserver() as server:
-            client = await raw_client(server)
-            waits: list[float] = []
-            client.sleep = recording_sleep(waits, real=False)
-            try:
-                rule = server.fail_next(k.MAX_RETRIES + 5, code=429, verb="get")
-                with pytest.raises(k.ApiError) as err:
-                    await client.get(k.NAMESPACES, "default")
-                assert err.value.throttled and err.value.message == MAX_IN_FLIGHT_MESSAGE
-                assert rule.fired == k.MAX_RETRIES + 1  # the first attempt and 10 retries
-                assert len(waits) == k.MAX_RETRIES
-            finally:
-                await client.close()
+        async with throttled_client() as (server, client, waits):
+            rule = server.fail_next(k.MAX_RETRIES + 5, code=429, verb="get")
+            with pytest.raises(k.ApiError) as err:
+                await client.get(k.NAMESPACES, "default")
+            assert err.value.throttled and err.value.message == MAX_IN_FLIGHT_MESSAGE
+            assert rule.fired == k.MAX_RETRIES + 1  # the first attempt and 10 retries
+            assert len(waits) == k.MAX_RETRIES
 
     asyncio.run(main())
 
@@ -205,17 +202,11 @@ def test_an_explicit_timeout_bounds_all_attempts() -> None:
     not finish within it: client-go's request context covers every attempt."""
 
     async def main() -> None:
-        async with running_apiserver() as server:
-            client = await raw_client(server)
-            waits: list[float] = []
-            client.sleep = recording_sleep(waits, real=False)
-            try:
-                rule = server.fail_next(3, code=429, verb="get", resource="namespaces")
-                with pytest.raises(k.ApiError) as err:
-                    await client.get(k.NAMESPACES, "default", timeout=0.5)
-                assert err.value.throttled and waits == [] and rule.fired == 1
-            finally:
-                await client.close()
+        async with throttled_client() as (server, client, waits):
+            rule = server.fail_next(3, code=429, verb="get", resource="namespaces")
+            with pytest.raises(k.ApiError) as err:
+                await client.get(k.NAMESPACES, "default", timeout=0.5)
+            assert err.value.throttled and waits == [] and rule.fired == 1
 
     asyncio.run(main())
 
