@@ -36,6 +36,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from . import crdstate
 from .errors import FieldError, GoValue, invalid_errors
 from .resources import ResourceType
 
@@ -227,6 +228,8 @@ def prepare_create(rt: ResourceType, obj: Obj) -> None:
         obj["status"] = {}
         if not (obj.get("spec") or {}).get("manualSelector"):
             generate_job_selector(obj)
+    if crdstate.is_crd(rt):
+        obj["status"] = crdstate.established_status(obj)
 
 
 def generate_job_selector(obj: Obj) -> None:
@@ -251,6 +254,8 @@ def generate_job_selector(obj: Obj) -> None:
 
 def validate_create(rt: ResourceType, obj: Obj) -> None:
     errors: list[FieldError] = []
+    if crdstate.is_crd(rt):
+        crdstate.check(obj)
     if is_job(rt):
         errors += _job_spec_errors(obj)
     elif is_api_service(rt):
@@ -263,6 +268,8 @@ def validate_create(rt: ResourceType, obj: Obj) -> None:
 def validate_update(rt: ResourceType, old: Obj, new: Obj, *, subresource: str | None) -> None:
     """The type's ``ValidateUpdate`` (or ``ValidateStatusUpdate`` for ``/status``)."""
     errors: list[FieldError] = []
+    if crdstate.is_crd(rt) and subresource is None:
+        crdstate.check(new)
     if is_job(rt):
         if subresource == "status":
             errors += job_status_errors(old, new)

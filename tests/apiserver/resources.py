@@ -126,6 +126,10 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     # service keeps their caBundle (admission/kube/cabundle.py)
     ResourceType("apiregistration.k8s.io", ("v1",), "apiservices", "APIService",
                  namespaced=False),
+    # installing one serves its custom resource, deleting it stops serving it (.crdstate)
+    ResourceType("apiextensions.k8s.io", ("v1",), "customresourcedefinitions",
+                 "CustomResourceDefinition", namespaced=False, status_subresource=True,
+                 short_names=("crd", "crds"), categories=("api-extensions",)),
 )  # fmt: skip
 
 
@@ -146,6 +150,26 @@ class Registry:
 
     def __iter__(self) -> Iterator[ResourceType]:
         return iter(self.types)
+
+    def install(self, rt: ResourceType) -> None:
+        """Serve ``rt`` (a CRD was established), replacing a type of the same key."""
+        self.uninstall(rt.key)
+        for version in rt.versions:
+            coordinates = (rt.group, version, rt.plural)
+            if coordinates in self._by_url:
+                raise ValueError(f"resource {rt.key} version {version} is already served")
+        self.types = (*self.types, rt)
+        for version in rt.versions:
+            self._by_url[(rt.group, version, rt.plural)] = rt
+
+    def uninstall(self, key: str) -> ResourceType | None:
+        """Stop serving the type of ``key`` (``plural.group``); the type, if it was served."""
+        rt = next((t for t in self.types if t.key == key), None)
+        if rt is not None:
+            self.types = tuple(t for t in self.types if t.key != key)
+            for version in rt.versions:
+                self._by_url.pop((rt.group, version, rt.plural), None)
+        return rt
 
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._by_url.get((group, version, plural))
@@ -234,12 +258,13 @@ class Registry:
 
 def default_resources() -> tuple[ResourceType, ...]:
     """The built-in kinds plus the custom resources of ``manifests/crd/`` and of the
-    job kinds' test CRDs in ``tests/crds/`` (checked)."""
+    job kinds' test CRDs in ``tests/crds/`` (checked): what a default double serves."""
     from .crds import TEST_CRD_DIR, custom_resources
 
     return BUILTIN_RESOURCES + custom_resources() + custom_resources(TEST_CRD_DIR)
 
 
 def registry_with(extra: Iterable[ResourceType] = ()) -> Registry:
-    """The default registry plus ``extra`` types (for tests that need another CRD)."""
-    return Registry(types=default_resources() + tuple(extra))
+    """The built-in kinds plus ``extra`` types (for tests that need another kind served
+    without a CRD object); custom resources come from installed CRDs (.crdstate)."""
+    return Registry(types=BUILTIN_RESOURCES + tuple(extra))

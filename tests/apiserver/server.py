@@ -27,6 +27,8 @@ from aiohttp import web
 
 from . import builtin, schema
 from .admission import UserInfo, WebhookDispatcher
+from .crds import CRD_DIR, TEST_CRD_DIR, custom_resources, load_crds
+from .crdstate import CustomResourceDefinitions
 from .delegation import REVIEW_PATHS, Aggregator, subject_access_review, token_review
 from .errors import ApiError, bad_request
 from .hooks import FaultInjector, FaultRule, RecordedRequest, RequestRecorder
@@ -99,7 +101,11 @@ class ApiServer:
         ssl_context: ssl.SSLContext | None = None,
         record_requests: bool = True,
         anonymous: str = "auto",
+        third_party_crds: bool = True,
     ) -> None:
+        """``third_party_crds``: install the job kinds' operator CRDs of ``tests/crds/``
+        besides the project's own (``manifests/crd/``, always installed); False starts
+        from a plain cluster, where a test installs the CRDs it needs as objects."""
         if anonymous not in ANONYMOUS_MODES:
             raise ValueError(f"anonymous must be one of {ANONYMOUS_MODES}, got {anonymous!r}")
         if anonymous == "auto":
@@ -115,6 +121,12 @@ class ApiServer:
         self.operations = Operations(
             store=self.store, registry=self.registry, dispatcher=self.dispatcher
         )
+        self.crds = CustomResourceDefinitions(self.registry, self.store)
+        directories = (CRD_DIR, TEST_CRD_DIR) if third_party_crds else (CRD_DIR,)
+        for directory in directories:
+            custom_resources(directory)  # checked (cached): a refused CRD fails every start
+            for crd in load_crds(directory):
+                self.put_object(crd)
         self.faults = FaultInjector()
         self.aggregator = Aggregator()  # APIServices: register(group, url, ...)
         self.recorder = RequestRecorder(enabled=record_requests)  # counts are always kept

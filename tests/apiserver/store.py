@@ -112,6 +112,7 @@ class Store:
         if window < 1:
             raise ValueError(f"watch window must be >= 1 event, got {window}")
         self.registry = registry
+        self.window = window
         self.revision = 0
         self._objects: dict[str, dict[ObjectKey, Obj]] = {rt.key: {} for rt in registry}
         self._logs: dict[str, _EventLog] = {rt.key: _EventLog(window) for rt in registry}
@@ -212,6 +213,27 @@ class Store:
             watcher.offer(event)
         for listener in self.listeners:
             listener(rt, event)
+
+    # -- served types -----------------------------------------------------------------
+
+    def add_type(self, rt: ResourceType) -> None:
+        """Store objects of ``rt`` (a CRD was established); a type of the same key keeps
+        its objects and event log (a CRD update)."""
+        self._types[rt.key] = rt
+        self._objects.setdefault(rt.key, {})
+        self._logs.setdefault(rt.key, _EventLog(self.window))
+
+    def drop_type(self, rt: ResourceType) -> None:
+        """Forget ``rt`` (its CRD was deleted): each object is removed with a DELETED
+        event, then its watches end, as kube-apiserver's CRD finalizer deletes every
+        custom resource before it stops serving them."""
+        for obj in list(self._objects.get(rt.key, {}).values()):
+            self.remove(rt, obj, expected_rv=obj["metadata"]["resourceVersion"])
+        log = self._logs.pop(rt.key, None)
+        for watcher in list(log.watchers) if log is not None else ():
+            watcher.drop()
+        self._objects.pop(rt.key, None)
+        self._types.pop(rt.key, None)
 
     # -- watches ----------------------------------------------------------------------
 
