@@ -314,7 +314,7 @@ def _config(strict: bool) -> Obj:
 
 
 def run() -> dict[str, Any]:
-    from tests.apiserver import DEFAULT_NAMESPACES, start_apiserver
+    from admission.apiserver_double import DEFAULT_NAMESPACES, start_apiserver
     from tests.kube_harness import job as make_job
 
     n_jobs = int(os.environ.get("QM_INVARIANTS_JOBS", JOBS))

@@ -70,7 +70,7 @@ def cel_rules_off() -> Iterator[None]:
     per Workload): 100k Workloads and their status writes would take the double, not the
     service, an hour. The objects here are all alike and valid (the e2e tests check the
     rules), so this benchmark turns them off; what it measures is the service."""
-    from tests.apiserver import schema
+    from admission.apiserver_double import schema
 
     saved = schema._cel_errors
     schema._cel_errors = lambda *_a, **_k: []  # type: ignore[assignment]
@@ -119,7 +119,7 @@ def _measure(serve: ServeProcess, *, quiet_for: float) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    from tests.apiserver import start_apiserver
+    from admission.apiserver_double import start_apiserver
 
     n = int(os.environ.get("QM_SERVE_MEMORY_JOBS", JOBS))
     fresh_run = os.environ.get("QM_SERVE_MEMORY_FRESH") == "1"

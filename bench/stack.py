@@ -99,7 +99,7 @@ def _total(text: str, name: str) -> float:
 
 @contextlib.contextmanager
 def double_backend() -> Iterator[dict[str, Any]]:
-    from tests.apiserver import start_apiserver
+    from admission.apiserver_double import start_apiserver
 
     with (
         tempfile.TemporaryDirectory(prefix="qm-stack-") as tmp,

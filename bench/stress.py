@@ -333,7 +333,7 @@ class Probes:
 
 
 def run() -> dict[str, Any]:
-    from tests.apiserver import DEFAULT_NAMESPACES, start_apiserver
+    from admission.apiserver_double import DEFAULT_NAMESPACES, start_apiserver
     from tests.kube_harness import cluster_queue, flavor, local_queue, namespace
 
     seconds = float(os.environ.get("QM_STRESS_SECONDS", ATTACK_SECONDS))

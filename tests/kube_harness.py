@@ -19,18 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from admission.apiserver_double import (
+    DEFAULT_NAMESPACES,
+    ApiServer,
+    load_webhook_configurations,
+    running_apiserver,
+)
+from admission.apiserver_double.jobcontroller import finish_patches
 from admission.config import Config
 from admission.kube import client as k
 from admission.kube.context import ControllerOptions
 from admission.serve.service import Service, ServiceOptions
-from tests.apiserver import (
-    DEFAULT_NAMESPACES,
-    ApiServer,
-    kube_client_config,
-    load_webhook_configurations,
-    running_apiserver,
-)
-from tests.apiserver.jobcontroller import finish_patches
+from tests.double_client import kube_client_config
 from webhooks.certs import ensure_cert_dir, read_cert_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,7 +238,7 @@ class Stack:
         """A kubeconfig for the real ``kubectl`` against this stack's API server."""
         if hasattr(self.server, "write_kubeconfig"):
             return self.server.write_kubeconfig(path, namespace=namespace)  # type: ignore[no-any-return]
-        from tests.apiserver import write_kubeconfig
+        from admission.apiserver_double import write_kubeconfig
 
         return write_kubeconfig(path, self.server.url, namespace=namespace)
 
@@ -264,8 +264,8 @@ def enable_aggregation(server: ApiServer) -> None:
     the visibility API (for its SubjectAccessReviews)."""
     import yaml
 
-    from tests.apiserver.certs import make_client_cert
-    from tests.apiserver.delegation import FRONT_PROXY_NAME, ProxyClientCert
+    from admission.apiserver_double.certs import make_client_cert
+    from admission.apiserver_double.delegation import FRONT_PROXY_NAME, ProxyClientCert
 
     pki = make_client_cert(FRONT_PROXY_NAME)
     server.aggregator.proxy_cert = ProxyClientCert(pki.ca_pem, pki.cert_pem, pki.key_pem)
@@ -326,7 +326,7 @@ async def stack(
     :class:`tests.realserver.cluster.RealCluster` (the ``backend`` fixture gives both).
 
     ``visibility=True`` also runs the visibility API, registered with the backend's
-    aggregation layer (the double's :class:`~tests.apiserver.delegation.Aggregator`,
+    aggregation layer (the double's :class:`~admission.apiserver_double.delegation.Aggregator`,
     with a front-proxy PKI of its own; on the real backend an ``APIService``)."""
     if not isinstance(backend, str):
         from tests.realserver.stack import real_stack

@@ -27,16 +27,16 @@ from kubernetes.aio import client
 from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.watch import Watch
 
-from tests.apiserver import (
+from admission.apiserver_double import (
     ADMIN_TOKEN,
     ApiServer,
     ServingCert,
-    kube_client_config,
     load_webhook_configurations,
     make_serving_cert,
     running_apiserver,
     start_apiserver,
 )
+from tests.double_client import kube_client_config
 
 KUEUE = "kueue.x-k8s.io"
 V = "v1beta2"
@@ -774,7 +774,7 @@ def test_threaded_handle_serves_sync_tests_and_marshals_hooks() -> None:
         api.fail_next(code=503, verb="list")
 
         async def list_namespaces() -> int:
-            async with client.ApiClient(api.client_config()) as c:
+            async with client.ApiClient(kube_client_config(api.url, ca_pem=api.ca_pem)) as c:
                 with pytest.raises(ApiException) as err:
                     await client.CoreV1Api(c).list_namespace()
                 assert err.value.status == 503
@@ -792,7 +792,7 @@ def test_https_serving_with_generated_ca() -> None:
         assert api.url.startswith("https://") and api.ca_pem
 
         async def version() -> str:
-            async with client.ApiClient(api.client_config()) as c:
+            async with client.ApiClient(kube_client_config(api.url, ca_pem=api.ca_pem)) as c:
                 return (await client.VersionApi(c).get_code()).git_version
 
         assert asyncio.run(version()).startswith("v1.32")
@@ -1065,7 +1065,7 @@ def test_kubectl_create_get_and_patch_against_the_double(tmp_path: Path) -> None
 
 
 def test_strategic_merge_directives_and_primitive_list_merge() -> None:
-    from tests.apiserver.patches import strategic_merge_patch
+    from admission.apiserver_double.patches import strategic_merge_patch
 
     target = {
         "metadata": {"finalizers": ["a"]},
@@ -1106,8 +1106,8 @@ def test_strategic_merge_directives_and_primitive_list_merge() -> None:
 
 
 def test_label_selector_parser_rejects_garbage_with_400() -> None:
-    from tests.apiserver.errors import ApiError
-    from tests.apiserver.selectors import label_selector_from_dict, parse_label_selector
+    from admission.apiserver_double.errors import ApiError
+    from admission.apiserver_double.selectors import label_selector_from_dict, parse_label_selector
 
     with pytest.raises(ApiError) as err:
         parse_label_selector("a in b")

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.apiserver import ADMIN_TOKEN, ApiServer, running_apiserver
-from tests.apiserver.jobcontroller import finish_patches, start_patch
+from admission.apiserver_double import ADMIN_TOKEN, ApiServer, running_apiserver
+from admission.apiserver_double.jobcontroller import finish_patches, start_patch
 
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

@@ -14,8 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.apiserver import ADMIN_TOKEN
-from tests.apiserver.crds import TEST_CRD_DIR, load_crds
+from admission.apiserver_double import ADMIN_TOKEN
+from admission.apiserver_double.crds import TEST_CRD_DIR, load_crds
 from tests.test_apiserver_double_protocol import call, session
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.apiserver import ADMIN_TOKEN, running_apiserver
-from tests.apiserver.crds import check_crd, crd_errors, load_crds, resource_type
-from tests.apiserver.errors import ApiError
+from admission.apiserver_double import ADMIN_TOKEN, running_apiserver
+from admission.apiserver_double.crds import check_crd, crd_errors, load_crds, resource_type
+from admission.apiserver_double.errors import ApiError
 
 Obj = dict[str, Any]
 ROOT = "spec.versions[0].schema.openAPIV3Schema"

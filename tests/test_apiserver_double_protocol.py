@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.apiserver import ADMIN_TOKEN, ApiServer, running_apiserver
-from tests.apiserver.watch import WatchOptions, next_bookmark
+from admission.apiserver_double import ADMIN_TOKEN, ApiServer, running_apiserver
+from admission.apiserver_double.watch import WatchOptions, next_bookmark
 
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 CQS = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"

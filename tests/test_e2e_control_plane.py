@@ -202,7 +202,7 @@ def test_preempting_a_started_job_takes_three_writes_and_no_retries(
 ) -> None:
     """Suspend, clear status.startTime, restore the template: the victim's Job is
     stopped in exactly the writes the API server allows, none refused or repeated."""
-    from tests.apiserver.jobcontroller import start_patch
+    from admission.apiserver_double.jobcontroller import start_patch
     from tests.kube_harness import priority_class
 
     objects = [

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.apiserver import ApiServerThread, start_apiserver
+from admission.apiserver_double import ApiServerThread, start_apiserver
 from tests.kube_harness import (
     CONTROLLER_TOKEN,
     SA_USERNAME,
@@ -186,7 +186,7 @@ class RealRun:
         return self.view.list_objects("workloads")
 
     def play_job_controller(self) -> None:
-        from tests.apiserver.jobcontroller import finish_patches
+        from admission.apiserver_double.jobcontroller import finish_patches
 
         for j in self.view.list_objects("jobs"):
             if j["spec"].get("suspend") or any(

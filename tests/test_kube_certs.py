@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from admission.apiserver_double import running_apiserver
 from admission.kube import client as k
 from admission.serve.certsecret import sync_certificates
-from tests.apiserver import kube_client_config, running_apiserver
+from tests.double_client import kube_client_config
 from tests.kube_harness import (
     SERVICE_NS,
     cluster_queue,

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
+from admission.apiserver_double import running_apiserver
 from admission.kube import client as k
 from admission.kube.client import API_CALLS, ApiError, UndeclaredCall
 from admission.kube.informer import Backoff, Informer
-from tests.apiserver import kube_client_config, running_apiserver
+from tests.double_client import kube_client_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import aiohttp
 
+from admission.apiserver_double import running_apiserver
 from admission.kube import client as k
 from admission.kube.leader import LeaderElector
 from admission.serve.service import Service
-from tests.apiserver import kube_client_config, running_apiserver
+from tests.double_client import kube_client_config
 from tests.kube_harness import (
     CONTROLLER_TOKEN,
     SA_USERNAME,

@@ -24,11 +24,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from admission.apiserver_double import ADMIN_TOKEN, running_apiserver
+from admission.apiserver_double.errors import MAX_IN_FLIGHT_MESSAGE
 from admission.kube import client as k
 from admission.kube import objects as o
 from admission.kube.ratelimit import TokenBucket
-from tests.apiserver import ADMIN_TOKEN, kube_client_config, running_apiserver
-from tests.apiserver.errors import MAX_IN_FLIGHT_MESSAGE
+from tests.double_client import kube_client_config
 from tests.kube_harness import (
     Stack,
     admitted,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.apiserver.crds import crd_errors
+from admission.apiserver_double.crds import crd_errors
 from tests.realserver.controlplane import ControlPlane, assets_dir, skip_reason, start_control_plane
 
 ROOT = Path(__file__).resolve().parent.parent

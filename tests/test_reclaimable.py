@@ -14,11 +14,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from admission.apiserver_double.jobcontroller import start_patch
 from admission.integrations.job import JOB, terminal_indexes
 from admission.integrations.jobset import JOBSET
 from admission.kube import client as k
 from queues.model import Admission, PodSet, PodSetAssignment, Workload
-from tests.apiserver.jobcontroller import start_patch
 from tests.integration_kit import NS, lifecycle_objects, meta, workload_of
 from tests.kube_harness import (
     admitted,

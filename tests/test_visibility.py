@@ -221,7 +221,7 @@ def test_the_server_trusts_identity_headers_only_from_the_front_proxy(tmp_path: 
     """Reached directly (not through the aggregator), a forged ``X-Remote-User`` is
     ignored: no front-proxy certificate, no identity; a certificate from another CA is
     refused in the TLS handshake."""
-    from tests.apiserver.certs import make_client_cert
+    from admission.apiserver_double.certs import make_client_cert
     from webhooks.certs import read_cert_dir
 
     async def main() -> None:

@@ -49,7 +49,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.apiserver.certs import make_serving_cert
+from admission.apiserver_double.certs import make_serving_cert
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 ADMIN_TOKEN = "real-admin-token"
@@ -168,7 +168,7 @@ def _write_pki(d: Path) -> bytes:
     # A client certificate is not needed (tokens authenticate everyone), but the
     # apiserver wants a CA for client certificates to validate kubelet-style clients.
     (d / "client-ca.crt").write_bytes(_self_signed_ca())
-    from tests.apiserver.certs import make_client_cert
+    from admission.apiserver_double.certs import make_client_cert
 
     proxy = make_client_cert(FRONT_PROXY_NAME)
     (d / "front-proxy-ca.crt").write_bytes(proxy.ca_pem)

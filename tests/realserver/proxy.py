@@ -7,7 +7,7 @@ forwards every request, headers and body unchanged, to the real server and strea
 answer back (watches included). The test controls it with the double's vocabulary:
 
 * :meth:`fail_next` — answer the next N matching requests with an error (a ``Status``,
-  or max-in-flight's plain-text 429: :mod:`tests.apiserver.hooks`);
+  or max-in-flight's plain-text 429: :mod:`admission.apiserver_double.hooks`);
 * :meth:`drop_watches` — end every open watch, cleanly or by killing the connection;
 * :meth:`pause` / :meth:`resume` — hold every new request (and watch data) meanwhile;
 * :attr:`recorder` — every request seen, by Kubernetes verb and resource, to count
@@ -29,9 +29,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from tests.apiserver.certs import make_serving_cert
-from tests.apiserver.hooks import FaultInjector, FaultRule, RecordedRequest, RequestRecorder
-from tests.apiserver.responses import error_response
+from admission.apiserver_double.certs import make_serving_cert
+from admission.apiserver_double.hooks import (
+    FaultInjector,
+    FaultRule,
+    RecordedRequest,
+    RequestRecorder,
+)
+from admission.apiserver_double.responses import error_response
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
 

@@ -22,12 +22,13 @@ from typing import Any
 
 import pytest
 
+from admission.apiserver_double import load_webhook_configurations
+from admission.apiserver_double.jobcontroller import finish_patches, rfc3339
 from admission.config import Config
 from admission.kube import client as k
 from admission.kube.context import ControllerOptions
 from admission.serve.service import Service
-from tests.apiserver import kube_client_config, load_webhook_configurations
-from tests.apiserver.jobcontroller import finish_patches, rfc3339
+from tests.double_client import kube_client_config
 from webhooks.certs import ensure_cert_dir, read_cert_dir
 
 from .cluster import KIND_PLURAL, RealCluster, RealServerView
@@ -179,7 +180,7 @@ class RealBackend:
 
     def write_kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
         """A kubeconfig for the real ``kubectl`` as the cluster admin."""
-        from tests.apiserver import write_kubeconfig
+        from admission.apiserver_double import write_kubeconfig
 
         return write_kubeconfig(
             path, self.url, token=ADMIN_TOKEN, ca_pem=self.cluster.cp.ca_pem, namespace=namespace

@@ -1,12 +1,11 @@
-"""Ways to run the API-server double from tests: in a thread, or on the caller's loop.
+"""Ways to run the API-server double: in a thread, or on the caller's loop.
 
-Synchronous pytest tests (and code that runs its own event loop, such as a controller
+Synchronous callers (and code that runs its own event loop, such as a controller
 under test started with ``asyncio.run``) use :func:`start_apiserver`, which runs the
 server on a private loop in a daemon thread and returns an :class:`ApiServerThread`
 whose hook methods are marshalled onto that loop.  Asyncio code that wants the server
 on its own loop uses ``async with running_apiserver() as server``.  Client side:
-:func:`kube_client_config` builds a ``kubernetes.aio`` configuration and
-:func:`write_kubeconfig` a kubeconfig file for ``kubectl``.
+:func:`write_kubeconfig` writes a kubeconfig file for ``kubectl`` and for the service.
 """
 
 from __future__ import annotations
@@ -17,16 +16,13 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
 from .certs import make_serving_cert
 from .hooks import FaultRule, RecordedRequest
 from .server import ADMIN_TOKEN, ApiServer
-
-if TYPE_CHECKING:
-    from kubernetes.aio.client import Configuration
 
 T = TypeVar("T")
 
@@ -169,9 +165,6 @@ class ApiServerThread:
 
     # -- client configuration -----------------------------------------------------------
 
-    def client_config(self, *, token: str | None = ADMIN_TOKEN) -> Configuration:
-        return kube_client_config(self.url, token=token, ca_pem=self.ca_pem)
-
     def write_kubeconfig(self, path: Path, *, token: str | None = ADMIN_TOKEN) -> Path:
         return write_kubeconfig(path, self.url, token=token, ca_pem=self.ca_pem)
 
@@ -221,23 +214,6 @@ def load_webhook_configurations(
                 hook["clientConfig"]["caBundle"] = ca_bundle
         configs.append(doc)
     return configs
-
-
-def kube_client_config(
-    url: str, *, token: str | None = ADMIN_TOKEN, ca_pem: bytes | None = None
-) -> Configuration:
-    """A ``kubernetes.aio`` configuration pointing at the double (no retries); it sends
-    the double's admin token unless given another (``None``: anonymous, as on a
-    cluster that is 403 for nearly everything)."""
-    from kubernetes.aio.client import Configuration
-
-    config = Configuration(host=url)
-    if token:
-        config.api_key = {"BearerToken": token}
-        config.api_key_prefix = {"BearerToken": "Bearer"}
-    if ca_pem:
-        config.ca_cert_data = ca_pem.decode()
-    return config
 
 
 def write_kubeconfig(

@@ -310,7 +310,7 @@ class WebhookDispatcher:
 
 def _rule_version(rule: Obj, attrs: AdmissionAttributes, *, equivalent: bool) -> str | None:
     def listed(values: list[str] | None, value: str) -> bool:
-        return bool(values) and ("*" in values or value in values)
+        return values is not None and len(values) > 0 and ("*" in values or value in values)
 
     if not listed(rule.get("operations"), attrs.operation):
         return None

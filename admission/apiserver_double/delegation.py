@@ -177,7 +177,7 @@ def _subject_matches(subject: Obj, user: str, groups: tuple[str, ...], namespace
 
 
 def _rule_allows(rule: Obj, spec: Obj) -> bool:
-    def has(values: Iterable[str], want: str) -> bool:
+    def has(values: Iterable[str] | None, want: str) -> bool:
         values = list(values or [])
         return "*" in values or want in values
 

@@ -353,7 +353,7 @@ def _list_map_errors(node: Obj, path: str) -> list[FieldError]:
         )  # fmt: skip
     if list_type != "map":
         return errors
-    items = node.get("items") if isinstance(node.get("items"), dict) else {}
+    items: Obj = node["items"] if isinstance(node.get("items"), dict) else {}
     if items.get("type") != "object":
         errors.append(
             FieldError.invalid(

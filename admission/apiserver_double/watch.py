@@ -63,7 +63,7 @@ async def stream_watch(
     watcher: Watcher,
     rt: ResourceType,
     options: WatchOptions,
-    gate: Callable[[], Awaitable[None]],
+    gate: Callable[[], Awaitable[object]],
 ) -> web.StreamResponse:
     """Deliver ``watcher``'s events until timeout, a drop, or the client going away."""
     loop = asyncio.get_running_loop()

@@ -1,10 +1,13 @@
-"""A Kubernetes API-server test double (a test fixture, never part of the product).
+"""A Kubernetes API-server double: an in-process stand-in for kube-apiserver.
 
-See ``tests/apiserver/README.md`` for what it models and what not.  Entry points:
+The tests run the service, ``kubectl`` and the official client against it, and it ships
+in the package so the live service can run without a cluster; it is held to test
+quality: where it and kube-apiserver disagree, it is wrong.  See ``README.md``
+beside this file for what it models and what not.  Entry points:
 
 * :func:`start_apiserver` -> :class:`ApiServerThread` (sync tests; thread + own loop);
 * :func:`running_apiserver` (async context manager on the caller's loop) -> :class:`ApiServer`;
-* :func:`kube_client_config` / :func:`write_kubeconfig` for ``kubernetes.aio`` / ``kubectl``;
+* :func:`write_kubeconfig` for ``kubectl`` and the service;
 * :func:`make_serving_cert` for HTTPS webhooks in tests.
 """
 
@@ -13,7 +16,6 @@ from .certs import ServingCert, make_serving_cert
 from .errors import ApiError
 from .fixture import (
     ApiServerThread,
-    kube_client_config,
     load_webhook_configurations,
     running_apiserver,
     start_apiserver,
@@ -35,7 +37,6 @@ __all__ = [
     "ResourceType",
     "ServingCert",
     "UserInfo",
-    "kube_client_config",
     "default_resources",
     "load_webhook_configurations",
     "make_serving_cert",

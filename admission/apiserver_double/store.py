@@ -12,6 +12,7 @@ never mutated in place (writers build new dicts), so watchers can share them.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -270,7 +271,7 @@ class Store:
     def unwatch(self, watcher: Watcher) -> None:
         self._logs[watcher.rt.key].watchers.discard(watcher)
 
-    def watchers(self) -> list[Watcher]:
+    def watchers(self) -> builtins.list[Watcher]:
         return [w for log in self._logs.values() for w in log.watchers]
 
     def compact(self) -> None:
