@@ -14,8 +14,7 @@ import yaml
 
 from admission.drivers.loader import load_paths
 from admission.drivers.plan import run_plan
-from webhooks.config import WebhookConfig
-from webhooks.testing import ReviewClient, WebhookServerThread, make_review
+from webhooks.testing import ReviewClient, make_review, serving
 from webhooks.view import InMemoryView
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "manifests" / "examples"
@@ -26,13 +25,8 @@ PATH = "/validate-kueue-x-k8s-io-v1beta2-clusterqueue"
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReviewClient]:
     inputs = load_paths([str(EXAMPLES)])
     run_plan(inputs)  # the live state: what fits is admitted
-    view = InMemoryView.from_inputs(inputs)
-    with WebhookServerThread(
-        view=view, config=WebhookConfig(), cert_dir=tmp_path_factory.mktemp("certs")
-    ) as srv:
-        c = srv.client()
+    with serving(InMemoryView.from_inputs(inputs), tmp_path_factory.mktemp("certs")) as c:
         yield c
-        c.close()
 
 
 def _example_cq(name: str) -> dict[str, Any]:

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from queues.model import Cohort
+from queues.model import Admission, Cohort
 from webhooks import quota
-from webhooks.config import WebhookConfig
-from webhooks.testing import ReviewClient, WebhookServerThread, decode_patch, make_review
+from webhooks.testing import (
+    ReviewClient,
+    cluster_queue_doc,
+    decode_patch,
+    make_review,
+    pending_view,
+    serving,
+)
 from webhooks.view import InMemoryView
 
 V = "/validate-kueue-x-k8s-io-v1beta2-"
@@ -25,12 +32,8 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReviewClient]:
     view = InMemoryView(
         cohorts={"a": Cohort("a", parent="b"), "b": Cohort("b", parent="c"), "c": Cohort("c")}
     )
-    with WebhookServerThread(
-        view=view, config=WebhookConfig(), cert_dir=tmp_path_factory.mktemp("certs")
-    ) as srv:
-        c = srv.client()
+    with serving(view, tmp_path_factory.mktemp("certs")) as c:
         yield c
-        c.close()
 
 
 def review(
@@ -230,8 +233,17 @@ def test_cohort_limits_need_a_parent(client: ReviewClient) -> None:
 # ---------------------------------------------------------------- impact warnings seam
 
 
+@pytest.fixture(scope="module")
+def pending_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReviewClient]:
+    """A server whose model holds one pending workload: quota edits have an impact."""
+    with serving(
+        pending_view(1, cluster_queues=1, cohorts=1), tmp_path_factory.mktemp("certs")
+    ) as c:
+        yield c
+
+
 def test_impact_warnings_are_returned_at_most_ten(
-    client: ReviewClient, monkeypatch: pytest.MonkeyPatch
+    pending_client: ReviewClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lines = [f"line {i}" for i in range(12)]
 
@@ -241,7 +253,11 @@ def test_impact_warnings_are_returned_at_most_ten(
 
     monkeypatch.setattr(quota, "impact_lines", fake)
     response = review(
-        client, V + "clusterqueue", "ClusterQueue", cluster_queue(nominal="8"), cluster_queue()
+        pending_client,
+        V + "clusterqueue",
+        "ClusterQueue",
+        cluster_queue(nominal="8"),
+        cluster_queue(),
     )
     assert response["allowed"] is True
     name = cluster_queue()["metadata"]["name"]
@@ -249,17 +265,50 @@ def test_impact_warnings_are_returned_at_most_ten(
 
 
 def test_failing_impact_warnings_do_not_block_the_edit(
-    client: ReviewClient, monkeypatch: pytest.MonkeyPatch
+    pending_client: ReviewClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(*_args: Any) -> list[str]:
         raise RuntimeError("what-if exploded")
 
     monkeypatch.setattr(quota, "impact_lines", broken)
-    response = review(client, V + "cohort", "Cohort", cohort("e"))
+    response = review(pending_client, V + "cohort", "Cohort", cohort("e"))
     assert response["allowed"] is True
     assert response["warnings"] == [
         "impact of this edit was not computed: it failed (RuntimeError: what-if exploded)"
     ]
+
+
+def test_only_edits_that_can_move_a_workload_run_the_what_if(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A create with nothing pending (``kubectl apply -f manifests/examples/`` on a
+    fresh install) is answered at once, without a what-if and without a warning."""
+    monkeypatch.setattr(quota, "impact_lines", lambda *_a: ["computed"])
+    view = pending_view(1, cluster_queues=1, cohorts=1)
+    (key,) = view.workloads
+    pending = view.workloads.pop(key)
+    admitted = copy.copy(pending)
+    admitted.admission = Admission("cq-0", [])
+    cq_doc = cluster_queue_doc("cq-1", cohort="cohort-0")
+    with serving(view, tmp_path) as c:
+
+        def warnings(kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> Any:
+            return review(c, V + kind.lower(), kind, obj, old).get("warnings")
+
+        # no workload at all: no edit can move one
+        assert warnings("ClusterQueue", cq_doc) is None
+        assert warnings("ClusterQueue", cq_doc, cq_doc) is None
+        assert warnings("Cohort", cohort("cohort-0")) is None
+        # admitted workloads only: a create adds quota, except a Cohort's, which may
+        # set limits on an existing implicit cohort; updates may take quota away
+        view.workloads[key] = admitted
+        assert warnings("ClusterQueue", cq_doc) is None
+        assert warnings("LocalQueue", local_queue("cq-0")) is None
+        assert warnings("Cohort", cohort("cohort-0")) == ["computed"]
+        assert warnings("ClusterQueue", cq_doc, cq_doc) == ["computed"]
+        # a pending workload: any edit may admit it
+        view.workloads[key] = pending
+        assert warnings("ClusterQueue", cq_doc) == ["computed"]
 
 
 def test_impact_warnings_default_to_none() -> None:

@@ -379,3 +379,84 @@ def test_the_impact_deadline_comes_from_the_configuration() -> None:
     cfg = parse_config({"webhook": {"impactDeadline": "750ms"}})
     assert WebhookConfig.from_config(cfg).impact_deadline == 0.75
     assert WebhookConfig().impact_deadline == 2.0
+
+
+# ---------------------------------------------------------------- edits that arrive together
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_edits_that_arrive_together_each_get_their_impact_in_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """``kubectl apply -f DIR`` and controllers send quota edits close together: each
+    waits for the what-if ahead of it instead of being answered without its impact."""
+    from webhooks import quota, server
+    from webhooks.testing import cluster_queue_doc, pending_view
+
+    def slowish(kind: str, obj: Any, *_args: Any) -> list[str]:
+        time.sleep(0.2)  # long enough for the other edits to arrive meanwhile
+        return [f"impact of {kind} {obj.name}"]
+
+    monkeypatch.setattr(quota, "impact_lines", slowish)
+    config = WebhookConfig(impact_deadline=60.0)  # the subject is the order, not the deadline
+    limits = server.ServerLimits(what_if_mode=mode)
+    view = pending_view(10, cluster_queues=4, cohorts=1)
+    answers: dict[str, Any] = {}
+    with WebhookServerThread(view=view, config=config, cert_dir=tmp_path, limits=limits) as srv:
+        clients = [srv.client() for _ in range(4)]
+        started = threading.Barrier(len(clients))
+
+        def edit(i: int) -> None:
+            new = cluster_queue_doc(f"cq-{i}", cohort="cohort-0", nominal="5")
+            old = cluster_queue_doc(f"cq-{i}", cohort="cohort-0", nominal="0")
+            started.wait(timeout=60)
+            status, body = clients[i].post(
+                CQ_PATH, make_review("ClusterQueue", new, old=old, operation="UPDATE")
+            )
+            answers[f"cq-{i}"] = (status, body["response"].get("warnings"))
+
+        threads = [threading.Thread(target=edit, args=(i,)) for i in range(len(clients))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        for c in clients:
+            c.close()
+    assert answers == {
+        f"cq-{i}": (200, [f"impact of ClusterQueue cq-{i}"]) for i in range(len(clients))
+    }
+
+
+def test_an_edit_whose_turn_does_not_come_by_its_deadline_says_what_was_ahead() -> None:
+    import asyncio
+
+    from webhooks.offloop import OffLoopRunner
+
+    release = threading.Event()
+
+    class Stuck:
+        def snapshot(self) -> Any:
+            return lambda _deadline: ["never"] if release.wait(60) else []
+
+        def failed(self, why: str) -> list[str]:
+            return [f"not computed: {why}"]
+
+    async def main() -> list[list[str]]:
+        runner = OffLoopRunner(0.2, "thread")
+        first = asyncio.ensure_future(runner.run(Stuck()))
+        await asyncio.sleep(0)  # the first has its turn
+        return [*(await asyncio.gather(first, runner.run(Stuck())))]
+
+    try:
+        first, second = asyncio.run(main())
+    finally:
+        release.set()
+    assert first == [
+        "not computed: the what-if did not finish within the 0.2 s deadline "
+        "(webhook.impactDeadline); plan --what-if computes it offline"
+    ]
+    assert second == [
+        "not computed: the what-if did not start within the 0.2 s deadline "
+        "(webhook.impactDeadline): the impact of 1 earlier quota edit(s) was being "
+        "computed first; plan --what-if computes it offline"
+    ]

@@ -4,8 +4,8 @@ The event loop that answers Job and Pod reviews (and, in ``serve``, renews the
 leader's Lease) must never run the engine to quiescence: with 20k pending workloads
 that takes seconds. :class:`OffLoopRunner` runs a handler's
 :class:`~webhooks.review.Deferred` elsewhere and waits for it at most ``deadline``
-seconds; past that (or when it fails, or while another one is still running) the
-edit is answered with one warning saying the impact was not computed and why.
+seconds; past that (or when it fails) the edit is answered with one warning saying
+the impact was not computed and why.
 
 Two ways to run it:
 
@@ -22,8 +22,11 @@ Two ways to run it:
   runs, so reviews answered meanwhile are slower (``python -m bench webhook-impact``
   measures both).
 
-At most one deferred job runs at a time; a second quota edit meanwhile is answered
-at once with the "not computed" warning rather than queued behind the first.
+At most one deferred job runs at a time (one forked child, one worker thread). Quota
+edits that arrive together (``kubectl apply -f DIR``, whose next request may come
+before the previous child has exited) wait their turn in arrival order, each within
+its own review's deadline: an edit is answered without its impact only when that
+deadline passes, with a warning that says how many edits were computed ahead of it.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def run_inline(deferred: Deferred) -> list[str]:
 
 
 class OffLoopRunner:
-    """Runs deferred warnings off the event loop, one at a time, within ``deadline``."""
+    """Runs deferred warnings off the event loop, one at a time in arrival order, each
+    within ``deadline`` seconds of its review's arrival."""
 
     def __init__(self, deadline: float, mode: str | None = None) -> None:
         if deadline <= 0:
@@ -78,7 +82,8 @@ class OffLoopRunner:
             raise ValueError("mode 'process' needs os.fork")
         self.deadline = deadline
         self.mode = mode
-        self._busy = False
+        self._turn = asyncio.Lock()  # held from a job's start until its child or thread is done
+        self._waiting = 0
         self._executor: ThreadPoolExecutor | None = None
         self.completed = 0
         self.not_computed = 0
@@ -89,17 +94,30 @@ class OffLoopRunner:
             "(webhook.impactDeadline); plan --what-if computes it offline"
         )
 
+    def _not_started(self, ahead: int) -> str:
+        return (
+            f"the what-if did not start within the {self.deadline:g} s deadline "
+            f"(webhook.impactDeadline): the impact of {ahead} earlier quota edit(s) was "
+            "being computed first; plan --what-if computes it offline"
+        )
+
     async def run(self, deferred: Deferred) -> list[str]:
         """The deferred lines, or one "not computed" line; never waits past the deadline."""
-        if self._busy:
-            self.not_computed += 1
-            return deferred.failed(
-                "the impact of another quota edit is still being computed (one at a time)"
-            )
         warm = getattr(deferred, "warm", None)
         if warm is not None:
             warm()  # imports the job needs, once in this process rather than in every child
         until = time.monotonic() + self.deadline
+        ahead = self._waiting + self._turn.locked()
+        self._waiting += 1
+        try:
+            async with asyncio.timeout(self.deadline):
+                await self._turn.acquire()
+        except TimeoutError:
+            self.not_computed += 1
+            return deferred.failed(self._not_started(ahead))
+        finally:
+            self._waiting -= 1
+        # the turn is ours until the job's child is reaped or its thread returns
         try:
             if self.mode == "process":
                 lines = await self._forked(deferred, until)
@@ -116,18 +134,26 @@ class OffLoopRunner:
         self.completed += 1
         return lines
 
+    def _release(self) -> None:
+        """The running job's child or thread is done: the next edit's job may start."""
+        if self._turn.locked():
+            self._turn.release()
+
     # -- thread ----------------------------------------------------------------------
 
     async def _threaded(self, deferred: Deferred, until: float) -> list[str]:
-        job = deferred.snapshot()  # on the loop: the state as of this review
+        try:
+            job = deferred.snapshot()  # on the loop: the state as of this review
+        except BaseException:
+            self._release()
+            raise
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="webhook-what-if")
         loop = asyncio.get_running_loop()
-        self._busy = True
         fut = loop.run_in_executor(self._executor, job, until)
 
         def done(_f: asyncio.Future[Any]) -> None:
-            self._busy = False
+            self._release()
             if not _f.cancelled():
                 _f.exception()  # retrieved: a late failure is not "never retrieved"
 
@@ -141,14 +167,16 @@ class OffLoopRunner:
 
     async def _forked(self, deferred: Deferred, until: float) -> list[str]:
         loop = asyncio.get_running_loop()
-        r, w = os.pipe()
-        self._busy = True
         try:
-            pid = os.fork()
+            r, w = os.pipe()
+            try:
+                pid = os.fork()
+            except BaseException:
+                os.close(r)
+                os.close(w)
+                raise
         except BaseException:
-            self._busy = False
-            os.close(r)
-            os.close(w)
+            self._release()
             raise
         if pid == 0:  # pragma: no cover - the child; coverage cannot follow it
             _child(deferred, until, r, w)
@@ -180,7 +208,8 @@ class OffLoopRunner:
         finally:
             loop.remove_reader(r)
             os.close(r)
-            loop.run_in_executor(None, _reap, pid, self)
+            reaped = loop.run_in_executor(None, _reap, pid)
+            reaped.add_done_callback(lambda _f: self._release())
         status, payload = pickle.loads(b"".join(chunks)) if chunks else ("error", "no answer")
         if status == "ok":
             return list(payload)
@@ -200,14 +229,12 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _reap(pid: int, runner: OffLoopRunner) -> None:
-    """Wait for the child (in a worker thread), then allow the next job."""
+def _reap(pid: int) -> None:
+    """Wait for the child (in a worker thread); the next job starts once it is gone."""
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:
         pass
-    finally:
-        runner._busy = False
 
 
 def _child(deferred: Deferred, until: float, r: int, w: int) -> None:  # pragma: no cover

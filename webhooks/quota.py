@@ -130,10 +130,24 @@ def impact_warnings(
     return ImpactJob(kind, new, view, config).snapshot()(None)
 
 
+def nothing_to_move(kind: str, operation: str, view: ModelView) -> bool:
+    """True when the edit cannot change any workload's outcome, so there is no impact
+    to compute: no workload at all, or a create (other than a Cohort's) with none
+    pending. A new ClusterQueue, ResourceFlavor or LocalQueue only adds quota or a way
+    in, which moves nothing but pending workloads; a new Cohort may put limits on an
+    existing implicit cohort, under admitted workloads too."""
+    workloads = view.workloads
+    if not workloads:
+        return True
+    if operation != "CREATE" or kind == "Cohort":
+        return False
+    return not any(wl.admission is None and not wl.finished for wl in workloads.values())
+
+
 def _impact_job(kind: str, req: AdmissionRequest, ctx: HandlerContext) -> ImpactJob | None:
     from admission.drivers.impact import KINDS
 
-    if kind not in KINDS:
+    if kind not in KINDS or nothing_to_move(kind, req.operation, ctx.view):
         return None
     assert req.object is not None
     return ImpactJob(kind, req.object, ctx.view, ctx.config.what_if_config)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import http.client
 import json
 import ssl
 import sys
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -237,6 +239,19 @@ class WebhookServerThread:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def serving(
+    view: ModelView, cert_dir: str | Path, config: WebhookConfig | None = None
+) -> Iterator[ReviewClient]:
+    """A client of the real server over ``view`` (a test fixture's whole body)."""
+    with WebhookServerThread(view=view, config=config, cert_dir=cert_dir) as srv:
+        client = srv.client()
+        try:
+            yield client
+        finally:
+            client.close()
 
 
 def sample_view() -> InMemoryView:
