@@ -8,8 +8,9 @@ this module runs them on every create and update and adds what only a webhook ca
 
 * update rules: a LocalQueue's ``spec.clusterQueue`` is immutable; a Workload's
   ``status.admission`` may be set only by the service's own identity (the request's
-  ``userInfo.username``) and never changed once set; its podSets are frozen while it
-  holds quota;
+  ``userInfo.username``) and never changed once set; the rest of its status is the
+  service's too, whichever kind owns it (``registry.workload_status_is_the_services``);
+  its podSets are frozen while it holds quota;
 * what Kueue leaves to runtime: a Cohort edit whose ``parentName`` chain comes back to
   itself is denied with the cycle spelled out (``a -> b -> a``);
 * **impact warnings** on allowed quota edits: the handler returns an
@@ -24,8 +25,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+from admission.integrations.registry import workload_status_is_the_services
 from queues import api, topology_api
-from queues.labels import IS_GROUP_WORKLOAD
 from queues.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION
 from queues.labels import RESOURCE_IN_USE as RESOURCE_IN_USE_FINALIZER
 from queues.model import Cohort, LocalQueue
@@ -350,7 +351,9 @@ def _validate_workload(wl: JsonObj, errs: FieldErrors) -> None:
         errs.invalid(key_path("metadata.annotations", PRIORITY_BOOST_ANNOTATION), boost, detail)
 
 
-def _validate_workload_update(new: JsonObj, old: JsonObj, errs: FieldErrors) -> None:
+def _validate_workload_update(
+    new: JsonObj, old: JsonObj, errs: FieldErrors, *, by_the_service: bool
+) -> None:
     if _has_quota_reservation(old):
         new_sets, old_sets = _pod_sets(new), _pod_sets(old)
         if len(new_sets) != len(old_sets):
@@ -363,7 +366,8 @@ def _validate_workload_update(new: JsonObj, old: JsonObj, errs: FieldErrors) -> 
             for i, (n, o) in enumerate(zip(new_sets, old_sets, strict=True)):
                 if n != o:
                     errs.invalid(f"spec.podSets[{i}]", n.get("name", "main"), "field is immutable")
-    if _has_quota_reservation(new) and _has_quota_reservation(old):
+    if not by_the_service and _has_quota_reservation(new) and _has_quota_reservation(old):
+        # the service may lower it: it corrects what the job reports (and undoes edits)
         new_r, old_r = _reclaimable(new), _reclaimable(old)
         for name, count in new_r.items():
             if name in old_r and count < old_r[name]:
@@ -400,17 +404,17 @@ def _validate_workload_update(new: JsonObj, old: JsonObj, errs: FieldErrors) -> 
 _STATUS_OPEN_TO_OTHERS = frozenset({"admissionChecks"})
 
 
-def _run_by_the_service(wl: JsonObj | None) -> bool:
-    """Workloads of the jobs the service runs (a batch/v1 Job's, a pod group's): their
-    status is the service's alone. A standalone Workload's status stays open to the
-    controller that created it (an integration Quartermaster does not implement)."""
-    meta = get_map(wl or {}, "", "metadata")
-    if (meta.get("annotations") or {}).get(IS_GROUP_WORKLOAD) == "true":
-        return True
-    return any(
-        isinstance(ref, dict) and ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1"
-        for ref in meta.get("ownerReferences") or []
-    )
+# The cluster's garbage collector removes the reference to a deleted owner (orphaning).
+_GARBAGE_COLLECTORS = frozenset({
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+})  # fmt: skip
+
+
+def _service_owned(wl: JsonObj | None, ctx: HandlerContext) -> bool:
+    """Whether only the service may change ``wl``'s status (the registry's rule, so
+    every kind, present and future, is covered)."""
+    return workload_status_is_the_services(wl or {}, ctx.config.frameworks)
 
 
 def _status_owned_by_the_service(
@@ -435,12 +439,14 @@ def validate_workload(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         new = req.object
         _validate_workload(new, errs)
         old_adm = None
+        service = ctx.config.service_account_username
         if req.operation == "UPDATE":
             assert req.old_object is not None
-            _validate_workload_update(new, req.old_object, errs)
+            _validate_workload_update(
+                new, req.old_object, errs, by_the_service=req.username == service
+            )
             old_adm = get_map(req.old_object, "", "status").get("admission")
         new_adm = get_map(new, "", "status").get("admission")
-        service = ctx.config.service_account_username
         if new_adm is not None and old_adm is None and req.username != service:
             errs.forbidden(
                 "status.admission",
@@ -449,10 +455,16 @@ def validate_workload(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         elif (
             req.operation == "UPDATE"
             and req.username != service
-            and _run_by_the_service(req.old_object)
+            and _service_owned(req.old_object, ctx)
         ):
             assert req.old_object is not None
             _status_owned_by_the_service(new, req.old_object, service, req.username, errs)
+            if not _service_owned(new, ctx) and req.username not in _GARBAGE_COLLECTORS:
+                errs.forbidden(
+                    "metadata.ownerReferences",
+                    "would hand the Workload's status to another controller; only the "
+                    f"admission service ({service}) may, not {go_value(req.username)}",
+                )
 
     return _decide("Workload", req, ctx, rules, warn=False)
 

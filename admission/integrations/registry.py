@@ -22,7 +22,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Integration
+from queues.labels import IS_GROUP_WORKLOAD
+
+from .base import Integration, meta_of
 from .deployment import DEPLOYMENT
 from .job import JOB
 from .jobset import JOBSET
@@ -87,6 +89,25 @@ class Frameworks:
 
 
 ALL = Frameworks(frozenset(BY_FRAMEWORK))
+
+
+def workload_status_is_the_services(workload: Mapping[str, Any], frameworks: Frameworks) -> bool:
+    """Whether only the service may write ``workload``'s status (its conditions,
+    ``reclaimablePods``, ``requeueState`` …): a pod group's Workload, and one controlled
+    by an object of any registered kind (enabled or not) — pods run on its admission.
+    An external framework's Workload is its own controller's to report on (as Kueue's
+    job framework does), and a standalone Workload (no controller) runs nothing. A kind
+    added to :data:`INTEGRATIONS` is covered without naming it anywhere else."""
+    meta = meta_of(workload)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping) and annotations.get(IS_GROUP_WORKLOAD) == "true":
+        return True
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            key = (str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
+            return key in BY_KIND and key not in frameworks.external
+    return False
 
 
 def frameworks(section: Mapping[str, Any] | None) -> Frameworks:
