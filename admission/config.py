@@ -32,10 +32,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -83,6 +84,17 @@ def parse_duration(text: str | int | float) -> float:
     if pos != len(s) or not s:
         raise ValueError(f"{text!r} is not a duration like 5m, 1h30m or 90s")
     return total
+
+
+def _checked_duration(v: str | float) -> str | float:
+    parse_duration(v)
+    return v
+
+
+Duration = Annotated[str | float, AfterValidator(_checked_duration)]
+"""A Go duration field ("30m", "1h30m", "90s", or seconds): refused, naming the field,
+when it does not parse, so that a typo is caught when the file is read and not when
+the value is first used."""
 
 
 class _Strict(BaseModel):
@@ -149,9 +161,9 @@ class RequeuingStrategy(_Strict):
 
 class WaitForPodsReady(_Strict):
     enable: bool | None = None
-    timeout: str = "30m"
+    timeout: Duration = "30m"
     blockAdmission: bool = False
-    recoveryTimeout: str | None = None
+    recoveryTimeout: Duration | None = None
     requeuingStrategy: RequeuingStrategy = Field(default_factory=RequeuingStrategy)
 
 
@@ -338,7 +350,7 @@ class ControllerWebhook(_Strict):
     host: str | None = None
     certDir: str | None = None
     # This project's extension: how long a quota edit waits for its impact warnings.
-    impactDeadline: str | float | None = None
+    impactDeadline: Duration | None = None
 
     def get(self, name: str, default: Any = None) -> Any:
         """Dict-style access, for readers of the extension fields."""
@@ -361,7 +373,7 @@ class ControllerHealth(_Strict):
 
 class ControllerConfigurationSpec(_Strict):
     groupKindConcurrency: dict[str, int] | None = None
-    cacheSyncTimeout: str | None = None
+    cacheSyncTimeout: Duration | None = None
 
 
 class TLSOptions(_Strict):
@@ -494,8 +506,8 @@ class Resources(_Strict):
 
 
 class WorkloadRetentionPolicy(_Strict):
-    afterFinished: str | None = None
-    afterDeactivatedByKueue: str | None = None
+    afterFinished: Duration | None = None
+    afterDeactivatedByKueue: Duration | None = None
 
 
 class ObjectRetentionPolicies(_Strict):

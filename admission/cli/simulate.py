@@ -161,6 +161,8 @@ def run_simulate_command(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     except (ScenarioError, ConfigError) as e:
         raise BadInput(str(e)) from e
+    if args.report:
+        _prepare_report_dir(args.report)
     from admission.cli.main import warn
 
     warn("simulate", config.warnings)
@@ -194,6 +196,21 @@ def run_simulate_command(args: argparse.Namespace) -> int:
         if args.report:
             sys.stdout.write(f"\nReport: {os.path.join(args.report, 'index.html')}\n")
     return EXIT_OK
+
+
+def _prepare_report_dir(path: str) -> None:
+    """Create ``--report DIR`` before the run, so that a path that cannot hold the
+    report is refused at once (exit 2, one line) and not after the whole simulation."""
+    from admission.cli.main import BadInput
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise BadInput(f"--report {path}: exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"--report {path}: cannot create the directory: {e.strerror or e}") from e
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BadInput(f"--report {path}: the directory is not writable")
 
 
 def simulate_summary(

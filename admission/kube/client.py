@@ -36,6 +36,7 @@ from kubernetes.aio.client import ApiClient, Configuration
 from admission.integrations.base import Integration, Resource
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 
+from .kubeconfig import KubeconfigError, check_kubeconfig
 from .ratelimit import HIGH, ShareCredit, TokenBucket, current_priority
 
 try:  # orjson parses watch lines several times faster; the stdlib is the fallback
@@ -323,16 +324,11 @@ _REASONS = {
 }
 
 
-class KubeconfigError(ValueError):
-    """No usable client configuration: the message says which file and what is wrong."""
-
-
 async def _load_configuration(
     configuration: Configuration, *, kubeconfig: str | None, context: str | None
 ) -> None:
     if kubeconfig is not None:
-        if not os.path.isfile(kubeconfig):
-            raise FileNotFoundError(f"{kubeconfig}: no such file")
+        check_kubeconfig(kubeconfig)
         await kube_config.load_kube_config(
             config_file=kubeconfig,
             context=context,
@@ -344,8 +340,11 @@ async def _load_configuration(
         kube_config.load_incluster_config(client_configuration=configuration)
     except kube_config.ConfigException:
         paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        if not any(os.path.isfile(p) for p in paths.split(os.pathsep) if p):
+        present = [p for p in paths.split(os.pathsep) if p and os.path.isfile(p)]
+        if not present:
             raise FileNotFoundError("no such file") from None
+        for path in present:
+            check_kubeconfig(path, flag="")
         await kube_config.load_kube_config(
             context=context, client_configuration=configuration, persist_config=False
         )
@@ -406,6 +405,8 @@ class KubeClient:
             configuration = Configuration()
             try:
                 await _load_configuration(configuration, kubeconfig=kubeconfig, context=context)
+            except KubeconfigError:
+                raise
             except (kube_config.ConfigException, OSError, ValueError) as err:
                 raise KubeconfigError(_kubeconfig_problem(kubeconfig, err)) from None
         if (

@@ -35,6 +35,7 @@ from .client import (
     Obj,
     Resource,
 )
+from .kubeconfig import KubeconfigError, check_kubeconfig
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", True)
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
@@ -100,6 +101,7 @@ class UserApi:
                 if sa_ns.exists():
                     namespace = sa_ns.read_text().strip() or namespace
             else:
+                check_kubeconfig(path, flag="--kubeconfig" if kubeconfig else "")
                 contexts, active = kube_config.list_kube_config_contexts(config_file=path)
                 chosen = active
                 if context is not None:
@@ -108,6 +110,8 @@ class UserApi:
                         raise ConfigError(f'context "{context}" does not exist in {path}')
                 namespace = ((chosen or {}).get("context") or {}).get("namespace") or namespace
                 client = await KubeClient.connect(kubeconfig=path, context=context, strict=False)
+        except KubeconfigError as err:
+            raise ConfigError(str(err)) from None
         except (kube_config.ConfigException, OSError, ValueError) as err:
             where = path or "the in-cluster service account"
             raise ConfigError(f"cannot use {where}: {err}") from err
