@@ -237,3 +237,38 @@ def test_managed_label_on_a_pod_with_managed_owner_warns(client: ReviewClient) -
     assert response["warnings"] == [
         "pod owner is managed by kueue, label 'kueue.x-k8s.io/managed=true' might lead to unexpected behaviour"
     ]
+
+
+SERVICE_USER = "system:serviceaccount:quartermaster-system:quartermaster"
+TOPOLOGY_GATE = {"name": "kueue.x-k8s.io/topology"}
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        pytest.param({Q: "default", MANAGED: "true"}, id="single-pod"),
+        pytest.param({Q: "default", MANAGED: "true", GROUP: "g"}, id="group-member"),
+    ],
+)
+@pytest.mark.parametrize("gate", [GATE, TOPOLOGY_GATE], ids=["admission", "topology"])
+def test_only_the_service_may_remove_its_scheduling_gates(
+    client: ReviewClient, labels: dict[str, str], gate: dict[str, str]
+) -> None:
+    annotations = {TOTAL: "2"} if GROUP in labels else None
+    old = pod(labels=labels, annotations=annotations, gated=True)
+    old["spec"]["schedulingGates"] = [gate, {"name": "example.com/other"}]
+    new = copy.deepcopy(old)
+    new["spec"]["schedulingGates"] = [{"name": "example.com/other"}]
+    review = make_review("Pod", new, old=old, operation="UPDATE", username="alice")
+    status, resp = client.post(VALIDATE, review)
+    assert status == 200
+    assert denial(resp["response"]) == (
+        f"spec.schedulingGates: Forbidden: the {gate['name']} gate can only be removed by "
+        f'the admission service ({SERVICE_USER}), not by "alice"'
+    )
+    review = make_review("Pod", new, old=old, operation="UPDATE", username=SERVICE_USER)
+    assert client.post(VALIDATE, review)[1]["response"]["allowed"] is True
+    others = copy.deepcopy(old)  # another controller's gate is not the service's to guard
+    others["spec"]["schedulingGates"] = [gate]
+    review = make_review("Pod", others, old=old, operation="UPDATE", username="alice")
+    assert client.post(VALIDATE, review)[1]["response"]["allowed"] is True

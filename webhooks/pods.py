@@ -52,6 +52,7 @@ from .review import (
     deny,
     get_list,
     get_map,
+    go_value,
     key_path,
     owner_is_managed,
     string_map,
@@ -105,6 +106,30 @@ def is_gated(pod: JsonObj) -> bool:
     """Pod.IsSuspended: the pod still carries Kueue's admission gate."""
     gates = get_list(get_map(pod, "", "spec"), "spec", "schedulingGates")
     return any(isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates)
+
+
+def _service_gates_removed(new: JsonObj, old: JsonObj) -> list[str]:
+    """The service's scheduling gates that ``old`` carries and ``new`` no longer does."""
+    names = [get_list(get_map(pod, "", "spec"), "spec", "schedulingGates") for pod in (new, old)]
+    kept, had = ({g.get("name") for g in gates if isinstance(g, dict)} for gates in names)
+    return [gate for gate in (ADMISSION_GATE, TOPOLOGY_GATE) if gate in had - kept]
+
+
+def _only_the_service_ungates(
+    req: AdmissionRequest, ctx: HandlerContext, errs: FieldErrors
+) -> None:
+    """A gated pod runs once its gates are gone: only the service, which lifts them when
+    the pod's Workload is admitted (and placed), may remove its own gates."""
+    assert req.object is not None and req.old_object is not None
+    service = ctx.config.service_account_username
+    if req.username == service:
+        return
+    for gate in _service_gates_removed(req.object, req.old_object):
+        errs.forbidden(
+            "spec.schedulingGates",
+            f"the {gate} gate can only be removed by the admission service ({service}), "
+            f"not by {go_value(req.username)}",
+        )
 
 
 def mutate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
@@ -209,6 +234,7 @@ def validate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         old_group = old_labels.get(GROUP_NAME_LABEL, "")
         if old_group and labels.get(GROUP_NAME_LABEL, "") != old_group:
             errs.immutable(GROUP_NAME_PATH, labels.get(GROUP_NAME_LABEL, ""))
+        _only_the_service_ungates(req, ctx, errs)
     if (
         labels.get(MANAGED_LABEL) == MANAGED_LABEL_VALUE
         and (req.operation == "CREATE" or SUSPENDED_BY_PARENT_ANNOTATION not in annotations)
@@ -216,4 +242,3 @@ def validate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     ):
         warnings.append(MANAGED_OWNER_WARNING)
     return errs.verdict(warnings)
-
