@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -429,21 +430,46 @@ def test_the_report_prints_durations_as_the_terminal_does(tmp_path: Path) -> Non
         assert f">{format_duration(w['p95TimeToAdmissionMs'])}</span>" in page
 
 
+def admission_waits(result: Any) -> list[float]:
+    """Every admitted workload's last admission − creation, in seconds."""
+    return [
+        (r.admitted_us - r.sim.arrival_us) / 1e6
+        for r in result.records
+        if r.admitted_us is not None
+    ]
+
+
 def test_the_time_to_admission_axis_starts_at_the_data_and_shows_zero_waits() -> None:
     from admission.cli.simulate import load_scenario, simulate_summary
     from admission.sim.report import time_to_admission_axis
 
     _, result = simulate_summary(load_scenario(None))
     axis = time_to_admission_axis(result)
-    waits = [
-        (r.admitted_us - r.sim.arrival_us) / 1e6
-        for r in result.records
-        if r.admitted_us is not None
-    ]
-    shortest = min(w for w in waits if w > 0)
-    assert axis.xlim[0] < axis.zero_x < shortest <= axis.zero_x * 100
+    waits = admission_waits(result)
+    shown = [w for w in waits if w >= axis.low]
+    assert axis.xlim[0] < axis.zero_x < axis.low <= min(shown) < axis.low * 100
     assert axis.xlim[1] >= max(waits)
     for _label, xs, ys in axis.lines:
         assert all(x >= axis.zero_x for x in xs) and ys[-1] == 100
     zero_classes = [label for label, xs, _ in axis.lines if xs[-1] == axis.zero_x]
     assert zero_classes, "the bundled day has a class admitted at once (drawn at 0, not 1 ms)"
+
+
+def test_the_time_to_admission_axis_spends_little_of_its_length_below_a_second() -> None:
+    """The bundled day's shortest non-zero waits are 1 ms (one scheduling cycle); its
+    real waits run from seconds to hours. The axis shows the waits that matter."""
+    from admission.cli.simulate import load_scenario, simulate_summary
+    from admission.sim.report import time_to_admission_axis
+
+    _, result = simulate_summary(load_scenario(None))
+    axis = time_to_admission_axis(result)
+    waits = admission_waits(result)
+    assert min(w for w in waits if w > 0) <= 0.001
+    low, high = (math.log10(x) for x in axis.xlim)
+    below_a_second = (math.log10(1.0) - low) / (high - low)
+    assert below_a_second < 0.25, f"{below_a_second:.0%} of the axis is under one second"
+    assert axis.xlim[1] >= max(waits)
+    # waits below the axis' lower bound are drawn with the zeros, labelled as such
+    for _label, xs, ys in axis.lines:
+        assert all(x == axis.zero_x or x >= axis.low for x in xs) and ys[-1] == 100
+    assert axis.zero_label == f"<{axis.low:g}"

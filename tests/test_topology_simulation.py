@@ -15,6 +15,7 @@ import yaml
 
 from admission.cli.main import main
 from admission.cli.simulate import load_scenario, simulate_summary
+from admission.sim.placement import placement_table
 from admission.sim.scenario import ScenarioError
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "admission" / "scenarios"
@@ -113,6 +114,19 @@ def test_gangs_requiring_a_rack_land_in_one_rack_and_blind_ones_do_not(tmp_path:
     assert sorted(v[0] for v, _ in rec.placement["main"].domains) == ["r1-h0", "r1-h1"]
     assert topo["aware"]["largeGangs"]["count"] == 1
     assert topo["aware"]["largeGangs"]["neverAdmitted"] == 0
+
+
+def test_the_placement_table_gives_the_longest_wait_of_large_gangs_beside_the_p95(
+    tmp_path: Path,
+) -> None:
+    # three 2x4-GPU gangs that each need a whole rack of the two: the third waits 100 s
+    gangs = [entry(f"gang-{i}", 0, 2, 4, {"required": RACK}) for i in range(3)]
+    summary, _ = simulate_summary(load_scenario(str(trace(tmp_path, gangs))))
+    large = summary["topology"]["aware"]["largeGangs"]
+    assert large["maxTimeToAdmissionS"] == 100.0
+    row = next(line for line in placement_table(summary).splitlines() if "(aware)" in line)
+    cells = [c.strip() for c in row.split("  ") if c.strip()]
+    assert cells[2:4] == [f"p95 {large['p95TimeToAdmissionS']} s", "max 100.0 s"]
 
 
 def test_a_gang_no_rack_holds_is_never_admitted_aware_but_is_blind(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ engine counters):
 * time to admission = last admission − creation (the runner overwrites it at every
   admission, so an evicted workload counts its last one); time to finish = finish −
   creation. Workloads never admitted are left out of the averages and counted in
-  ``neverAdmitted`` (the runner would wait for them forever).
+  ``neverAdmitted`` (the runner would wait for them forever); in a run stopped early
+  only those that had arrived by then count.
 * ``usagePercent`` of a ClusterQueue class = Σ ∫ admitted usage dt × 100 ÷
   (Σ nominal quota × elapsed), on the class's *primary* resource: the first covered
   resource of the first resource group, summed over that group's flavors (the runner
@@ -41,6 +42,7 @@ each term stays a bound. Times are floored to whole milliseconds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -203,6 +205,9 @@ def summarize(
     tta: dict[str, list[int]] = {}
     ttf: dict[str, list[int]] = {}
     never = finished = running = 0
+    # A run stopped early has workloads that had not arrived yet: they were never
+    # admitted because they never asked, so they are not counted as never admitted.
+    horizon_us = getattr(result, "stopped_at_us", None) if result.truncated else None
     for rec in result.records:
         c = rec.sim.wl_class
         if rec.finished_us is not None:
@@ -213,8 +218,9 @@ def summarize(
         entry["count"] += 1
         entry["totalEvictions"] += rec.evictions
         if rec.admitted_us is None:
-            entry["neverAdmitted"] += 1
-            never += 1
+            if horizon_us is None or rec.sim.arrival_us <= horizon_us:
+                entry["neverAdmitted"] += 1
+                never += 1
             continue
         tta.setdefault(c, []).append(rec.admitted_us - rec.sim.arrival_us)
         if rec.finished_us is not None:
@@ -330,8 +336,14 @@ def preemption_loss(result: Any) -> dict[str, Any]:
         for rec in result.records
         if rec.key in loss.preemptors and rec.first_admitted_us is not None
     ]
+    quoted = {
+        r for cq in result.scenario.cluster_queues.values() for g in cq.resource_groups
+        for r in g.covered_resources
+    }  # fmt: skip
     return {
         **loss.as_json(),
+        # the configured lost-work resources this scenario has quota for
+        "resourcesPresent": [r for r in loss.resources if r in quoted],
         "preemptors": len(loss.preemptors),
         "preemptorAverageTimeToAdmissionMs": (sum(waits) // len(waits)) // US_PER_MS
         if waits
@@ -371,7 +383,15 @@ def summary_table(summary: dict[str, Any]) -> str:
         )
     lines += ["", "WORKLOAD CLASSES"]
     rows = [
-        ("CLASS", "COUNT", "AVG TO ADMISSION", "P95 TO ADMISSION", "EVICTIONS", "NEVER ADMITTED")
+        (
+            "CLASS",
+            "COUNT",
+            "AVG TO ADMISSION",
+            "P95 TO ADMISSION",
+            "MAX TO ADMISSION",
+            "EVICTIONS",
+            "NEVER ADMITTED",
+        )
     ]
     for c, w in summary["workloadClasses"].items():
         rows.append(
@@ -380,31 +400,35 @@ def summary_table(summary: dict[str, Any]) -> str:
                 str(w["count"]),
                 format_duration(w["averageTimeToAdmissionMs"]),
                 format_duration(w["p95TimeToAdmissionMs"]),
+                format_duration(w.get("maxTimeToAdmissionMs", 0)),
                 str(w["totalEvictions"]),
                 str(w["neverAdmitted"]),
             )
         )
     lines += _table(rows)
     lines += ["", "CLUSTERQUEUE CLASSES"]
-    rows = [("CLASS", "QUEUES", "USAGE %", "RESOURCE", "NOMINAL", "AVG USAGE")]
+    qrows = [("CLASS", "QUEUES", "USAGE %", "RESOURCE", "NOMINAL", "AVG USAGE")]
     for c, q in summary["clusterQueueClasses"].items():
-        rows.append(
+        qrows.append(
             (
                 c,
                 str(q["queues"]),
                 f"{q['usagePercent']:.1f}",
                 q["resource"] or "-",
                 q["nominalQuota"],
-                q["averageUsage"],
+                share_of_quantity(q["nominalQuota"], q["usagePercent"] / 100)
+                if q["usagePercent"]
+                else q["averageUsage"],  # no nominal quota: the usage as it is
             )
         )
-    lines += _table(rows)
+    lines += _table(qrows)
     pl = summary.get("preemptionLoss")
     if pl is not None:
         lines += [
             "",
             f"Preemption: {pl['evictions']} evictions, {pl['gpuHoursLost']} GPU-hours lost "
-            f"({', '.join(pl['resources'])}); preemptors wait "
+            f"({', '.join(pl.get('resourcesPresent', pl['resources'])) or 'no GPU quota in the scenario'}); "
+            "preemptors wait "
             f"{format_duration(pl['preemptorAverageTimeToAdmissionMs'])} on average; "
             f"{pl['notices']} notices ({pl['yieldedOnCheckpoint']} yielded on a checkpoint), "
             f"{pl['noticeWaitSeconds']:g}s noticed, {pl['wastedNoticeSeconds']:g}s wasted",
@@ -416,6 +440,21 @@ def summary_table(summary: dict[str, Any]) -> str:
         f"{e['cpuSeconds']:.2f} CPU s",
     ]
     return "\n".join(lines) + "\n"
+
+
+def share_of_quantity(quantity: str, share: float) -> str:
+    """``share`` of the quantity string ``quantity``, written in that quantity's own
+    unit ("16" cores at 0.953 -> "15.2"; "64Gi" at 0.5 -> "32Gi"), so an average is
+    read against its nominal quota without converting milli-cores or bytes."""
+    match = re.fullmatch(r"(\d+)([a-zA-Z]*)", quantity)
+    if match is None:
+        return quantity if share else "0"
+    value = int(match.group(1)) * share
+    if value >= 100 or value == int(value):
+        text = f"{value:.0f}"
+    else:
+        text = f"{value:.2f}" if value < 10 else f"{value:.1f}"
+    return text + match.group(2)
 
 
 def format_duration(ms: int) -> str:

@@ -13,7 +13,7 @@ request):
   share where enough GPUs are free for the smallest of them but no domain of the level
   has that many (free GPUs stranded in domains too small), and how many were stranded;
 * ``largeGangs``: time to (first) admission of the largest gangs (at least half the
-  largest gang's pods, and two), mean and p95, and how many never got in.
+  largest gang's pods, and two), mean, p95 and max, and how many never got in.
 """
 
 from __future__ import annotations
@@ -164,6 +164,7 @@ def placement_quality(
             "p95TimeToAdmissionS": round(waits[min(len(waits) - 1, int(0.95 * len(waits)))], 1)
             if waits
             else None,
+            "maxTimeToAdmissionS": round(waits[-1], 1) if waits else None,
         },
     }
     if probe is not None:
@@ -203,8 +204,8 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, ...]]:
                 f"gangs of >= {lg['minPods']} pods ({side})",
                 f"mean {lg['meanTimeToAdmissionS']} s",
                 f"p95 {lg['p95TimeToAdmissionS']} s",
+                f"max {lg.get('maxTimeToAdmissionS')} s",
                 f"never {lg['neverAdmitted']}",
-                "",
             )
         )
     return rows

@@ -183,6 +183,7 @@ def _charts(result: SimResult, out_dir: str) -> list[Chart]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     scale, unit = _time_axis(
         max(result.end_us, result.samples.times_us[-1] if result.samples.times_us else 0)
@@ -214,6 +215,7 @@ def _charts(result: SimResult, out_dir: str) -> list[Chart]:
         ax.step(times, counts, where="post", label=label, linewidth=1.2)
     ax.set_xlabel(f"simulated time ({unit})")
     ax.set_ylabel("pending workloads")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count: whole-number ticks
     ax.set_title(f"Pending workloads per {per}")
     ax.legend(loc="upper right", fontsize="small")
     ax.grid(alpha=0.3)
@@ -231,8 +233,9 @@ def _charts(result: SimResult, out_dir: str) -> list[Chart]:
     ax.set_xscale("log")
     ax.set_xlim(*axis.xlim)
     ticks = [t for t in ax.get_xticks() if axis.xlim[0] < t <= axis.xlim[1] and t > axis.zero_x]
-    ax.set_xticks([axis.zero_x, *ticks], ["0", *(f"{t:g}" for t in ticks)])
-    ax.set_xlabel("time to admission (seconds, log scale; admitted at once is drawn at 0)")
+    ax.set_xticks([axis.zero_x, *ticks], [axis.zero_label, *(f"{t:g}" for t in ticks)])
+    at_zero = "admitted at once" if axis.zero_label == "0" else f"waits under {axis.low:g} s"
+    ax.set_xlabel(f"time to admission (seconds, log scale; {at_zero} drawn at {axis.zero_label})")
     ax.set_ylabel("% of the class admitted within")
     ax.set_title("Time to admission per workload class (cumulative distribution)")
     ax.legend(loc="lower right", fontsize="small")
@@ -256,16 +259,23 @@ def _charts(result: SimResult, out_dir: str) -> list[Chart]:
 class TimeToAdmissionAxis:
     """What the time-to-admission chart draws: one cumulative line per class.
 
-    The log axis starts one decade below the shortest non-zero wait (never at a fixed
-    1 ms that leaves half the chart empty), and waits of zero — admitted in the cycle
-    they arrived — are drawn at ``zero_x``, one more decade down, inside the axis and
-    labelled 0, so a class admitted at once is a visible line, not one hidden on the
-    axis.
+    The log axis starts at ``low``: the decade of the shortest non-zero wait, but never
+    more than ``AXIS_DECADES`` decades below the longest, so a one-cycle wait of a
+    millisecond next to waits of hours does not leave most of the axis empty. Waits of
+    zero (admitted in the cycle they arrived) and those under ``low`` are drawn at
+    ``zero_x``, one decade further down, inside the axis and labelled ``zero_label``
+    ("0", or "<low" when some non-zero waits are folded in), so a class admitted at
+    once is a visible line, not one hidden on the axis.
     """
 
+    low: float
     zero_x: float
+    zero_label: str
     xlim: tuple[float, float]
     lines: list[tuple[str, list[float], list[float]]]
+
+
+AXIS_DECADES = 4  # the time-to-admission axis spans at most this many decades of waits
 
 
 def time_to_admission_axis(result: SimResult) -> TimeToAdmissionAxis:
@@ -276,15 +286,23 @@ def time_to_admission_axis(result: SimResult) -> TimeToAdmissionAxis:
                 (rec.admitted_us - rec.sim.arrival_us) / US_PER_S
             )
     positive = [v for vs in by_class.values() for v in vs if v > 0]
-    low = 10 ** math.floor(math.log10(min(positive))) if positive else 1.0
     high = max(positive) if positive else 1.0
+    decade = math.floor(math.log10(min(positive))) if positive else 0
+    low = 10.0 ** max(decade, math.floor(math.log10(high)) - AXIS_DECADES)
     zero_x = low / 10
+    folded = any(v < low for v in positive)
     lines = []
     for c in sorted(by_class):
-        xs = sorted(v if v > 0 else zero_x for v in by_class[c])
+        xs = sorted(v if v >= low else zero_x for v in by_class[c])
         n = len(xs)
         lines.append((f"{c} (n={n})", [zero_x, *xs], [0.0] + [(k + 1) / n * 100 for k in range(n)]))
-    return TimeToAdmissionAxis(zero_x=zero_x, xlim=(zero_x / 2, high * 2), lines=lines)
+    return TimeToAdmissionAxis(
+        low=low,
+        zero_x=zero_x,
+        zero_label=f"<{low:g}" if folded else "0",
+        xlim=(zero_x / 2, high * 2),
+        lines=lines,
+    )
 
 
 def _credits_chart(result: SimResult, out_dir: str, times: list[float], unit: str) -> Chart:
@@ -345,7 +363,8 @@ def _index_html(summary: dict[str, Any], bound: LowerBound, charts: list[Chart])
     lb = summary["lowerBound"]
     rows = "".join(
         f"<tr><td>{e(c)}</td><td>{w['count']}</td><td>{_d(w['averageTimeToAdmissionMs'])}</td>"
-        f"<td>{_d(w['p95TimeToAdmissionMs'])}</td><td>{w['totalEvictions']}</td>"
+        f"<td>{_d(w['p95TimeToAdmissionMs'])}</td><td>{_d(w.get('maxTimeToAdmissionMs', 0))}</td>"
+        f"<td>{w['totalEvictions']}</td>"
         f"<td>{w['neverAdmitted']}</td></tr>"
         for c, w in summary["workloadClasses"].items()
     )
@@ -380,7 +399,7 @@ Engine: {eng["cycles"]} cycles, {eng["admissions"]} admissions, {eng["preemption
 <a href="workloads.csv">workloads.csv</a>, <a href="queues.csv">queues.csv</a>.</p>
 {_stopped_html(summary)}
 <h2>Workload classes</h2>
-<table><tr><th>class</th><th>count</th><th>avg time to admission</th><th>p95</th>
+<table><tr><th>class</th><th>count</th><th>avg time to admission</th><th>p95</th><th>max</th>
 <th>evictions</th><th>never admitted</th></tr>{rows}</table>
 <h2>ClusterQueue classes</h2>
 <table><tr><th>class</th><th>queues</th><th>usage %</th><th>resource</th><th>nominal quota</th></tr>{qrows}</table>
