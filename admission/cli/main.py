@@ -365,6 +365,9 @@ def _plan(args: argparse.Namespace) -> int:
             {"kind": g.kind, "generateName": g.generate_name, "name": g.name, "source": g.where}
             for g in generated
         ]
+    not_queued = [*inputs.not_queued, *(overlay.not_queued if overlay else [])]
+    if not_queued:
+        doc["notQueued"] = [n.json() for n in not_queued]
     fmt = _output_format(args.output)
     if fmt == "json":
         sys.stdout.write(plan_json_text(doc))

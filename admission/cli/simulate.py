@@ -52,6 +52,16 @@ def load_scenario(
     Without ``path``, ``seed`` draws another day of the bundled GPU cluster from its
     generator (the checked-in file is the day of the generator's own seed).
     """
+    if trace_path is not None:
+        if not os.path.exists(trace_path):
+            raise ScenarioError(f"--trace {trace_path}: no such file")
+        if os.path.isdir(trace_path):
+            raise ScenarioError(f"--trace {trace_path}: is a directory; give a JSON-lines file")
+        if path is None:
+            raise ScenarioError(
+                "--trace: give the SCENARIO whose queue objects the trace's workloads use "
+                "(the bundled scenario has its own trace)"
+            )
     if path is None and seed is not None:
         return _bundled_day(seed)
     if path is None:

@@ -43,6 +43,8 @@ import yaml
 
 from admission.drivers import strict
 from admission.drivers.loader_blocks import NotPlain, block_documents
+from admission.drivers.pod_resources import quantity_problems
+from admission.drivers.unqueued import NotQueued
 from admission.integrations.base import (
     Integration,
     IntegrationError,
@@ -210,6 +212,8 @@ class Inputs:
     """Keys of the Finished workloads left out (an overlay's finish its base's ones)."""
     warnings: list[str] = field(default_factory=list)
     generated_names: list[GeneratedName] = field(default_factory=list)
+    not_queued: list[NotQueued] = field(default_factory=list)
+    """Jobs no queue manages, with why (:mod:`.unqueued`)."""
     references: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict)
     """Objects job kinds take podSets from (a TrainingRuntime), by (plural, namespace, name)."""
 
@@ -357,6 +361,7 @@ def load_documents(
                 # Kueue's defaulting: the LocalQueue named "default" in the namespace, if
                 # any; otherwise the Job is not queue-managed and the service leaves it alone.
                 if f"{wl.namespace}/default" not in inputs.local_queues:
+                    _not_queued(inputs, origin, integration.kind, job, wl.namespace)
                     continue
                 wl.queue_name = "default"
             workloads.append((origin, wl))
@@ -556,6 +561,16 @@ def _core_object(
                 )
     except NodeInputError as exc:
         raise origin.error(exc.message, kind=kind, name=name, path=exc.path) from None
+
+
+def _not_queued(
+    inputs: Inputs, origin: _Origin, kind: str, job: dict[str, Any], namespace: str
+) -> None:
+    entry = NotQueued.without_label(
+        str(origin), kind, _display(kind, job.get("metadata")), namespace
+    )
+    if entry not in inputs.not_queued:  # a kind admitted through its pods: once
+        inputs.not_queued.append(entry)
 
 
 def _job_workloads(
@@ -888,8 +903,9 @@ def _identify(doc: dict[str, Any], origin: _Origin) -> tuple[str, str]:
 
 
 def _strict(doc: dict[str, Any], root: str, origin: _Origin, *, kind: str, name: str) -> None:
-    """Refuse unknown fields and mistyped values as the API server's strict decoding."""
-    problems = strict.check(doc, root)
+    """Refuse unknown fields and mistyped values as the API server's strict decoding,
+    and the quantities its validation refuses (:mod:`.pod_resources`)."""
+    problems = strict.check(doc, root) or quantity_problems(doc)
     if problems:
         raise _strict_error(problems, origin, kind=kind, name=name)
 

@@ -493,6 +493,11 @@ def plan_table(doc: dict[str, Any], *, wide: bool = False) -> str:
         for c in doc["whatIf"]["changes"]:
             rows.append((c["workload"], _short(c["before"]), _short(c["after"])))
         lines += _table(rows)
+    if doc.get("notQueued"):
+        lines += ["", "NOT QUEUED"]
+        rows = [("KIND", "NAME", "REASON")]
+        rows += [(n["kind"], n["name"], n["reason"]) for n in doc["notQueued"]]
+        lines += _table(rows)
     if doc.get("generatedNames"):
         lines += ["", "GENERATED NAMES"]
         rows = [("KIND", "NAME", "GENERATENAME", "SOURCE")]
