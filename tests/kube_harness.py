@@ -42,6 +42,27 @@ SA_USERNAME = f"system:serviceaccount:{SERVICE_NS}:quartermaster"
 CONTROLLER_TOKEN = "controller-token"
 SERVICE_ROUTE = f"{SERVICE_NS}/quartermaster-webhook-service"
 
+
+class _AllTestCrds(tuple):  # type: ignore[type-arg]
+    """The default of ``stack(crds=...)``: on the double, every CRD of ``tests/crds/``."""
+
+
+ALL_TEST_CRDS: Iterable[str] = _AllTestCrds()
+
+
+def operator_crds(plurals: Iterable[str]) -> list[Obj]:
+    """The CRDs of ``tests/crds/`` for the resources ``plurals`` (a plural not found
+    there is an error in the test)."""
+    from tests.apiserver.crds import TEST_CRD_DIR, load_crds
+
+    by_plural = {c["spec"]["names"]["plural"]: c for c in load_crds(TEST_CRD_DIR)}
+    wanted = list(plurals)
+    unknown = sorted(set(wanted) - set(by_plural))
+    if unknown:
+        raise ValueError(f"no CRD in tests/crds/ for {', '.join(unknown)}")
+    return [copy.deepcopy(by_plural[p]) for p in wanted]
+
+
 Obj = dict[str, Any]
 
 
@@ -320,10 +341,16 @@ async def stack(
     watch_window: int = 1000,
     before_start: Callable[[Any], None] | None = None,
     visibility: bool = False,
+    crds: Iterable[str] = ALL_TEST_CRDS,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
     """The service against ``backend``: the double (``DOUBLE``) or a
     :class:`tests.realserver.cluster.RealCluster` (the ``backend`` fixture gives both).
+
+    ``crds``: the job kinds' operator CRDs (``tests/crds/``, by plural) installed before
+    the service starts; ``()`` is a plain cluster with only the project's CRDs. The
+    double installs every one unless told; the real backend installs only those a test
+    names (once per session), so a test needing one says so.
 
     ``visibility=True`` also runs the visibility API, registered with the backend's
     aggregation layer (the double's :class:`~admission.apiserver_double.delegation.Aggregator`,
@@ -334,6 +361,7 @@ async def stack(
         async with real_stack(
             backend,
             tmp_path,
+            crds=() if crds is ALL_TEST_CRDS else tuple(crds),
             objects=objects,
             config=config,
             controller=controller,
@@ -355,7 +383,11 @@ async def stack(
         namespaces=(*DEFAULT_NAMESPACES, SERVICE_NS),
         watch_window=watch_window,
         bookmark_interval=0.5,
+        third_party_crds=crds is ALL_TEST_CRDS,
     ) as server:
+        if crds is not ALL_TEST_CRDS:
+            for crd in operator_crds(crds):
+                server.put_object(crd)
         if visibility:
             enable_aggregation(server)
             overrides.setdefault("visibility_port", 0)

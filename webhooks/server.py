@@ -450,20 +450,23 @@ def add_health_routes(
     *,
     checks: Callable[[], list[tuple[str, bool]]] | None = None,
     registry: CollectorRegistry | None = None,
+    details: Callable[[], list[str]] | None = None,
 ) -> None:
-    """``/healthz`` (alive), ``/readyz`` (503 naming what it waits for) and ``/metrics``
-    (Prometheus, when a registry is given): shared by the webhook server and ``serve``."""
+    """``/healthz`` (alive), ``/readyz`` (503 naming what it waits for; then the
+    ``details`` lines, such as which integrations run) and ``/metrics`` (Prometheus, when
+    a registry is given): shared by the webhook server and ``serve``."""
 
     async def healthz(_request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
     async def readyz(_request: web.Request) -> web.Response:
         missing = [name for name, ok in (checks() if checks else []) if not ok]
+        more = "".join(f"{line}\n" for line in (details() if details else []))
         if missing:
             return web.Response(
-                status=503, text=f"not ready: waiting for {' and '.join(missing)}\n"
+                status=503, text=f"not ready: waiting for {' and '.join(missing)}\n{more}"
             )
-        return web.Response(text="ok\n")
+        return web.Response(text=f"ok\n{more}")
 
     async def metrics_route(_request: web.Request) -> web.Response:
         assert registry is not None

@@ -10,8 +10,16 @@ children are left to their parent's integration. Adding a kind is one module und
 integrations run; a kind that is registered but not enabled is not watched, its
 webhooks answer "allowed" unchanged (Kueue's NoopWebhook), and its children are
 treated like any other object (a child Job of a disabled JobSet integration is a
-plain Job). Without the section every registered integration is enabled, like the
-configuration Kueue ships (Kueue's built-in default is ``batch/job`` alone).
+plain Job). Without the list every registered integration is enabled
+(:data:`DEFAULT_FRAMEWORKS`), as in the configuration Kueue ships
+(``config/components/manager/controller_manager_config.yaml`` enables batch/job, pod,
+deployment, statefulset, jobset, mpijob, rayjob, raycluster, trainjob and
+leaderworkerset; Kueue's built-in default, for a Configuration without the list, is
+``batch/job`` alone). The departure is deliberate: ``plan`` and ``simulate`` read any
+manifest without a configuration, and an enabled kind whose CRD is not installed costs
+nothing (it waits for its CRD: :mod:`admission.kube.integrationgate`). The shipped
+``manifests/base/config/config.yaml`` lists the same frameworks explicitly and
+manifests/README.md names them (a test keeps the three equal).
 ``integrations.externalFrameworks`` (``Kind.version.group``) names kinds managed by
 another controller through the Workload API: their children are left alone too.
 """
@@ -89,6 +97,8 @@ class Frameworks:
 
 
 ALL = Frameworks(frozenset(BY_FRAMEWORK))
+DEFAULT_FRAMEWORKS: tuple[str, ...] = tuple(i.framework for i in INTEGRATIONS)
+"""What ``integrations.frameworks`` is when not given: every registered integration."""
 
 
 def workload_status_is_the_services(workload: Mapping[str, Any], frameworks: Frameworks) -> bool:
@@ -111,7 +121,8 @@ def workload_status_is_the_services(workload: Mapping[str, Any], frameworks: Fra
 
 
 def frameworks(section: Mapping[str, Any] | None) -> Frameworks:
-    """The Configuration's ``integrations`` section parsed (None: every integration).
+    """The Configuration's ``integrations`` section parsed (None, or no ``frameworks``
+    list: :data:`DEFAULT_FRAMEWORKS`).
 
     Unknown framework names are refused (Kueue: ``integration not found``), as is a
     malformed external framework; the integrations an enabled one needs are added.
@@ -124,7 +135,10 @@ def frameworks(section: Mapping[str, Any] | None) -> Frameworks:
                                           "labelKeysToCopy"})  # fmt: skip
     if unknown_keys:
         raise FrameworksError(f"integrations.{unknown_keys[0]}: unknown field")
-    names = _strings(section.get("frameworks"), "integrations.frameworks")
+    listed = section.get("frameworks")
+    names = (
+        list(DEFAULT_FRAMEWORKS) if listed is None else _strings(listed, "integrations.frameworks")
+    )
     enabled: set[str] = set()
     for i, name in enumerate(names):
         if name not in BY_FRAMEWORK:

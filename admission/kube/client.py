@@ -111,6 +111,9 @@ VALIDATING_WEBHOOKS = Resource(
     False,
 )
 API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", "APIService", False)
+CUSTOM_RESOURCE_DEFINITIONS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
 
 QUEUE_WATCHED: tuple[Resource, ...] = (
     WORKLOADS,
@@ -176,8 +179,10 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *(c for r in QUEUE_WATCHED for c in _calls(("list", "watch"), r)),
         # topology-aware scheduling: every bound pod (whatever its kind) uses its node
         *_calls(("list", "watch"), PODS),
-        # every registered integration (enabled or not: the RBAC is static)
+        # every registered integration (enabled or not: the RBAC is static) ...
         *integration_calls(),
+        # ... started when its CRD is installed (.integrationgate)
+        *_calls(("list", "watch"), CUSTOM_RESOURCE_DEFINITIONS),
         # the owner chain of a Pod runs through its Deployment's ReplicaSet (.owners)
         *_calls(("get",), REPLICA_SETS),
         # job -> Workload: create, keep in sync, delete with the job, admit via status

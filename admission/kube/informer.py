@@ -167,6 +167,16 @@ class Informer:
         obj.setdefault("kind", self.resource.kind)
         return strip_managed_fields(obj)
 
+    def reset(self) -> None:
+        """Forget every object and the resourceVersion, unsynced, with no events (the
+        resource stopped being served: :mod:`.integrationgate`); the next :meth:`run`
+        lists afresh and reports each object as ADDED."""
+        self.store = self._new_store()
+        self._recent.clear()
+        self.resource_version = ""
+        self.synced.clear()
+        self._backoff.reset()
+
     # -- the loop -------------------------------------------------------------------------
 
     async def run(self) -> None:

@@ -175,6 +175,13 @@ class Metrics:
         self.leader = Gauge(
             "quartermaster_leader", "1 when this replica holds the Lease", registry=r
         )
+        self.integration_active = Gauge(
+            "quartermaster_integration_active",
+            "1 while an enabled integration runs, 0 while it waits for its kind's "
+            "CustomResourceDefinition",
+            ["framework"],
+            registry=r,
+        )
         self.loop_lag = Histogram(
             "quartermaster_event_loop_lag_seconds",
             "How late the event loop ran a periodic timer (webhooks, probes, the Lease and"

@@ -38,10 +38,8 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.engine.cache import Cache
 from admission.config import Config, ConfigError, load_config
-from queues.model import LabelSelector
-
+from admission.engine.cache import Cache
 from admission.kube.cabundle import CABundleReconciler
 from admission.kube.cachesync import CacheView
 from admission.kube.client import (
@@ -60,9 +58,12 @@ from admission.kube.client import (
 from admission.kube.context import ControllerOptions
 from admission.kube.controller import Controller
 from admission.kube.informer import Informer, strip_managed_fields
-from admission.kube.slim import slimmer_for
+from admission.kube.integrationgate import IntegrationGate
 from admission.kube.leader import DEFAULT_LEASE_NAME, LeaderElector
 from admission.kube.metrics import Metrics
+from admission.kube.podsready import pods_ready_options
+from admission.kube.ratelimit import TokenBucket, low_priority
+from admission.kube.slim import slimmer_for
 from admission.kube.topology import (
     BOUND_POD_SELECTOR,
     BOUND_PODS,
@@ -72,8 +73,7 @@ from admission.kube.topology import (
     slim_pod,
     slim_tas_pod,
 )
-from admission.kube.podsready import pods_ready_options
-from admission.kube.ratelimit import TokenBucket, low_priority
+from queues.model import LabelSelector
 
 from .looplag import LoopLagMonitor
 
@@ -180,6 +180,7 @@ class Service:
         self.elector: LeaderElector | None = None
         self.ca_bundles: CABundleReconciler | None = None
         self.informers: dict[str, Informer] = {}
+        self.gate: IntegrationGate | None = None  # runs the informers of CRD-backed kinds
         self.certs_loaded = False
         self._stop = asyncio.Event()
         self._events: set[asyncio.Future[Any]] = set()
@@ -196,8 +197,15 @@ class Service:
         self._stop.set()
 
     @property
+    def core_informers(self) -> list[Informer]:
+        """The informers readiness waits for: all but those of CRD-backed kinds."""
+        gate = self.gate
+        return [i for k, i in self.informers.items() if gate is None or not gate.is_gated(k)]
+
+    @property
     def synced(self) -> bool:
-        return bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
+        core = self.core_informers
+        return bool(core) and all(i.synced.is_set() for i in core)
 
     # -- run ----------------------------------------------------------------------------------
 
@@ -221,8 +229,10 @@ class Service:
         try:
             self._build()
             assert self.controller is not None
-            for inf in self.informers.values():
+            for inf in self.core_informers:
                 tasks.append(asyncio.create_task(inf.run(), name=f"informer-{inf.name}"))
+            assert self.gate is not None
+            tasks.append(asyncio.create_task(self.gate.run(), name="integrations"))
             tasks.append(asyncio.create_task(self._serve_http(), name="health-metrics"))
             tasks.append(asyncio.create_task(self._loop_lag.run(), name="loop-lag"))
             if opts.webhooks:
@@ -273,7 +283,7 @@ class Service:
             raise task.exception()  # type: ignore[misc]
 
     async def _all_synced(self) -> None:
-        await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
+        await asyncio.gather(*(i.synced.wait() for i in self.core_informers))
 
     async def _ready_when_serving(self) -> None:
         while not self.certs_loaded:
@@ -312,6 +322,13 @@ class Service:
                 slimmer=slimmer_for(res.plural, res.group),
                 keep_recent=256 if res.plural in ("jobs", "pods") else 0,
             )
+        self.gate = IntegrationGate(
+            client=self.client,
+            informers=self.informers,
+            integrations=copts.frameworks.integrations(),
+            metrics=self.metrics,
+            rng=random.Random(rng.random()),
+        )
         # Topology-aware scheduling: every bound pod uses its node (slimmed to its usage).
         self.informers[BOUND_PODS] = Informer(
             self.client,
@@ -413,7 +430,9 @@ class Service:
 
         health = web.Application()
         add_health_routes(
-            health, checks=lambda: [("informers", self.synced), ("certificates", self.certs_loaded)]
+            health,
+            checks=lambda: [("informers", self.synced), ("certificates", self.certs_loaded)],
+            details=self.gate.status_lines if self.gate is not None else None,
         )
         mapp = web.Application()
         add_health_routes(mapp, registry=self.metrics.registry)
