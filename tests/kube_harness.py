@@ -53,7 +53,7 @@ ALL_TEST_CRDS: Iterable[str] = _AllTestCrds()
 def operator_crds(plurals: Iterable[str]) -> list[Obj]:
     """The CRDs of ``tests/crds/`` for the resources ``plurals`` (a plural not found
     there is an error in the test)."""
-    from tests.apiserver.crds import TEST_CRD_DIR, load_crds
+    from admission.apiserver_double.crds import TEST_CRD_DIR, load_crds
 
     by_plural = {c["spec"]["names"]["plural"]: c for c in load_crds(TEST_CRD_DIR)}
     wanted = list(plurals)
