@@ -26,7 +26,10 @@ handshake, held every slot and starved all the others until they timed out.
 
 In a cluster the API server's connections come from the control plane's addresses and a
 hostile pod's from its own (the NetworkPolicy refuses them first where it is enforced);
-the per-source cap is what keeps one pod from taking the connection budget of all.
+the per-source cap is what keeps one pod from taking the connection budget of all, and
+when several sources together fill the port, the idle connections of some give way to
+newcomers from others (:mod:`webhooks.connections`): sources that send valid reviews
+(the API server) keep being served.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ import errno
 import socket
 import ssl
 import struct
-from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from .connections import Connection, ConnectionTable
 
 _LINGER_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends an RST, no TIME_WAIT
 
@@ -63,6 +67,7 @@ class GuardedListener:
         limits: ListenerLimits,
         protocol_factory: Callable[[], asyncio.BaseProtocol],
         on_refused: Callable[[str, str], None] = lambda source, why: None,
+        table: ConnectionTable | None = None,
     ) -> None:
         self.sockets = [sock]
         self._sock = sock
@@ -70,13 +75,11 @@ class GuardedListener:
         self._limits = limits
         self._factory = protocol_factory
         self._on_refused = on_refused
-        self.per_source: Counter[str] = Counter()
-        self.total = 0
+        self.table = table if table is not None else ConnectionTable()
         self.refused = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-        self._release_of: dict[Any, Callable[[], None]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -101,9 +104,7 @@ class GuardedListener:
 
     def connection_ended(self, key: Any) -> None:
         """The established connection ``key`` (the protocol) is gone: free its place."""
-        release = self._release_of.pop(key, None)
-        if release is not None:
-            release()
+        self.table.ended(key)
 
     # -- accepting ------------------------------------------------------------------------
 
@@ -122,18 +123,21 @@ class GuardedListener:
                     self._pause(0.1)  # the fd stays readable: do not spin on it
                 return
             source = str(addr[0]) if isinstance(addr, tuple) else "local"
-            if self.total >= limits.max_connections:
-                self._refuse(conn, source, f"{self.total} connections open (the cap)")
+            table = self.table
+            held = table.count.get(source, 0)
+            if held >= limits.max_connections_per_source:
+                self._refuse(conn, source, f"{held} connections open from {source}")
                 continue
-            if self.per_source[source] >= limits.max_connections_per_source:
-                self._refuse(
-                    conn, source, f"{self.per_source[source]} connections open from {source}"
-                )
-                continue
-            self.total += 1
-            self.per_source[source] += 1
+            if table.total >= limits.max_connections:
+                victim = table.victim(source)
+                if victim is None:
+                    self._refuse(conn, source, f"{table.total} connections open (the cap)")
+                    continue
+                table.shed_for(victim)
             conn.setblocking(False)
-            task = asyncio.ensure_future(self._handshake(conn, source))
+            entry = table.add(source)
+            task = asyncio.ensure_future(self._handshake(conn, entry))
+            entry.abort = _canceller(task)  # until the handshake is done
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -157,36 +161,31 @@ class GuardedListener:
         conn.close()
         self._on_refused(source, why)
 
-    def _releaser(self, source: str) -> Callable[[], None]:
-        done = False
-
-        def release() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            self.total -= 1
-            self.per_source[source] -= 1
-            if self.per_source[source] <= 0:
-                del self.per_source[source]
-
-        return release
-
-    async def _handshake(self, conn: socket.socket, source: str) -> None:
+    async def _handshake(self, conn: socket.socket, entry: Connection) -> None:
         assert self._loop is not None
-        release = self._releaser(source)
         timeout = self._limits.handshake_timeout
         try:  # the transport owns conn from here on (and closes it on failure)
-            _transport, protocol = await self._loop.connect_accepted_socket(
+            transport, protocol = await self._loop.connect_accepted_socket(
                 self._factory, sock=conn, ssl=self._ssl, ssl_handshake_timeout=timeout
             )
         except (OSError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
-            release()
+            conn.close()  # a no-op when the transport closed it already
+            self.table.release(entry)
             return
         except BaseException:
-            release()
+            conn.close()
+            self.table.release(entry)
             raise
-        if protocol.transport is None:  # type: ignore[attr-defined]  # lost already
-            release()
+        if protocol.transport is None or entry.released:  # type: ignore[attr-defined]
+            transport.abort()  # lost already, or shed while its handshake finished
+            self.table.release(entry)
         else:
-            self._release_of[protocol] = release
+            entry.abort = transport.abort
+            self.table.bind(protocol, entry)
+
+
+def _canceller(task: asyncio.Task[None]) -> Callable[[], None]:
+    def cancel() -> None:
+        task.cancel()
+
+    return cancel

@@ -24,11 +24,10 @@ import json
 import logging
 import os
 import signal
-import socket
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from time import monotonic, perf_counter
+from time import perf_counter
 from typing import Any
 
 from aiohttp import web
@@ -41,10 +40,11 @@ from admission.integrations.registry import ALL, Frameworks
 from . import quota
 from .certs import ReloadingSSLContext, ensure_cert_dir
 from .config import WebhookConfig
+from .connections import ConnectionTable
 from .integrations import integration_webhooks
-from .listener import GuardedListener
 from .offloop import OffLoopRunner, run_inline
 from .owners import OwnerSource, needs_owners, read_owners
+from .ratelog import RateLimitedLog
 from .review import (
     AdmissionRequest,
     HandlerContext,
@@ -54,6 +54,7 @@ from .review import (
     allow,
     deny,
 )
+from .site import GuardedSite, ServerLimits, raise_open_files_limit
 from .view import InMemoryView, ModelView
 
 _json_loads: Callable[[bytes | str], Any]
@@ -163,32 +164,6 @@ class WebhookMetrics:
         yield requests
         yield latency
         yield denials
-
-
-class RateLimitedLog:
-    """At most ``burst`` lines per ``interval`` seconds; the next line after a quiet
-    spell says how many were suppressed. A hostile client cannot fill the log."""
-
-    def __init__(self, burst: int = 10, interval: float = 60.0) -> None:
-        self.burst, self.interval = burst, interval
-        self._window_start = -float("inf")
-        self._count = 0
-        self.suppressed = 0
-
-    def __call__(self, level: int, msg: str, *args: Any) -> bool:
-        now = monotonic()
-        if now - self._window_start >= self.interval:
-            self._window_start, self._count = now, 0
-        if self._count >= self.burst:
-            self.suppressed += 1
-            return False
-        self._count += 1
-        if self.suppressed:
-            msg += " (%d similar line(s) suppressed)"
-            args = (*args, self.suppressed)
-            self.suppressed = 0
-        log.log(level, msg, *args)
-        return True
 
 
 _bad_request_log = RateLimitedLog()
@@ -443,6 +418,7 @@ def finish_review(
 STATE_KEY = web.AppKey("webhook_state", WebhookState)
 METRICS_KEY = web.AppKey("webhook_metrics", WebhookMetrics)
 RUNNER_KEY = web.AppKey("webhook_offloop", OffLoopRunner)
+CONNECTIONS_KEY = web.AppKey("webhook_connections", ConnectionTable)
 
 
 def add_health_routes(
@@ -507,6 +483,8 @@ def build_app(
     app[STATE_KEY] = state
     app[METRICS_KEY] = metrics
     app[RUNNER_KEY] = runner
+    connections = ConnectionTable(trust_window=limits.trust_window)
+    app[CONNECTIONS_KEY] = connections
 
     too_large = f"request body over {MAX_BODY_BYTES} bytes\n".encode()
     encoded = (
@@ -565,7 +543,7 @@ def build_app(
         return route
 
     for spec in specs:
-        app.router.add_post(spec.path, make_route(spec))
+        app.router.add_post(spec.path, connections.track(make_route(spec)))
 
     add_health_routes(
         app,
@@ -573,139 +551,6 @@ def build_app(
         registry=metrics.registry,
     )
     return app
-
-
-@dataclass(slots=True)
-class ServerLimits:
-    """What one client may cost the server (hardening: a slow or idle connection, a
-    compressed body, a flood of connections must not stall the event loop).
-
-    ``idle_timeout`` closes a connection that has not sent complete request headers
-    that long after connecting or after its last response (aiohttp's keep-alive timer
-    starts at connect); ``body_timeout`` bounds the read of one request body. Before its
-    TLS handshake a connection is admitted by source (:mod:`webhooks.listener`): beyond
-    ``max_connections_per_source`` open from one address or ``max_connections`` in all
-    it is closed at once; a handshake takes at most ``handshake_timeout``;
-    ``accept_batch`` connections are accepted per wake-up.
-    """
-
-    idle_timeout: float = 5.0
-    handshake_timeout: float = 5.0
-    body_timeout: float = 10.0
-    max_connections: int = 1000
-    # The API server keeps a pool of connections per webhook host (HTTP/1.1: up to a
-    # few hundred under a burst of reviews); one hostile pod must not reach the cap.
-    max_connections_per_source: int = 250
-    accept_batch: int = 32
-    # asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol
-    # .max_size): 2,000 idle connections held ~600 MiB. A TLS record is at most 16 KiB,
-    # so 64 KiB loses nothing but memory (process-wide: set when the server starts).
-    tls_read_buffer: int = 64 * 1024
-    what_if_mode: str | None = None  # webhooks.offloop: "process" (default) or "thread"
-
-    def handler_kwargs(self) -> dict[str, Any]:
-        return {
-            "keepalive_timeout": self.idle_timeout,
-            "lingering_time": 0,  # never drain a body we refused (or did not finish)
-            "auto_decompress": False,  # never inflate: Content-Encoding is refused (415)
-        }
-
-
-_refused_log = RateLimitedLog()
-
-
-def _log_refused(source: str, why: str) -> None:
-    _refused_log(logging.WARNING, "connection from %s closed before TLS: %s", source, why)
-
-
-def _listening_socket(host: str, port: int, backlog: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError as err:  # worded as asyncio's create_server words it
-        sock.close()
-        raise OSError(
-            err.errno,
-            f"error while attempting to bind on address {(host, port)!r}: "
-            f"{(err.strerror or str(err)).lower()}",
-        ) from None
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-class _GuardedSite(web.BaseSite):
-    """A TLS site whose connections are admitted before their handshake
-    (:class:`webhooks.listener.GuardedListener`)."""
-
-    __slots__ = ("_host", "_port", "_limits", "listener")
-
-    def __init__(
-        self,
-        runner: web.BaseRunner,
-        host: str,
-        port: int,
-        *,
-        ssl_context: Any,
-        backlog: int,
-        limits: ServerLimits,
-    ) -> None:
-        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
-        self._host, self._port, self._limits = host, port, limits
-        self.listener: GuardedListener | None = None
-
-    @property
-    def name(self) -> str:
-        return f"https://{self._host}:{self._port}"
-
-    async def start(self) -> None:
-        await super().start()
-        from asyncio import sslproto
-
-        if self._limits.tls_read_buffer > 0:
-            sslproto.SSLProtocol.max_size = self._limits.tls_read_buffer  # type: ignore[attr-defined]
-        server = self._runner.server
-        assert server is not None and self._ssl_context is not None
-        listener = GuardedListener(
-            _listening_socket(self._host, self._port, self._backlog),
-            ssl_context=self._ssl_context,
-            limits=self._limits,
-            protocol_factory=server,
-            on_refused=_log_refused,
-        )
-        # aiohttp's Server hears of every closed connection (RequestHandler tells its
-        # manager); the listener must too, to free the connection's place.
-        forward = server.connection_lost
-
-        def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
-            listener.connection_ended(handler)
-            forward(handler, exc)
-
-        server.connection_lost = connection_lost  # type: ignore[method-assign]
-        listener.start()
-        self.listener = listener
-        self._server = listener  # type: ignore[assignment]
-
-
-def raise_open_files_limit() -> tuple[int, int]:
-    """Raise RLIMIT_NOFILE's soft limit to its hard limit (every connection is an fd;
-    the common soft limit of 1024 stops accept() long before memory runs out)."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not on POSIX
-        return (-1, -1)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError) as exc:
-            log.warning("cannot raise RLIMIT_NOFILE from %d to %d: %s", soft, hard, exc)
-    return soft, hard
 
 
 async def run_webhook_server(
@@ -740,8 +585,14 @@ async def run_webhook_server(
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **limits.handler_kwargs())
     await runner.setup()
     try:
-        site = _GuardedSite(
-            runner, host, port, ssl_context=tls.context, backlog=4096, limits=limits
+        site = GuardedSite(
+            runner,
+            host,
+            port,
+            ssl_context=tls.context,
+            backlog=4096,
+            limits=limits,
+            table=app[CONNECTIONS_KEY],
         )
         await site.start()
         log.debug("open files limit %d", soft)
