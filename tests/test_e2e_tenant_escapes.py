@@ -160,3 +160,123 @@ def test_a_tenant_cannot_remove_the_admission_gate_of_a_pending_pod(
             assert GATE in [g["name"] for g in stored["spec"]["schedulingGates"]]
 
     asyncio.run(main())
+
+
+# -------------------------------------------------------------- children naming an owner
+
+
+def forged_pod(name: str, owner: Obj, *, cpu: str = "1") -> Obj:
+    """A pod naming ``owner`` as its controller, written by a tenant (not its controller)."""
+    pod = queued_pod(name, cpu=cpu)
+    pod["metadata"]["namespace"] = NS
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "controller": True,
+         "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}
+    ]  # fmt: skip
+    return pod
+
+
+def gated(pod: Obj | None) -> bool:
+    return GATE in [
+        g.get("name") for g in ((pod or {}).get("spec") or {}).get("schedulingGates") or []
+    ]
+
+
+def pod_workload(s: Any, pod_name: str) -> Obj | None:
+    for wl in s.workloads(NS):
+        refs = wl["metadata"].get("ownerReferences") or []
+        if any(r.get("kind") == "Pod" and r.get("name") == pod_name for r in refs):
+            return wl
+    return None
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_pod_naming_a_running_object_as_its_owner_is_queued_on_its_own(
+    case: KindCase, tmp_path: Path, backend: Any
+) -> None:
+    """No kind's controller makes a pod like this one (no name or label of its
+    replicas): the owner's admission does not cover it, so it is gated with its own
+    Workload."""
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(case)) as s:
+            await admitted_object(s, case, "first")
+            owner = s.get(case.resource.plural, "first", NS)
+            assert owner is not None
+            created = await s.user.create(k.PODS, forged_pod("stowaway", owner), namespace=NS)
+            assert gated(created), created["spec"]
+            await eventually(lambda: pod_workload(s, "stowaway"), what="the pod's own Workload")
+            assert gated(s.get("pods", "stowaway", NS))
+
+    asyncio.run(main())
+
+
+def test_a_wide_job_naming_an_admitted_jobset_is_suspended_and_queued_on_its_own(
+    tmp_path: Path, backend: Any
+) -> None:
+    """A batch Job of parallelism 20 naming an admitted 2-pod JobSet: none of its
+    replicated Jobs' replicas is like it, so the JobSet's admission does not cover it."""
+    from tests.test_integration_jobset import child_job, jobset
+
+    case = test_integration_jobset.CASE
+    roles = [("driver", 1), ("workers", 1)]
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(case)) as s:
+            await s.user.create(case.resource, jobset("js", roles, meta("js")), namespace=NS)
+            await eventually(
+                lambda: admitted(workload_of(s.server, case.integration, "js")), what="admitted"
+            )
+            js = await eventually(
+                lambda: (j := s.get("jobsets", "js", NS)) and not j["spec"]["suspend"] and j,
+                what="the JobSet started",
+            )
+            wide = child_job(js, "workers", 0)
+            wide["metadata"]["name"] = "js-workers-1"  # replicas: 1, so index 0 only
+            wide["spec"]["parallelism"] = wide["spec"]["completions"] = 20
+            created = await s.user.create(k.JOBS, wide, namespace=NS)
+            assert created["spec"]["suspend"] is True
+            wl = await eventually(lambda: s.workload_of_job(NS, "js-workers-1"), what="its own")
+            assert wl["spec"]["podSets"][0]["count"] == 20
+            # the JobSet controller's own Job for that replica is still its
+            legit = await s.user.create(k.JOBS, child_job(js, "workers", 0), namespace=NS)
+            assert legit["spec"]["suspend"] is False
+            await asyncio.sleep(0.5)
+            assert s.workload_of_job(NS, "js-workers-0") is None
+
+    asyncio.run(main())
+
+
+def test_pods_naming_owners_that_cost_nothing_are_queued_on_their_own(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Pods naming a queued Deployment or StatefulSet of 0 replicas, or an admitted Job
+    whose selector they do not match: each is gated, with its own Workload."""
+    from admission.integrations.deployment import DEPLOYMENT
+    from admission.integrations.statefulset import STATEFULSET
+    from tests.kube_harness import job
+    from tests.test_integration_deployment import deployment
+    from tests.test_integration_statefulset import statefulset
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=SMALL_QUEUE) as s:
+            owners = [
+                await s.user.create(
+                    DEPLOYMENT.resource, deployment("web", 0, meta("web")), namespace=NS
+                ),
+                await s.user.create(
+                    STATEFULSET.resource, statefulset("db", [("main", 0)], meta("db")), namespace=NS
+                ),
+                await s.user.create(k.JOBS, job(NS, "j", queue="lq", cpu="1"), namespace=NS),
+            ]
+            await eventually(lambda: admitted(s.workload_of_job(NS, "j")), what="j admitted")
+            owners[2] = s.get("jobs", "j", NS)
+            for i, owner in enumerate(owners):
+                for n in range(2):
+                    name = f"free-{i}-{n}"
+                    created = await s.user.create(k.PODS, forged_pod(name, owner), namespace=NS)
+                    assert gated(created), (owner["kind"], created["spec"])
+            for i in range(len(owners)):
+                await eventually(lambda i=i: pod_workload(s, f"free-{i}-0"), what="own Workload")
+
+    asyncio.run(main())

@@ -60,10 +60,14 @@ def obj(api_version: str, kind: str, name: str, *, queue: bool = False,
 
 
 def chain(job_q: bool, jobset_q: bool, aw_q: bool) -> tuple[dict, dict[str, dict]]:
-    """Job -> JobSet -> AppWrapper, each naming a queue or not."""
+    """Job -> JobSet -> AppWrapper, each naming a queue or not; the Job is the one the
+    JobSet controller makes for the JobSet's replicated Job ``w``."""
     aw = obj(APPWRAPPER_V, "AppWrapper", "aw", queue=aw_q)
     js = obj(JOBSET_V, "JobSet", "js", queue=jobset_q, owner=aw)
-    job = obj("batch/v1", "Job", "job", queue=job_q, owner=js)
+    js["spec"] = {"replicatedJobs": [{"name": "w", "replicas": 1,
+                                      "template": {"spec": {"template": pod_template()}}}]}  # fmt: skip
+    job = obj("batch/v1", "Job", "js-w-0", queue=job_q, owner=js)
+    job["spec"] = {"template": pod_template()}
     return job, {o["metadata"]["name"]: o for o in (aw, js)}
 
 
@@ -120,26 +124,28 @@ def test_a_deployments_pods_reach_it_through_its_replicaset() -> None:
 
 
 def test_a_cycle_an_owner_not_found_and_a_chain_over_ten_are_errors() -> None:
-    a = obj(JOBSET_V, "JobSet", "a", queue=True)
-    b = obj(JOBSET_V, "JobSet", "b", queue=True, owner=a)
-    a["metadata"]["ownerReferences"] = [{"apiVersion": JOBSET_V, "kind": "JobSet", "name": "b",
-                                         "uid": "uid-b", "controller": True}]  # fmt: skip
+    """External framework owners (AppWrappers here) are walked through unchecked."""
+    a = obj(APPWRAPPER_V, "AppWrapper", "a", queue=True)
+    b = obj(APPWRAPPER_V, "AppWrapper", "b", queue=True, owner=a)
+    a["metadata"]["ownerReferences"] = [{"apiVersion": APPWRAPPER_V, "kind": "AppWrapper",
+                                         "name": "b", "uid": "uid-b", "controller": True}]  # fmt: skip
     job = obj("batch/v1", "Job", "j", owner=b)
     with pytest.raises(CyclicOwnership):
         ancestor_name(job, {"a": a, "b": b}, ALL_AND_APPWRAPPER, False)
-    with pytest.raises(OwnerNotFound, match="JobSet team-a/b"):
+    with pytest.raises(OwnerNotFound, match="AppWrapper team-a/b"):
         ancestor_name(job, {}, ALL_AND_APPWRAPPER, False)
     objects: dict[str, dict] = {}
-    top = obj(JOBSET_V, "JobSet", "js0", queue=True)
-    objects["js0"] = top
+    top = obj(APPWRAPPER_V, "AppWrapper", "aw0", queue=True)
+    objects["aw0"] = top
     for i in range(1, 11):
-        top = obj(JOBSET_V, "JobSet", f"js{i}", owner=top)
+        top = obj(APPWRAPPER_V, "AppWrapper", f"aw{i}", owner=top)
         objects[top["metadata"]["name"]] = top
     deep = obj("batch/v1", "Job", "deep", owner=top)
     with pytest.raises(ChainTooDeep, match="exceeded limit of 10"):
         ancestor_name(deep, objects, ALL_AND_APPWRAPPER, False)
-    del objects["js0"]["metadata"]["labels"]
-    shallow = obj("batch/v1", "Job", "shallow", owner=objects["js9"])
+    for o in objects.values():
+        o["metadata"].pop("labels", None)
+    shallow = obj("batch/v1", "Job", "shallow", owner=objects["aw9"])
     assert ancestor_name(shallow, objects, ALL_AND_APPWRAPPER, False) is None  # 10 owners: fine
 
 
@@ -232,7 +238,7 @@ def test_a_running_child_of_a_pending_jobset_is_suspended_and_gets_no_workload(
     tmp_path: Path, backend: Any
 ) -> None:
     """Kueue's ``shouldSuspendChildJob``: a child whose managed ancestor is not admitted
-    does not run outside quota; pods under it (through an unqueued Job) are not gated."""
+    does not run outside quota; a pod naming its suspended Job is gated on its own."""
     too_big = [(CASE.roles[0][0], CASE.roles[0][1]), (CASE.roles[1][0], 100)]
 
     async def main() -> None:
@@ -250,13 +256,13 @@ def test_a_running_child_of_a_pending_jobset_is_suspended_and_gets_no_workload(
                 what="the reconciler suspends the child of a JobSet that is not admitted",
             )
             assert s.workload_of_job(NS, "js-workers-0") is None
-            # a Pod of an unqueued Job of the queued JobSet: its ancestor is the JobSet
+            # a Pod written to name a suspended Job (which runs no pods) of the JobSet is
+            # not covered by it: it is queued on its own, gated
             plain = await s.user.create(
                 k.JOBS, child_of(js, "js-workers-1", queue=False, suspend=True), namespace=NS
             )
             created = await s.user.create(k.PODS, pod_of(plain, "js-workers-1-a"), namespace=NS)
-            assert not created["spec"].get("schedulingGates")
-            assert not created["metadata"].get("finalizers")
+            assert created["spec"].get("schedulingGates") == [{"name": "kueue.x-k8s.io/admission"}]
             # an owner that does not exist cannot be decided: refused
             ghost = {"apiVersion": "batch/v1", "kind": "Job",
                      "metadata": {"name": "ghost", "uid": "0000"}}  # fmt: skip

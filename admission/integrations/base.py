@@ -450,6 +450,14 @@ class Integration:
 
     # -- ownership -----------------------------------------------------------------------
 
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        """None when ``child`` (controlled by ``obj``) is one ``obj``'s controller makes,
+        covered by ``obj``'s admission; otherwise why not, and ``child`` is queued on its
+        own (:mod:`.children`). By default a kind covers no child."""
+        from .children import refuse
+
+        return refuse(obj, child)
+
     def workload_name(self, obj: Mapping[str, Any]) -> str:
         m = meta_of(obj)
         return workload_name(

@@ -45,6 +45,7 @@ from .base import (
     workload_model,
     workload_name,
 )
+from .children import job_may_own
 
 __all__ = [
     "JOB",
@@ -105,6 +106,9 @@ class JobIntegration(Integration):
 
     def is_active(self, obj: Mapping[str, Any]) -> bool:
         return job_active(obj) > 0
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        return job_may_own(obj, child, suspended=self.is_suspended(obj))
 
     def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """Kueue's ``Job.ReclaimablePods``: once fewer completions remain than

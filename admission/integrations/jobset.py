@@ -34,6 +34,7 @@ from .base import (
     ref_of,
     template_at,
 )
+from .children import jobset_may_own
 
 
 class JobSetIntegration(Integration):
@@ -102,6 +103,9 @@ class JobSetIntegration(Integration):
             _int(s.get("ready")) + _int(s.get("succeeded")) for s in _replicated_job_statuses(obj)
         )
         return ready >= replicas
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        return jobset_may_own(obj, child, (obj.get("spec") or {}).get("replicatedJobs") or [])
 
     def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """Kueue's ``JobSet.ReclaimablePods``: a replicated Job's succeeded replicas

@@ -29,6 +29,7 @@ from .base import (
     ref_of,
     template_at,
 )
+from .children import indexed_name, pod_of_role_may_own
 
 
 class KubeflowIntegration(Integration):
@@ -73,6 +74,19 @@ class KubeflowIntegration(Integration):
                 )
             )
         return roles
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        """The operator's pods ``<job>-<replica type>-<index>``, index below the replicas
+        (unique names: at most the replicas), while the job runs."""
+        specs = (obj.get("spec") or {}).get(self.replica_specs_field) or {}
+        counts = {
+            str(rtype).lower(): rs.get("replicas", 1) if isinstance(rs, Mapping) else 0
+            for rtype, rs in (specs.items() if isinstance(specs, Mapping) else ())
+        }
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        child_name = str((child.get("metadata") or {}).get("name") or "")
+        known = indexed_name(name, child_name, counts) is not None
+        return pod_of_role_may_own(obj, child, suspended=self.is_suspended(obj), known=known)
 
     def priority_class_name(self, obj: Mapping[str, Any], roles: Sequence[Role]) -> tuple[str, str]:
         policy = ((obj.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy") or {}

@@ -51,6 +51,7 @@ from .base import (
     template_at,
     workload_name,
 )
+from .children import kind_of, named_child_may_own
 from .podowner import Edit, Obj, PodOwnerIntegration, UpdateCheck, at, immutable, shape_errors
 
 FRAMEWORK = "leaderworkerset.x-k8s.io/leaderworkerset"
@@ -148,6 +149,14 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
             return self.size(owner)
         except IntegrationError:
             return 1
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        """Its leader StatefulSet, named as the set (the workers' StatefulSets are the
+        leader pods'), besides the pods of its held templates."""
+        if kind_of(child) == ("apps/v1", "StatefulSet"):
+            name = str(meta_of(obj).get("name") or "")
+            return named_child_may_own(obj, child, {("apps/v1", "StatefulSet"): name})
+        return super().may_own(obj, child)
 
     def update_errors(self, new: Obj, old: Obj, check: UpdateCheck) -> list[str]:
         """Kueue's LeaderWorkerSet ``ValidateUpdate``: for a managed set, the leader and

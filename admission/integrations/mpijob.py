@@ -9,7 +9,11 @@ pkg/apis/kubeflow/v2beta1/types.go.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from .base import Resource
+from .children import JOB, kind_of, not_made_by, same_shape
 from .kubeflow import KubeflowIntegration
 
 
@@ -19,6 +23,22 @@ class MPIJobIntegration(KubeflowIntegration):
     replica_specs_field = "mpiReplicaSpecs"
     replica_types = ("Launcher", "Worker")
     pod_index_label = "training.kubeflow.org/replica-index"
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        """Besides the worker pods, the launcher Job ``<mpijob>-launcher``: one pod of
+        the launcher template's shape."""
+        if kind_of(child) != JOB:
+            return super().may_own(obj, child)
+        name = f"{(obj.get('metadata') or {}).get('name')}-launcher"
+        spec = child.get("spec") or {}
+        launcher = ((obj.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Launcher") or {}
+        if (child.get("metadata") or {}).get("name") != name:
+            return not_made_by(obj, child, f"its launcher Job is named {name!r}")
+        if spec.get("parallelism", 1) != 1 or not same_shape(
+            spec.get("template"), launcher.get("template")
+        ):
+            return not_made_by(obj, child, "it is not one pod of the launcher template")
+        return None
 
 
 MPIJOB = MPIJobIntegration()

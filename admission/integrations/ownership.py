@@ -18,6 +18,11 @@ references up from the object:
   one found is the answer;
 * a cycle, or more than 10 owners, is an error (the reconciler's ``JobNestingTooDeep``).
 
+Beyond Kueue, an owner covers a child only if its controller could have made it
+(``Integration.may_own``, :mod:`.children`): the walk stops at the first enabled
+integration's owner that disowns its child, so a Job written to name an admitted
+JobSet, or a pod naming a Deployment of 0 replicas, is queued on its own.
+
 The walk is written without I/O (:func:`walk` is a generator that yields the owner
 reference it needs and is sent the object, or None when there is none), so one
 definition serves the webhooks (their owners read before the review is decided) and
@@ -39,6 +44,7 @@ from .base import controller_ref, meta_of
 from .registry import BY_KIND, Frameworks
 
 MANAGED_OWNERS_CHAIN_LIMIT = 10
+STAND_IN = "x-quartermaster-stand-in"  # marks an owner that was not read
 REPLICA_SET = ("apps/v1", "ReplicaSet")
 
 
@@ -126,6 +132,8 @@ def walk(
             )
         if str(meta_of(parent).get("uid") or "") != want.uid:
             return top  # a stale reference: not this object's owner
+        if disowned(frameworks, parent, current):
+            return top  # not one its controller makes: not covered by it
         if is_managed_kind(frameworks, api_version, kind) and (
             manage_without_queue_name or queue_name(parent)
         ):
@@ -136,6 +144,18 @@ def walk(
                 "Terminated search for Kueue-managed Job because ancestor depth exceeded "
                 f"limit of {MANAGED_OWNERS_CHAIN_LIMIT}"
             )
+
+
+def disowned(frameworks: Frameworks, parent: Mapping[str, Any], child: Mapping[str, Any]) -> str:
+    """Why ``parent`` (of an enabled integration's kind) does not cover ``child``
+    (``Integration.may_own``); "" when it does, or when it is not ours to say: an
+    owner of another controller (external, disabled, a ReplicaSet), a pod (never an
+    ancestor that admits), or one not read (:func:`stand_in`)."""
+    integ = frameworks.integration_for(str(parent.get("apiVersion") or ""),
+                                       str(parent.get("kind") or ""))  # fmt: skip
+    if integ is None or integ.reconciler == "pods" or parent.get(STAND_IN):
+        return ""
+    return integ.may_own(parent, child) or ""
 
 
 def kind_name(obj: Mapping[str, Any]) -> str:
@@ -192,8 +212,10 @@ def owner_kind_only(frameworks: Frameworks) -> Lookup:
 
 
 def stand_in(ref: OwnerRef) -> dict[str, Any]:
-    """An owner that is not read, taken as what its reference says and as naming a queue."""
+    """An owner that is not read, taken as what its reference says and as naming a queue
+    (and as making its child: there is nothing to check that on)."""
     return {
+        STAND_IN: True,
         "apiVersion": ref.api_version,
         "kind": ref.kind,
         "metadata": {

@@ -30,6 +30,7 @@ from queues.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 from .base import Finished, Integration, meta_of
+from .children import POD, kind_of, refuse
 
 Edit = tuple[tuple[str, ...], str, Any]
 Obj = Mapping[str, Any]
@@ -149,6 +150,15 @@ class PodOwnerIntegration(Integration):
         edits of a create again, so a changed queue or priority class reaches the pods
         the controller makes next (Kueue's ``Default`` runs on updates too)."""
         return self.suspend_edits(new, labels)
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        """Only the pods made from its held templates (``pod-suspending-parent``): the pod
+        webhook gates those whatever their owners, and their groups are queued on their
+        own. Any other child (a pod written to name it, a ReplicaSet) is not covered."""
+        annotations = meta_of(child).get("annotations") or {}
+        if kind_of(child) == POD and POD_SUSPENDING_PARENT in annotations:
+            return None
+        return refuse(obj, child)
 
     def group_owner(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
         """(name, uid or "") of the object of this kind whose group ``pod`` belongs to,

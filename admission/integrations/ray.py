@@ -57,6 +57,20 @@ def cluster_roles(what: str, obj: Mapping[str, Any], prefix: Path) -> list[Role]
     return roles
 
 
+CLUSTER_LABEL, GROUP_LABEL, HEAD_GROUP = "ray.io/cluster", "ray.io/group", "headgroup"
+
+
+def is_cluster_pod(cluster: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` carries what KubeRay writes on a pod of ``cluster``: the
+    cluster's name and its head group or one of its worker groups."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(CLUSTER_LABEL) != (cluster.get("metadata") or {}).get("name"):
+        return False
+    groups = (cluster.get("spec") or {}).get("workerGroupSpecs") or []
+    names = {g.get("groupName") for g in groups if isinstance(g, Mapping)}
+    return labels.get(GROUP_LABEL) in names | {HEAD_GROUP}
+
+
 def cluster_errors(obj: Mapping[str, Any], prefix: Path) -> list[str]:
     """Kueue's ``raycluster.ValidateCreate`` for the RayClusterSpec at ``prefix``."""
     node: Any = obj

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import Finished, Integration, Resource, Role
-from .ray import cluster_errors, cluster_roles
+from .children import pod_of_role_may_own
+from .ray import cluster_errors, cluster_roles, is_cluster_pod
 
 
 class RayClusterIntegration(Integration):
@@ -32,6 +33,12 @@ class RayClusterIntegration(Integration):
 
     def pods_ready(self, obj: Mapping[str, Any], count: int) -> bool | None:
         return (obj.get("status") or {}).get("state") == "ready"
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        """KubeRay's pods: labelled with the cluster's name and one of its groups."""
+        return pod_of_role_may_own(
+            obj, child, suspended=self.is_suspended(obj), known=is_cluster_pod(obj, child)
+        )
 
     def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
         return cluster_errors(new, ("spec",)) + super().validate(new, old)

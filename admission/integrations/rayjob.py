@@ -39,6 +39,7 @@ from .base import (
     ref_of,
     template_at,
 )
+from .children import named_child_may_own
 from .ray import HEAD, cluster_errors, cluster_roles
 
 SUBMITTER = "submitter"
@@ -121,6 +122,16 @@ class RayJobIntegration(Integration):
     def pods_ready(self, obj: Mapping[str, Any], count: int) -> bool | None:
         cluster = (obj.get("status") or {}).get("rayClusterStatus") or {}
         return isinstance(cluster, Mapping) and cluster.get("state") == "ready"
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        """KubeRay's children of a RayJob: its RayCluster (the name in its status) and
+        its submitter Job (the RayJob's name)."""
+        status = obj.get("status") or {}
+        kinds = {("batch/v1", "Job"): str((obj.get("metadata") or {}).get("name") or "")}
+        cluster = status.get("rayClusterName") if isinstance(status, Mapping) else None
+        if isinstance(cluster, str) and cluster:
+            kinds[("ray.io/v1", "RayCluster")] = cluster
+        return named_child_may_own(obj, child, kinds)
 
     def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
         spec = new.get("spec") or {}

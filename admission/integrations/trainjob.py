@@ -68,7 +68,8 @@ from .base import (
     finished_by_conditions,
     ref_of,
 )
-from .jobset import succeeded_replicas
+from .children import named_child_may_own
+from .jobset import JOBSET, succeeded_replicas
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 TRAINING_RUNTIMES = Resource(GROUP, VERSION, "trainingruntimes", "TrainingRuntime")
@@ -258,6 +259,11 @@ class TrainJobIntegration(Integration):
             return None
         done = sum(_int(s.get("ready")) + _int(s.get("succeeded")) for s in _jobs_status(obj))
         return done == replicas
+
+    def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
+        """The trainer's JobSet, named as the TrainJob."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        return named_child_may_own(obj, child, {(JOBSET.api_version, JOBSET.kind): name})
 
     def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """Kueue's ``TrainJob.ReclaimablePods``: succeeded replicas × pods per replica."""
