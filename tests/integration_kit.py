@@ -202,10 +202,20 @@ def _stopped_and_restored(case: KindCase, obj: Obj | None) -> bool:
     return True
 
 
+def crds_of(integration: Integration, *more: Integration) -> tuple[str, ...]:
+    """The operator CRDs (``tests/crds/``, by plural) the kinds' objects need: the
+    ``crds`` of ``stack``."""
+    from admission.kube.integrationgate import api_resources, needs_crd
+
+    plurals = [r.plural for i in (integration, *more) for r in api_resources(i) if needs_crd(r)]
+    return tuple(dict.fromkeys(plurals))
+
+
 async def run_lifecycle(case: KindCase, tmp_path: Path, backend: Any) -> None:
     integ, res = case.integration, case.resource
     expected_flavors = {name: ("fa" if i == 0 else "fb") for i, (name, _) in enumerate(case.roles)}
-    async with stack(tmp_path, backend=backend, objects=lifecycle_objects(case)) as s:
+    objects = lifecycle_objects(case)
+    async with stack(tmp_path, backend=backend, objects=objects, crds=crds_of(integ)) as s:
         low = case.make("low", case.roles, meta("low", priority_class="low"))
         created = await s.user.create(res, low, namespace=NS)
         assert integ.is_suspended(created), "the mutating webhook suspends a queued object"

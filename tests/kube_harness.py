@@ -376,8 +376,10 @@ async def stack(
     ensure_cert_dir(cert_dir, namespace=SERVICE_NS)
     ca_b64 = read_cert_dir(cert_dir).ca_bundle_b64
     configs = load_webhook_configurations(WEBHOOKS_MANIFEST, ca_bundle=ca_b64) if webhooks else []
+    # the CRDs a test names are installed first: its objects may be of their kinds
+    installed = [] if crds is ALL_TEST_CRDS else operator_crds(crds)
     async with running_apiserver(
-        objects=[copy.deepcopy(o) for o in objects],
+        objects=[*installed, *(copy.deepcopy(o) for o in objects)],
         webhook_configurations=configs,
         tokens={CONTROLLER_TOKEN: SA_USERNAME},
         namespaces=(*DEFAULT_NAMESPACES, SERVICE_NS),
@@ -385,9 +387,6 @@ async def stack(
         bookmark_interval=0.5,
         third_party_crds=crds is ALL_TEST_CRDS,
     ) as server:
-        if crds is not ALL_TEST_CRDS:
-            for crd in operator_crds(crds):
-                server.put_object(crd)
         if visibility:
             enable_aggregation(server)
             overrides.setdefault("visibility_port", 0)

@@ -256,7 +256,7 @@ def test_a_jobset_requiring_one_block_is_admitted_into_one_block(
     }
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=BASE) as s:
+        async with stack(tmp_path, backend=backend, objects=BASE, crds=("jobsets",)) as s:
             await add_nodes(s)
             from admission.integrations.jobset import JOBSET
             from admission.kube.client import resource_of

@@ -26,6 +26,7 @@ from tests.integration_kit import (
     KindCase,
     Q,
     Roles,
+    crds_of,
     gang_scenario,
     lifecycle_objects,
     meta,
@@ -215,7 +216,9 @@ def test_child_jobs_with_the_queue_label_are_never_suspended_or_admitted_on_thei
     res = CASE.resource
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(CASE)) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=lifecycle_objects(CASE), crds=crds_of(JOBSET)
+        ) as s:
             await s.user.create(res, jobset("js", CASE.roles, meta("js")), namespace=NS)
             await eventually(
                 lambda: admitted(workload_of(s.server, JOBSET, "js")), what="the JobSet admitted"

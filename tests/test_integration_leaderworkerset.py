@@ -138,7 +138,9 @@ def test_each_group_is_admitted_only_when_its_leader_and_workers_fit(
     objects = lifecycle_objects(KindCase(LEADERWORKERSET, lws, [("main", 3)], None))  # fa: 3 cpu
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=objects) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=objects, crds=("leaderworkersets",)
+        ) as s:
             obj = await s.user.create(LWS, lws("infer", 2, 2, meta("infer")), namespace=NS)
             for g in (0, 1):
                 await _play_controller(s, obj, g)
@@ -189,7 +191,9 @@ def test_a_groups_workload_is_kept_while_the_set_runs_the_group_and_goes_when_sc
     objects = lifecycle_objects(KindCase(LEADERWORKERSET, lws, [("main", 4)], None))
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=objects) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=objects, crds=("leaderworkersets",)
+        ) as s:
             obj = await s.user.create(LWS, lws("infer", 2, 2, meta("infer")), namespace=NS)
             for g in (0, 1):
                 await _play_controller(s, obj, g)

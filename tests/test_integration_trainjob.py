@@ -307,8 +307,10 @@ def test_a_trainjob_waits_for_its_runtime_and_its_jobset_is_left_to_it(
     from admission.integrations.jobset import JOBSET
     from tests.test_integration_jobset import jobset
 
+    crds = ("trainjobs", "trainingruntimes", "clustertrainingruntimes", "jobsets")
+
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=objects) as s:
+        async with stack(tmp_path, backend=backend, objects=objects, crds=crds) as s:
             tj = await s.user.create(CASE.resource, trainjob("t", ROLES, meta("t")), namespace=NS)
             await asyncio.sleep(0.5)
             assert workload_of(s.server, TRAINJOB, "t") is None

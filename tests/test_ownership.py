@@ -219,7 +219,9 @@ def test_a_queued_child_of_an_unqueued_jobset_is_admitted_on_its_own(
     """Kueue: the JobSet names no queue, so it is no managed ancestor; the Job is top-level."""
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(CASE)) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=lifecycle_objects(CASE), crds=("jobsets",)
+        ) as s:
             js = await s.user.create(
                 CASE.resource, jobset("js", CASE.roles, meta("js", queue=None)), namespace=NS
             )
@@ -242,7 +244,9 @@ def test_a_running_child_of_a_pending_jobset_is_suspended_and_gets_no_workload(
     too_big = [(CASE.roles[0][0], CASE.roles[0][1]), (CASE.roles[1][0], 100)]
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(CASE)) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=lifecycle_objects(CASE), crds=("jobsets",)
+        ) as s:
             js = await s.user.create(CASE.resource, jobset("js", too_big, meta("js")), namespace=NS)
             await eventually(
                 lambda: workload_of(s.server, CASE.integration, "js"), what="its Workload"

@@ -4,48 +4,57 @@ Each test starts its own empty control plane (no kube-controller-manager) from
 ``KUBEBUILDER_ASSETS`` and drives it with the real ``kubectl``: the kustomization applies
 whole, ``kubectl explain`` reads our CRDs' schemas, the examples pass server-side
 validation (schemas, CEL rules), and a CRD the API server would refuse is refused by
-the double too. Skipped without ``KUBEBUILDER_ASSETS``.
+the double too. The plain-cluster scenario (``tests/plain_cluster.py``, also run on
+the double by ``tests/test_plain_cluster.py``) installs the product with ``kubectl apply
+-k manifests/`` on a control plane without any operator's CRD, runs the service with the
+shipped configuration and RBAC, and installs the JobSet CRD while it runs. Skipped
+without ``KUBEBUILDER_ASSETS``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from admission.apiserver_double.crds import crd_errors
+from tests.kube_harness import stack
+from tests.plain_cluster import plain_cluster_scenario, queue_objects, shipped_config
+from tests.realserver.cluster import RealCluster
 from tests.realserver.controlplane import ControlPlane, assets_dir, skip_reason, start_control_plane
+from tests.realserver.retry import run_kubectl
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 
 
-@pytest.fixture(scope="module")
-def empty_cluster() -> Iterator[ControlPlane]:
+def running(start: Callable[[Path], Any]) -> Iterator[Any]:
+    """What ``start`` starts from ``KUBEBUILDER_ASSETS`` (skipped without), stopped after."""
     assets = assets_dir()
     if assets is None:
         pytest.skip(skip_reason())
-    cp = start_control_plane(assets, controller_manager=False)
+    started = start(assets)
     try:
-        yield cp
+        yield started
     finally:
-        cp.stop()
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def empty_cluster() -> Iterator[ControlPlane]:
+    yield from running(lambda assets: start_control_plane(assets, controller_manager=False))
 
 
 def kubectl(
     cp: ControlPlane, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["kubectl", "--kubeconfig", str(cp.kubeconfig()), *args],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=120,
-    )
+    return run_kubectl(["kubectl", "--kubeconfig", str(cp.kubeconfig()), *args], input=stdin)
 
 
 def test_real_kubectl_apply_k_installs_everything(empty_cluster: ControlPlane) -> None:
@@ -156,3 +165,30 @@ def test_real_server_refuses_a_crd_with_a_description_on_root_metadata(
     res = kubectl(empty_cluster, "create", "-f", "-", stdin=yaml.safe_dump(bad))
     assert res.returncode != 0
     assert "must not specify anything other than name and generateName" in res.stderr
+
+
+@pytest.fixture
+def readme_cluster() -> Iterator[RealCluster]:
+    """A control plane of its own, installed with ``kubectl apply -k manifests/`` only."""
+    yield from running(lambda assets: RealCluster(assets, kustomize=True))
+
+
+def test_real_plain_cluster_is_ready_admits_a_job_then_a_jobset_once_its_crd_exists(
+    readme_cluster: RealCluster, tmp_path: Path
+) -> None:
+    assert (
+        readme_cluster.view.get_object("customresourcedefinitions", "jobsets.jobset.x-k8s.io")
+        is None
+    )
+
+    async def main() -> None:
+        async with stack(
+            tmp_path,
+            backend=readme_cluster,
+            objects=queue_objects(),
+            config=shipped_config(),
+            crds=(),
+        ) as s:
+            await plain_cluster_scenario(s)
+
+    asyncio.run(main())

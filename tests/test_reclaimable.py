@@ -96,7 +96,9 @@ def test_a_jobsets_succeeded_workers_free_quota_another_jobset_is_admitted_into(
     res = CASE.resource
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(CASE)) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=lifecycle_objects(CASE), crds=("jobsets",)
+        ) as s:
             await s.user.create(res, jobset("a", CASE.roles, meta("a")), namespace=NS)
             await eventually(
                 lambda: admitted(workload_of(s.server, JOBSET, "a")), what="a admitted"

@@ -21,9 +21,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from . import retry
 from .controlplane import ADMIN_TOKEN, ControlPlane, start_control_plane
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +117,8 @@ def _ours(plural: str, obj: Obj) -> bool:
     if plural == "apiservices":
         return bool((obj.get("spec") or {}).get("group") == VISIBILITY_GROUP)
     return True
+
+
 KEPT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", SERVICE_NS)
 
 
@@ -157,7 +161,7 @@ class RealServerView:
         if data is not None:
             req.add_header("Content-Type", content_type)
         try:
-            with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
+            with retry.urlopen(req, context=self._ssl, timeout=30) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as err:
             raw = err.read()
@@ -215,7 +219,7 @@ class RealServerView:
             url = self.url + self.path(plural) + "?" + urllib.parse.urlencode(query)
             req = urllib.request.Request(url)
             req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
-            with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
+            with retry.urlopen(req, context=self._ssl, timeout=30) as resp:
                 for line in resp:
                     if stop.is_set():
                         return
@@ -341,20 +345,41 @@ TEST_CRDS = _test_crd_resources()
 for _plural, _gv, _kind, _namespaced in TEST_CRDS:
     RESOURCES[_plural] = (_gv, _namespaced)
     KIND_PLURAL[_kind] = _plural
-# the job kinds' objects go first: deleting them lets the garbage collector remove
-# their children (the Jobs and pods below are wiped as well)
-WIPED = (*WIPED[:2], *(p for p, *_ in TEST_CRDS), *WIPED[2:])
 KIND_PLURAL_INV = {v: k for k, v in KIND_PLURAL.items()}
 
 
-class RealCluster:
-    """One control plane per test session, installed as ``manifests/README.md`` says."""
+def operator_crd_files(plurals: set[str]) -> list[Path]:
+    """The files of ``tests/crds/`` defining the resources ``plurals``."""
+    import yaml
 
-    def __init__(self, assets: Path) -> None:
+    by_plural: dict[str, Path] = {}
+    for path in sorted((ROOT / "tests" / "crds").glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":
+                by_plural[crd["spec"]["names"]["plural"]] = path
+    missing = sorted(plurals - set(by_plural))
+    if missing:
+        raise ValueError(f"no CRD in tests/crds/ for {', '.join(missing)}")
+    return sorted({by_plural[p] for p in plurals})
+
+
+class RealCluster:
+    """One control plane per test session, installed as ``manifests/README.md`` says:
+    the project's CRDs only. A test that needs an operator's CRD (``tests/crds/``) has
+    it installed by :meth:`install_crds`; it stays for the rest of the session."""
+
+    def __init__(self, assets: Path, *, kustomize: bool = False) -> None:
+        """``kustomize``: install with ``kubectl apply -k manifests/``, the README's one
+        step (the in-process service then stands in for the Deployment, which is
+        removed with the webhook configurations that name its Service)."""
         self.cp = start_control_plane(assets)
         self.view = RealServerView(self.cp)
+        self.operator_crds: set[str] = set()  # plurals of the tests/crds/ CRDs installed
         try:
-            self._install()
+            if kustomize:
+                self._install_as_the_readme_says()
+            else:
+                self._install()
         except BaseException:
             self.cp.stop()
             raise
@@ -367,14 +392,13 @@ class RealCluster:
         self, *args: str, check: bool = True, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         cmd = ["kubectl", "--kubeconfig", str(self.cp.kubeconfig()), *args]
-        res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=120)
+        res = retry.run_kubectl(cmd, input=input, timeout=120)
         if check and res.returncode != 0:
             raise AssertionError(f"{' '.join(args)} failed:\n{res.stdout}\n{res.stderr}")
         return res
 
     def _install(self) -> None:
         crds = sorted(str(p) for p in (ROOT / "manifests" / "crd").glob("kueue.x-k8s.io_*.yaml"))
-        crds += sorted(str(p) for p in (ROOT / "tests" / "crds").glob("*.yaml"))  # job kinds'
         self.kubectl("apply", "--server-side", *sum((["-f", c] for c in crds), []))
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         base = ROOT / "manifests" / "base"
@@ -382,11 +406,52 @@ class RealCluster:
                      "visibility-rbac.yaml"):  # fmt: skip
             self.kubectl("apply", "-f", str(base / name))
 
+    def _install_as_the_readme_says(self) -> None:
+        self.kubectl("apply", "-k", str(ROOT / "manifests"))
+        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            self.kubectl("delete", kind, "-l", "app.kubernetes.io/name=quartermaster")
+        self.kubectl("-n", SERVICE_NS, "delete", "deployment", "-l",
+                     "app.kubernetes.io/name=quartermaster")  # fmt: skip
+        # the visibility API's APIServices name the same Service: while unavailable
+        # they would stall namespace deletion (discovery fails) between tests
+        self.kubectl("delete", "apiservice", "v1beta1.visibility.kueue.x-k8s.io",
+                     "v1beta2.visibility.kueue.x-k8s.io")  # fmt: skip
+
+    def install_crds(self, plurals: Iterable[str]) -> None:
+        """Install the operator CRDs of ``tests/crds/`` for ``plurals`` (those not yet
+        installed) and wait until the API server serves them."""
+        wanted = set(plurals) - self.operator_crds
+        if not wanted:
+            return
+        files = operator_crd_files(wanted)
+        self.kubectl("apply", "--server-side", *sum((["-f", str(f)] for f in files), []))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                     *(f"crd/{p}.{RESOURCES[p][0].split('/')[1]}" for p in sorted(wanted)))  # fmt: skip
+        deadline = time.monotonic() + 60
+        for plural in sorted(wanted):
+            while True:  # established is not yet served: 404 or 429 for a moment
+                try:
+                    self.view.list_objects(plural)
+                    break
+                except ApiRequestError as err:
+                    if err.status not in (404, 429, 503) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        self.operator_crds |= wanted
+
+    def wiped(self) -> tuple[str, ...]:
+        """What :meth:`reset` deletes: the job kinds' objects of the installed operator
+        CRDs first (the garbage collector then removes their children), then ours."""
+        operators = tuple(p for p, *_ in TEST_CRDS if p in self.operator_crds)
+        return (*WIPED[:2], *operators, *WIPED[2:])
+
     def reset(self) -> None:
-        for plural in WIPED:
+        wiped = self.wiped()
+        for plural in wiped:
             self.view.delete_all(plural)
         deadline = time.monotonic() + 60
-        for plural in WIPED:
+        for plural in wiped:
             while self.view.remaining(plural):
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{plural} not deleted within 60 s")

@@ -257,10 +257,14 @@ async def real_stack(
     webhooks: bool = True,
     before_start: Callable[[Any], None] | None = None,
     visibility: bool = False,
+    crds: Iterable[str] = (),
     **overrides: Any,
 ) -> AsyncIterator[Any]:
+    """``crds``: the operator CRDs of ``tests/crds/`` (by plural) the test needs,
+    installed before the service starts (:meth:`RealCluster.install_crds`)."""
     from tests.kube_harness import SA_USERNAME, Stack, eventually, service_options
 
+    await asyncio.to_thread(cluster.install_crds, crds)
     await asyncio.to_thread(cluster.reset)
     cert_dir = tmp_path / "certs"
     ensure_cert_dir(cert_dir, namespace="quartermaster-system")
