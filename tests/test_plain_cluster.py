@@ -87,3 +87,23 @@ def test_a_deleted_crd_stops_its_integration_and_a_new_one_starts_it_again(
             assert not s.task.done()
 
     asyncio.run(main())
+
+
+def test_a_kind_without_its_crd_is_not_watched_and_readiness_waits_for_the_core_only(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with stack(tmp_path, objects=queue_objects(), config=shipped_config(), crds=()) as s:
+            await eventually(lambda: active(s, JOBSET_FRAMEWORK) == 0, what="JobSet waits")
+            for plural in ("jobsets", "rayjobs", "pytorchjobs", "trainjobs", "trainingruntimes"):
+                assert s.server.request_count(resource=plural) == 0, plural
+                assert not s.service.informers[plural].synced.is_set()
+            core = {i.name for i in s.service.core_informers}
+            assert {"workloads", "clusterqueues", "localqueues", "resourceflavors", "cohorts",
+                    "workloadpriorityclasses", "jobs", "pods", "nodes", "namespaces",
+                    "priorityclasses"} <= core  # fmt: skip
+            assert not core & {"jobsets", "rayjobs", "rayclusters", "pytorchjobs", "mpijobs",
+                               "trainjobs", "leaderworkersets"}  # fmt: skip
+            assert s.service.synced
+
+    asyncio.run(main())
