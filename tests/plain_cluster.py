@@ -113,7 +113,9 @@ async def install_crd(s: Stack, plural: str) -> None:
 
 
 async def plain_cluster_scenario(s: Stack) -> None:
-    # ready with only the project's CRDs, saying what runs and what waits
+    # ready with only the project's CRDs, saying what runs and what waits (once the
+    # service has read the CRDs, which readiness does not wait for)
+    await eventually(lambda: active(s, JOBSET_FRAMEWORK) == 0, what="JobSet found waiting")
     status, text = await readyz(s)
     assert status == 200, text
     assert "integration batch/job: active" in text.splitlines()
