@@ -11,7 +11,9 @@
 * :mod:`.context` (options, work queue, the RV-pinned :class:`.context.Writer`),
   :mod:`.jobs`, :mod:`.podgroups`, :mod:`.admit`, :mod:`.podsready`, :mod:`.status`, :mod:`.metrics` —
   the controller's parts; :mod:`.controller` ties them to the scheduler loop;
-* :mod:`.leader` — Lease-based leader election.
+* :mod:`.leader` — Lease-based leader election;
+* :mod:`.integrationgate` — the informers of CRD-backed job kinds, started and stopped
+  as their CRDs come and go.
 
 The service that wires them to the webhooks is :mod:`admission.serve`, outside this
 package.
