@@ -27,7 +27,6 @@ from collections.abc import Callable
 from admission.engine.cache import Cache
 from admission.engine.scheduler import CycleResult, Scheduler
 from admission.integrations.base import Integration
-
 from queues.model import HOLD_AND_DRAIN
 
 from . import objects as o
@@ -241,6 +240,8 @@ class Controller:
         if owner is not None and owner[1]:
             self.ctx.job_index.add((owner[0].what, owner[1]), key)
             self.enqueue(owner[0].what, owner[1])
+        for what, job in self.jobs.prebuilt.waiting_for(key):  # jobs naming it (prebuilt)
+            self.enqueue(what, job)
         if event != DELETED:
             self.enqueue("wl", key)
             if self.notices is not None:
@@ -256,6 +257,7 @@ class Controller:
                 self.writer.forget_object(res, key)
                 for wkey in self.ctx.job_index.pop((what, key)):
                     self.enqueue("wl", wkey)
+                self.jobs.prebuilt.forget((what, key))
                 return
             self.writer.current(res, key)
             self.enqueue(what, key)

@@ -20,6 +20,8 @@ at any point is harmless:
   admission is cleared and the quota released exactly once (``Cache.evicted``);
 * a finished object finishes its Workload (``Finished``) and releases the quota at once;
 * a Workload whose object is gone is deleted;
+* a job naming a prebuilt Workload runs on that one, never on one of its own
+  (:mod:`.prebuilt`);
 * an object with a managed ancestor up its controller-owner chain is left to that
   ancestor's integration (a JobSet's Jobs are admitted once, as the JobSet; a
   TrainJob's JobSet as the TrainJob), and suspended while it runs without the
@@ -58,6 +60,7 @@ from . import objects as o
 from .client import WORKLOADS, ApiError, Resource, resource_of
 from .context import Context, Obj
 from .owners import OwnerReader
+from .prebuilt import PrebuiltWorkloads, prebuilt_name
 
 log = logging.getLogger("quartermaster.kube.jobs")
 
@@ -180,6 +183,9 @@ class JobReconciler:
         # object key -> (uid, generation, workload uid, workload generation) last found
         # equivalent: status events (pods starting, ready) do not re-compose it
         self._equivalent: dict[tuple[str, str], tuple[str, int, str, int]] = {}
+        self.prebuilt = PrebuiltWorkloads(
+            ctx, lambda i, k, obj: (self._compose(i, k, obj) or (None, None))[1]
+        )
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -260,7 +266,8 @@ class JobReconciler:
         return self.ctx.writer.current(self.resources[what], key)
 
     def workload_key(self, integ: Integration, obj: Obj) -> str:
-        return sys.intern(f"{o.meta(obj).get('namespace') or 'default'}/{integ.workload_name(obj)}")
+        name = prebuilt_name(obj) or integ.workload_name(obj)
+        return sys.intern(f"{o.meta(obj).get('namespace') or 'default'}/{name}")
 
     def _compose(self, integ: Integration, key: str, obj: Obj) -> tuple[Workload, Obj] | None:
         """The Workload for ``obj``: (model, API body); None (reported) on bad input."""
@@ -302,6 +309,11 @@ class JobReconciler:
         wkey = self.workload_key(integ, obj)
         ctx.job_index.add((what, key), wkey)
         wl = ctx.writer.workload(wkey)
+        prebuilt = bool(prebuilt_name(obj))
+        if prebuilt and not await self.prebuilt.usable(integ, key, obj, wkey, wl):
+            if not integ.is_suspended(obj) and integ.finished(obj) is None:
+                await self._stop(integ, key, obj, originals=None)
+            return
         finished = integ.finished(obj)
         if finished is not None:
             await self._finish(wkey, wl, succeeded=finished.succeeded, message=finished.message)
@@ -339,7 +351,7 @@ class JobReconciler:
             if (o.is_true(wl, o.EVICTED) or not o.is_active(wl)) and not integ.is_active(obj):
                 await finish_eviction(ctx, wkey)
             return
-        if wkey not in ctx.sync.inflight:
+        if wkey not in ctx.sync.inflight and not prebuilt:  # a prebuilt one is not rewritten
             await self._sync_spec(integ, key, obj, wkey, wl)
 
     async def _sync_reclaimable(self, integ: Integration, obj: Obj, wkey: str, wl: Obj) -> bool:
