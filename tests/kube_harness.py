@@ -280,17 +280,14 @@ VISIBILITY_ROLES = ROOT / "manifests" / "base" / "visibility-rbac.yaml"
 
 
 def enable_aggregation(server: ApiServer) -> None:
-    """Give the double kube-apiserver's aggregation layer: a front-proxy PKI, the
-    ``extension-apiserver-authentication`` ConfigMap, and the shipped user roles of
+    """Give the double kube-apiserver's aggregation layer (a front-proxy PKI, the
+    ``extension-apiserver-authentication`` ConfigMap) and the shipped user roles of
     the visibility API (for its SubjectAccessReviews)."""
     import yaml
 
-    from admission.apiserver_double.certs import make_client_cert
-    from admission.apiserver_double.delegation import FRONT_PROXY_NAME, ProxyClientCert
+    from admission.apiserver_double import enable_aggregation as front_proxy
 
-    pki = make_client_cert(FRONT_PROXY_NAME)
-    server.aggregator.proxy_cert = ProxyClientCert(pki.ca_pem, pki.cert_pem, pki.key_pem)
-    server.put_object(server.aggregator.auth_configmap())
+    front_proxy(server)
     for doc in yaml.safe_load_all(VISIBILITY_ROLES.read_text()):
         if doc and doc.get("kind") in ("ClusterRole", "Role"):
             server.put_object(doc)

@@ -329,3 +329,40 @@ def test_bound_pod_is_deleted_gracefully_and_removed_once_the_kubelet_confirms()
             assert server.get_object("pods", "unbound", "default") is None  # at once
 
     asyncio.run(scenario())
+
+
+# -- a long-running double ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_without_recording_only_the_counts_are_kept(record: bool) -> None:
+    """``record_requests=False`` (the demo, benchmarks) keeps no request and no
+    AdmissionReview, so memory does not grow with the requests served."""
+    hook = {
+        "name": "vjob.test.io",
+        "clientConfig": {"url": "https://127.0.0.1:9/validate"},  # nothing listens
+        "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                   "resources": ["jobs"]}],
+        "failurePolicy": "Ignore",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    }  # fmt: skip
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "v"},
+        "webhooks": [hook],
+    }
+
+    async def scenario() -> None:
+        async with session(record_requests=record, webhook_configurations=[config]) as (
+            server,
+            http,
+        ):
+            status, _ = await call(server, http, "POST", JOBS, job("j"))
+            assert status == 201, "failurePolicy Ignore: the unreachable webhook is skipped"
+            assert server.request_count(verb="create", resource="jobs") == 1
+            assert len(server.webhook_calls) == (1 if record else 0)
+            assert len([r for r in server.requests if r.verb == "create"]) == (1 if record else 0)
+
+    asyncio.run(scenario())

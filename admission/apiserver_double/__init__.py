@@ -16,6 +16,7 @@ from .certs import ServingCert, make_serving_cert
 from .errors import ApiError
 from .fixture import (
     ApiServerThread,
+    enable_aggregation,
     load_webhook_configurations,
     running_apiserver,
     start_apiserver,
@@ -38,6 +39,7 @@ __all__ = [
     "ServingCert",
     "UserInfo",
     "default_resources",
+    "enable_aggregation",
     "load_webhook_configurations",
     "make_serving_cert",
     "running_apiserver",

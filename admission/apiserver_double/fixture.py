@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from .certs import make_serving_cert
+from .certs import make_client_cert, make_serving_cert
+from .delegation import FRONT_PROXY_NAME, ProxyClientCert
 from .hooks import FaultRule, RecordedRequest
 from .server import ADMIN_TOKEN, ApiServer
 
@@ -190,6 +191,16 @@ async def running_apiserver(*, tls: bool = False, **server_kwargs: Any) -> Async
         yield server
     finally:
         await server.stop()
+
+
+def enable_aggregation(server: ApiServer) -> None:
+    """Give ``server`` kube-apiserver's aggregation layer: a front-proxy PKI of its own
+    and the ``kube-system/extension-apiserver-authentication`` ConfigMap that tells the
+    aggregated servers it proxies to (:meth:`.delegation.Aggregator.register`) which
+    client CA and names to trust."""
+    pki = make_client_cert(FRONT_PROXY_NAME)
+    server.aggregator.proxy_cert = ProxyClientCert(pki.ca_pem, pki.cert_pem, pki.key_pem)
+    server.put_object(server.aggregator.auth_configmap())
 
 
 WEBHOOK_CONFIGURATION_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")

@@ -1,7 +1,8 @@
-"""The status writes kube-controller-manager's Job controller makes, for tests that play it.
+"""The status writes kube-controller-manager's Job controller makes, for whoever plays it.
 
-The double has no Job controller; tests that need a Job to start or finish write its
-status through ``jobs/status`` themselves.  Since the double enforces 1.32's Job status
+The double has no Job controller; tests that need a Job to start or finish, and the
+demo's stand-in that runs admitted Jobs, write its status through ``jobs/status``
+themselves.  Since the double enforces 1.32's Job status
 rules (:func:`.builtin.job_status_errors`), those writes must come in the controller's
 order: ``startTime`` when the Job starts; on success ``SuccessCriteriaMet=True`` first,
 then ``Complete=True`` with ``completionTime``; on failure ``FailureTarget=True`` first,
@@ -50,6 +51,17 @@ def start_patch(job: Obj, now: str | None = None) -> Obj | None:
         return None
     active = (job.get("spec") or {}).get("parallelism", 1)
     return {"status": {"startTime": now or rfc3339(), "active": active}}
+
+
+def suspend_patch(job: Obj) -> Obj | None:
+    """The ``jobs/status`` merge patch for a started Job that was suspended again (a
+    preemption): the controller removes its pods and resets ``startTime``, so the
+    template may change before it runs again (None if it is not started or not
+    suspended)."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    if not spec.get("suspend") or not status.get("startTime"):
+        return None
+    return {"status": {"startTime": None, "active": 0}}
 
 
 def finish_patches(job: Obj, *, succeeded: bool = True, now: str | None = None) -> list[Obj]:

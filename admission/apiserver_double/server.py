@@ -105,7 +105,10 @@ class ApiServer:
     ) -> None:
         """``third_party_crds``: install the job kinds' operator CRDs of ``tests/crds/``
         besides the project's own (``manifests/crd/``, always installed); False starts
-        from a plain cluster, where a test installs the CRDs it needs as objects."""
+        from a plain cluster, where a test installs the CRDs it needs as objects.
+        ``record_requests``: keep every request and every AdmissionReview sent (the
+        ``requests`` and ``webhook_calls`` of tests); False keeps only the counts, so a
+        long-running double's memory stays bounded."""
         if anonymous not in ANONYMOUS_MODES:
             raise ValueError(f"anonymous must be one of {ANONYMOUS_MODES}, got {anonymous!r}")
         if anonymous == "auto":
@@ -116,7 +119,10 @@ class ApiServer:
         self.registry: Registry = registry_with(extra_resources)
         self.store = Store(self.registry, window=watch_window)
         self.dispatcher = WebhookDispatcher(
-            store=self.store, registry=self.registry, service_routes=service_routes or {}
+            store=self.store,
+            registry=self.registry,
+            service_routes=service_routes or {},
+            record=record_requests,
         )
         self.operations = Operations(
             store=self.store, registry=self.registry, dispatcher=self.dispatcher
