@@ -12,7 +12,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from admission.cli import operator
+from admission.cli import demo, operator
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
 PACKAGE = "quartermaster"
@@ -280,6 +280,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_filenames(serve, required=False, what="with --webhooks-only, the objects", namespace=False)
     operator.register(sub, serve)  # kueuectl verbs; visibility/dashboard flags of serve
+    demo.register(sub, _Formatter)
     return p
 
 
@@ -448,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if operator.handles(args.command):
         return operator.run(args)
+    if args.command == "demo":
+        return demo.run(args)
     handler = {"plan": cmd_plan, "simulate": cmd_simulate, "serve": cmd_serve}[args.command]
     try:
         return handler(args)
