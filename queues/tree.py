@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import NamedTuple
 
+from queues.cohort_chains import cohorts_below, disable_cycles, disable_too_deep, inherit_disabled
 from queues.model import ClusterQueue, Cohort, FlavorResource, ResourceGroup, ResourceQuota
 
 Journal = list[tuple[dict[FlavorResource, int], FlavorResource, int]]
@@ -121,17 +122,18 @@ class QuotaNode:
 
         Structure only, so worked out once per node (``memo``): asked for every
         borrowing request, it walked the whole subtree each time (a tree of 5,000
-        ClusterQueues)."""
+        ClusterQueues). In a loop, as every walk here: a chain may be of any depth."""
         if not self.is_cohort:
             return 0
         got = self.memo.get("height")
         if got is not None:
             return got  # type: ignore[return-value]
-        h = 1 if (self.child_cohorts or self.child_queues) else 0
-        for c in self.child_cohorts:
-            h = max(h, c.height() + 1)
-        self.memo["height"] = h
-        return h
+        for node in reversed(cohorts_below(self, skip="height")):  # children first
+            h = 1 if (node.child_cohorts or node.child_queues) else 0
+            for c in node.child_cohorts:
+                h = max(h, c.memo["height"] + 1)  # type: ignore[operator]
+            node.memo["height"] = h
+        return self.memo["height"]  # type: ignore[return-value]
 
     # -- accounting (docs/semantics.md §4.5) -------------------------------
 
@@ -179,29 +181,40 @@ class QuotaNode:
         A Cohort below the root keeps its answer until its tree's usage changes
         (``CohortTree.changes``, bumped by every change of usage, restores included):
         every ClusterQueue below it asks for it, and in a deep tree each of a cycle's
-        thousands of heads walked the whole path to the root, twice."""
+        thousands of heads walked the whole path to the root, twice. Up to the root
+        (or the lowest kept answer) and back down, in a loop."""
         parent = self.parent
         if parent is None:
             return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
-        tree = self.tree
-        if tree is None or not self.is_cohort:
-            return self._available_under(parent, fr)
-        got = self.available_memo.get(fr)
-        if got is not None and got[0] == tree.changes:
-            return got[1]
-        value = self._available_under(parent, fr)
-        self.available_memo[fr] = (tree.changes, value)
+        below: list[QuotaNode] = [self]  # nodes whose answer is worked out, lowest first
+        node = parent
+        while True:
+            if node.parent is None:
+                value = node.subtree_quota.get(fr, 0) - node.usage.get(fr, 0)
+                break
+            tree = node.tree
+            if tree is not None and node.is_cohort:
+                got = node.available_memo.get(fr)
+                if got is not None and got[0] == tree.changes:
+                    value = got[1]
+                    break
+            below.append(node)
+            node = node.parent
+        for node in reversed(below):
+            value = node._available_with(value, fr)
+            tree = node.tree
+            if tree is not None and node.is_cohort:
+                node.available_memo[fr] = (tree.changes, value)
         return value
 
-    def _available_under(self, parent: QuotaNode, fr: FlavorResource) -> int:
-        """:meth:`available` of a node with a parent: what it has unused locally, plus
-        what the parent can give it (within its borrowingLimit).
+    def _available_with(self, parent_available: int, fr: FlavorResource) -> int:
+        """:meth:`available` of a node whose parent has ``parent_available``: what it has
+        unused locally, plus what the parent can give it (within its borrowingLimit).
 
         :meth:`local_available` plus the least of the parent's :meth:`available` and
         :meth:`_headroom`, written out (every head of a cycle asks it, twice: the calls
         cost more than the arithmetic; ``tests/test_nominate_fast_paths.py`` checks it
         against those methods)."""
-        parent_available = parent.available(fr)
         used = self.usage.get(fr, 0)
         local = self.local_quota.get(fr, 0)
         q = self.quotas.get(fr)
@@ -234,18 +247,25 @@ class QuotaNode:
         Quotas and limits only (never usage), so it is worked out once per node and
         resource and kept in ``memo``, which lives exactly as long as the quotas do."""
         memo_key = ("potential", fr)
-        got = self.memo.get(memo_key)
-        if got is not None:
-            return got  # type: ignore[return-value]
-        parent = self.parent
-        if parent is None:
-            avail = self.subtree_quota.get(fr, 0)
-        else:
-            avail = self.local_quota.get(fr, 0) + parent.potential_available(fr)
-            cap = self.borrowing_cap(fr)
-            if cap is not None and cap < avail:
-                avail = cap
-        self.memo[memo_key] = avail
+        below: list[QuotaNode] = []
+        node: QuotaNode | None = self
+        avail = 0
+        while node is not None:
+            got = node.memo.get(memo_key)
+            if got is not None:
+                avail = got  # type: ignore[assignment]
+                break
+            below.append(node)
+            node = node.parent
+        for node in reversed(below):
+            if node.parent is None:
+                avail = node.subtree_quota.get(fr, 0)
+            else:
+                avail = node.local_quota.get(fr, 0) + avail
+                cap = node.borrowing_cap(fr)
+                if cap is not None and cap < avail:
+                    avail = cap
+            node.memo[memo_key] = avail
         return avail
 
     def potential_limit(self, fr: FlavorResource) -> BindingLimit:
@@ -396,24 +416,11 @@ class CohortTree:
             if parent:
                 child = self.cohorts[name]
                 child.parent = cohort_node(parent)
-        # Cycle detection: walk each chain; nodes revisited within one walk are on a cycle.
-        for name in sorted(self.cohorts):
-            seen: list[QuotaNode] = []
-            node: QuotaNode | None = self.cohorts[name]
-            while node is not None and node not in seen:
-                seen.append(node)
-                node = node.parent
-            if node is not None:  # found a cycle starting at `node`
-                cycle = seen[seen.index(node) :]
-                text = " -> ".join(n.name for n in cycle + [node])
-                for n in cycle:
-                    n.disabled_reason = f"Cohort {n.name} is part of a cycle: {text}"
-        for node in self.cohorts.values():
-            if node.disabled_reason and node.parent is not None:
-                node.parent = None  # cut the cycle so traversals terminate
+        disable_cycles(self.cohorts)
         for node in self.cohorts.values():
             if node.parent is not None:
                 node.parent.child_cohorts.append(node)
+        disable_too_deep(self.cohorts)
 
         for name in sorted(cluster_queues):
             spec = cluster_queues[name]
@@ -427,12 +434,7 @@ class CohortTree:
             node.usage = old_usage.get(name, {})
             self.queues[name] = node
 
-        # Everything below a disabled cohort is disabled too.
-        for node in list(self.cohorts.values()) + list(self.queues.values()):
-            for anc in node.path_to_root():
-                if anc.disabled_reason:
-                    node.disabled_reason = anc.disabled_reason
-                    break
+        inherit_disabled(self.roots())  # everything below a disabled Cohort is disabled too
         for root in self.roots():
             _recompute(root)
 
@@ -495,7 +497,7 @@ class CohortTree:
             live, mine = self.queues.get(name), kept.queues.get(name)
             if live is None or mine is None:
                 continue
-            for a, b in zip(live.path_to_root(), mine.path_to_root()):
+            for a, b in zip(live.path_to_root(), mine.path_to_root(), strict=True):
                 b.usage = dict(a.usage)
         self._dirty.clear()
         kept._dirty.clear()
@@ -586,25 +588,26 @@ def _keep_larger(tree: CohortTree, outer: Journal | None) -> Iterator[None]:
                 usage.pop(fr, None)
 
 
-def _recompute(node: QuotaNode) -> None:
-    """Kueue's updateCohortResourceNode: subtree quota and usage from the leaves up."""
-    if not node.is_cohort:
-        node.subtree_quota = {fr: q.nominal for fr, q in node.quotas.items()}
+def _recompute(root: QuotaNode) -> None:
+    """Kueue's updateCohortResourceNode: subtree quota and usage from the leaves up
+    (children before parents, in a loop: no recursion, whatever the depth)."""
+    for node in reversed(cohorts_below(root)):
+        sq = {fr: q.nominal for fr, q in node.quotas.items()}
+        usage: dict[FlavorResource, int] = {}
+        for child in node.child_queues:
+            child.subtree_quota = {fr: q.nominal for fr, q in child.quotas.items()}
+            child.local_quota = _local_quotas(child)
+        for child in node.children:
+            for fr, v in child.subtree_quota.items():
+                sq[fr] = sq.get(fr, 0) + v - child.local_quota.get(fr, 0)
+            for fr, v in child.usage.items():
+                above = v - child.local_quota.get(fr, 0)
+                if above > 0:
+                    usage[fr] = usage.get(fr, 0) + above
+        node.subtree_quota = sq
         node.local_quota = _local_quotas(node)
-        return
-    sq = {fr: q.nominal for fr, q in node.quotas.items()}
-    usage: dict[FlavorResource, int] = {}
-    for child in node.children:
-        _recompute(child)
-        for fr, v in child.subtree_quota.items():
-            sq[fr] = sq.get(fr, 0) + v - child.local_quota.get(fr, 0)
-        for fr, v in child.usage.items():
-            above = v - child.local_quota.get(fr, 0)
-            if above > 0:
-                usage[fr] = usage.get(fr, 0) + above
-    node.subtree_quota = sq
-    node.local_quota = _local_quotas(node)
-    node.usage = usage
+        if node.is_cohort:
+            node.usage = usage
 
 
 def _local_quotas(node: QuotaNode) -> dict[FlavorResource, int]:

@@ -72,9 +72,11 @@ _kept_available = QuotaNode.available
 
 
 def _available_every_time(self: QuotaNode, fr: FlavorResource) -> int:
-    if self.parent is None:
-        return _kept_available(self, fr)
-    return self._available_under(self.parent, fr)  # the whole path, never a kept value
+    path = list(self.path_to_root())  # the whole path, never a kept value
+    value = _kept_available(path[-1], fr)
+    for node in reversed(path[:-1]):
+        value = node._available_with(value, fr)
+    return value
 
 
 def _never_hopeless(self: Preemptor, *_args: object) -> bool:

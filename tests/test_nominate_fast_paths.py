@@ -4,7 +4,7 @@ paths decide (issue 16, ``cycle-5k`` deep: 5,000 heads a cycle, ~150 admitted).
 The shortcuts: a workload of one podSet that simply fits a ClusterQueue of one flavor
 is assigned without candidates (``FlavorAssigner._assign_fitting``); a ClusterQueue of
 one resource group skips building and sorting a dictionary of groups
-(``_resource_groups_of``); the tree's ``_available_under`` and
+(``_resource_groups_of``); the tree's ``_available_with`` and
 ``height_of_lowest_subtree_that_fits`` are written out instead of calling the small
 methods they stand for; and the "no longer fits" texts are made once per distinct
 shortage and shared. Each test replaces a shortcut by the general path (or by the
@@ -42,8 +42,7 @@ def _groups_worked_out(self: FlavorAssigner, _requests: object) -> None:
 # -- the code the tree's written-out methods were written from -------------------------
 
 
-def _available_under_by_methods(self: QuotaNode, parent: QuotaNode, fr: FlavorResource) -> int:
-    parent_available = parent.available(fr)
+def _available_with_by_methods(self: QuotaNode, parent_available: int, fr: FlavorResource) -> int:
     q = self.quotas.get(fr)
     if q is not None and q.borrowing_limit is not None:
         headroom = self._headroom(fr, q.borrowing_limit)
@@ -85,7 +84,7 @@ def general_nomination() -> Iterator[None]:
         for owner, name, general in (
             (FlavorAssigner, "_assign_fitting", _no_fitting_shortcut),
             (FlavorAssigner, "_resource_groups_of", _groups_worked_out),
-            (QuotaNode, "_available_under", _available_under_by_methods),
+            (QuotaNode, "_available_with", _available_with_by_methods),
             (QuotaNode, "height_of_lowest_subtree_that_fits", _height_by_methods),
             (messages, "no_longer_fits", _no_longer_fits_formatted),
             (messages, "short_after_earlier_admissions", _short_formatted),
@@ -146,8 +145,9 @@ def test_written_out_tree_arithmetic_is_the_methods_arithmetic(w: tuple, val: in
                     node, fr, v
                 ), (node, fr, v)
             if node.parent is not None:
-                assert node._available_under(node.parent, fr) == _available_under_by_methods(
-                    node, node.parent, fr
+                above = node.parent.available(fr)
+                assert node._available_with(above, fr) == _available_with_by_methods(
+                    node, above, fr
                 ), (node, fr)
 
 

@@ -12,7 +12,8 @@ this module runs them on every create and update and adds what only a webhook ca
   service's too, whichever kind owns it (``registry.workload_status_is_the_services``);
   its podSets are frozen while it holds quota;
 * what Kueue leaves to runtime: a Cohort edit whose ``parentName`` chain comes back to
-  itself is denied with the cycle spelled out (``a -> b -> a``);
+  itself is denied with the cycle spelled out (``a -> b -> a``), and one that would make
+  a chain deeper than ``MAX_COHORT_DEPTH`` Cohorts is denied with the bound and why;
 * **impact warnings** on allowed quota edits: the handler returns an
   :class:`ImpactJob` (``Verdict.deferred``) that the server runs off its event loop
   within a deadline (:mod:`webhooks.offloop`); at most :data:`MAX_WARNINGS` lines.
@@ -27,6 +28,7 @@ from typing import Any, cast
 
 from admission.integrations.registry import workload_status_is_the_services
 from queues import api, topology_api
+from queues.cohort_chains import MAX_COHORT_DEPTH, depth_through
 from queues.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION
 from queues.labels import RESOURCE_IN_USE as RESOURCE_IN_USE_FINALIZER
 from queues.model import Cohort, LocalQueue
@@ -293,6 +295,16 @@ def validate_cohort(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
                 parent,
                 "would create a cycle in the cohort tree: " + " -> ".join(cycle),
             )
+        elif name and parent:
+            depth = depth_through(name, parent, ctx.view.cohorts)
+            if depth > MAX_COHORT_DEPTH:
+                errs.invalid(
+                    "spec.parentName",
+                    parent,
+                    f"would make a chain of {depth} Cohorts through this one; at most "
+                    f"{MAX_COHORT_DEPTH} are supported (every admission walks the path from "
+                    "its ClusterQueue to the root, so the depth multiplies its cost)",
+                )
 
     return _decide("Cohort", req, ctx, rules)
 

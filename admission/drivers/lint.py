@@ -1,6 +1,6 @@
 """Warnings about a set of queue objects that Kueue accepts but that are probably mistakes.
 
-A cohort cycle, a LocalQueue naming a ClusterQueue that does not exist, a flavor that
+A cohort cycle or a Cohort chain deeper than the service handles, a LocalQueue naming a ClusterQueue that does not exist, a flavor that
 no ClusterQueue uses: each is valid input (the API server and Kueue's webhooks accept
 it) and changes nothing until a workload arrives, which is exactly when it hurts — the
 cycle makes its ClusterQueues inactive, the LocalQueue's workloads wait as
@@ -27,7 +27,9 @@ def _cycles(inputs: Inputs) -> list[str]:
     tree = CohortTree(inputs.cluster_queues, inputs.cohorts)
     reasons: dict[str, list[str]] = {}  # cycle description -> Cohorts on it
     for name, node in sorted(tree.cohorts.items()):
-        if node.disabled_reason and node.disabled_reason.startswith(f"Cohort {name} "):
+        if node.disabled_reason and node.disabled_reason.startswith(
+            f"Cohort {name} is part of a cycle: "
+        ):
             names = node.disabled_reason.partition(": ")[2].split(" -> ")[:-1]
             start = names.index(min(names))  # the same cycle, however it was walked
             ring = names[start:] + names[:start]
@@ -46,6 +48,10 @@ def _cycles(inputs: Inputs) -> list[str]:
             verb = "are" if len(below) > 1 else "is"
             affected = f"; ClusterQueue{plural} {', '.join(below)} {verb} inactive"
         out.append(f"Cohort cycle {cycle}: every Cohort on it and below it is inactive{affected}")
+    for name, node in sorted(tree.cohorts.items()):
+        reason = node.disabled_reason
+        if reason and reason.startswith(f"Cohort {name} is ") and " Cohorts deep " in reason:
+            out.append(f"{reason}: it and everything below it is inactive")
     return out
 
 

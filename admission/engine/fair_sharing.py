@@ -161,18 +161,25 @@ def _tournament_keys(
 def _run(
     cohort: QuotaNode, remaining: Mapping[str, Entry], keys: Mapping[tuple[str, str], tuple]
 ) -> Entry | None:
-    candidates: list[Entry] = []
-    for child in cohort.child_cohorts:
-        w = _run(child, remaining, keys)
-        if w is not None:
-            candidates.append(w)
-    for child in cohort.child_queues:
-        e = remaining.get(child.name)
-        if e is not None:
-            candidates.append(e)
-    if not candidates:
-        return None
-    return min(candidates, key=lambda e: keys[(cohort.name, e.cluster_queue)])
+    """The tournament below ``cohort``: each Cohort's winner is the least, by its keys,
+    of its child Cohorts' winners and its ClusterQueues' entries; children are decided
+    before their parents in a loop (no recursion, whatever the depth)."""
+    order: list[QuotaNode] = []
+    stack = [cohort]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(node.child_cohorts)
+    won: dict[int, Entry | None] = {}
+    for node in reversed(order):
+        candidates = [w for c in node.child_cohorts if (w := won[id(c)]) is not None]
+        candidates += [e for c in node.child_queues if (e := remaining.get(c.name)) is not None]
+        won[id(node)] = (
+            min(candidates, key=lambda e, n=node.name: keys[(n, e.cluster_queue)])  # type: ignore[misc]
+            if candidates
+            else None
+        )
+    return won[id(cohort)]
 
 
 # -- fair-sharing preemption --------------------------------------------------------

@@ -321,14 +321,21 @@ class Preemptor:
         advantage: bool,
         out: list[Candidate],
     ) -> None:
-        for child in current.child_cohorts:
-            if child is skip or within_nominal(child, frs):
+        """The candidates of the ClusterQueues below ``current`` that use more than their
+        nominal quota (depth first: a child Cohort's before the node's own ClusterQueues),
+        walked with a stack of its own, never by recursion (a chain of any depth)."""
+        stack = [(current, iter(current.child_cohorts))]
+        while stack:
+            node, cohorts = stack[-1]
+            child = next((c for c in cohorts if c is not skip and not within_nominal(c, frs)), None)
+            if child is not None:
+                stack.append((child, iter(child.child_cohorts)))
                 continue
-            self._collect_in_subtree(snap, wl, cq, child, subtree_root, skip, frs, advantage, out)
-        for child in current.child_queues:
-            if child is cq or within_nominal(child, frs):
-                continue
-            out.extend(self._from_cq(snap, wl, cq.name, child.name, subtree_root, frs, advantage))
+            stack.pop()
+            for q in node.child_queues:
+                if q is cq or within_nominal(q, frs):
+                    continue
+                out.extend(self._from_cq(snap, wl, cq.name, q.name, subtree_root, frs, advantage))
 
     def candidates(
         self,

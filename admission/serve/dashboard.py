@@ -36,7 +36,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -138,8 +138,8 @@ def summary(source: DashboardSource, recent: Recent) -> Obj:
     nodes: list[Obj] = []
     pending_total = 0
 
-    def visit(node: QuotaNode, depth: int) -> tuple[int, int]:
-        """Add the node's row (and its subtree's); returns (pending, admitted) below it."""
+    def row_of(node: QuotaNode, depth: int) -> Obj:
+        """The node's row, without its subtree's counts."""
         nonlocal pending_total
         row: Obj = {
             "name": node.name,
@@ -152,26 +152,39 @@ def summary(source: DashboardSource, recent: Recent) -> Obj:
         credit = source.credits(node.name, node.is_cohort)
         if credit is not None:
             row["credit"] = round(credit, 3)
-        nodes.append(row)
         if node.is_cohort:
-            pending = admitted = 0
-            for child in sorted(node.children, key=lambda c: (not c.is_cohort, c.name)):
-                p, a = visit(child, depth + 1)
-                pending, admitted = pending + p, admitted + a
+            row["pending"] = row["admitted"] = 0  # summed from its children below
         else:
             q = cache.queues.get(node.name)
-            pending = len(q) if q is not None else 0
-            admitted = len(cache.by_cq.get(node.name, {}))
-            pending_total += pending
+            row["pending"] = len(q) if q is not None else 0
+            row["admitted"] = len(cache.by_cq.get(node.name, {}))
+            pending_total += row["pending"]
             cq = cache.cluster_queues.get(node.name)
             row["stopPolicy"] = cq.stop_policy if cq is not None else ""
             inactive = cache.inactive.get(node.name)
             row["inactive"] = inactive.message if inactive is not None else ""
-        row["pending"], row["admitted"] = pending, admitted
-        return pending, admitted
+        return row
 
-    for root in sorted(tree.roots(), key=lambda n: (not n.is_cohort, n.name)):
-        visit(root, 0)
+    def order(nodes: Iterable[QuotaNode]) -> list[QuotaNode]:
+        return sorted(nodes, key=lambda c: (not c.is_cohort, c.name))
+
+    # Rows in depth-first order, walked with a stack of its own (a Cohort chain of any
+    # depth); then each Cohort's counts summed from its children, deepest first.
+    parent_row: list[int | None] = []
+    stack: list[tuple[QuotaNode, int, int | None]] = [
+        (root, 0, None) for root in reversed(order(tree.roots()))
+    ]
+    while stack:
+        node, depth, up = stack.pop()
+        parent_row.append(up)
+        nodes.append(row_of(node, depth))
+        at = len(nodes) - 1
+        stack.extend((c, depth + 1, at) for c in reversed(order(node.children)))
+    for i in range(len(nodes) - 1, -1, -1):
+        up = parent_row[i]
+        if up is not None:
+            nodes[up]["pending"] += nodes[i]["pending"]
+            nodes[up]["admitted"] += nodes[i]["admitted"]
     return {
         "time": source.clock(),
         "clusterQueues": len(cache.cluster_queues),
