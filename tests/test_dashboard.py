@@ -1,12 +1,16 @@
 """The dashboard in a real browser: Debian's headless Chromium driven by Playwright
-(pointed at the system browser with ``executable_path``; no browser download).
+(pointed at the system browser with ``executable_path``; no browser download), on the
+realistic GPU organisation of ``manifests/examples/``.
 
-Screenshots are kept in ``test-artifacts/`` (gitignored) for people to look at."""
+Screenshots are kept in ``test-artifacts/`` (gitignored) for people to look at; with
+``QM_WRITE_DOCS_SCREENSHOT=docs/images/dashboard.png`` the picture of the README is
+written from the same page."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
 import urllib.request
@@ -14,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from admission.kube import client as k
 from tests.kube_harness import (
     ROOT,
+    Obj,
     admitted,
     cluster_queue,
     eventually,
@@ -33,26 +39,100 @@ ARTIFACTS = ROOT / "test-artifacts"
 playwright = pytest.importorskip("playwright.async_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
 
-OBJECTS = [
-    namespace("team-a"),
-    flavor("a100"),
-    cluster_queue("research", {"a100": {"cpu": 4}}, cohort="org", borrowing_limit="0"),
-    cluster_queue("prod", {"a100": {"cpu": 2}}, cohort="org"),
-    local_queue("team-a", "lq", "research"),
-]
+EXAMPLES = ROOT / "manifests" / "examples"
+SCREENSHOT_ENV = "QM_WRITE_DOCS_SCREENSHOT"
+"""Set to a path (``docs/images/dashboard.png``) to write the page's picture there too."""
 
 
-def test_the_page_shows_usage_and_reasons_and_updates_within_a_second(tmp_path: Path) -> None:
+def example_objects() -> tuple[list[Obj], list[Obj]]:
+    """manifests/examples/ as a user applies it: the organisation (namespaces, flavors,
+    Cohorts, ClusterQueues, LocalQueues, priorities) and its sample Jobs, the Jobs
+    without the uid and creationTimestamp the API server assigns."""
+    setup: list[Obj] = []
+    jobs: list[Obj] = []
+    for path in sorted(EXAMPLES.glob("[0-6]*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            if doc["kind"] == "Job":
+                for generated in ("uid", "creationTimestamp"):
+                    doc["metadata"].pop(generated, None)
+                jobs.append(doc)
+            else:
+                setup.append(doc)
+    return setup, jobs
+
+
+# What a person must be able to read, evaluated in the page (returns the offenders): no
+# box clips or spills its text, no usage chip is cut off by its pane or overlaps another
+# of its row, no two rows of a list overlap.
+LAYOUT_PROBLEMS = """
+() => {
+  const problems = [];
+  // every box that holds text (inline text is judged by its box), scroll panes aside
+  for (const el of document.querySelectorAll("#tree-pane *, #detail-pane *")) {
+    if (!el.textContent.trim() || el.classList.contains("vlist")) continue;
+    if (getComputedStyle(el).display === "inline") continue;
+    if (el.scrollWidth > el.clientWidth + 1)
+      problems.push(`clipped: ${el.textContent.slice(0, 80)} (${el.scrollWidth} > ${el.clientWidth})`);
+  }
+  for (const row of document.querySelectorAll("#tree .row")) {
+    const pane = row.closest(".vlist").getBoundingClientRect();
+    const boxes = Array.from(row.querySelectorAll("[data-quantity]"), (b) => [b, b.getBoundingClientRect()]);
+    for (const [b, r] of boxes) {
+      if (r.left < pane.left - 1 || r.right > pane.left + row.closest(".vlist").clientWidth + 1)
+        problems.push(`cut off: ${row.dataset.name} ${b.dataset.quantity}`);
+    }
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const [a, ra] = boxes[i], [b, rb] = boxes[j];
+      if (ra.left < rb.right - 1 && rb.left < ra.right - 1 && ra.top < rb.bottom - 1 && rb.top < ra.bottom - 1)
+        problems.push(`overlap: ${row.dataset.name} ${a.dataset.quantity} / ${b.dataset.quantity}`);
+    }
+  }
+  for (const list of document.querySelectorAll(".vlist")) {
+    const rows = Array.from(list.querySelectorAll(".row"), (r) => r.getBoundingClientRect())
+      .sort((a, b) => a.top - b.top);
+    for (let i = 1; i < rows.length; i++)
+      if (rows[i].top < rows[i - 1].bottom - 1) problems.push(`rows overlap in #${list.id}`);
+  }
+  return problems;
+}
+"""
+
+
+H100_ROWS = sorted(["org", "production", "inference-prod", "training-prod", "research",
+                   "llm-research", "vision-research"])  # fmt: skip
+H100_CHIPS_IN_VIEW = """
+() => {
+  const pane = document.querySelector("#tree").getBoundingClientRect();
+  return Array.from(document.querySelectorAll('#tree [data-quantity="h100/nvidia.com/gpu"]'))
+    .filter((chip) => {
+      const r = chip.getBoundingClientRect();
+      return r.width > 0 && r.left >= pane.left && r.right <= pane.right
+        && r.top >= pane.top && r.bottom <= pane.bottom;
+    })
+    .map((chip) => chip.closest(".row").dataset.name).sort();
+}
+"""
+
+
+def test_the_page_reads_well_with_a_realistic_gpu_organisation(tmp_path: Path) -> None:
+    """manifests/examples/ (H100, A100, MIG, a CPU pool; five ClusterQueues in three
+    Cohorts): every usage chip, label, reason and message is shown whole, nothing
+    overlaps, and the page updates within a second of an admission."""
     ARTIFACTS.mkdir(exist_ok=True)
+    setup, jobs = example_objects()
 
     async def main() -> None:
-        async with stack(tmp_path, objects=OBJECTS, dashboard_port=0) as s:
-            for name, cpu in (("running", "3"), ("too-big", "5")):
-                wl = workload("team-a", name, queue="lq", pod_sets=[("main", 1, cpu)])
-                await s.user.create(k.WORKLOADS, wl, namespace="team-a")
-            await eventually(
-                lambda: admitted(s.get("workloads", "running", "team-a")), what="running admitted"
-            )
+        async with stack(tmp_path, objects=setup, dashboard_port=0) as s:
+            for job in jobs:
+                await s.user.create(k.JOBS, job, namespace=job["metadata"]["namespace"])
+
+            def settled() -> bool:
+                wls = s.workloads()
+                return len(wls) == len(jobs) and sum(map(admitted, wls)) == len(jobs) - 2
+
+            await eventually(settled, what="six of the eight example Jobs admitted")
             await eventually(lambda: "dashboard" in s.service.ports, what="dashboard listens")
             url = f"http://127.0.0.1:{s.service.ports['dashboard']}/"
             async with playwright.async_playwright() as pw:
@@ -60,36 +140,54 @@ def test_the_page_shows_usage_and_reasons_and_updates_within_a_second(tmp_path: 
                 page = await browser.new_page(viewport={"width": 1400, "height": 900})
                 await page.goto(url)
                 tree = page.locator("#tree")
-                # the ClusterQueue's usage against nominal, in the cohort tree
-                await page.wait_for_function(
-                    "document.querySelector('#tree').innerText.includes('a100/cpu 3/4')"
-                )
-                assert "org" in await tree.inner_text()
-                await page.locator("#tree .row.cq", has_text="research").click()
-                pending = page.locator("#pending .row", has_text="team-a/too-big")
+                await page.locator('#tree .row[data-name="inference-prod"]').click()
+                pending = page.locator("#pending .row", has_text="mig-batch-eval")
                 await pending.wait_for()
-                text = await pending.inner_text()
-                assert "ExceedsMaxQuota" in text and "cpu" in text  # the reason, in numbers
+                await page.wait_for_function("document.querySelectorAll('#admitted .row').length")
+                problems = await page.evaluate(LAYOUT_PROBLEMS)
                 await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+                if os.environ.get(SCREENSHOT_ENV):
+                    await page.screenshot(path=os.environ[SCREENSHOT_ENV], full_page=True)
+                assert problems == []
+                text = await pending.inner_text()
+                assert "insufficient unused quota for nvidia.com/mig-1g.10gb" in text
+                assert "production (10000)" in text  # the priority class and its value
+                # llm-research's H100 GPUs: 32 in use of 16 nominal, 16 borrowed
+                gpu = tree.locator(
+                    '.row[data-name="llm-research"] [data-quantity="h100/nvidia.com/gpu"]'
+                )
+                assert "32 / 16 +16" in await gpu.inner_text()
+                # the H100 GPU chip of every row with H100 quota is whole inside the pane
+                assert await page.evaluate(H100_CHIPS_IN_VIEW) == H100_ROWS
+                # on a narrow window the chips wrap instead of being cut or clipped
+                await page.set_viewport_size({"width": 900, "height": 900})
+                await page.wait_for_function(
+                    "document.querySelector('#tree').clientWidth < 900"
+                    " && document.querySelectorAll('#tree .row').length > 0"
+                )
+                narrow = await page.evaluate(LAYOUT_PROBLEMS)
+                await page.screenshot(path=str(ARTIFACTS / "dashboard-narrow.png"), full_page=True)
+                assert narrow == []
+                await page.set_viewport_size({"width": 1400, "height": 900})
 
                 # a new admission: the page shows it within a second (server push)
                 version = await page.evaluate("document.body.dataset.version")
-                wl = workload("team-a", "small", queue="lq", pod_sets=[("main", 1, "1")])
-                await s.user.create(k.WORKLOADS, wl, namespace="team-a")
+                wl = workload("vision-research", "small", queue="team-queue",
+                              pod_sets=[("main", 1, "1")])  # fmt: skip
+                await s.user.create(k.WORKLOADS, wl, namespace="vision-research")
                 await eventually(
-                    lambda: admitted(s.get("workloads", "small", "team-a")), what="small admitted",
-                    interval=0.005,
+                    lambda: admitted(s.get("workloads", "small", "vision-research")),
+                    what="small admitted", interval=0.005,
                 )  # fmt: skip
                 seen = time.monotonic()
                 await page.wait_for_function(
-                    "document.querySelector('#tree').innerText.includes('a100/cpu 4/4')"
-                    " && document.querySelector('#recent').innerText.includes('team-a/small')",
+                    "document.querySelector('#recent').innerText.includes('vision-research/small')"
+                    ' && document.querySelector(\'#tree .row[data-name="vision-research"]'
+                    " [data-quantity=\"h100/cpu\"]')?.innerText.includes('9 / 192')",
                     timeout=1000,
                 )
                 elapsed = time.monotonic() - seen
                 assert int(await page.evaluate("document.body.dataset.version")) > int(version)
-                await page.screenshot(path=str(ARTIFACTS / "dashboard-after-admission.png"),
-                                      full_page=True)  # fmt: skip
                 (ARTIFACTS / "dashboard-update-seconds.txt").write_text(f"{elapsed:.3f}\n")
                 await browser.close()
 

@@ -110,14 +110,41 @@ def _condition(obj: Obj | None, type_: str) -> Obj:
     return {}
 
 
+NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
+"""What every node has; any other resource (GPUs, MIG slices, ...) is an accelerator."""
+
+
+def _display_order(node: QuotaNode) -> list[tuple[str, str]]:
+    """The node's (flavor, resource) pairs as a person reads them: flavors in the order
+    of the node's own quota (a ClusterQueue's flavors in the order they are tried), then
+    the rest of its subtree's by name; within a flavor, accelerators first."""
+    flavors = list(dict.fromkeys(f for f, _ in node.quotas))
+    flavors += sorted({f for f, _ in node.subtree_quota} - set(flavors))
+    rank = {f: i for i, f in enumerate(flavors)}
+
+    def key(fr: tuple[str, str]) -> tuple[int, int, str]:
+        flavor, resource = fr
+        kind = NODE_RESOURCES.index(resource) + 1 if resource in NODE_RESOURCES else 0
+        return rank[flavor], kind, resource
+
+    return sorted(node.subtree_quota, key=key)
+
+
+def _accelerators_first(item: tuple[tuple[str, str], int]) -> tuple[bool, str, str]:
+    (flavor, resource), _ = item
+    return resource in NODE_RESOURCES, flavor, resource
+
+
 def _quantities(node: QuotaNode) -> list[Obj]:
     rows = []
-    for (flavor, resource), quota in sorted(node.subtree_quota.items()):
+    for flavor, resource in _display_order(node):
+        quota = node.subtree_quota[(flavor, resource)]
         used = node.usage.get((flavor, resource), 0)
         q = node.quotas.get((flavor, resource))
         row: Obj = {
             "flavor": flavor,
             "resource": resource,
+            "accelerator": resource not in NODE_RESOURCES,
             "used": used,
             "quota": quota,
             "usedText": format_quantity(resource, used),
@@ -215,6 +242,7 @@ def pending_page(source: DashboardSource, cq: str, offset: int, limit: int) -> O
                 "workload": wl.key,
                 "localQueue": wl.queue_name,
                 "priority": wl.priority,
+                "priorityClass": wl.priority_class or "",
                 "positionInClusterQueue": i,
                 "positionInLocalQueue": entry.position_in_local_queue,
                 "parked": entry.parked,
@@ -236,9 +264,11 @@ def admitted_page(source: DashboardSource, cq: str, offset: int, limit: int) -> 
             {
                 "workload": key,
                 "priority": wl.priority if wl is not None else 0,
+                "priorityClass": (wl.priority_class or "") if wl is not None else "",
                 "evicting": key in cache.evicting,
                 "usage": ", ".join(
-                    f"{f}/{r} {format_quantity(r, v)}" for (f, r), v in sorted(usage.items())
+                    f"{f}/{r} {format_quantity(r, v)}"
+                    for (f, r), v in sorted(usage.items(), key=_accelerators_first)
                 ),
             }
         )

@@ -2,50 +2,108 @@
 // workloads, recent events. Live by Server-Sent Events (/events); lists render only the
 // rows in view (VList) and the pending list is fetched a window at a time.
 "use strict";
-const ROW = 24;
+const ROW = 26; // a row's height until it has been measured
 const state = { summary: null, selected: null, collapsed: new Set(), filter: "" };
 
 class VList {
-  // A virtualised list: `count` rows, `render(i)` -> element (or null while loading).
+  // A virtualised list of `count` rows of varying height: `render(i)` -> element (or
+  // null while loading). Rows are placed at measured offsets (estimated until drawn),
+  // so rows that wrap their text take the room they need and never overlap.
   constructor(el, render) {
-    this.el = el; this.render = render; this.count = 0;
+    this.el = el; this.render = render; this.count = 0; this.heights = [];
+    this.offsets = [0];
     this.spacer = document.createElement("div"); el.appendChild(this.spacer);
     el.addEventListener("scroll", () => this.draw());
+    new ResizeObserver(() => this.draw()).observe(el);
   }
-  setCount(n) { this.count = n; this.spacer.style.height = (n * ROW) + "px"; this.draw(); }
+  setCount(n) { this.count = n; this.heights = []; this.layout(); this.draw(); }
+  layout() {
+    const offsets = new Array(this.count + 1); offsets[0] = 0;
+    for (let i = 0; i < this.count; i++) offsets[i + 1] = offsets[i] + (this.heights[i] || ROW);
+    this.offsets = offsets; this.spacer.style.height = offsets[this.count] + "px";
+  }
+  indexAt(y) { // the row at offset y (binary search)
+    let lo = 0, hi = this.count;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (this.offsets[mid + 1] <= y) lo = mid + 1; else hi = mid; }
+    return lo;
+  }
   visible() {
-    const first = Math.max(0, Math.floor(this.el.scrollTop / ROW) - 5);
-    const last = Math.min(this.count, Math.ceil((this.el.scrollTop + this.el.clientHeight) / ROW) + 5);
+    const first = Math.max(0, this.indexAt(this.el.scrollTop) - 5);
+    const last = Math.min(this.count, this.indexAt(this.el.scrollTop + this.el.clientHeight) + 6);
     return [first, last];
   }
   draw() {
+    // Measured heights move the rows below them, and may bring rows into view: place
+    // again until nothing moves (a couple of passes; heights do not depend on offsets).
+    for (let pass = 0; pass < 4; pass++) if (!this.place()) break;
+  }
+  place() {
     const [first, last] = this.visible();
-    for (const old of Array.from(this.el.querySelectorAll(".row"))) old.remove();
+    for (const old of Array.from(this.el.querySelectorAll(":scope > .row"))) old.remove();
+    const drawn = [];
     for (let i = first; i < last; i++) {
       const row = this.render(i);
       if (!row) continue;
-      row.classList.add("row"); row.style.top = (i * ROW) + "px"; row.dataset.index = i;
-      this.el.appendChild(row);
+      row.classList.add("row"); row.style.top = this.offsets[i] + "px"; row.dataset.index = i;
+      this.el.appendChild(row); drawn.push([i, row]);
     }
+    let changed = false; // measure what was drawn
+    for (const [i, row] of drawn) {
+      const h = row.offsetHeight;
+      if (h && h !== this.heights[i]) { this.heights[i] = h; changed = true; }
+    }
+    if (changed) this.layout();
+    return changed;
   }
 }
 
 function span(text, cls) { const s = document.createElement("span"); s.textContent = text; if (cls) s.className = cls; return s; }
 
-function bars(quantities) {
-  const d = document.createElement("span"); d.className = "bars";
+// A resource as a chip label: the part after the vendor prefix ("nvidia.com/gpu" ->
+// "gpu"); the full name is in the chip's tooltip and in the ClusterQueue's detail.
+const shortName = (resource) => resource.slice(resource.lastIndexOf("/") + 1);
+
+function chip(q) {
+  const c = document.createElement("span");
+  c.className = "chip" + (q.accelerator ? " accel" : "");
+  c.dataset.quantity = `${q.flavor}/${q.resource}`;
+  const pct = q.quota > 0 ? Math.min(100, 100 * q.used / q.quota) : (q.used > 0 ? 100 : 0);
+  const fill = document.createElement("i"); fill.style.width = pct + "%";
+  if (q.used > q.quota) fill.className = "over";
+  const label = document.createElement("b");
+  label.textContent = `${shortName(q.resource)} ${q.usedText} / ${q.quotaText}` + (q.borrowed !== "0" ? ` +${q.borrowed}` : "");
+  c.title = `${q.flavor} ${q.resource}: ${q.usedText} in use of ${q.quotaText} nominal` +
+    (q.borrowed !== "0" ? `, ${q.borrowed} borrowed` : "") +
+    (q.borrowingLimit ? `, borrowingLimit ${q.borrowingLimit}` : "") + (q.lendingLimit ? `, lendingLimit ${q.lendingLimit}` : "");
+  c.append(fill, label);
+  return c;
+}
+
+function usage(quantities) {
+  // one line per flavor (in the order the server gives: a ClusterQueue's flavors in
+  // the order they are tried, accelerators first), its resources as chips that wrap
+  const d = document.createElement("div"); d.className = "usage";
+  const lines = new Map();
   for (const q of quantities) {
-    const b = document.createElement("span"); b.className = "bar";
-    const pct = q.quota > 0 ? Math.min(100, 100 * q.used / q.quota) : (q.used > 0 ? 100 : 0);
-    const fill = document.createElement("i"); fill.style.width = pct + "%";
-    if (q.used > q.quota) fill.className = "over";
-    const label = document.createElement("b");
-    label.textContent = `${q.flavor}/${q.resource} ${q.usedText}/${q.quotaText}` + (q.borrowed !== "0" ? ` (+${q.borrowed})` : "");
-    b.title = label.textContent + (q.borrowingLimit ? ` borrowingLimit ${q.borrowingLimit}` : "") + (q.lendingLimit ? ` lendingLimit ${q.lendingLimit}` : "");
-    b.append(fill, label); d.appendChild(b);
+    let line = lines.get(q.flavor);
+    if (!line) {
+      line = document.createElement("div"); line.className = "flavor-line";
+      const chips = document.createElement("span"); chips.className = "chips";
+      line.append(span(q.flavor, "flavor"), chips); lines.set(q.flavor, line); d.appendChild(line);
+    }
+    line.lastChild.appendChild(chip(q));
   }
   return d;
 }
+
+// Column widths from the content: the longest text of a column, in characters.
+function widest(texts, floor, cap) {
+  let w = floor;
+  for (const t of texts) w = Math.max(w, String(t).length);
+  return Math.min(w, cap) + 1 + "ch";
+}
+
+const priorityText = (p) => p.priorityClass ? `${p.priorityClass} (${p.priority})` : String(p.priority);
 
 // -- the tree --------------------------------------------------------------------------
 let treeRows = [];
@@ -57,8 +115,8 @@ const tree = new VList(document.getElementById("tree"), (i) => {
   const marker = n.kind === "Cohort" ? (state.collapsed.has(n.name) ? "▸ " : "▾ ") : "";
   const name = span("\u00a0".repeat(n.depth * 3) + marker + n.name + (n.stopPolicy && n.stopPolicy !== "None" ? ` [${n.stopPolicy}]` : ""));
   name.title = n.kind + " " + n.name + (n.inactive ? ": " + n.inactive : "");
-  r.append(name, bars(n.quantities), span(n.pending), span(n.admitted), span(n.weightedShare),
-           span(n.credit === undefined ? "" : n.credit));
+  r.append(name, usage(n.quantities), span(n.pending, "num"), span(n.admitted, "num"),
+           span(n.weightedShare, "num"), span(n.credit === undefined ? "" : n.credit, "num"));
   r.dataset.name = n.name; r.dataset.kind = n.kind;
   r.addEventListener("click", () => {
     if (n.kind === "Cohort") { state.collapsed.has(n.name) ? state.collapsed.delete(n.name) : state.collapsed.add(n.name); layoutTree(); }
@@ -76,7 +134,12 @@ function layoutTree() {
     if (!state.filter || n.kind === "Cohort" || n.name.includes(state.filter)) rows.push(n);
     if (n.kind === "Cohort" && state.collapsed.has(n.name)) hiddenBelow.push(n.depth);
   }
-  treeRows = rows; tree.setCount(rows.length);
+  treeRows = rows;
+  const pane = document.getElementById("tree-pane");
+  pane.style.setProperty("--name-w", widest(nodes.map((n) => "\u00a0".repeat(n.depth * 3 + 2) + n.name +
+    (n.stopPolicy && n.stopPolicy !== "None" ? ` [${n.stopPolicy}]` : "")), 8, 60));
+  pane.style.setProperty("--flavor-w", widest(nodes.flatMap((n) => n.quantities.map((q) => q.flavor)), 4, 40));
+  tree.setCount(rows.length);
 }
 
 // -- one ClusterQueue ------------------------------------------------------------------
@@ -86,9 +149,9 @@ const pending = new VList(document.getElementById("pending"), (i) => {
   if (!p) { fetchPending(i); return null; }
   const r = document.createElement("div"); r.className = "pending-row" + (p.parked ? " parked" : "");
   r.dataset.workload = p.workload;
-  r.append(span(p.positionInClusterQueue), span(p.positionInLocalQueue), span(p.workload), span(p.localQueue),
-           span(p.priority), span(p.reason, "reason"), span(p.message));
-  r.title = p.message;
+  r.append(span(p.positionInClusterQueue, "num"), span(p.positionInLocalQueue, "num"), span(p.workload),
+           span(p.localQueue), span(priorityText(p)), span(p.reason, "reason"), span(p.message, "message"));
+  r.title = `${p.workload}: ${p.reason}${p.message ? ": " + p.message : ""}`;
   return r;
 });
 const inflight = new Set();
@@ -102,10 +165,19 @@ async function fetchPending(i) {
     const page = await resp.json();
     if (version !== pendingVersion) return;
     page.items.forEach((p, k) => pendingCache.set(start + k, p));
+    sizePendingColumns();
     if (page.total !== pendingTotal) { pendingTotal = page.total; pending.setCount(page.total); }
     else pending.draw();
     document.getElementById("pending-count").textContent = `(${page.total})`;
   } finally { inflight.delete(start); }
+}
+function sizePendingColumns() {
+  const items = Array.from(pendingCache.values());
+  const pane = document.getElementById("detail-pane");
+  pane.style.setProperty("--w-workload", widest(items.map((p) => p.workload), 8, 48));
+  pane.style.setProperty("--w-lq", widest(items.map((p) => p.localQueue), 10, 32));
+  pane.style.setProperty("--w-prio", widest(items.map(priorityText), 4, 32));
+  pane.style.setProperty("--w-reason", widest(items.map((p) => p.reason), 6, 32));
 }
 function refreshPending() {
   pendingVersion++; pendingCache.clear(); inflight.clear();
@@ -116,14 +188,18 @@ let admittedItems = [];
 const admittedList = new VList(document.getElementById("admitted"), (i) => {
   const a = admittedItems[i]; if (!a) return null;
   const r = document.createElement("div");
-  r.append(span(a.workload), span(a.priority), span(a.usage + (a.evicting ? " (evicting)" : "")));
+  r.append(span(a.workload), span(priorityText(a)), span(a.usage + (a.evicting ? " (evicting)" : ""), "message"));
   return r;
 });
 async function refreshAdmitted() {
   if (!state.selected) return;
   const resp = await fetch(`/api/admitted?cq=${encodeURIComponent(state.selected)}&limit=500`);
   if (!resp.ok) return;
-  const page = await resp.json(); admittedItems = page.items; admittedList.setCount(page.items.length);
+  const page = await resp.json(); admittedItems = page.items;
+  const pane = document.getElementById("detail-pane");
+  pane.style.setProperty("--w-admitted", widest(page.items.map((a) => a.workload), 8, 48));
+  pane.style.setProperty("--w-admitted-prio", widest(page.items.map(priorityText), 4, 32));
+  admittedList.setCount(page.items.length);
   document.getElementById("admitted-count").textContent = `(${page.total})`;
 }
 
@@ -132,11 +208,22 @@ function showSelected() {
   document.getElementById("detail-title").textContent = n ? `ClusterQueue ${n.name}` + (n.parent ? ` (cohort ${n.parent})` : "") : "Select a ClusterQueue";
   const q = document.getElementById("detail-quotas"); q.textContent = "";
   if (!n) return;
+  // every quantity in full, one line each: the expanded form of the tree's chips
+  const table = document.createElement("table"); table.className = "quotas";
+  const head = table.insertRow();
+  for (const h of ["flavor", "resource", "in use", "nominal", "borrowed", "borrowingLimit", "lendingLimit"]) {
+    const th = document.createElement("th"); th.textContent = h; head.appendChild(th);
+  }
+  let previous = null;
   for (const x of n.quantities) {
-    q.appendChild(span(`${x.flavor}/${x.resource}: ${x.usedText} of ${x.quotaText} nominal, borrowed ${x.borrowed}` +
-      (x.borrowingLimit ? `, borrowingLimit ${x.borrowingLimit}` : "") + (x.lendingLimit ? `, lendingLimit ${x.lendingLimit}` : ""), "quota"));
+    const row = table.insertRow();
+    if (x.flavor !== previous) row.className = "first";
+    for (const v of [x.flavor === previous ? "" : x.flavor, x.resource, x.usedText, x.quotaText, x.borrowed,
+                     x.borrowingLimit || "", x.lendingLimit || ""]) row.insertCell().textContent = v;
+    previous = x.flavor;
   }
   q.appendChild(span(`weighted share ${n.weightedShare}` + (n.credit === undefined ? "" : `, credit ${n.credit}`), "quota"));
+  q.appendChild(table);
 }
 function select(name) { state.selected = name; pendingTotal = -1; showSelected(); refreshPending(); refreshAdmitted(); tree.draw(); }
 
