@@ -14,7 +14,12 @@ import aiohttp
 from admission.drivers.loader import load_documents
 from admission.drivers.plan import build_cache
 from admission.engine.cache import Cache
-from admission.serve.dashboard import Dashboard, DashboardSource, summary
+from admission.serve.dashboard import (
+    Dashboard,
+    DashboardSource,
+    Recent,
+    summary,
+)
 from queues import model as m
 from queues.api import parse_model
 
@@ -123,3 +128,26 @@ def test_updates_are_deltas_of_the_rows_that_changed_and_rebuild_the_summary() -
             await asyncio.gather(server, return_exceptions=True)
 
     asyncio.run(main())
+
+
+def test_recent_events_keep_kueue_messages_whole() -> None:
+    """A preemption message names the preemptor, its UIDs and both Cohort paths: the
+    page shows it whole; only a message beyond any Kueue writes is cut, visibly."""
+    paths = "/".join(f"cohort-{i}" for i in range(40))
+    message = (
+        "Preempted to accommodate a workload (UID: 5c1f0e0a-1111-4000-8000-000000000001, "
+        "JobUID: 5c1f0e0a-2222-4000-8000-000000000002) due to reclamation within the "
+        f"cohort; preemptor path: /{paths}/llm-research; preemptee path: /{paths}/vision"
+    )
+    assert len(message) > 600
+    recent = Recent()
+
+    def evicted(text: str) -> dict[str, Any]:
+        return {"status": {"conditions": [{"type": "Evicted", "status": "True",
+                                           "reason": "Preempted", "message": text}]}}  # fmt: skip
+
+    recent.observe("workloads", "MODIFIED", "ns/a", evicted(message), None)
+    recent.observe("workloads", "MODIFIED", "ns/b", evicted("x" * 100_000), None)
+    huge, whole = recent.events
+    assert whole["kind"] == "preempted" and whole["message"] == message
+    assert len(huge["message"]) <= 10_000 and huge["message"].endswith("…")

@@ -59,6 +59,7 @@ PUSH_INTERVAL = 0.25
 PUSH_LOOP_SHARE = 0.1  # pushes are spaced so building them takes at most this share
 PUSH_MAX_INTERVAL = 1.0  # ... of the loop's CPU, but never further apart than this
 RECENT = 200
+RECENT_MESSAGE_CHARS = 4000  # bounds the recent events' memory (RECENT of them)
 MAX_PAGE = 500
 
 
@@ -98,9 +99,17 @@ class Recent:
                         "workload": key,
                         "clusterQueue": cq,
                         "reason": reason,
-                        "message": (now_c.get("message") or "")[:300],
+                        "message": _bounded(now_c.get("message") or ""),
                     }
                 )
+
+
+def _bounded(message: str) -> str:
+    """A condition message as the page shows it: whole (Kueue's run to a few hundred
+    characters), only a pathological one cut, and then visibly."""
+    if len(message) <= RECENT_MESSAGE_CHARS:
+        return message
+    return message[: RECENT_MESSAGE_CHARS - 1] + "…"
 
 
 def _condition(obj: Obj | None, type_: str) -> Obj:
