@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import GenerateJsonSchema
 
-from queues.quantity import parse_quantity
+from queues.quantity import check_magnitude, parse_quantity
 
 Problems = list[tuple[str, str]]
 """(field path, message) pairs, in the order found."""
@@ -157,8 +157,10 @@ def epoch(value: datetime | None) -> float | None:
 
 def _parsable_quantity(text: str) -> str:
     """A quantity the pattern accepts but apimachinery's parser refuses (``1e1001``:
-    above the exponent cap) is a field error here, not an exception in a later rule."""
-    parse_quantity(text)  # QuantityError is a ValueError: pydantic names the field
+    above the exponent cap), or one beyond the 2^63-1 a ``resource.Quantity`` holds
+    (``1e400``), is a field error here, not an exception in a later rule or in every
+    status refresh."""
+    check_magnitude(text)  # QuantityError is a ValueError: pydantic names the field
     return text
 
 

@@ -30,6 +30,7 @@ from fractions import Fraction
 __all__ = [
     "MAX_DECIMAL_EXPONENT",
     "MAX_DIGITS",
+    "MAX_MAGNITUDE",
     "QuantityError",
     "format_quantity",
     "parse_quantity",
@@ -74,6 +75,13 @@ MAX_DIGITS = 4000
 """Most significant digits accepted (Python refuses int() on much longer strings)."""
 
 
+MAX_MAGNITUDE = 2**63 - 1
+"""The largest magnitude a Kubernetes ``resource.Quantity`` may represent ("no quantity
+may represent a number greater than 2^63-1 in magnitude", its API reference): the
+queue objects' quantities beyond it are refused (:func:`check_magnitude`), so a quota
+the API server's pattern lets through never reaches arithmetic that cannot hold it."""
+
+
 class QuantityError(ValueError):
     """A value is not a valid Kubernetes quantity. The message quotes the value."""
 
@@ -103,6 +111,19 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if type(value) is str:
         return _parse_text(value)
     return _parse(value)
+
+
+def check_magnitude(text: str | int | float) -> Fraction:
+    """``text`` parsed, refused (QuantityError quoting it) when it is beyond
+    :data:`MAX_MAGNITUDE` in magnitude."""
+    value = parse_quantity(text)
+    if abs(value) > MAX_MAGNITUDE:
+        raise _invalid(
+            text,
+            f"more than 2^63-1 ({MAX_MAGNITUDE}) in magnitude, the most a Kubernetes "
+            "resource.Quantity represents",
+        )
+    return value
 
 
 def _parse(value: str | int | float) -> Fraction:

@@ -498,6 +498,9 @@ class Controller:
                 self._note_unschedulable()
                 try:
                     await self.status.refresh()
-                    await self.status.release_finalizers()
                 except Exception as err:  # noqa: BLE001
                     log.warning("queue status refresh failed: %s", err)
+                try:  # a failed refresh does not hold deleted queues' finalizers
+                    await self.status.release_finalizers()
+                except Exception as err:  # noqa: BLE001
+                    log.warning("releasing queue finalizers failed: %s", err)

@@ -250,7 +250,14 @@ class StatusWriter:
         cq_extra, lq_extra = usage_extras(self.tracker, cache)
         for name in sorted(cache.cluster_queues):
             if ctx.informers["clusterqueues"].get(name) is not None:
-                status = cluster_queue_status(cache, name, fair_sharing=self.fair_sharing)
+                try:
+                    status = cluster_queue_status(cache, name, fair_sharing=self.fair_sharing)
+                except Exception as err:  # noqa: BLE001 - one queue never freezes the others
+                    log.warning("status of ClusterQueue %s not computed: %s", name, err)
+                    out[("cq", name)] = invalid_cluster_queue_status(
+                        f"its status cannot be computed: {err}"
+                    )
+                    continue
                 if name in cq_extra:
                     status["fairSharing"] = {**status.get("fairSharing", {}), **cq_extra[name]}
                 out[("cq", name)] = status
@@ -431,37 +438,44 @@ class StatusWriter:
             if name not in cache.cluster_queues:
                 m.forget_cluster_queue(name, self._known_cqs.pop(name))
         for name, spec in cache.cluster_queues.items():
-            q = cache.queues.get(name)
-            node = cache.tree.queues.get(name)
-            active = q.active_count() if q is not None else 0
-            m.pending.labels(name, "active").set(active)
-            m.pending.labels(name, "inadmissible").set(len(q) - active if q is not None else 0)
-            n = len(cache.by_cq.get(name, {}))
-            m.reserving.labels(name).set(n)
-            m.admitted_active.labels(name).set(n)
-            inactive = name in cache.inactive
-            for s in ("pending", "active", "terminated"):
-                m.cq_status.labels(name, s).set(
-                    1 if s == ("pending" if inactive else "active") else 0
-                )
-            frs = [
-                (fq.name, r)
-                for g in spec.resource_groups
-                for fq in g.flavors
-                for r in g.covered_resources
-            ]
-            self._known_cqs[name] = frs
-            for flavor, r in frs:
-                used = node.usage.get((flavor, r), 0) if node is not None else 0
-                scale = 1000.0 if r == "cpu" else 1.0
-                m.resource_usage.labels(name, flavor, r).set(used / scale)
-                m.resource_reservation.labels(name, flavor, r).set(used / scale)
-                nominal = node.nominal((flavor, r)) if node is not None else 0
-                m.nominal_quota.labels(name, flavor, r).set(nominal / scale)
-            if self.fair_sharing and node is not None:
-                from queues.fairshare import dominant_resource_share
+            try:
+                self._queue_metrics(name, spec)
+            except Exception as err:  # noqa: BLE001 - one queue never freezes the others
+                log.warning("metrics of ClusterQueue %s not updated: %s", name, err)
 
-                m.weighted_share.labels(name).set(dominant_resource_share(node).rounded())
+    def _queue_metrics(self, name: str, spec: Any) -> None:
+        """The gauges of ClusterQueue ``name``."""
+        m = self.ctx.metrics
+        cache = self.ctx.cache
+        q = cache.queues.get(name)
+        node = cache.tree.queues.get(name)
+        active = q.active_count() if q is not None else 0
+        m.pending.labels(name, "active").set(active)
+        m.pending.labels(name, "inadmissible").set(len(q) - active if q is not None else 0)
+        n = len(cache.by_cq.get(name, {}))
+        m.reserving.labels(name).set(n)
+        m.admitted_active.labels(name).set(n)
+        inactive = name in cache.inactive
+        for s in ("pending", "active", "terminated"):
+            m.cq_status.labels(name, s).set(1 if s == ("pending" if inactive else "active") else 0)
+        frs = [
+            (fq.name, r)
+            for g in spec.resource_groups
+            for fq in g.flavors
+            for r in g.covered_resources
+        ]
+        self._known_cqs[name] = frs
+        for flavor, r in frs:
+            used = node.usage.get((flavor, r), 0) if node is not None else 0
+            scale = 1000.0 if r == "cpu" else 1.0
+            m.resource_usage.labels(name, flavor, r).set(used / scale)
+            m.resource_reservation.labels(name, flavor, r).set(used / scale)
+            nominal = node.nominal((flavor, r)) if node is not None else 0
+            m.nominal_quota.labels(name, flavor, r).set(nominal / scale)
+        if self.fair_sharing and node is not None:
+            from queues.fairshare import dominant_resource_share
+
+            m.weighted_share.labels(name).set(dominant_resource_share(node).rounded())
 
 
 def _ltt(current: Obj, cond: Obj, now: float) -> str:
