@@ -40,6 +40,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
@@ -102,7 +103,7 @@ class _Strict(BaseModel):
 
 
 class FairSharingSection(_Strict):
-    enable: bool | None = None  # v1beta1 only: presence enables fair sharing in v1beta2
+    enable: StrictBool | None = None  # v1beta1 only: presence enables fair sharing in v1beta2
     preemptionStrategies: list[str] = Field(default_factory=lambda: list(STRATEGIES))
 
     @field_validator("preemptionStrategies")
@@ -160,9 +161,9 @@ class RequeuingStrategy(_Strict):
 
 
 class WaitForPodsReady(_Strict):
-    enable: bool | None = None
+    enable: StrictBool | None = None
     timeout: Duration = "30m"
-    blockAdmission: bool = False
+    blockAdmission: StrictBool = False
     recoveryTimeout: Duration | None = None
     requeuingStrategy: RequeuingStrategy = Field(default_factory=RequeuingStrategy)
 
@@ -211,7 +212,7 @@ class QueueProgress(_Strict):
 
     noticeWindow: str | float | None = None
     minimumRuntime: str | float | None = None
-    minimumRuntimeWithinClusterQueue: bool | None = None
+    minimumRuntimeWithinClusterQueue: StrictBool | None = None
     requeuingStrategy: RequeueAfterPreemption | None = None
 
     @field_validator("noticeWindow")
@@ -302,7 +303,7 @@ class ProgressAwarePreemption(QueueProgress):
 class LeaderElection(_Strict):
     """Kueue's ``leaderElection`` (component-base's LeaderElectionConfiguration)."""
 
-    leaderElect: bool | None = None
+    leaderElect: StrictBool | None = None
     leaseDuration: str | float = "15s"
     renewDeadline: str | float = "10s"
     retryPeriod: str | float = "2s"
@@ -360,7 +361,7 @@ class ControllerWebhook(_Strict):
 
 class ControllerMetrics(_Strict):
     bindAddress: str | None = None
-    enableClusterQueueResources: bool | None = None
+    enableClusterQueueResources: StrictBool | None = None
     customLabels: list[dict[str, Any]] | None = None
     localQueueMetrics: dict[str, Any] | None = None
 
@@ -383,7 +384,7 @@ class TLSOptions(_Strict):
 
 
 class InternalCertManagement(_Strict):
-    enable: bool | None = None
+    enable: StrictBool | None = None
     webhookServiceName: str | None = None
     webhookSecretName: str | None = None
 
@@ -528,7 +529,7 @@ class ConfigurationDoc(_Strict):
     cohortCredits: UsageSection | None = None
     progressAwarePreemption: ProgressAwarePreemption | None = None
     waitForPodsReady: WaitForPodsReady | None = None
-    manageJobsWithoutQueueName: bool = False
+    manageJobsWithoutQueueName: StrictBool = False
     managedJobsNamespaceSelector: dict[str, Any] | None = None
     internalCertManagement: dict[str, Any] | None = None
     webhook: ControllerWebhook | None = None
@@ -544,13 +545,13 @@ class ConfigurationDoc(_Strict):
     pprofBindAddress: str | None = None
     tls: TLSOptions | None = None
     multiKueue: dict[str, Any] | None = None
-    featureGates: dict[str, bool] | None = None
+    featureGates: dict[str, StrictBool] | None = None
     objectRetentionPolicies: ObjectRetentionPolicies | None = None
     visibilityServer: VisibilityServer | None = None
     queueVisibility: dict[str, Any] | None = None  # v1beta1 only
     # Our extensions (off by default): see the module docstring.
-    reserveEvictingCapacity: bool = False
-    parkUntilFeasible: bool = False
+    reserveEvictingCapacity: StrictBool = False
+    parkUntilFeasible: StrictBool = False
 
     @field_validator("internalCertManagement")
     @classmethod
@@ -706,6 +707,8 @@ def parse_config(doc: Any, *, source: str = "configuration") -> Config:
         err = e.errors()[0]
         path = ".".join(str(p) for p in err["loc"])
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "bool_type":  # a quoted "yes" or "true" is not read as true
+            msg = f"must be a boolean (true or false, unquoted), got {err['input']!r}"
         msg = msg.removeprefix("Value error, ")
         raise ConfigError(f"{source}: {path}: {msg}") from e
     resources = parsed.resources.transformer() if parsed.resources else ResourceTransformer()
