@@ -481,7 +481,9 @@ def workload_name(
 
     ``<lower(kind)>-<owner_name>`` truncated so the whole name fits 253 characters,
     then ``-`` and the first 5 hex digits of sha1("<kind>\\n<group>\\n<name>\\n<uid>")
-    (the kind keeps its case in the hash).
+    (the kind keeps its case in the hash). A truncation that ends on a ``.`` drops it
+    (Kueue keeps it, and ``x.-1a2b3`` is no DNS subdomain: the Workload could never be
+    created).
     """
     digest = hashlib.sha1(usedforsecurity=False)
     for i, part in enumerate((kind, group, owner_name, owner_uid)):
@@ -489,7 +491,7 @@ def workload_name(
             digest.update(b"\n")
         digest.update(part.encode())
     prefix = f"{kind.lower()}-{owner_name}"
-    prefix = prefix[: MAX_WORKLOAD_NAME_LENGTH - 1 - _HASH_LENGTH]
+    prefix = prefix[: MAX_WORKLOAD_NAME_LENGTH - 1 - _HASH_LENGTH].rstrip(".")
     return f"{prefix}-{digest.hexdigest()[:_HASH_LENGTH]}"
 
 
