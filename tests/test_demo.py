@@ -189,3 +189,20 @@ def test_a_dashboard_port_in_use_is_refused_in_one_line(
         f"quartermaster demo: cannot listen on 127.0.0.1:{port} (dashboard): Address already "
         "in use (--port 0 picks a free port)\n"
     )
+
+
+def test_without_the_repositorys_manifests_the_demo_says_what_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Installed without a clone (a wheel), the CRDs, webhook configurations and
+    examples are not there: one line says so and how to get them."""
+    from admission.serve.demo import DemoOptions, run_demo
+
+    assert run_demo(DemoOptions(manifests=tmp_path / "manifests", port=0)) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"quartermaster demo: {tmp_path}/manifests/crd/kustomization.yaml not found: the demo "
+        "reads the repository's manifests/ (CRDs, webhook configurations, examples); run it "
+        "from a clone installed with `pip install -e .`\n"
+    )
+    assert list(tmp_path.iterdir()) == []
