@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from admission.apiserver_double import ADMIN_TOKEN, ApiServer, running_apiserver
+from admission.apiserver_double import ADMIN_TOKEN, ApiServer, running_apiserver, start_apiserver
 from admission.apiserver_double.watch import WatchOptions, next_bookmark
 
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
@@ -366,3 +369,44 @@ def test_without_recording_only_the_counts_are_kept(record: bool) -> None:
             assert len([r for r in server.requests if r.verb == "create"]) == (1 if record else 0)
 
     asyncio.run(scenario())
+
+
+# -- D11: kubectl's writes validate on the server -------------------------------------------
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
+def test_kubectl_validates_on_the_server_without_validate_false(tmp_path: Path) -> None:
+    """kubectl's default ``--validate=strict`` finds, in the OpenAPI v3 documents, that
+    every kind's PATCH takes ``fieldValidation``, so it sends ``fieldValidation=Strict``
+    and the double refuses an unknown field; nothing needs ``--validate=false``."""
+    good = job("made-by-kubectl")
+    bad = job("with-a-typo")
+    bad["spec"]["template"]["spec"]["restartPolicyy"] = "Never"
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}  # fmt: skip
+    for name, obj in (("good", good), ("bad", bad), ("queue", queue)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(obj))
+
+    with start_apiserver(tls=True) as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+
+        def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+            cmd = [KUBECTL, f"--kubeconfig={kubeconfig}", f"--cache-dir={tmp_path / 'c'}", *args]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+        created = kubectl("create", "-f", str(tmp_path / "good.json"))
+        assert created.returncode == 0, created.stderr
+        applied = kubectl("apply", "-f", str(tmp_path / "queue.json"))
+        assert applied.returncode == 0, applied.stderr
+        refused = kubectl("create", "-f", str(tmp_path / "bad.json"))
+        assert refused.returncode == 1
+        assert 'strict decoding error: unknown field "spec.template.spec.restartPolicyy"' in (
+            refused.stderr
+        )
+        assert api.get_object("jobs", "made-by-kubectl", "default") is not None
+        assert api.get_object("localqueues", "lq", "default") is not None
+        assert api.get_object("jobs", "with-a-typo", "default") is None
+        creates = [r for r in api.requests if r.verb == "create"]
+        assert creates and all(r.query.get("fieldValidation") == "Strict" for r in creates)

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import builtin, schema
+from . import builtin, openapi, schema
 from .admission import UserInfo, WebhookDispatcher
 from .crds import CRD_DIR, TEST_CRD_DIR, custom_resources, load_crds
 from .crdstate import CustomResourceDefinitions
@@ -443,8 +443,8 @@ class ApiServer:
             body = VERSION_INFO
         elif segments and segments[0] in ("healthz", "livez", "readyz"):
             return web.Response(text="ok")
-        elif segments == ["openapi", "v3"]:
-            body = {"paths": {}}
+        elif segments[:2] == ["openapi", "v3"]:
+            body = openapi.document(self.registry, segments[2:])
         if body is None:
             raise _NOT_FOUND
         return json_response(body)
