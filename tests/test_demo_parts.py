@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.apiserver_double import ApiServer, running_apiserver
+from admission.apiserver_double import ApiServer, running_apiserver, start_apiserver
 from admission.kube.client import JOBS, KubeClient
 from admission.kube.kueuectl import UserApi
-from admission.serve.apply import create_directory
+from admission.serve.apply import LAST_APPLIED, create_directory, with_last_applied
 from admission.serve.demo_jobs import STREAM_LABEL, JobRunner, JobShape, JobStream
 from tests.double_client import kube_client_config
 
@@ -205,7 +207,12 @@ def test_a_directory_is_created_as_kubectl_apply_would(tmp_path: Path) -> None:
             applied = await create_directory(api, tmp_path)
             assert dict(applied.created) == {"Namespace": 1, "ResourceFlavor": 1, "Job": 1}
             assert list(applied.created) == ["Namespace", "ResourceFlavor", "Job"]
-            assert server.get_object("jobs", "j", "default") is not None
+            created = server.get_object("jobs", "j", "default")
+            assert created is not None
+            assert (
+                created["metadata"]["annotations"][LAST_APPLIED]
+                == (with_last_applied(job)["metadata"]["annotations"][LAST_APPLIED])
+            )
             assert server.get_object("namespaces", "extra") is None
             (queue, js) = applied.not_created
             assert (queue.kind, queue.name, queue.source, queue.unserved) == (
@@ -229,3 +236,40 @@ def test_a_document_without_a_kind_is_refused_naming_the_file(tmp_path: Path) ->
                 await create_directory(UserApi(client, "default"), tmp_path)
 
     asyncio.run(scenario())
+
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+EXAMPLES = Path(__file__).resolve().parent.parent / "manifests" / "examples"
+
+
+@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
+def test_objects_carry_the_last_applied_configuration_kubectl_apply_writes(
+    tmp_path: Path,
+) -> None:
+    """The annotation, to the byte, that ``kubectl apply -f manifests/examples/`` gives the
+    same objects, so a later ``kubectl apply`` of an edited file patches them."""
+    with start_apiserver(tls=True, third_party_crds=False) as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        files = [str(p) for p in sorted(EXAMPLES.glob("[0-6]*.yaml"))]
+        done = subprocess.run(
+            [KUBECTL, f"--kubeconfig={kubeconfig}", f"--cache-dir={tmp_path / 'c'}",
+             "apply", *[a for f in files for a in ("-f", f)]],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        compared = 0
+        for path in files:
+            for doc in yaml.safe_load_all(Path(path).read_text()):
+                if not doc:
+                    continue
+                plural = {"Namespace": "namespaces", "ResourceFlavor": "resourceflavors",
+                          "Cohort": "cohorts", "ClusterQueue": "clusterqueues",
+                          "LocalQueue": "localqueues", "Job": "jobs",
+                          "WorkloadPriorityClass": "workloadpriorityclasses"}[doc["kind"]]  # fmt: skip
+                meta = doc["metadata"]
+                stored = api.get_object(plural, meta["name"], meta.get("namespace"))
+                assert stored is not None, meta
+                ours = with_last_applied(doc)["metadata"]["annotations"][LAST_APPLIED]
+                assert stored["metadata"]["annotations"][LAST_APPLIED] == ours, meta["name"]
+                compared += 1
+        assert compared >= 30

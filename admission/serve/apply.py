@@ -5,13 +5,16 @@ The files are read as kubectl reads a directory: ``*.yaml``, ``*.yml`` and ``*.j
 not its subdirectories, in name order, every document in file order. Each object's kind
 is mapped to its resource by API discovery, as kubectl's REST mapper does, so a kind
 whose API is not served (a CRD that is not installed) is reported with kubectl's words
-and skipped, and everything else is created with the caller's credentials: the API
-server's admission (schemas, CEL rules, the service's webhooks) sees each object as it
-would see ``kubectl``'s requests.
+and skipped, and everything else is created with the caller's credentials and the
+``last-applied-configuration`` annotation kubectl writes: the API server's admission
+(schemas, CEL rules, the service's webhooks) sees each object as it would see
+``kubectl``'s requests, and a later ``kubectl apply`` of an edited file patches what
+this created.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +29,22 @@ from admission.kube.kueuectl import ApiError, UserApi
 
 Obj = dict[str, Any]
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_GO_HTML_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def with_last_applied(obj: Obj) -> Obj:
+    """``obj`` as ``kubectl apply`` creates it: annotated with its own JSON (kubectl's
+    ``GetModifiedConfiguration``: the object with that annotation removed and an empty
+    ``annotations`` map, encoded as Go's ``encoding/json`` does, keys sorted, HTML
+    characters escaped, a newline at the end)."""
+    body = copy.deepcopy(obj)
+    meta = body.setdefault("metadata", {})
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
+    meta["annotations"] = annotations
+    encoded = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    annotations[LAST_APPLIED] = encoded.translate(_GO_HTML_ESCAPES) + "\n"
+    return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +168,7 @@ async def create_directory(
         if res.namespaced:
             namespace = (obj.get("metadata") or {}).get("namespace") or default_namespace
         try:
-            await api.create(res, obj, namespace=namespace)
+            await api.create(res, with_last_applied(obj), namespace=namespace)
         except ApiError as err:
             if err.status == 0 or err.status >= 500:
                 raise
