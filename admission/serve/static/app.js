@@ -265,6 +265,8 @@ function apply(summary, refreshLists = true) {
 }
 
 document.getElementById("filter").addEventListener("input", (ev) => { state.filter = ev.target.value; layoutTree(); });
+// text widths change when a web font arrives: measure the rows again
+document.fonts.addEventListener("loadingdone", () => { for (const list of [tree, pending, admittedList]) list.setCount(list.count); });
 const source = new EventSource("/events");
 source.addEventListener("summary", (ev) => apply(JSON.parse(ev.data)));
 source.addEventListener("delta", (ev) => applyDelta(JSON.parse(ev.data)));
