@@ -24,7 +24,7 @@ from tests import (
     test_integration_rayjob,
     test_integration_trainjob,
 )
-from tests.integration_kit import NS, KindCase, lifecycle_objects, meta, workload_of
+from tests.integration_kit import NS, KindCase, crds_of, lifecycle_objects, meta, workload_of
 from tests.kube_harness import (
     Obj,
     admitted,
@@ -66,7 +66,10 @@ def test_a_tenant_cannot_mark_pods_of_a_running_workload_reclaimable(
     second object be admitted on the quota the first still uses."""
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(case)) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=lifecycle_objects(case),
+            crds=crds_of(case.integration),
+        ) as s:  # fmt: skip
             wl = await admitted_object(s, case, "first")
             first_set, count = case.roles[0]
             patch = [{"op": "add", "path": "/status/reclaimablePods",
@@ -199,7 +202,10 @@ def test_a_pod_naming_a_running_object_as_its_owner_is_queued_on_its_own(
     Workload."""
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(case)) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=lifecycle_objects(case),
+            crds=crds_of(case.integration),
+        ) as s:  # fmt: skip
             await admitted_object(s, case, "first")
             owner = s.get(case.resource.plural, "first", NS)
             assert owner is not None
@@ -222,7 +228,10 @@ def test_a_wide_job_naming_an_admitted_jobset_is_suspended_and_queued_on_its_own
     roles = [("driver", 1), ("workers", 1)]
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(case)) as s:
+        async with stack(
+            tmp_path, backend=backend, objects=lifecycle_objects(case),
+            crds=crds_of(case.integration),
+        ) as s:  # fmt: skip
             await s.user.create(case.resource, jobset("js", roles, meta("js")), namespace=NS)
             await eventually(
                 lambda: admitted(workload_of(s.server, case.integration, "js")), what="admitted"
