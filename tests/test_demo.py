@@ -10,15 +10,18 @@ import queue
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from admission.apiserver_double import ADMIN_TOKEN
 from admission.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +149,17 @@ def test_the_demo_serves_kubectl_the_verbs_and_the_dashboard_then_stops_on_ctrl_
         assert json.loads(summary)["clusterQueues"] == 5
         _, metrics = get(shown["metrics"])
         assert "kueue_admitted_workloads_total" in metrics
+
+        # the double's well-known admin token opens nothing: loopback is shared
+        context = ssl.create_default_context(cafile=None)
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        well_known = urllib.request.Request(
+            shown["API server"] + "/api/v1/namespaces",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(well_known, timeout=60, context=context)  # noqa: S310
+        assert refused.value.code == 401
     finally:
         code = demo.interrupt()
     assert code == 130, demo.stderr()

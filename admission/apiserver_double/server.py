@@ -47,8 +47,8 @@ Obj = dict[str, Any]
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 DEFAULT_USER = UserInfo("system:admin", ("system:masters", "system:authenticated"))
 ADMIN_TOKEN = "double-admin-token"
-"""Always accepted: :data:`DEFAULT_USER` (``system:masters``).  The client helpers in
-:mod:`.fixture` send it unless given another token."""
+""":data:`DEFAULT_USER`'s (``system:masters``) token unless the server is given another
+(``admin_token``).  The client helpers in :mod:`.fixture` send it unless given another."""
 ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
 #: what RBAC's ``system:public-info-viewer`` lets everyone (anonymous too) read
 PUBLIC_PATHS = ("/version", "/healthz", "/livez", "/readyz")
@@ -102,13 +102,15 @@ class ApiServer:
         record_requests: bool = True,
         anonymous: str = "auto",
         third_party_crds: bool = True,
+        admin_token: str = ADMIN_TOKEN,
     ) -> None:
         """``third_party_crds``: install the job kinds' operator CRDs of ``tests/crds/``
         besides the project's own (``manifests/crd/``, always installed); False starts
         from a plain cluster, where a test installs the CRDs it needs as objects.
         ``record_requests``: keep every request and every AdmissionReview sent (the
         ``requests`` and ``webhook_calls`` of tests); False keeps only the counts, so a
-        long-running double's memory stays bounded."""
+        long-running double's memory stays bounded. ``admin_token``: the bearer token of
+        :data:`DEFAULT_USER` (a secret one where others can reach the port)."""
         if anonymous not in ANONYMOUS_MODES:
             raise ValueError(f"anonymous must be one of {ANONYMOUS_MODES}, got {anonymous!r}")
         if anonymous == "auto":
@@ -139,7 +141,7 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.bookmark_before_timeout = bookmark_before_timeout
         self.max_watch_seconds = max_watch_seconds
-        self._users = {ADMIN_TOKEN: DEFAULT_USER}
+        self._users = {admin_token: DEFAULT_USER}
         self._users.update({token: _user(token, spec) for token, spec in (tokens or {}).items()})
         self._ssl_context = ssl_context
         self._running = asyncio.Event()

@@ -22,6 +22,7 @@ import contextlib
 import errno
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -33,7 +34,6 @@ from pathlib import Path
 from typing import TextIO
 
 from admission.apiserver_double import (
-    ADMIN_TOKEN,
     DEFAULT_NAMESPACES,
     ApiServer,
     enable_aggregation,
@@ -157,9 +157,10 @@ async def running_demo(options: DemoOptions, workdir: Path) -> AsyncIterator[Run
     webhooks = load_webhook_configurations(
         options.manifests / "base" / "webhooks.yaml", ca_bundle=certs.ca_bundle_b64
     )
-    service_token = os.urandom(16).hex()
+    admin_token, service_token = secrets.token_hex(16), secrets.token_hex(16)
     async with running_apiserver(
         tls=True,
+        admin_token=admin_token,  # not the well-known ADMIN_TOKEN: loopback is shared
         webhook_configurations=webhooks,
         tokens={service_token: SERVICE_ACCOUNT},
         namespaces=(*DEFAULT_NAMESPACES, SERVICE_NAMESPACE),
@@ -191,7 +192,7 @@ async def running_demo(options: DemoOptions, workdir: Path) -> AsyncIterator[Run
         task: asyncio.Task[int] | None = None
         user: UserApi | None = None
         try:
-            for path, token in ((kubeconfig, ADMIN_TOKEN), (service_kubeconfig, service_token)):
+            for path, token in ((kubeconfig, admin_token), (service_kubeconfig, service_token)):
                 write_kubeconfig(path, server.url, token=token, ca_pem=server.ca_pem)
                 path.chmod(0o600)  # a credential, if only for loopback
             task = asyncio.create_task(service.run(), name="service")
