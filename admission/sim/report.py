@@ -215,7 +215,7 @@ def _charts(result: SimResult, out_dir: str) -> list[Chart]:
         ax.step(times, counts, where="post", label=label, linewidth=1.2)
     ax.set_xlabel(f"simulated time ({unit})")
     ax.set_ylabel("pending workloads")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count: whole-number ticks
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # a count
     ax.set_title(f"Pending workloads per {per}")
     ax.legend(loc="upper right", fontsize="small")
     ax.grid(alpha=0.3)
