@@ -33,6 +33,8 @@ _TEMPLATE = ("spec", "template")
 class DeploymentIntegration(PodOwnerIntegration):
     framework = FRAMEWORK
     resource = Resource("apps", "v1", "deployments", "Deployment")
+    #: a changed template rolls out new pods, each admitted on its own new Workload
+    fixed_requests = False
 
     def replicas(self, obj: Mapping[str, Any]) -> int:
         return count_field((obj.get("spec") or {}).get("replicas"), self.what, ref_of(obj),

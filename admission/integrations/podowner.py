@@ -31,6 +31,7 @@ from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 from .base import Finished, Integration, meta_of
 from .children import POD, kind_of, refuse
+from .requests import request_changes
 
 Edit = tuple[tuple[str, ...], str, Any]
 Obj = Mapping[str, Any]
@@ -111,6 +112,10 @@ class PodOwnerIntegration(Integration):
     reconciler: ClassVar[str] = "parent"
     implies: ClassVar[tuple[str, ...]] = ("pod",)
     mutates_on_update: ClassVar[bool] = True
+    #: whether a managed object's pods keep what they ask for (:mod:`.requests`): its
+    #: group's Workload outlives its pods, and a replaced pod joins it with what the
+    #: template says then (a StatefulSet's, a LeaderWorkerSet group's)
+    fixed_requests: ClassVar[bool] = True
 
     def is_suspended(self, obj: Mapping[str, Any]) -> bool:
         """Kueue: suspended while no replica is ready."""
@@ -128,7 +133,8 @@ class PodOwnerIntegration(Integration):
     def update_errors(self, new: Obj, old: Obj, check: UpdateCheck) -> list[str]:
         """Kueue's rules for an update: the queue name may change only while no replica
         is ready, and never to none; a WorkloadPriorityClass may not be added once a
-        replica is ready, nor ever removed."""
+        replica is ready, nor ever removed. Ours: a managed object's pods keep what they
+        ask for, limits included (:attr:`fixed_requests`)."""
         errors: list[str] = []
         suspended = self.is_suspended(old)
         old_q, new_q = _label(old, QUEUE_NAME_LABEL), _label(new, QUEUE_NAME_LABEL)
@@ -141,6 +147,8 @@ class PodOwnerIntegration(Integration):
         elif old_pc and not new_pc:
             errors.append(f"{PRIORITY_CLASS_PATH}: Invalid value: \"\": "
                           "WorkloadPriorityClass cannot be removed from a workload")  # fmt: skip
+        if check.managed and self.fixed_requests:
+            errors += request_changes(self, new, old)
         return errors
 
     def update_edits(

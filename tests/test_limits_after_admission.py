@@ -1,0 +1,186 @@
+"""No kind's pods grow after admission through ``limits``.
+
+A pod asks what its requests say, and where a request is missing Kubernetes defaults it
+from the limit (GPUs are usually written as limits only). A managed StatefulSet whose
+template has only ``limits.cpu: 1`` was admitted as 2 × 1 cpu; raising the limit to 8
+was allowed, because the update check compared ``requests`` only, and a replaced pod then
+ran 8 cpu on the old Workload. The table below edits, for every kind of the registry,
+the limits of a template that has no requests and checks that the edit is caught the
+way the kind's reconciler catches edits: refused by the webhook (a pod owner whose
+group's Workload outlives its pods), evicted by the reconciler (an object kind: its
+Workload no longer matches), or admitted as a new Workload (a Deployment's new pods, a
+plain pod, whose template is the pod itself)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admission.integrations.base import Integration, compose, get_path
+from admission.integrations.pod import workload_for_group
+from admission.integrations.podowner import PodOwnerIntegration, UpdateCheck
+from admission.integrations.registry import INTEGRATIONS
+from admission.integrations.requests import request_changes
+from admission.integrations.trainjob import TRAINJOB
+from admission.kube.objects import job_mismatch
+from queues.pods import pod_requests
+from tests.integration_kit import NS, meta, review
+from tests.kube_harness import job
+from tests.test_integration_deployment import deployment
+from tests.test_integration_jobset import jobset
+from tests.test_integration_leaderworkerset import lws
+from tests.test_integration_mpijob import mpijob
+from tests.test_integration_pytorchjob import pytorchjob
+from tests.test_integration_raycluster import raycluster
+from tests.test_integration_rayjob import rayjob
+from tests.test_integration_statefulset import statefulset
+from tests.test_integration_trainjob import RUNTIME, lookup_of, trainjob
+
+Obj = dict[str, Any]
+
+
+def _pod() -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta("p"),
+            "spec": {"containers": [{"name": "c", "image": "x",
+                                     "resources": {"requests": {"cpu": "1"}}}]}}  # fmt: skip
+
+
+def _job() -> Obj:
+    obj = job(NS, "j", queue="lq", parallelism=2)
+    obj["metadata"]["uid"] = "u-j"
+    return obj
+
+
+BUILDERS: dict[str, Callable[[], Obj]] = {
+    "batch/job": _job,
+    "pod": _pod,
+    "jobset.x-k8s.io/jobset": lambda: jobset("x", [("workers", 2)], meta("x", uid="u")),
+    "kubeflow.org/pytorchjob": lambda: pytorchjob(
+        "x", [("master", 1), ("worker", 2)], meta("x", uid="u")
+    ),  # fmt: skip
+    "kubeflow.org/mpijob": lambda: mpijob(
+        "x", [("launcher", 1), ("worker", 2)], meta("x", uid="u")
+    ),  # fmt: skip
+    "ray.io/raycluster": lambda: raycluster(
+        "x", [("head", 1), ("workers", 2)], meta("x", uid="u")
+    ),  # fmt: skip
+    "ray.io/rayjob": lambda: rayjob(
+        "x", [("head", 1), ("workers", 2), ("submitter", 1)], meta("x", uid="u")
+    ),  # fmt: skip
+    "trainer.kubeflow.org/trainjob": lambda: dict(
+        TRAINJOB.resolve(trainjob("x", [("node", 2)], meta("x", uid="u")), lookup_of(RUNTIME))
+    ),
+    "statefulset": lambda: statefulset("x", [("main", 2)], meta("x", uid="u")),
+    "deployment": lambda: deployment("x", 2, meta("x", uid="u")),
+    "leaderworkerset.x-k8s.io/leaderworkerset": lambda: lws("x", 1, 2, meta("x", uid="u")),
+}
+
+
+def test_every_registered_kind_is_in_the_table() -> None:
+    assert sorted(BUILDERS) == sorted(i.framework for i in INTEGRATIONS)
+
+
+def _limits_only(integ: Integration, obj: Obj, cpu: str) -> Obj:
+    """``obj`` with every podSet's containers asking ``cpu`` through limits alone (a
+    TrainJob's: its runtime's, as the TrainJob resolves it)."""
+    if integ is TRAINJOB:
+        runtime = copy.deepcopy(RUNTIME)
+        for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+            for c in rj["template"]["spec"]["template"]["spec"]["containers"]:
+                c["resources"] = {"limits": {"cpu": cpu}}
+        unresolved = trainjob("x", [("node", 2)], meta("x", uid="u"))
+        return dict(TRAINJOB.resolve(unresolved, lookup_of(runtime)))
+    out = copy.deepcopy(obj)
+    for role in integ.roles(out):
+        for c in get_path(out, role.path)["spec"]["containers"]:
+            c["resources"] = {"limits": {"cpu": cpu}}
+    return out
+
+
+def _body(integ: Integration, obj: Obj) -> Obj:
+    return compose(integ, obj, workload_priority_classes={}, priority_classes={})[1]
+
+
+OWNERS = [i for i in INTEGRATIONS if i.reconciler != "pods"]
+
+
+def test_a_pod_is_counted_as_its_limits_say() -> None:
+    """A plain pod is its own template: its spec's resources cannot be edited (the API
+    server keeps them), and its Workload counts what its limits default."""
+    pod = _pod()
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "8"}}
+    pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = "g"
+    body = workload_for_group(f"{NS}/g", [pod], workload_priority_classes={},
+                              priority_classes={})  # fmt: skip
+    assert pod_requests(body["spec"]["podSets"][0]["template"]["spec"]) == {"cpu": 8000}
+
+
+@pytest.mark.parametrize("integ", OWNERS, ids=lambda i: i.framework)
+def test_raising_a_limit_after_admission_is_caught_for_every_kind(integ: Integration) -> None:
+    base = BUILDERS[integ.framework]()
+    old = _limits_only(integ, base, "1")
+    new = _limits_only(integ, base, "8")
+    # what every kind's Workload counts changes, and the integration-level check sees it
+    changes = request_changes(integ, new, old)
+    assert changes and all('"cpu":"8"' in c and '"cpu":"1"' in c for c in changes), changes
+    if integ.reconciler == "object":  # running on the old admission: evicted
+        why = job_mismatch(_body(integ, old), _body(integ, new), started=True)
+        assert why is not None and "requests changed" in why
+    elif isinstance(integ, PodOwnerIntegration) and integ.fixed_requests:
+        # its group's Workload outlives its pods: the webhook refuses the edit
+        errors = integ.update_errors(new, old, UpdateCheck(True, lambda _key: True))
+        assert any("limits standing in for missing requests" in e for e in errors), errors
+        allowed, _patch, message = review(integ, new, mutating=False, operation="UPDATE",
+                                          old=old)  # fmt: skip
+        assert not allowed and '"cpu":"8"' in message
+    else:
+        # its new pods are admitted on Workloads of their own, built from what they ask
+        assert integ.framework == "deployment"
+        assert _body(integ, new)["spec"]["podSets"][0]["template"]["spec"]["containers"][0][
+            "resources"
+        ] == {"limits": {"cpu": "8"}}
+
+
+def test_unmanaged_pod_owners_may_change_their_limits() -> None:
+    integ = next(i for i in INTEGRATIONS if i.framework == "statefulset")
+    assert isinstance(integ, PodOwnerIntegration)
+    base = BUILDERS["statefulset"]()
+    old, new = _limits_only(integ, base, "1"), _limits_only(integ, base, "8")
+    assert integ.update_errors(new, old, UpdateCheck(False, lambda _key: None)) == []
+
+
+def test_a_statefulset_limit_raise_is_refused_by_the_server(tmp_path: Path, backend: Any) -> None:
+    """On the double and on a real kube-apiserver: the webhook refuses the raise of a
+    managed StatefulSet's cpu limit, and the set keeps its template."""
+    from admission.integrations.statefulset import STATEFULSET
+    from admission.kube import client as k
+    from admission.kube.client import ApiError, resource_of
+    from tests.kube_harness import cluster_queue, flavor, local_queue, namespace, stack
+
+    sts = _limits_only(STATEFULSET, BUILDERS["statefulset"](), "1")
+    sts["metadata"].pop("uid", None)
+    objects = [namespace(NS), flavor("default"), cluster_queue("cq", {"default": {"cpu": 2}}),
+               local_queue(NS, "lq", "cq")]  # fmt: skip
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=objects) as s:
+            res = resource_of(STATEFULSET)
+            await s.user.create(res, sts, namespace=NS)
+            patch = [{"op": "replace", "value": "8",
+                      "path": "/spec/template/spec/containers/0/resources/limits/cpu"}]  # fmt: skip
+            with pytest.raises(ApiError) as err:
+                await s.user.patch(res, "x", patch, namespace=NS, content_type=k.JSON_PATCH)
+            assert err.value.status in (400, 403, 422)
+            assert "limits standing in for missing requests" in str(err.value)
+            got = s.get("statefulsets", "x", NS)
+            assert got is not None
+            assert got["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+                "limits": {"cpu": "1"}
+            }
+
+    asyncio.run(main())
