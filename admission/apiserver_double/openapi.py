@@ -33,8 +33,7 @@ def _gv_path(group: str, version: str) -> str:
 
 def _query(*names: str) -> list[Obj]:
     return [
-        {"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
-        for n in names
+        {"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": True}} for n in names
     ]
 
 
