@@ -233,6 +233,15 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
+async def settled(service: Service) -> None:
+    """Wait until the service has read the CRDs and synced the informers of the kinds
+    they serve: readiness does not wait for those, and a test starts from a steady
+    state (no list of a just-started informer still in flight)."""
+    gate = service.gate
+    assert gate is not None
+    await eventually(gate.settled, what="the integrations whose CRD is installed run")
+
+
 @dataclass
 class Stack:
     server: ApiServer
@@ -402,6 +411,7 @@ async def stack(
             )
             if task.done():
                 task.result()
+            await settled(service)
             if webhooks:
                 server.set_service_route(
                     SERVICE_ROUTE, f"https://127.0.0.1:{service.ports['webhook']}"

@@ -142,9 +142,18 @@ class IntegrationGate:
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._stopping: set[asyncio.Task[Any]] = set()  # cancelled, still unwinding
         self._states: dict[str, str] = {}
+        self._decided = False  # the first list of CRDs has been acted on
 
     def is_gated(self, key: str) -> bool:
         return key in self.gated
+
+    def settled(self) -> bool:
+        """The CRDs have been read and every informer started since has synced: what
+        readiness would mean if it waited for the integrations too (tests start from
+        this steady state)."""
+        if self.gated and not self._decided:
+            return False
+        return all(self.gated[key].synced.is_set() for key in self._tasks)
 
     def served(self, res: Resource) -> bool:
         return not needs_crd(res) or serves(self.crds.store.get(crd_name(res)), res)
@@ -185,6 +194,7 @@ class IntegrationGate:
         try:
             await self.crds.synced.wait()
             self._update()
+            self._decided = True
             await crd_task
         finally:
             crd_task.cancel()

@@ -262,7 +262,7 @@ async def real_stack(
 ) -> AsyncIterator[Any]:
     """``crds``: the operator CRDs of ``tests/crds/`` (by plural) the test needs,
     installed before the service starts (:meth:`RealCluster.install_crds`)."""
-    from tests.kube_harness import SA_USERNAME, Stack, eventually, service_options
+    from tests.kube_harness import SA_USERNAME, Stack, eventually, service_options, settled
 
     await asyncio.to_thread(cluster.install_crds, crds)
     await asyncio.to_thread(cluster.reset)
@@ -321,6 +321,7 @@ async def real_stack(
         await eventually(lambda: service.ready.is_set() or task.done(), what="the service is ready")
         if task.done():
             task.result()
+        await settled(service)
         if webhooks and opts.inject_ca_bundle:
             ca_b64 = base64.b64encode(read_cert_dir(cert_dir).ca_cert_pem).decode()
 
