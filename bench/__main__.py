@@ -35,6 +35,7 @@ BENCHMARKS = {
     "kueue-harness-large": "bench.stack:run_kueue_large",
     "serve-memory": "bench.serve_memory:run",
     "stress": "bench.stress:run",
+    "stress-sources": "bench.stress:run_multi_source",
     "invariants": "bench.invariants:run",
     "preemption-loss": "bench.preemption_loss:run",
     "dashboard-scale": "bench.dashboard_scale:run",

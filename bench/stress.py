@@ -17,8 +17,15 @@ hostile pod has its own IP, and the API server its own), the valid client from
 ``127.0.0.1``; ``QM_STRESS_SAME_SOURCE=1`` sends every attack from ``127.0.0.1`` too
 (the worst case: attackers behind the API server's own address).
 
+``multi-idle`` (``python -m bench stress-sources``, or ``QM_STRESS_KINDS=multi-idle``) is
+the multi-source attack: ``QM_STRESS_IDLE_SOURCES`` (6) addresses (``127.0.1.1``...)
+each keep trying to hold 300 idle TLS connections, more than the per-source cap
+(250), so together they hold the global cap (1,000) whatever it refuses.
+
 Meanwhile this process sends valid AdmissionReviews (a queued Job, 20 a second, one
-keep-alive connection as the API server keeps one), polls ``/healthz`` as the kubelet
+keep-alive connection as the API server keeps one; and 5 a second each on a new
+connection, as the API server opens one when its pool grows or a connection was
+closed), polls ``/healthz`` as the kubelet
 would (2 s timeout, every 0.5 s), reads the Lease's ``renewTime`` from the double, and
 samples the service's RSS. One JSON object: each figure for the quiet baseline (10 s)
 and under attack, and the targets (valid p99 < 1 s, 0 healthz failures, renewals on
@@ -49,6 +56,9 @@ from bench.stack import TOKEN, USERNAME
 ATTACK_SECONDS = 60.0
 BASELINE_SECONDS = 10.0
 IDLE_CONNECTIONS = 2000
+IDLE_PER_SOURCE = 300  # multi-idle: above the per-source cap (250)
+IDLE_SOURCES = 6
+FRESH_REVIEWS_PER_SECOND = 5
 SLOWLORIS = 400
 BOMBERS = 4
 REVIEWS_PER_SECOND = 20
@@ -70,15 +80,22 @@ def _bomb() -> bytes:
 
 
 SOURCES = {"idle": "127.0.0.2", "bombs": "127.0.0.3", "slowloris": "127.0.0.4"}
-_source = "127.0.0.1"
+KINDS = (*SOURCES, "multi-idle")
+_sources = ["127.0.0.1"]
+
+
+def idle_sources(n: int) -> str:
+    """The multi-idle attack's ``n`` loopback addresses, comma-separated."""
+    return ",".join(f"127.0.1.{i}" for i in range(1, n + 1))
 
 
 async def _open(
-    port: int, ctx: ssl.SSLContext
+    port: int, ctx: ssl.SSLContext, i: int = 0
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    source = _sources[i % len(_sources)]
     return await asyncio.wait_for(
         asyncio.open_connection(
-            "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1", local_addr=(_source, 0)
+            "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1", local_addr=(source, 0)
         ),
         10,
     )
@@ -95,11 +112,11 @@ async def _attack(port: int, seconds: float, kinds: tuple[str, ...]) -> dict[str
              "slowlorisBytes": 0}  # fmt: skip
     held = 0
 
-    async def idle() -> None:
+    async def idle(i: int = 0) -> None:
         nonlocal held
         while time.monotonic() < stop:
             try:
-                reader, writer = await _open(port, ctx)
+                reader, writer = await _open(port, ctx, i)
             except (OSError, ssl.SSLError, TimeoutError):
                 stats["idleRefused"] += 1
                 await asyncio.sleep(0.2)
@@ -165,6 +182,9 @@ async def _attack(port: int, seconds: float, kinds: tuple[str, ...]) -> dict[str
     tasks = []
     if "idle" in kinds:
         tasks += [asyncio.create_task(idle()) for _ in range(IDLE_CONNECTIONS)]
+    if "multi-idle" in kinds:  # round robin over the sources
+        n = IDLE_PER_SOURCE * len(_sources)
+        tasks += [asyncio.create_task(idle(i)) for i in range(n)]
     if "bombs" in kinds:
         tasks += [asyncio.create_task(bomber()) for _ in range(BOMBERS)]
     if "slowloris" in kinds:
@@ -175,10 +195,10 @@ async def _attack(port: int, seconds: float, kinds: tuple[str, ...]) -> dict[str
 
 
 def attack(port: int, seconds: float, kinds: tuple[str, ...], source: str) -> dict[str, Any]:
-    global _source
-    _source = source
+    global _sources
+    _sources = source.split(",")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = IDLE_CONNECTIONS + SLOWLORIS + BOMBERS + 256
+    want = max(IDLE_CONNECTIONS, IDLE_PER_SOURCE * len(_sources)) + SLOWLORIS + BOMBERS + 256
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(want, soft)), hard))
     out = asyncio.run(_attack(port, seconds, kinds))
@@ -207,6 +227,8 @@ class Probes:
         self.phase = "baseline"
         self.reviews: dict[str, list[float]] = {"baseline": [], "attack": []}
         self.review_failures: dict[str, int] = {"baseline": 0, "attack": 0}
+        self.fresh: dict[str, list[float]] = {"baseline": [], "attack": []}
+        self.fresh_failures: dict[str, int] = {"baseline": 0, "attack": 0}
         self.healthz: dict[str, list[float]] = {"baseline": [], "attack": []}
         self.healthz_failures: dict[str, int] = {"baseline": 0, "attack": 0}
         self.renewals: list[tuple[float, str, str]] = []  # (seen at, renewTime, phase)
@@ -216,7 +238,13 @@ class Probes:
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=f, daemon=True)
-            for f in (self._review_loop, self._healthz_loop, self._lease_loop, self._rss_loop)
+            for f in (
+                self._review_loop,
+                self._fresh_review_loop,
+                self._healthz_loop,
+                self._lease_loop,
+                self._rss_loop,
+            )
         ]
 
     def start(self) -> None:
@@ -251,7 +279,9 @@ class Probes:
             "loopLagMaxSinceStartS": round(worst, 3),
         }
 
-    def _review_loop(self) -> None:
+    def _review_loop(self, *, fresh: bool = False) -> None:
+        """Valid reviews on one keep-alive connection, or (``fresh``) each on a new one
+        with no retry: a refused connection is a failed review."""
         from webhooks.testing import ReviewClient, make_review
 
         client = ReviewClient(self.serve.ports["webhook"], self.ca_file, timeout=10)
@@ -261,22 +291,28 @@ class Probes:
                "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}}  # fmt: skip
         body = json.dumps(make_review("Job", job, namespace="team-a")).encode()
-        period = 1.0 / REVIEWS_PER_SECOND
+        latencies, failures = (self.fresh, self.fresh_failures) if fresh else (
+            self.reviews, self.review_failures)  # fmt: skip
+        period = 1.0 / (FRESH_REVIEWS_PER_SECOND if fresh else REVIEWS_PER_SECOND)
         while not self._stop.is_set():
             t0 = time.monotonic()
             phase = self.phase
             try:
-                status, data = client.request("POST", MUTATE_JOB, body)
+                status, data = client.request("POST", MUTATE_JOB, body, retry=not fresh)
                 ok = status == 200 and json.loads(data)["response"]["allowed"] is True
             except Exception:  # noqa: BLE001 - a failure is a figure here
-                client.close()
                 ok = False
+            if fresh or not ok:
+                client.close()
             dt = time.monotonic() - t0
             if ok:
-                self.reviews[phase].append(dt)
+                latencies[phase].append(dt)
             else:
-                self.review_failures[phase] += 1
+                failures[phase] += 1
             self._stop.wait(max(0.0, period - dt))
+
+    def _fresh_review_loop(self) -> None:
+        self._review_loop(fresh=True)
 
     def _healthz_loop(self) -> None:
         while not self._stop.is_set():
@@ -312,13 +348,19 @@ class Probes:
 
         times = [parse_time(r) for _, r, p in self.renewals if p == phase]
         gaps = [b - a for a, b in zip(times, times[1:], strict=False) if a and b]
-        lat = self.reviews[phase]
+        lat, fresh = self.reviews[phase], self.fresh[phase]
+        tried = len(fresh) + self.fresh_failures[phase]
         return {
             "validReviews": len(lat),
             "validReviewFailures": self.review_failures[phase],
             "validP50Ms": _percentile(lat, 0.50),
             "validP99Ms": _percentile(lat, 0.99),
             "validMaxMs": round(max(lat) * 1000, 1) if lat else None,
+            "freshConnectionReviews": tried,
+            "freshConnectionSuccessRate": round(len(fresh) / tried, 4) if tried else None,
+            "freshConnectionP50Ms": _percentile(fresh, 0.50),
+            "freshConnectionP99Ms": _percentile(fresh, 0.99),
+            "freshConnectionMaxMs": round(max(fresh) * 1000, 1) if fresh else None,
             "healthzChecks": len(self.healthz[phase]) + self.healthz_failures[phase],
             "healthzFailures": self.healthz_failures[phase],
             "healthzMaxMs": round(max(self.healthz[phase]) * 1000, 1)
@@ -332,13 +374,24 @@ class Probes:
         }
 
 
-def run() -> dict[str, Any]:
+def run_multi_source() -> dict[str, Any]:
+    """``stress-sources``: only the multi-source idle attack (``multi-idle``)."""
+    return run(kinds=("multi-idle",))
+
+
+def run(kinds: tuple[str, ...] | None = None) -> dict[str, Any]:
     from admission.apiserver_double import DEFAULT_NAMESPACES, start_apiserver
     from tests.kube_harness import cluster_queue, flavor, local_queue, namespace
 
     seconds = float(os.environ.get("QM_STRESS_SECONDS", ATTACK_SECONDS))
-    kinds = tuple(os.environ.get("QM_STRESS_KINDS", "idle,bombs,slowloris").split(","))
+    if kinds is None:
+        kinds = tuple(os.environ.get("QM_STRESS_KINDS", "idle,bombs,slowloris").split(","))
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"QM_STRESS_KINDS: unknown attack(s) {unknown}; known: {list(KINDS)}")
     same_source = os.environ.get("QM_STRESS_SAME_SOURCE", "") not in ("", "0")
+    sources = {**SOURCES, "multi-idle": idle_sources(int(os.environ.get(
+        "QM_STRESS_IDLE_SOURCES", IDLE_SOURCES)))}  # fmt: skip
     objects = [
         namespace("team-a"),
         flavor("default"),
@@ -381,7 +434,7 @@ def run() -> dict[str, Any]:
                         "--seconds",
                         str(seconds),
                         "--source",
-                        "127.0.0.1" if same_source else SOURCES[kind],
+                        "127.0.0.1" if same_source else sources[kind],
                     ],
                     cwd=ROOT,
                     stdout=subprocess.PIPE,
@@ -410,7 +463,9 @@ def run() -> dict[str, Any]:
     return {
         "attackSeconds": seconds,
         "attacks": list(kinds),
-        "attackSources": "127.0.0.1 (as the valid client)" if same_source else SOURCES,
+        "attackSources": "127.0.0.1 (as the valid client)"
+        if same_source
+        else {k: sources[k] for k in kinds},
         "baseline": probes.figures("baseline"),
         "underAttack": under,
         "attack": attack_stats,
@@ -420,12 +475,14 @@ def run() -> dict[str, Any]:
         "leaseRetryPeriodS": RETRY_PERIOD,
         "targets": {
             "validP99Ms": 1000,
+            "freshConnectionSuccessRate": 1.0,
             "healthzFailures": 0,
             "leaseGapMaxS": f"about {RETRY_PERIOD} (lease 15 s, renew deadline 10 s)",
             "rssMaxMiB": 512,
         },  # fmt: skip
         "met": {
             "validP99": (under["validP99Ms"] or 1e9) < 1000 and under["validReviewFailures"] == 0,
+            "freshConnections": under["freshConnectionSuccessRate"] == 1.0,
             "healthz": under["healthzFailures"] == 0,
             "lease": (under["leaseGapMaxS"] or 1e9) < 2 * RETRY_PERIOD + 1,
             "rss": under["rssMaxMiB"] < 512,
@@ -435,10 +492,12 @@ def run() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.stress")
-    p.add_argument("--attack", choices=("idle", "bombs", "slowloris"), help="be an attacker")
+    p.add_argument("--attack", choices=KINDS, help="be an attacker")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--seconds", type=float, default=ATTACK_SECONDS)
-    p.add_argument("--source", default="127.0.0.1", help="the local address to connect from")
+    p.add_argument(
+        "--source", default="127.0.0.1", help="the local address(es) to connect from (a,b,...)"
+    )
     args = p.parse_args(argv)
     if args.attack:
         out = attack(args.port, args.seconds, (args.attack,), args.source)

@@ -36,6 +36,9 @@ def _job() -> dict[str, Any]:
             "metadata": {"name": "j", "namespace": "team-a"}, "spec": {}}  # fmt: skip
 
 
+_BODY = json.dumps(make_review("Job", _job())).encode()
+
+
 @pytest.fixture
 def srv(tmp_path: Any) -> Iterator[WebhookServerThread]:
     with WebhookServerThread(view=sample_view(), cert_dir=tmp_path, limits=LIMITS) as s:
@@ -45,21 +48,13 @@ def srv(tmp_path: Any) -> Iterator[WebhookServerThread]:
 def _review_once(srv: WebhookServerThread, source: str) -> int | str:
     """One review on a new connection from ``source``, no retry: the HTTP status, or
     the error that stopped it."""
-    conn = http.client.HTTPSConnection(
-        "127.0.0.1",
-        srv.port,
-        context=client_ssl_context(srv.ca_file),
-        timeout=30,
-        source_address=(source, 0),
-    )
+    client = srv.client(source=source)
     try:
-        body = json.dumps(make_review("Job", _job())).encode()
-        conn.request("POST", MUTATE, body=body, headers={"Content-Type": "application/json"})
-        return conn.getresponse().status
+        return client.request("POST", MUTATE, _BODY, retry=False)[0]
     except (OSError, ssl.SSLError, http.client.HTTPException) as exc:
         return type(exc).__name__
     finally:
-        conn.close()
+        client.close()
 
 
 def _idle_tls(srv: WebhookServerThread, source: str) -> ssl.SSLSocket | None:
@@ -118,17 +113,9 @@ def test_a_source_with_recent_valid_reviews_is_answered_while_others_fill_the_ca
             answers.append(_review_once(srv, "127.0.0.1"))
         assert answers == [200] * 5
         # its idle keep-alive connection is not taken by attackers either
-        keep = http.client.HTTPSConnection(
-            "127.0.0.1",
-            srv.port,
-            context=client_ssl_context(srv.ca_file),
-            timeout=30,
-            source_address=("127.0.0.1", 0),
-        )
-        body = json.dumps(make_review("Job", _job())).encode()
+        keep = srv.client(source="127.0.0.1")
         for _ in range(3):
-            keep.request("POST", MUTATE, body=body, headers={"Content-Type": "application/json"})
-            assert keep.getresponse().read() and keep.sock is not None
+            assert keep.request("POST", MUTATE, _BODY, retry=False)[0] == 200
             _flood(srv, held)
         keep.close()
     finally:
@@ -172,3 +159,19 @@ def test_sources_at_an_even_share_do_not_take_each_others_places() -> None:
     assert not table.is_reviewer("api")
     victim = table.victim("d")
     assert victim is not None and victim.source == "api"
+
+
+def test_the_stress_benchmarks_multi_source_attacker_holds_the_port_from_every_source(
+    srv: WebhookServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m bench stress-sources``'s attacker, scaled down: its sources together
+    try to hold more than the port takes, and hold at least the global cap."""
+    from bench import stress
+
+    monkeypatch.setattr(stress, "IDLE_PER_SOURCE", PER_SOURCE + 2)
+    assert _review_once(srv, "127.0.0.1") == 200
+    sources = ",".join(ATTACKERS)
+    out = stress.attack(srv.port, 3.0, ("multi-idle",), sources)
+    assert out["source"] == sources
+    assert out["idleRefused"] > 0  # more than the port holds
+    assert CAP <= out["idleHeldMax"] <= len(ATTACKERS) * PER_SOURCE

@@ -131,9 +131,13 @@ class ReviewClient:
         path: str,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
+        *,
+        retry: bool = True,
     ) -> tuple[int, bytes]:
+        """One request; a kept-alive connection the server closed meanwhile is retried
+        once on a new one, unless ``retry`` is false (the first failure raises)."""
         hdrs = {"Content-Type": "application/json", **(headers or {})}
-        for attempt in (0, 1):
+        for attempt in (0, 1) if retry else (1,):
             conn = self._connection()
             try:
                 conn.request(method, path, body=body, headers=hdrs)
