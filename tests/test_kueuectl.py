@@ -179,7 +179,7 @@ def test_create_stop_and_resume_change_the_objects_the_service_acts_on(tmp_path:
                 what="both admitted",
             )
             code, out, err = await cli(kc, "stop", "clusterqueue", "cq", "--keep-already-running")
-            assert (code, out.strip()) == (0, "clusterqueue.kueue.x-k8s.io/cq"), err
+            assert (code, out.strip()) == (0, "clusterqueue.kueue.x-k8s.io/cq stopped"), err
             assert s.get("clusterqueues", "cq")["spec"]["stopPolicy"] == "Hold"
             assert all(admitted(w) for w in s.workloads("team-a"))  # Hold keeps them running
             code, out, err = await cli(kc, "stop", "workload", "w0")

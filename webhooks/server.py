@@ -618,6 +618,7 @@ def serve_webhooks_only(
     host: str,
     config: WebhookConfig | None = None,
     inputs: Any = None,
+    on_ready: Callable[[int, list[str]], None] | None = None,
 ) -> None:
     """``quartermaster serve --webhooks-only``: model from YAML, self-signed certs.
 
@@ -632,6 +633,7 @@ def serve_webhooks_only(
         inputs = load_paths(paths)
     view = InMemoryView.from_inputs(inputs)
     ensure_cert_dir(cert_dir)
+    webhook_config = config or WebhookConfig()
 
     async def main() -> None:
         task = asyncio.current_task()
@@ -641,13 +643,15 @@ def serve_webhooks_only(
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, task.cancel)
 
-        def ready(_port: int) -> None:
+        def ready(port: int) -> None:
             print("ready", flush=True)
+            if on_ready is not None:  # (the bound port, every webhook path)
+                on_ready(port, [spec.path for spec in all_webhooks(webhook_config.frameworks)])
 
         with contextlib.suppress(asyncio.CancelledError):
             await run_webhook_server(
                 view=view,
-                config=config or WebhookConfig(),
+                config=webhook_config,
                 cert_dir=cert_dir,
                 host=host,
                 port=port,

@@ -25,16 +25,25 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime
-from typing import Any, TextIO
-
-import yaml
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from admission.kube import kueuectl as api
 
+from . import kueuectl_format as fmt
+from .kueuectl_format import (
+    age,
+    condition,
+    human_duration,
+    is_true,
+    name_of,
+    print_objects,
+    print_table,
+    timestamp,
+    workload_status,
+)
+
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
-VERSION = "v0.1.0"
 DEPLOYMENT = ("quartermaster-system", "quartermaster-controller-manager", "manager")
 Obj = dict[str, Any]
 
@@ -43,113 +52,13 @@ LQ_NAMES = ("localqueue", "localqueues", "lq")
 WL_NAMES = ("workload", "workloads", "wl", "kwl", "kueueworkload", "kueueworkloads")
 RF_NAMES = ("resourceflavor", "resourceflavors", "rf")
 STATUSES = ("all", "pending", "quotareserved", "admitted", "finished")
+_STATUS_CHOICES = ", ".join(STATUSES)
+_STATUS_QUOTED = ", ".join(f'"{v}"' for v in STATUSES[:-1]) + f' or "{STATUSES[-1]}"'
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 class UsageError(Exception):
     """Bad flags or arguments (exit 2)."""
-
-
-# -- formatting -------------------------------------------------------------------------------
-
-
-def human_duration(seconds: float) -> str:
-    """``k8s.io/apimachinery/pkg/util/duration.HumanDuration``."""
-    if seconds < -1:
-        return "<invalid>"
-    if seconds < 0:
-        return "0s"
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        years, days = hours // (24 * 365), (hours // 24) % 365
-        return f"{years}y{days}d" if days else f"{years}y"
-    return f"{hours // (24 * 365)}y"
-
-
-def _ts(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def age(obj: Obj, now: float) -> str:
-    created = _ts((obj.get("metadata") or {}).get("creationTimestamp"))
-    return human_duration(now - created) if created is not None else "<unknown>"
-
-
-def print_table(out: TextIO, headers: list[str], rows: Iterable[list[Any]]) -> None:
-    """kubectl's tab writer: columns padded to the widest cell plus three spaces."""
-    table = [headers] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
-    for r in table:
-        out.write("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
-
-
-def _condition(obj: Obj, type_: str) -> Obj | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return c
-    return None
-
-
-def _is_true(obj: Obj, type_: str) -> bool:
-    c = _condition(obj, type_)
-    return c is not None and c.get("status") == "True"
-
-
-def workload_status(wl: Obj) -> str:
-    """``pkg/workload.Status``: finished, admitted, quotaReserved or pending."""
-    if _is_true(wl, "Finished"):
-        return "finished"
-    if _is_true(wl, "Admitted"):
-        return "admitted"
-    if _is_true(wl, "QuotaReserved"):
-        return "quotaReserved"
-    return "pending"
-
-
-def print_objects(out: TextIO, objs: list[Obj], fmt: str, *, list_kind: str) -> None:
-    if fmt == "name":
-        for o in objs:
-            out.write(name_of(o) + "\n")
-        return
-    doc: Any = (
-        objs[0]
-        if list_kind == ""
-        else {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": objs}
-    )
-    if fmt == "json":
-        json.dump(doc, out, indent=4)
-        out.write("\n")
-    else:
-        yaml.safe_dump(doc, out, sort_keys=False)
-
-
-def name_of(obj: Obj, operation: str = "") -> str:
-    """kubectl's name printer: ``kind.group/name [operation]``."""
-    group = (obj.get("apiVersion") or "").rpartition("/")[0]
-    kind = (obj.get("kind") or "").lower()
-    qualified = f"{kind}.{group}" if group else kind
-    name = (obj.get("metadata") or {}).get("name", "")
-    return f"{qualified}/{name}" + (f" {operation}" if operation else "")
 
 
 # -- the verbs --------------------------------------------------------------------------------
@@ -181,29 +90,28 @@ async def cmd_list_cluster_queues(args: argparse.Namespace, session: api.UserApi
     async for page in session.list_all(
         api.CLUSTER_QUEUES, label_selector=args.selector, field_selector=args.field_selector
     ):
-        items += [cq for cq in page if active is None or _is_true(cq, "Active") == active]
+        items += [cq for cq in page if active is None or is_true(cq, "Active") == active]
     if not items:
         _no_resources(args, session, namespaced=False)
         return EXIT_OK
     if args.output not in ("", "wide"):
         print_objects(sys.stdout, items, args.output, list_kind="List")
         return EXIT_OK
+    wide = args.output == "wide"
     rows = [
         [
             cq["metadata"]["name"],
             (cq.get("spec") or {}).get("cohortName", ""),
             (cq.get("status") or {}).get("pendingWorkloads", 0),
             (cq.get("status") or {}).get("admittedWorkloads", 0),
-            str(_is_true(cq, "Active")).lower(),
+            str(is_true(cq, "Active")).lower(),
             age(cq, now),
+            *(fmt.wide_cluster_queue(cq) if wide else []),
         ]
         for cq in items
     ]
-    print_table(
-        sys.stdout,
-        ["NAME", "COHORT", "PENDING WORKLOADS", "ADMITTED WORKLOADS", "ACTIVE", "AGE"],
-        rows,
-    )
+    headers = ["NAME", "COHORT", "PENDING WORKLOADS", "ADMITTED WORKLOADS", "ACTIVE", "AGE"]
+    print_table(sys.stdout, headers + (fmt.WIDE_CLUSTER_QUEUE if wide else []), rows)
     return EXIT_OK
 
 
@@ -240,7 +148,9 @@ async def cmd_list_local_queues(args: argparse.Namespace, session: api.UserApi) 
     if args.output not in ("", "wide"):
         print_objects(sys.stdout, items, args.output, list_kind="List")
         return EXIT_OK
+    wide = args.output == "wide"
     headers = ["NAME", "CLUSTERQUEUE", "PENDING WORKLOADS", "ADMITTED WORKLOADS", "AGE"]
+    headers += fmt.WIDE_LOCAL_QUEUE if wide else []
     rows = []
     for lq in items:
         row = [
@@ -249,6 +159,7 @@ async def cmd_list_local_queues(args: argparse.Namespace, session: api.UserApi) 
             (lq.get("status") or {}).get("pendingWorkloads", 0),
             (lq.get("status") or {}).get("admittedWorkloads", 0),
             age(lq, now),
+            *(fmt.wide_local_queue(lq) if wide else []),
         ]
         rows.append([lq["metadata"]["namespace"], *row] if args.all_namespaces else row)
     print_table(sys.stdout, ["NAMESPACE", *headers] if args.all_namespaces else headers, rows)
@@ -268,6 +179,7 @@ async def cmd_list_resource_flavors(args: argparse.Namespace, session: api.UserA
     if args.output not in ("", "wide"):
         print_objects(sys.stdout, items, args.output, list_kind="List")
         return EXIT_OK
+    wide = args.output == "wide"
     rows = []
     for rf in items:
         labels = (rf.get("spec") or {}).get("nodeLabels") or {}
@@ -276,9 +188,11 @@ async def cmd_list_resource_flavors(args: argparse.Namespace, session: api.UserA
                 rf["metadata"]["name"],
                 ", ".join(sorted(f"{k}={v}" for k, v in labels.items())),
                 age(rf, now),
+                *(fmt.wide_resource_flavor(rf) if wide else []),
             ]
         )
-    print_table(sys.stdout, ["NAME", "NODE LABELS", "AGE"], rows)
+    headers = ["NAME", "NODE LABELS", "AGE"] + (fmt.WIDE_RESOURCE_FLAVOR if wide else [])
+    print_table(sys.stdout, headers, rows)
     return EXIT_OK
 
 
@@ -288,9 +202,7 @@ def _status_filter(values: list[str] | None) -> set[str] | None:
     out = set()
     for v in values:
         if v.lower() not in STATUSES:
-            raise UsageError(
-                f'invalid status value ({v}). Must be "all", "pending", "admitted" or "finished"'
-            )
+            raise UsageError(f"invalid status value ({v}). Must be {_STATUS_QUOTED}")
         out.add(v.lower())
     return None if "all" in out else out
 
@@ -328,10 +240,12 @@ async def cmd_list_workloads(args: argparse.Namespace, session: api.UserApi) -> 
     if args.output not in ("", "wide"):
         print_objects(sys.stdout, items, args.output, list_kind="List")
         return EXIT_OK
+    wide = args.output == "wide"
     cq_of = await _cluster_queues_of(session, items)
     positions = await _positions(session, items, cq_of)
     headers = ["NAME", "JOB TYPE", "JOB NAME", "LOCALQUEUE", "CLUSTERQUEUE", "STATUS",
                "POSITION IN QUEUE", "EXEC TIME", "AGE"]  # fmt: skip
+    headers += fmt.WIDE_WORKLOAD if wide else []
     rows = []
     for wl in items:
         meta, spec = wl["metadata"], wl.get("spec") or {}
@@ -350,6 +264,7 @@ async def cmd_list_workloads(args: argparse.Namespace, session: api.UserApi) -> 
             positions.get(key, ""),
             _exec_time(wl, now),
             age(wl, now),
+            *(fmt.wide_workload(wl) if wide else []),
         ]
         rows.append([meta["namespace"], *row] if args.all_namespaces else row)
     print_table(sys.stdout, ["NAMESPACE", *headers] if args.all_namespaces else headers, rows)
@@ -358,23 +273,22 @@ async def cmd_list_workloads(args: argparse.Namespace, session: api.UserApi) -> 
 
 def _job_type(kind: str, api_version: str) -> str:
     """kueuectl's JOB TYPE: the owner's singular resource name and group (``job.batch``),
-    cut at 20 characters."""
+    whole (``pytorchjob.kubeflow.org``): a cut type names no kind."""
     group = api_version.rpartition("/")[0]
-    text = f"{kind.lower()}.{group}" if group else kind.lower()
-    return text if len(text) <= 20 else text[:20] + "..."
+    return f"{kind.lower()}.{group}" if group else kind.lower()
 
 
 def _exec_time(wl: Obj, now: float) -> str:
-    admitted = _condition(wl, "Admitted")
+    admitted = condition(wl, "Admitted")
     if admitted is None or admitted.get("status") != "True":
         return ""
-    start = _ts(admitted.get("lastTransitionTime"))
+    start = timestamp(admitted.get("lastTransitionTime"))
     if start is None:
         return ""
     end = now
-    finished = _condition(wl, "Finished")
+    finished = condition(wl, "Finished")
     if finished is not None and finished.get("status") == "True":
-        end = _ts(finished.get("lastTransitionTime")) or now
+        end = timestamp(finished.get("lastTransitionTime")) or now
     return human_duration(end - start)
 
 
@@ -453,28 +367,21 @@ async def cmd_create_local_queue(args: argparse.Namespace, session: api.UserApi)
         raise UsageError("clusterqueue must be specified")
     if not args.ignore_unknown_cq:
         await session.get(api.CLUSTER_QUEUES, args.clusterqueue)  # 404 is the error
-    lq: Obj = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "LocalQueue",
-        "metadata": {"name": args.name, "namespace": ns},
-        "spec": {"clusterQueue": args.clusterqueue},
-    }
-    if args.dry_run != "client":
-        lq = await session.create(
-            api.LOCAL_QUEUES, lq, namespace=ns, dry_run=args.dry_run == "server"
-        )
+    lq = await session.create(
+        api.LOCAL_QUEUES, _local_queue(args, ns), namespace=ns, dry_run=args.dry_run == "server"
+    )
     _print_result(args, lq, "created")
     return EXIT_OK
 
 
 def _print_result(args: argparse.Namespace, obj: Obj, operation: str) -> None:
-    fmt = args.output
-    if fmt in ("", "name"):
+    output = args.output
+    if output in ("", "name"):
         suffix = {"client": " (dry run)", "server": " (server dry run)"}.get(args.dry_run, "")
         op = f"{operation}{suffix}".strip()
-        print(name_of(obj, op) if fmt == "" or op else name_of(obj))
+        print(name_of(obj, op) if output == "" or op else name_of(obj))
         return
-    print_objects(sys.stdout, [obj], fmt, list_kind="")
+    print_objects(sys.stdout, [obj], output, list_kind="")
 
 
 async def _patch(
@@ -506,16 +413,16 @@ def _stop_policy(args: argparse.Namespace) -> str:
 
 
 async def cmd_stop(args: argparse.Namespace, session: api.UserApi) -> int:
-    kind = args.kind
+    kind, verb = args.kind, "stopped"
     if kind in CQ_NAMES:
         patch = {"spec": {"stopPolicy": _stop_policy(args)}}
         return await _patch(
-            args, session, api.CLUSTER_QUEUES, namespaced=False, patch=patch, operation=""
+            args, session, api.CLUSTER_QUEUES, namespaced=False, patch=patch, operation=verb
         )
     if kind in LQ_NAMES:
         patch = {"spec": {"stopPolicy": _stop_policy(args)}}
         return await _patch(
-            args, session, api.LOCAL_QUEUES, namespaced=True, patch=patch, operation=""
+            args, session, api.LOCAL_QUEUES, namespaced=True, patch=patch, operation=verb
         )
     if args.keep_already_running:
         raise UsageError("--keep-already-running applies to clusterqueue and localqueue")
@@ -526,16 +433,16 @@ async def cmd_stop(args: argparse.Namespace, session: api.UserApi) -> int:
 
 
 async def cmd_resume(args: argparse.Namespace, session: api.UserApi) -> int:
-    kind = args.kind
+    kind, verb = args.kind, "resumed"
     if kind in CQ_NAMES:
         patch = {"spec": {"stopPolicy": "None"}}
         return await _patch(
-            args, session, api.CLUSTER_QUEUES, namespaced=False, patch=patch, operation=""
+            args, session, api.CLUSTER_QUEUES, namespaced=False, patch=patch, operation=verb
         )
     if kind in LQ_NAMES:
         patch = {"spec": {"stopPolicy": "None"}}
         return await _patch(
-            args, session, api.LOCAL_QUEUES, namespaced=True, patch=patch, operation=""
+            args, session, api.LOCAL_QUEUES, namespaced=True, patch=patch, operation=verb
         )
     return await _patch(
         args, session, api.WORKLOADS, namespaced=True, patch={"spec": {"active": True}},
@@ -543,8 +450,50 @@ async def cmd_resume(args: argparse.Namespace, session: api.UserApi) -> int:
     )  # fmt: skip
 
 
+def client_version() -> str:
+    """The installed package's version, as kubectl writes versions (``v0.1.0``)."""
+    from .main import version
+
+    return f"v{version()}"
+
+
+def version_offline(args: argparse.Namespace) -> int:
+    """``version``: the client's version first, from nothing but the package; then the
+    installed service's image when a cluster is configured and reachable. Without one
+    (or with ``--client``) the client version is the whole answer."""
+    print(f"Client Version: {client_version()}", flush=True)
+    if args.client:
+        return EXIT_OK
+    try:
+        return asyncio.run(_with_api(args, lambda session: cmd_version(args, session)))
+    except (api.ConfigError, api.ApiError) as err:
+        reason = err.message if isinstance(err, api.ApiError) else str(err)
+        print(f"no server version: {reason}", file=sys.stderr)
+        return EXIT_OK
+
+
+def create_offline(args: argparse.Namespace) -> int | None:
+    """``create localqueue --dry-run=client``: the object, built and printed without
+    contacting a cluster (kubectl's client dry run); the namespace is ``-n``, else the
+    kubeconfig context's, else ``default``."""
+    if args.dry_run != "client":
+        return None
+    ns = args.namespace or api.context_namespace(kubeconfig=args.kubeconfig, context=args.context)
+    _print_result(args, _local_queue(args, ns), "created")
+    return EXIT_OK
+
+
+def _local_queue(args: argparse.Namespace, ns: str) -> Obj:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": args.name, "namespace": ns},
+        "spec": {"clusterQueue": args.clusterqueue},
+    }
+
+
 async def cmd_version(args: argparse.Namespace, session: api.UserApi) -> int:
-    print(f"Client Version: {VERSION}")
+    """The server half of ``version`` (see :func:`version_offline`)."""
     ns, name, container = DEPLOYMENT
     try:
         dep = await session.get(api.DEPLOYMENTS, name, namespace=ns)
@@ -588,9 +537,11 @@ def _selectors(p: argparse.ArgumentParser) -> None:
 
 
 def _output(p: argparse.ArgumentParser, choices: tuple[str, ...]) -> None:
+    """``-o``: without it, kubectl's human-readable table (or sentence), on a terminal
+    and in a pipe alike."""
     p.add_argument(
         "-o", "--output", default="", choices=choices,
-        help=f"output format: {', '.join(c for c in choices if c)} (default: a table)",
+        help=f"output format: {', '.join(choices)} (default: a table)",
     )  # fmt: skip
 
 
@@ -612,9 +563,9 @@ def add_commands(sub: Any) -> None:
     lq.add_argument("-i", "--ignore-unknown-cq", action="store_true",
                     help="create it even when the ClusterQueue does not exist")  # fmt: skip
     _dry_run(lq)
-    _output(lq, ("", "json", "yaml", "name"))
+    _output(lq, ("json", "yaml", "name"))
     _common(lq)
-    lq.set_defaults(run=cmd_create_local_queue)
+    lq.set_defaults(run=cmd_create_local_queue, offline=create_offline)
 
     lst = sub.add_parser(
         "list", help="list ClusterQueues, LocalQueues, Workloads or ResourceFlavors"
@@ -638,7 +589,8 @@ def add_commands(sub: Any) -> None:
         "--status",
         action="append",
         default=None,
-        help='only these statuses: "all", "pending", "quotareserved", "admitted", "finished"',
+        metavar="STATUS",
+        help=f"only workloads in this status, one of {_STATUS_CHOICES}; repeatable",
     )
     wl.add_argument("--for", dest="for_object", default=None, metavar="TYPE/NAME",
                     help="only the workloads of this job, e.g. --for job/my-job")  # fmt: skip
@@ -647,7 +599,7 @@ def add_commands(sub: Any) -> None:
     rf.set_defaults(run=cmd_list_resource_flavors)
     for p, namespaced in ((cq, False), (lqs, True), (wl, True), (rf, False)):
         _selectors(p)
-        _output(p, ("", "wide", "json", "yaml", "name"))
+        _output(p, ("wide", "json", "yaml", "name"))
         _common(p)
         if namespaced:
             p.add_argument("-A", "--all-namespaces", action="store_true",
@@ -673,13 +625,14 @@ def add_commands(sub: Any) -> None:
             else:
                 p.set_defaults(keep_already_running=False)
             _dry_run(p)
-            _output(p, ("", "json", "yaml", "name"))
+            _output(p, ("json", "yaml", "name"))
             _common(p)
             p.set_defaults(run=run)
 
     ver = sub.add_parser("version", help="the client version and the installed service's image")
+    ver.add_argument("--client", action="store_true", help="only the client version")
     _common(ver)
-    ver.set_defaults(run=cmd_version)
+    ver.set_defaults(run=cmd_version, offline=version_offline)
 
     why = sub.add_parser(
         "why", help="why a workload is pending, in numbers, and what quota change would admit it"
@@ -688,7 +641,7 @@ def add_commands(sub: Any) -> None:
     why.add_argument(
         "--config", default=None, help="the service's Configuration file, if not Kueue's defaults"
     )
-    _output(why, ("", "json"))
+    _output(why, ("json",))
     _common(why)
     why.set_defaults(run=cmd_why)
 
@@ -699,7 +652,11 @@ VERBS = ("create", "list", "stop", "resume", "version", "why")
 def run(args: argparse.Namespace) -> int:
     """Run a parsed verb; errors become exit codes with one line on stderr."""
     prog = getattr(args, "prog_name", "quartermaster")
+    offline = getattr(args, "offline", None)
     try:
+        code = offline(args) if offline is not None else None
+        if code is not None:
+            return code
         return asyncio.run(_with_api(args, lambda session: args.run(args, session)))
     except (UsageError, api.ConfigError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
@@ -708,7 +665,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Error from server ({err.reason}): {err.message}", file=sys.stderr)
         return EXIT_INTERNAL if err.status == 0 or err.status >= 500 else EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        return EXIT_INTERNAL
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
 

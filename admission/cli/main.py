@@ -1,7 +1,8 @@
 """The ``quartermaster`` command: ``plan``, ``simulate`` and ``serve``.
 
 Exit codes for every command (CLI.md): 0 success, 2 bad input (one paragraph on
-stderr naming the file, document and field), 1 internal error.
+stderr naming the file, document and field), 1 internal error; 130 when stopped
+with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from admission.cli import demo, operator
+from admission.cli.logs import add_log_level, configure_logging, webhooks_only_banner
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a command stopped by SIGINT
 PACKAGE = "quartermaster"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
@@ -203,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
         help="stop once the run has used this many CPU seconds (checked between cycles, so a "
         "long cycle ends first; reported like --max-cycles)",
     )
+    add_log_level(sim)
     sim.add_argument(
         "-o",
         "--output",
@@ -279,6 +283,7 @@ def _parser() -> argparse.ArgumentParser:
         "else 0.0.0.0)",
     )
     _add_filenames(serve, required=False, what="with --webhooks-only, the objects", namespace=False)
+    add_log_level(serve)
     operator.register(sub, serve)  # kueuectl verbs; visibility/dashboard flags of serve
     demo.register(sub, _Formatter)
     return p
@@ -390,6 +395,9 @@ def write_yaml(doc: Any) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from admission.cli.simulate import run_simulate_command
 
+    if args.log_level:
+        configure_logging(args)
+
     return run_simulate_command(args)
 
 
@@ -425,6 +433,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except (LoadError, ConfigError, InputError) as e:
             raise BadInput(str(e)) from e
         warn("serve", loaded.warnings + inputs.warnings)
+        configure_logging(args)
+
+        def banner(port: int, paths: list[str]) -> None:
+            text = webhooks_only_banner(
+                host=args.host, port=port, cert_dir=args.cert_dir, paths=paths
+            )
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
         try:
             serve_webhooks_only(
                 args.paths,
@@ -433,6 +450,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 port=args.webhook_port,
                 host=args.host,
                 config=config,
+                on_ready=banner,
             )
         except OSError as e:
             if e.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
@@ -442,10 +460,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_OK
     from admission.serve.service import run_service
 
+    configure_logging(args)  # before serve's own basicConfig, which then keeps it
     return run_service(args)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; Ctrl-C anywhere exits 130 (128 + SIGINT) without a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if operator.handles(args.command):
         return operator.run(args)
@@ -457,8 +484,6 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(f"quartermaster {args.command}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        return EXIT_INTERNAL
     except BrokenPipeError:
         return EXIT_OK
 

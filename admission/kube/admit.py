@@ -107,6 +107,7 @@ class Applier:
         self.pending_written.pop(key, None)
         cq = d.cluster_queue
         wl = d.workload
+        log.info("admitted %s in ClusterQueue %s: QuotaReserved on %s", key, cq, _flavors(d))
         ctx.metrics.quota_reserved_total.labels(cq).inc()
         ctx.metrics.admitted_total.labels(cq).inc()
         ctx.metrics.api_writes.labels("admit", "ok").inc()
@@ -354,3 +355,12 @@ class Applier:
             kind = PENDING_MESSAGE
         body = o.pending_status(w, reason=status.reason, message=status.message, now=now)
         return body, kind
+
+
+def _flavors(d: AdmittedDecision) -> str:
+    """The flavors of an admission, for its log line: ``gpu=a100, cpu=on-demand``."""
+    chosen: dict[str, str] = {}
+    for psa in d.admission.pod_set_assignments:
+        for resource, flavor in psa.flavors.items():
+            chosen.setdefault(resource, flavor)
+    return ", ".join(f"{r}={f}" for r, f in chosen.items()) or "no resources"

@@ -38,6 +38,7 @@ from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 
 from .kubeconfig import KubeconfigError, check_kubeconfig
 from .ratelimit import HIGH, ShareCredit, TokenBucket, current_priority
+from .unreachable import transport_reason
 
 try:  # orjson parses watch lines several times faster; the stdlib is the fallback
     from orjson import loads as _loads
@@ -518,7 +519,7 @@ class KubeClient:
                 raw = await resp.read()
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 self.errors[0] += 1
-                raise ApiError(0, "TransportError", repr(exc), call=call) from exc
+                raise ApiError(0, "TransportError", transport_reason(exc), call=call) from exc
             if 200 <= resp.status <= 299:
                 return _loads(raw) if raw else None
             self.errors[resp.status] += 1
@@ -700,7 +701,7 @@ class KubeClient:
             resp = await self.api.call_api(m, url, hdrs, data, post, _request_timeout=timeout)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self.errors[0] += 1
-            raise ApiError(0, "TransportError", repr(exc), call=call) from exc
+            raise ApiError(0, "TransportError", transport_reason(exc), call=call) from exc
         raw_resp = resp.response
         try:
             if not 200 <= resp.status <= 299:
@@ -711,7 +712,7 @@ class KubeClient:
                 try:
                     line = await raw_resp.content.readline()
                 except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                    raise ApiError(0, "TransportError", repr(exc), call=call) from exc
+                    raise ApiError(0, "TransportError", transport_reason(exc), call=call) from exc
                 if not line:
                     return
                 line = line.strip()

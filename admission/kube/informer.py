@@ -29,6 +29,7 @@ from typing import Any
 
 from .client import ApiError, KubeClient, Obj, Resource
 from .slim import PackedStore, Slimmer, WorkloadSlimmer
+from .unreachable import outage_of
 
 __all__ = ["WorkloadSlimmer", "Informer", "strip_managed_fields"]
 
@@ -188,6 +189,7 @@ class Informer:
                     await self._relist()
                     need_list = False
                     self._backoff.reset()
+                    outage_of(self.client).recovered()
                 await self._watch_once()
             except asyncio.CancelledError:
                 raise
@@ -199,7 +201,10 @@ class Informer:
                     need_list = True
                     continue
                 delay = self._backoff.next()
-                log.warning("%s: %s; retrying in %.2fs", self.name, err, delay)
+                if err.status == 0:  # said once per back-off for all informers
+                    outage_of(self.client).failed(err.message, delay, who=self.name)
+                else:
+                    log.warning("%s: %s; retrying in %.2fs", self.name, err, delay)
                 await asyncio.sleep(delay)
             except Exception:  # noqa: BLE001 - a handler bug must not stop the informer
                 self.stats.errors += 1

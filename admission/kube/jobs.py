@@ -664,6 +664,8 @@ async def evict(
         ctx.sync.apply(lambda: ctx.cache.mark_evicting(wkey))
     else:
         _released(ctx, wkey, new)
+    why = f"{reason} ({preempted_reason})" if preempted_reason else reason
+    log.info("evicted %s from ClusterQueue %s: %s: %s", wkey, held.get("cq", ""), why, message)
     ctx.metrics.evicted_total.labels(held.get("cq", ""), reason).inc()
     ctx.metrics.api_writes.labels("evict", "ok").inc()
     ctx.record_event(new, "Normal", f"EvictedDueTo{reason}", message)

@@ -83,6 +83,25 @@ def _kubeconfig_path(explicit: str | None) -> str | None:
     return str(default) if default.exists() else None
 
 
+def context_namespace(*, kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig's (current or named) context, read from the
+    file alone, without contacting the cluster; ``default`` when none says one."""
+    path = _kubeconfig_path(kubeconfig)
+    if path is None or (kubeconfig is None and not os.path.isfile(path)):
+        return "default"
+    try:
+        doc = check_kubeconfig(path, flag="--kubeconfig" if kubeconfig else "")
+    except KubeconfigError as err:
+        raise ConfigError(str(err)) from None
+    name = context or doc.get("current-context")
+    for entry in doc.get("contexts") or []:
+        if entry.get("name") == name:
+            return str((entry.get("context") or {}).get("namespace") or "default")
+    if context is not None:
+        raise ConfigError(f'context "{context}" does not exist in {path}')
+    return "default"
+
+
 @dataclass
 class UserApi:
     """One user's session: the client and the namespace their context defaults to."""

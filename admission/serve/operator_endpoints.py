@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .service import Service
 
 log = logging.getLogger("quartermaster.serve")
+VISIBILITY_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta1"
 
 
 async def serve_visibility(service: Service) -> None:
@@ -38,6 +39,7 @@ async def serve_visibility(service: Service) -> None:
 
     def ready(port: int) -> None:
         service.ports["visibility"] = port
+        log.info("visibility API listening on https://%s:%d%s", opts.host, port, VISIBILITY_PATH)
 
     assert opts.visibility_port is not None
     await server.serve(
@@ -57,5 +59,6 @@ async def serve_dashboard(service: Service) -> None:
 
     def ready(port: int) -> None:
         service.ports["dashboard"] = port
+        log.info("dashboard listening on http://%s:%d/", opts.dashboard_host, port)
 
     await dashboard.serve(host=opts.dashboard_host, port=opts.dashboard_port, ready=ready)

@@ -451,6 +451,7 @@ class Service:
                 except OSError as err:
                     raise ListenError(f"{name} port", opts.host, port, err) from None
                 self.ports[name] = runner.addresses[0][1]
+                log.info("%s endpoint listening on http://%s:%d", name, opts.host, self.ports[name])
             await asyncio.Event().wait()
         finally:
             for r in runners:
