@@ -145,3 +145,27 @@ def test_a_pod_owner_covers_only_the_pods_of_its_held_templates(integ: Any) -> N
     owner = owner_of(integ)
     assert integ.may_own(owner, pod(**HELD)) is None
     assert integ.may_own(owner, of("apps/v1", "ReplicaSet", "o-1"))
+
+
+@pytest.mark.parametrize("integ", [STATEFULSET, DEPLOYMENT, LEADERWORKERSET], ids=lambda i: i.kind)
+def test_a_pod_owner_cannot_name_a_prebuilt_workload(integ: Any) -> None:
+    """Kueue's rule: its pods' groups get their own Workloads, there is none to name."""
+    from tests.integration_kit import review
+    from tests.test_integration_deployment import deployment
+    from tests.test_integration_statefulset import statefulset
+
+    make = {
+        "StatefulSet": lambda: statefulset("o", [("main", 2)], meta("o")),
+        "Deployment": lambda: deployment("o", 2, meta("o")),
+        "LeaderWorkerSet": lambda: lws("o", 1, 2, meta("o")),
+    }[integ.kind]
+    obj = make()
+    obj["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] = "pre"
+    allowed, _, message = review(integ, obj, mutating=False)
+    assert not allowed
+    assert message == (
+        "metadata.labels[kueue.x-k8s.io/prebuilt-workload-name]: Forbidden: Is not supported "
+        f'for "{integ.api_version}, Kind={integ.kind}"'
+    )
+    del obj["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"]
+    assert review(integ, obj, mutating=False)[0]

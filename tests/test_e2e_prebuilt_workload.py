@@ -12,7 +12,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from admission.integrations.base import compose
 from admission.kube import client as k
+from tests.integration_kit import KindCase, crds_of, lifecycle_objects
+from tests.integration_kit import meta as kit_meta
 from tests.kube_harness import (
     Obj,
     admitted,
@@ -26,6 +31,7 @@ from tests.kube_harness import (
     stack,
     workload,
 )
+from tests.test_e2e_tenant_escapes import CASES
 
 NS = "team-a"
 PREBUILT = "kueue.x-k8s.io/prebuilt-workload-name"
@@ -121,5 +127,43 @@ def test_a_job_does_not_take_a_workload_another_job_controls(tmp_path: Path, bac
             (wl,) = s.workloads(NS)
             assert [r["name"] for r in wl["metadata"]["ownerReferences"]] == ["first"]
             await eventually(lambda: cpu_used(s) == "1", what="charged once")
+
+    asyncio.run(main())
+
+
+def prebuilt_for(case: KindCase, obj: Obj, name: str) -> Obj:
+    """The Workload the service would build for ``obj``, standalone, named ``name``."""
+
+    def lookup(res: Any, ns: str | None, ref: str) -> Obj | None:
+        return next((o for o in case.extra_objects if o["metadata"]["name"] == ref), None)
+
+    resolved = case.integration.resolve(obj, lookup)
+    _, body = compose(case.integration, resolved, workload_priority_classes={},
+                      priority_classes={})  # fmt: skip
+    body["metadata"] = {"name": name, "namespace": NS}
+    return body
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_kind_runs_on_the_prebuilt_workload_it_names(
+    case: KindCase, tmp_path: Path, backend: Any
+) -> None:
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=lifecycle_objects(case),
+                         crds=crds_of(case.integration)) as s:  # fmt: skip
+            obj = case.make("o", case.roles, kit_meta("o"))
+            obj["metadata"]["labels"][PREBUILT] = "pre"
+            await s.user.create(k.WORKLOADS, prebuilt_for(case, obj, "pre"), namespace=NS)
+            await s.user.create(case.resource, obj, namespace=NS)
+            await eventually(
+                lambda: (
+                    (o := s.get(case.resource.plural, "o", NS))
+                    and not case.integration.is_suspended(o)
+                ),
+                what="started on the prebuilt Workload",
+            )
+            (wl,) = s.workloads(NS)
+            assert wl["metadata"]["name"] == "pre" and admitted(wl)
+            assert [r["name"] for r in wl["metadata"]["ownerReferences"]] == ["o"]
 
     asyncio.run(main())

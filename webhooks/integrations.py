@@ -25,6 +25,7 @@ from __future__ import annotations
 from admission.integrations.base import Integration
 from admission.integrations.podowner import PodOwnerIntegration, UpdateCheck
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
+from queues.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 
 from . import jobs, pods
 from .jobs import (
@@ -42,6 +43,7 @@ from .review import (
     Verdict,
     WebhookSpec,
     allow,
+    go_value,
     string_map,
 )
 
@@ -59,6 +61,10 @@ def validate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerConte
     labels = string_map(new, "labels")
     errs = FieldErrors()
     validate_on_create(labels, errs)
+    if integ.reconciler == "parent" and PREBUILT_WORKLOAD_LABEL in labels:
+        # admitted through its pods' groups: there is no one Workload to name (Kueue)
+        gvk = f"{integ.api_version}, Kind={integ.kind}"
+        errs.forbidden(jobs.PREBUILT_PATH, f"Is not supported for {go_value(gvk)}")
     old = req.old_object if req.operation == "UPDATE" else None
     if old is not None and isinstance(integ, PodOwnerIntegration):
         managed = held_by_kueue(labels, request_namespace(req, new), ctx)
