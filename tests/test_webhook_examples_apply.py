@@ -27,7 +27,9 @@ def test_applying_the_examples_on_a_fresh_install_runs_no_what_if_and_warns_noth
     monkeypatch.setattr(quota, "impact_lines", lambda kind, obj, *_a: [f"what-if of {obj.name}"])
 
     async def main() -> None:
-        async with stack(tmp_path, backend=backend) as s:
+        # 70-training-kinds.yaml's JobSet and PyTorchJob need their operators' CRDs
+        # (manifests/examples/README.md), installed as on a cluster that runs them
+        async with stack(tmp_path, backend=backend, crds=("jobsets", "pytorchjobs")) as s:
             kc = s.kubeconfig(tmp_path / "kubeconfig")
             # client-side schema validation needs /openapi/v2 (the double serves v3)
             code, out, err = await kubectl(
@@ -36,6 +38,7 @@ def test_applying_the_examples_on_a_fresh_install_runs_no_what_if_and_warns_noth
             assert code == 0, err
             assert "clusterqueue.kueue.x-k8s.io/llm-research created" in out
             assert "job.batch/llm-pretrain-gang created" in out
+            assert "jobset.jobset.x-k8s.io/vision-eval created" in out
             assert "Warning" not in err, err
             assert err == "", err
 
