@@ -14,7 +14,8 @@ connections per wake-up and runs all their handshakes in the same loop iteration
 
 Here the listening socket is read by us. Each accepted connection is admitted or refused
 by its *source address* before any TLS work: beyond ``max_connections_per_source`` from
-one address, or ``max_connections`` in all, it is closed at once (an RST, a few
+one address, or ``max_connections`` in all when no idle connection of another source
+gives way to it (:mod:`webhooks.connections`), it is closed at once (an RST, a few
 microseconds). At most ``accept_batch`` connections are accepted per wake-up, so a
 burst's handshakes are spread over loop iterations instead of filling one; a handshake
 must finish within ``handshake_timeout``.
