@@ -340,6 +340,8 @@ def _plan(args: argparse.Namespace) -> int:
     )
     from admission.drivers.whatif import what_if
 
+    from .plan_positions import add_positions
+
     if args.cycles is not None and args.cycles < 0:
         raise BadInput(f"--cycles: must be a non-negative integer, got {args.cycles}")
     if sum(p == "-" for p in [*args.paths, *args.what_if]) > 1:
@@ -355,7 +357,9 @@ def _plan(args: argparse.Namespace) -> int:
     if args.now:
         config.now = _parse_time(args.now, "--now")
     if overlay is None:
-        doc: dict[str, Any] = plan_json(run_plan(inputs, cycles=args.cycles, config=config))
+        result = run_plan(inputs, cycles=args.cycles, config=config)
+        doc: dict[str, Any] = plan_json(result)
+        add_positions(doc, result.cache)
     else:
         warn("plan", overlay.warnings)
         merged = merge(inputs, overlay)
@@ -365,6 +369,7 @@ def _plan(args: argparse.Namespace) -> int:
         w = what_if(inputs, merged, config=config, cycles=args.cycles)
         before, doc = plan_json(w.before), plan_json(w.after)
         doc["whatIf"] = {"files": list(args.what_if), "changes": what_if_diff(before, doc)}
+        add_positions(doc, w.after.cache)
     generated = [*inputs.generated_names, *(overlay.generated_names if overlay else [])]
     if generated:
         doc["generatedNames"] = [

@@ -475,10 +475,12 @@ def plan_table(doc: dict[str, Any], *, wide: bool = False) -> str:
             rows.append((*row, p.get("message") or "") if wide else row)
         lines += _table(rows)
     lines += ["", "PENDING"]
-    rows = [("WORKLOAD", "CLUSTERQUEUE", "REASON", "MESSAGE")]
+    rows = [("WORKLOAD", "CLUSTERQUEUE", "POSITION", "REASON", "MESSAGE")]
     rows += [
-        (p["workload"], p["clusterQueue"] or "-", p["reason"], p["message"]) for p in doc["pending"]
-    ]
+        (p["workload"], p["clusterQueue"] or "-", str(p.get("positionInClusterQueue", "-")),
+         p["reason"], p["message"])
+        for p in doc["pending"]
+    ]  # fmt: skip
     lines += _table(rows)
     lines += ["", "USAGE"]
     rows = [("CLUSTERQUEUE", "FLAVOR", "RESOURCE", "TOTAL", "BORROWED")]
