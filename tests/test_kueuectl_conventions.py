@@ -162,6 +162,17 @@ def test_status_names_every_valid_value_in_its_help_and_its_error(
     assert f"one of {', '.join(values)}" in help_text
 
 
+def test_an_unreachable_server_is_one_line_in_kubectls_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(UNREACHABLE)
+    code, out, err = run(capsys, "list", "workloads", "--kubeconfig", str(kubeconfig))
+    assert (code, out) == (1, "")
+    assert len(err.splitlines()) == 1
+    assert err.startswith("Unable to connect to the server: Cannot connect to host 127.0.0.1:1")
+
+
 OBJECTS = [
     namespace("team-a"),
     flavor("f", pool="a"),

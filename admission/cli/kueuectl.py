@@ -662,8 +662,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except api.ApiError as err:
+        if err.status == 0:  # no answer at all: kubectl's wording
+            print(f"Unable to connect to the server: {err.message}", file=sys.stderr)
+            return EXIT_INTERNAL
         print(f"Error from server ({err.reason}): {err.message}", file=sys.stderr)
-        return EXIT_INTERNAL if err.status == 0 or err.status >= 500 else EXIT_BAD_INPUT
+        return EXIT_INTERNAL if err.status >= 500 else EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
