@@ -411,7 +411,10 @@ def _pod_template_problems(template: dict[str, Any], path: str) -> Problems:
                 problems.append((cpath, "must be of type object"))
                 continue
             problems += _check_resources(container.get("resources"), f"{cpath}.resources")
-    return problems + _check_resources(spec.get("resources"), f"{path}.spec.resources")
+    problems += _check_resources(spec.get("resources"), f"{path}.spec.resources")
+    if spec.get("overhead") is not None:  # a RuntimeClass's, as the pod spec carries it
+        problems += _check_resource_list(spec["overhead"], f"{path}.spec.overhead")
+    return problems
 
 
 def _check_resources(resources: Any, path: str) -> Problems:
@@ -422,24 +425,28 @@ def _check_resources(resources: Any, path: str) -> Problems:
     problems: Problems = []
     for field in ("requests", "limits"):
         values = resources.get(field)
-        if values is None:
+        if values is not None:
+            problems += _check_resource_list(values, f"{path}.{field}")
+    return problems
+
+
+def _check_resource_list(values: Any, fpath: str) -> Problems:
+    """One resource list (requests, limits, a pod's overhead): non-negative quantities."""
+    problems: Problems = []
+    if not isinstance(values, dict):
+        return [(fpath, "must be of type object")]
+    for res, qty in values.items():
+        rpath = join_path(fpath, str(res))
+        if res == "pods":
+            problems.append((rpath, "the key is reserved for internal kueue use"))
             continue
-        fpath = f"{path}.{field}"
-        if not isinstance(values, dict):
-            problems.append((fpath, "must be of type object"))
-            continue
-        for res, qty in values.items():
-            rpath = join_path(fpath, str(res))
-            if res == "pods":
-                problems.append((rpath, "the key is reserved for internal kueue use"))
-                continue
-            try:
-                text = to_quantity_text(qty)
-                value = quantity_value(text) if isinstance(text, str) else None
-            except ValueError:
-                value = None
-            if value is None:
-                problems.append((rpath, QUANTITY_MSG))
-            elif value < 0:
-                problems.append((rpath, NEGATIVE_MSG))
+        try:
+            text = to_quantity_text(qty)
+            value = quantity_value(text) if isinstance(text, str) else None
+        except ValueError:
+            value = None
+        if value is None:
+            problems.append((rpath, QUANTITY_MSG))
+        elif value < 0:
+            problems.append((rpath, NEGATIVE_MSG))
     return problems

@@ -50,7 +50,7 @@ from queues.model import (
     TopologyRequest,
     Workload,
 )
-from queues.pods import PodSpecError, podset_from_template
+from queues.pods import PodSpecError, pod_requests, podset_from_template
 from queues.quantity import QuantityError
 from queues.topology_request import (
     TopologyAnnotationError,
@@ -376,6 +376,10 @@ class Integration:
             except TopologyAnnotationError:
                 tr = None
             groups.append((role.name, role.count, tr))
+            try:  # what the Workload would count: negative overhead or requests refused
+                pod_requests(role.template.get("spec") or {})
+            except (QuantityError, PodSpecError) as err:
+                errors.append(f"{spec_field(role.path, 'spec')}: Invalid value: {err}")
             where = dotted(role.path)
             if role.name in seen:
                 errors.append(
@@ -432,7 +436,10 @@ class Integration:
         new = copy.deepcopy(dict(obj))
         set_path(new, self.suspend_path, True)
         if originals is not None:
-            roles = self.roles(obj)
+            try:
+                roles = self.roles(obj)
+            except IntegrationError:  # edited into something invalid: suspended as it is
+                roles = []
             if len(roles) == len(originals):
                 for role, info in zip(roles, originals, strict=True):
                     restore_info(get_path(new, role.path), info)

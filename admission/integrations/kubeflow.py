@@ -75,6 +75,18 @@ class KubeflowIntegration(Integration):
             )
         return roles
 
+    def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
+        """A replica type the kind does not know (an ``Evaluator`` added to a
+        PyTorchJob) is refused: its pods would run on no podSet's quota."""
+        specs = (new.get("spec") or {}).get(self.replica_specs_field)
+        errors = [
+            f"spec.{self.replica_specs_field}.{rtype}: Unsupported value: {rtype!r}: "
+            f"supported values: {', '.join(repr(t) for t in self.replica_types)}"
+            for rtype in sorted(specs if isinstance(specs, Mapping) else ())
+            if rtype not in self.replica_types
+        ]
+        return errors + super().validate(new, old)
+
     def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
         """The operator's pods ``<job>-<replica type>-<index>``, index below the replicas
         (unique names: at most the replicas), while the job runs."""

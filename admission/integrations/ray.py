@@ -1,8 +1,10 @@
 """The Ray cluster shape KubeRay's kinds share (Kueue's ``raycluster`` common code).
 
 A ``RayClusterSpec`` has one head group (``headGroupSpec.template``, one pod) and worker
-groups (``workerGroupSpecs[]``: ``groupName``, ``replicas`` — 1 when unset — times
-``numOfHosts`` for multi-host groups, ``template``). Kueue makes a podSet ``head`` and one
+groups (``workerGroupSpecs[]``: ``groupName``, ``replicas`` — 1 when unset — clamped
+into [``minReplicas``, ``maxReplicas``] as KubeRay runs it, times ``numOfHosts`` for
+multi-host groups, ``template``). A group's count is what KubeRay will run, so an edit of
+its bounds that changes it evicts a running cluster like any resize. Kueue makes a podSet ``head`` and one
 per worker group named after it (in lower case), and refuses in its webhook what would
 make the admitted quota wrong: in-tree autoscaling (the cluster would grow past it), a
 worker group named ``head``, more podSets than a Workload holds. A RayCluster is
@@ -39,9 +41,7 @@ def cluster_roles(what: str, obj: Mapping[str, Any], prefix: Path) -> list[Role]
         name = group.get("groupName")
         if not isinstance(name, str) or not name:
             raise IntegrationError(f"{what} {ref}: {where}[{i}].groupName: required")
-        replicas = count_field(
-            group.get("replicas"), what, ref, f"{where}[{i}].replicas", default=1
-        )
+        replicas = desired_replicas(what, ref, group, f"{where}[{i}]")
         hosts = count_field(
             group.get("numOfHosts"), what, ref, f"{where}[{i}].numOfHosts", default=1
         )
@@ -55,6 +55,26 @@ def cluster_roles(what: str, obj: Mapping[str, Any], prefix: Path) -> list[Role]
             )
         )
     return roles
+
+
+def desired_replicas(what: str, ref: str, group: Mapping[str, Any], where: str) -> int:
+    """The worker pods KubeRay runs for a group (its ``GetWorkerGroupDesiredReplicas``):
+    ``replicas`` (1 when unset) clamped into [``minReplicas``, ``maxReplicas``], and
+    ``maxReplicas`` when the bounds cross. ``replicas: 1, minReplicas: 6`` runs 6."""
+    replicas = count_field(group.get("replicas"), what, ref, f"{where}.replicas", default=1)
+    low = count_field(group.get("minReplicas"), what, ref, f"{where}.minReplicas", default=0)
+    high = (
+        count_field(group.get("maxReplicas"), what, ref, f"{where}.maxReplicas", default=0)
+        if group.get("maxReplicas") is not None
+        else None
+    )
+    if high is not None and low > high:
+        return high
+    if replicas < low:
+        return low
+    if high is not None and replicas > high:
+        return high
+    return replicas
 
 
 CLUSTER_LABEL, GROUP_LABEL, HEAD_GROUP = "ray.io/cluster", "ray.io/group", "headgroup"

@@ -180,9 +180,9 @@ class JobReconciler:
         self.owners = OwnerReader(
             client=ctx.client, informers=ctx.informers, frameworks=ctx.options.frameworks
         )
-        # object key -> (uid, generation, workload uid, workload generation) last found
-        # equivalent: status events (pods starting, ready) do not re-compose it
-        self._equivalent: dict[tuple[str, str], tuple[str, int, str, int]] = {}
+        # object key -> (uid, generation, workload uid, workload generation, references)
+        # last found equivalent: status events (pods starting, ready) do not re-compose it
+        self._equivalent: dict[tuple[str, str], tuple[str, int, str, int, str]] = {}
         self.prebuilt = PrebuiltWorkloads(
             ctx, lambda i, k, obj: (self._compose(i, k, obj) or (None, None))[1]
         )
@@ -393,13 +393,15 @@ class JobReconciler:
             o.generation(obj),
             str(o.meta(wl).get("uid")),
             o.generation(wl),
+            o.references_key(integ, obj),  # a TrainJob's runtime edited after its start
         )
         if self._equivalent.get((integ.what, key)) == sig:
             return False
         composed = self._compose(integ, key, obj)
-        if composed is None:
-            return False
-        why = o.job_mismatch(wl, composed[1], started=not integ.is_suspended(obj))
+        if composed is None:  # reported on the object; running, it is counted on nothing
+            why: str | None = "it no longer makes a valid Workload (its events say why)"
+        else:
+            why = o.job_mismatch(wl, composed[1], started=not integ.is_suspended(obj))
         if why is None:
             self._equivalent[(integ.what, key)] = sig
             return False

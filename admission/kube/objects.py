@@ -9,6 +9,7 @@ server. What a job kind gets on start and stop is its integration's
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -371,6 +372,19 @@ def running_count(wl_obj: Mapping[str, Any], pod_set: str = "main") -> int | Non
             if admitted is not None and admitted < int(ps.get("count") or 0):
                 return admitted
     return None
+
+
+def references_key(integ: Any, resolved: Mapping[str, Any]) -> str:
+    """What ``Integration.resolve`` added to an object from the objects it references (a
+    TrainJob's runtime), as a key: an edit of them changes the object's podSets though
+    not its generation. ``""`` for a kind that references nothing."""
+    if not integ.references:
+        return ""
+    added = {k: v for k, v in resolved.items() if k not in _OWN_KEYS}
+    return hashlib.sha1(repr(sorted(added.items())).encode(), usedforsecurity=False).hexdigest()
+
+
+_OWN_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 
 
 def job_mismatch(
