@@ -169,3 +169,31 @@ def test_a_pod_owner_cannot_name_a_prebuilt_workload(integ: Any) -> None:
     )
     del obj["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"]
     assert review(integ, obj, mutating=False)[0]
+
+
+def test_a_covered_pod_asks_for_no_more_accelerators_than_its_template() -> None:
+    """cpu and memory may grow (LimitRange defaults, injected sidecars); GPUs may not."""
+    job = of("batch/v1", "Job", "j", {
+        "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u"}},
+        "template": pod_template("1"),
+    })  # fmt: skip
+    mine = pod(labels={"batch.kubernetes.io/controller-uid": "u"})  # 64 cpu: allowed
+    assert JOB.may_own(job, mine) is None
+    mine["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "8"}
+    assert "asks for more nvidia.com/gpu than its template" in (JOB.may_own(job, mine) or "")
+    rc = raycluster("rc", [("head", 1), ("gpu", 2)], meta("rc"))
+    rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"][
+        "limits"
+    ] = {"nvidia.com/gpu": "1"}
+    worker = pod(labels={"ray.io/cluster": "rc", "ray.io/group": "gpu"})
+    worker["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    assert RAYCLUSTER.may_own(rc, worker) is None
+    worker["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "4"}
+    assert RAYCLUSTER.may_own(rc, worker)
+    head = pod(labels={"ray.io/cluster": "rc", "ray.io/group": "headgroup"})
+    head["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    assert "more nvidia.com/gpu" in (RAYCLUSTER.may_own(rc, head) or "")
+    pj = pytorchjob("pt", [("master", 1), ("worker", 4)], meta("pt"))
+    greedy = pod("pt-worker-0")
+    greedy["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "2"}
+    assert "more nvidia.com/gpu" in (PYTORCHJOB.may_own(pj, greedy) or "")

@@ -16,8 +16,10 @@ Kinds admitted through their pods (StatefulSet, Deployment) cover no child: thei
 are gated and queued in pod groups already. The default is the same refusal, so a kind
 added to the registry covers nothing until it says what its controller makes.
 
-A pod's shape is not compared with its template: the LimitRanger fills in defaults on
-pods, never on templates. Counts that a name cannot bound (a Job's pods, a RayCluster's
+A pod may not ask for more accelerators (any resource beyond cpu, memory and
+ephemeral storage) than the template it was made from; cpu and memory are not
+compared, as the LimitRanger and sidecar injectors add them to pods, never to
+templates. Counts that a name cannot bound (a Job's pods, a RayCluster's
 pods) are bounded by the owner's own controller: a pod matching a Job's selector counts
 as one of its active pods, and the Job controller deletes active pods beyond
 ``parallelism``; KubeRay does the same per worker group. Pods that do not match are
@@ -29,10 +31,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from queues.pods import PodSpecError, pod_requests
+from queues.quantity import QuantityError
+
 from .base import meta_of
 
 Obj = Mapping[str, Any]
 
+#: resources admission plugins and injectors add to pods (not compared with templates)
+ADDED_TO_PODS = frozenset({"cpu", "memory", "ephemeral-storage"})
 POD = ("v1", "Pod")
 JOB = ("batch/v1", "Job")
 
@@ -120,7 +127,7 @@ def job_may_own(job: Obj, child: Obj, *, suspended: bool) -> str | None:
     match = selector.get("matchLabels") if isinstance(selector, Mapping) else None
     if not matches_selector(child, match):
         return not_made_by(job, child, "its labels do not match the Job's selector")
-    return None
+    return more_than(job, child, _spec(job).get("template"))
 
 
 def jobset_may_own(jobset: Obj, child: Obj, replicated_jobs: Iterable[Any]) -> str | None:
@@ -156,13 +163,31 @@ def named_child_may_own(owner: Obj, child: Obj, kinds: Mapping[tuple[str, str], 
     return None
 
 
-def pod_of_role_may_own(owner: Obj, child: Obj, *, suspended: bool, known: bool) -> str | None:
-    """A pod an operator makes for one of the owner's replicas (``known``: the pod's
-    labels or name say which, within the owner's counts), while the owner runs."""
+def pod_of_role_may_own(
+    owner: Obj, child: Obj, *, suspended: bool, template: Any | None
+) -> str | None:
+    """A pod an operator makes for one of the owner's replicas from ``template`` (None:
+    the pod's labels or name say it is none of them, within the owner's counts), while
+    the owner runs."""
     if kind_of(child) != POD:
         return refuse(owner, child)
     if suspended:
         return not_made_by(owner, child, f"a suspended {owner.get('kind')} runs no pods")
-    if not known:
+    if template is None:
         return not_made_by(owner, child, f"it is none of the {owner.get('kind')}'s replicas")
+    return more_than(owner, child, template)
+
+
+def more_than(owner: Obj, pod: Obj, template: Any) -> str | None:
+    """Why ``pod`` asks for more than ``template`` of a resource that only the pod's
+    author sets — accelerators and other extended resources; None when it does not.
+    cpu, memory and ephemeral storage are not compared: LimitRange defaults and
+    injected sidecars add them to pods, never to templates."""
+    try:
+        have, allowed = pod_requests(_spec(pod)), pod_requests(_spec(template))
+    except (QuantityError, PodSpecError) as err:
+        return not_made_by(owner, pod, f"its resources cannot be read: {err}")
+    for name, n in sorted(have.items()):
+        if name not in ADDED_TO_PODS and n > allowed.get(name, 0):
+            return not_made_by(owner, pod, f"it asks for more {name} than its template")
     return None

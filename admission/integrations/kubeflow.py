@@ -97,8 +97,12 @@ class KubeflowIntegration(Integration):
         }
         name = str((obj.get("metadata") or {}).get("name") or "")
         child_name = str((child.get("metadata") or {}).get("name") or "")
-        known = indexed_name(name, child_name, counts) is not None
-        return pod_of_role_may_own(obj, child, suspended=self.is_suspended(obj), known=known)
+        role = indexed_name(name, child_name, counts)
+        rspec = (
+            next((v for t, v in specs.items() if str(t).lower() == role), None) if role else None
+        )
+        template = rspec.get("template") if isinstance(rspec, Mapping) else None
+        return pod_of_role_may_own(obj, child, suspended=self.is_suspended(obj), template=template)
 
     def priority_class_name(self, obj: Mapping[str, Any], roles: Sequence[Role]) -> tuple[str, str]:
         policy = ((obj.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy") or {}

@@ -80,15 +80,21 @@ def desired_replicas(what: str, ref: str, group: Mapping[str, Any], where: str) 
 CLUSTER_LABEL, GROUP_LABEL, HEAD_GROUP = "ray.io/cluster", "ray.io/group", "headgroup"
 
 
-def is_cluster_pod(cluster: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
-    """Whether ``pod`` carries what KubeRay writes on a pod of ``cluster``: the
-    cluster's name and its head group or one of its worker groups."""
+def cluster_pod_template(cluster: Mapping[str, Any], pod: Mapping[str, Any]) -> Any | None:
+    """The template of the group ``pod`` is of, by what KubeRay writes on a pod of
+    ``cluster`` (the cluster's name, its head group or one of its worker groups); None
+    when it is none of them."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
+    spec = cluster.get("spec") or {}
     if labels.get(CLUSTER_LABEL) != (cluster.get("metadata") or {}).get("name"):
-        return False
-    groups = (cluster.get("spec") or {}).get("workerGroupSpecs") or []
-    names = {g.get("groupName") for g in groups if isinstance(g, Mapping)}
-    return labels.get(GROUP_LABEL) in names | {HEAD_GROUP}
+        return None
+    group = labels.get(GROUP_LABEL)
+    if group == HEAD_GROUP:
+        return (spec.get("headGroupSpec") or {}).get("template")
+    for g in spec.get("workerGroupSpecs") or []:
+        if isinstance(g, Mapping) and g.get("groupName") == group:
+            return g.get("template")
+    return None
 
 
 def cluster_errors(obj: Mapping[str, Any], prefix: Path) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .base import Finished, Integration, Resource, Role
 from .children import pod_of_role_may_own
-from .ray import cluster_errors, cluster_roles, is_cluster_pod
+from .ray import cluster_errors, cluster_pod_template, cluster_roles
 
 
 class RayClusterIntegration(Integration):
@@ -37,7 +37,7 @@ class RayClusterIntegration(Integration):
     def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
         """KubeRay's pods: labelled with the cluster's name and one of its groups."""
         return pod_of_role_may_own(
-            obj, child, suspended=self.is_suspended(obj), known=is_cluster_pod(obj, child)
+            obj, child, suspended=self.is_suspended(obj), template=cluster_pod_template(obj, child)
         )
 
     def validate(self, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
