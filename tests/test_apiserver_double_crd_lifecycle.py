@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from admission.apiserver_double import ADMIN_TOKEN
-from admission.apiserver_double.crds import TEST_CRD_DIR, load_crds
+from tests.kube_harness import operator_crds
 from tests.test_apiserver_double_protocol import call, session
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -24,9 +24,9 @@ Obj = dict[str, Any]
 
 
 def jobset_crd() -> Obj:
-    return next(
-        c for c in load_crds(TEST_CRD_DIR) if c["metadata"]["name"] == "jobsets.jobset.x-k8s.io"
-    )
+    """A copy: the loaded CRDs are shared by every double of the process."""
+    (crd,) = operator_crds(["jobsets"])
+    return crd
 
 
 def jobset(name: str) -> Obj:
