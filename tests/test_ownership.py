@@ -282,3 +282,30 @@ def test_a_disabled_integration_is_walked_through_to_its_managed_ancestor() -> N
     fw = parse_config({"integrations": {"frameworks": ["batch/job"]}}).frameworks
     job, objects = chain(True, True, False)
     assert ancestor_name(job, objects, fw, False) is None
+
+
+def test_an_owner_read_from_a_lagging_cache_is_read_again_before_it_disowns() -> None:
+    """The service starts a Job and its controller makes the pods at once: the webhook's
+    cached copy may still say suspended. A disowning decided on a cached owner is
+    decided again on the owner as the API server has it."""
+    job = obj("batch/v1", "Job", "j", queue=True)
+    job["spec"] = {"suspend": True,
+                   "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "uid-j"}}}  # fmt: skip
+    started = {**job, "spec": {**job["spec"], "suspend": False}}
+    pod = obj("v1", "Pod", "j-x", owner=job)
+    pod["metadata"]["labels"] = {"batch.kubernetes.io/controller-uid": "uid-j"}
+
+    class Source:
+        fresh_reads: list[str] = []
+
+        async def __call__(self, ref: OwnerRef) -> dict | None:
+            return job  # the cache: not yet started
+
+        async def fresh(self, ref: OwnerRef) -> dict | None:
+            self.fresh_reads.append(ref.name)
+            return started
+
+    ctx = HandlerContext(view=InMemoryView(), config=WebhookConfig(frameworks=ALL_AND_APPWRAPPER))
+    source = Source()
+    assert has_managed_ancestor(pod, asyncio.run(read_owners(pod, ctx, source)))
+    assert source.fresh_reads == ["j"]

@@ -78,15 +78,20 @@ async def read_owners(obj: JsonObj, ctx: HandlerContext, source: OwnerSource) ->
         read.objects[ref] = dict(found) if found is not None else None
         return found
 
+    disowned: list[OwnerRef] = []
     try:
         await managed_ancestor_async(
             obj,
             lookup,
             frameworks=ctx.config.frameworks,
             manage_without_queue_name=ctx.config.manage_jobs_without_queue_name,
+            disowned_by=disowned,
         )
     except OwnershipError:
         pass  # decided again, and refused, by the handler
+    fresh = getattr(source, "fresh", None)
+    if disowned and fresh is not None:  # decided on a cached owner that may lag a write
+        return await read_owners(obj, ctx, fresh)
     return replace(ctx, owners=read)
 
 

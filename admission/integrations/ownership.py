@@ -100,11 +100,16 @@ def queue_name(obj: Mapping[str, Any] | None) -> str:
 
 
 def walk(
-    obj: Mapping[str, Any], *, frameworks: Frameworks, manage_without_queue_name: bool
+    obj: Mapping[str, Any],
+    *,
+    frameworks: Frameworks,
+    manage_without_queue_name: bool,
+    disowned_by: list[OwnerRef] | None = None,
 ) -> Walk:
     """``FindAncestorJobManagedByKueue`` without I/O: yields each owner to fetch, is sent
     the object (None: not found) and returns the top-level managed ancestor (None:
-    ``obj`` is top-level). Raises :class:`OwnershipError`."""
+    ``obj`` is top-level). Raises :class:`OwnershipError`. An owner that disowns its
+    child ends the walk and is appended to ``disowned_by``."""
     namespace = str(meta_of(obj).get("namespace") or "default")
     seen: set[str] = set()
     current: Mapping[str, Any] = obj
@@ -133,6 +138,8 @@ def walk(
         if str(meta_of(parent).get("uid") or "") != want.uid:
             return top  # a stale reference: not this object's owner
         if disowned(frameworks, parent, current):
+            if disowned_by is not None:
+                disowned_by.append(want)
             return top  # not one its controller makes: not covered by it
         if is_managed_kind(frameworks, api_version, kind) and (
             manage_without_queue_name or queue_name(parent)
@@ -186,9 +193,11 @@ async def managed_ancestor_async(
     *,
     frameworks: Frameworks,
     manage_without_queue_name: bool,
+    disowned_by: list[OwnerRef] | None = None,
 ) -> Mapping[str, Any] | None:
     """The walk with an asynchronous lookup (informer stores, then the API)."""
-    gen = walk(obj, frameworks=frameworks, manage_without_queue_name=manage_without_queue_name)
+    gen = walk(obj, frameworks=frameworks, manage_without_queue_name=manage_without_queue_name,
+               disowned_by=disowned_by)  # fmt: skip
     try:
         ref = next(gen)
         while True:

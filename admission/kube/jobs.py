@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from admission.integrations.base import (
@@ -48,6 +49,7 @@ from admission.integrations.base import (
     tas_info,
 )
 from admission.integrations.ownership import (
+    OwnerRef,
     OwnershipError,
     controller_ref,
     managed_ancestor_async,
@@ -230,13 +232,13 @@ class JobReconciler:
         if controller_ref(obj) is None:
             return None
         opts = self.ctx.options
+        walk = partial(managed_ancestor_async, obj, frameworks=opts.frameworks,
+                       manage_without_queue_name=opts.manage_jobs_without_queue_name)  # fmt: skip
         try:
-            found = await managed_ancestor_async(
-                obj,
-                self.owners,
-                frameworks=opts.frameworks,
-                manage_without_queue_name=opts.manage_jobs_without_queue_name,
-            )
+            disowned: list[OwnerRef] = []
+            found = await walk(self.owners, disowned_by=disowned)
+            if disowned:  # decided on a cached owner: decide again on fresh reads
+                found = await walk(self.owners.fresh)
         except OwnershipError as err:
             self.errors[integ.what].report(key, obj, err, reason=err.reason)
             return False

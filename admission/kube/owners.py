@@ -40,20 +40,27 @@ class OwnerReader:
         return REPLICA_SETS if (ref.api_version, ref.kind) == REPLICA_SET else None
 
     async def __call__(self, ref: OwnerRef) -> Mapping[str, Any] | None:
+        return await self.read(ref, cached=True)
+
+    async def fresh(self, ref: OwnerRef) -> Mapping[str, Any] | None:
+        """The owner as the API server has it now: when a cached owner disowns its
+        child, the cache may only lag a write (a Job just started)."""
+        return await self.read(ref, cached=False)
+
+    async def read(self, ref: OwnerRef, *, cached: bool) -> Mapping[str, Any] | None:
         res = self.resource(ref)
         if res is None:
             if (ref.api_version, ref.kind) in self.frameworks.external:
                 return stand_in(ref)
             return None
-        inf = self.informers.get(res.plural)
+        inf = self.informers.get(res.plural) if cached else None
         if inf is not None:
-            cached = inf.store.get(f"{ref.namespace}/{ref.name}")
-            if cached is not None and (cached.get("metadata") or {}).get("uid") == ref.uid:
-                return cached
+            have = inf.store.get(f"{ref.namespace}/{ref.name}")
+            if have is not None and (have.get("metadata") or {}).get("uid") == ref.uid:
+                return have
         try:
             return await self.client.get(res, ref.name, namespace=ref.namespace)
         except ApiError as err:
             if err.not_found:
                 return None
             raise
-
