@@ -44,7 +44,6 @@ from admission.kube.cabundle import CABundleReconciler
 from admission.kube.cachesync import CacheView
 from admission.kube.client import (
     API_SERVICES,
-    EVENTS,
     MUTATING_WEBHOOKS,
     NODES,
     PODS,
@@ -62,7 +61,7 @@ from admission.kube.integrationgate import IntegrationGate
 from admission.kube.leader import DEFAULT_LEASE_NAME, LeaderElector
 from admission.kube.metrics import Metrics
 from admission.kube.podsready import pods_ready_options
-from admission.kube.ratelimit import TokenBucket, low_priority
+from admission.kube.ratelimit import TokenBucket
 from admission.kube.slim import slimmer_for
 from admission.kube.topology import (
     BOUND_POD_SELECTOR,
@@ -75,6 +74,7 @@ from admission.kube.topology import (
 )
 from queues.model import LabelSelector
 
+from .events import EVENT_CALL, EventRecorder, no_event
 from .looplag import LoopLagMonitor
 
 log = logging.getLogger("quartermaster.kube.service")
@@ -90,8 +90,6 @@ VISIBILITY_API_SERVICES = tuple(
 )
 """The visibility API's APIServices (manifests/base/visibility.yaml): their caBundle is
 kept equal to our CA while the visibility API is served."""
-EVENT_BURST, EVENT_QPS = 50, 10.0
-EVENT_CALL = "create core/events"
 
 
 @dataclass(slots=True)
@@ -183,9 +181,7 @@ class Service:
         self.gate: IntegrationGate | None = None  # runs the informers of CRD-backed kinds
         self.certs_loaded = False
         self._stop = asyncio.Event()
-        self._events: set[asyncio.Future[Any]] = set()
-        self._event_tokens = float(EVENT_BURST)
-        self._event_stamp = time.monotonic()
+        self.events = EventRecorder()
         self._webhook_state: Any = None
         self.controller_options = ControllerOptions()
         self.exit_code = EXIT_OK
@@ -221,7 +217,8 @@ class Service:
             conn.burst,
             on_wait=lambda s, p: waited.labels("low" if p else "high").observe(s),
         )
-        # Events are rate-limited (and dropped) by _record_event's own bucket, as
+        self.events.client = self.client
+        # Events are rate-limited (and dropped) by the EventRecorder's own bucket, as
         # client-go's recorder has its own client: they never take a decision's token
         self.client.own_budget = frozenset({EVENT_CALL})
         tasks: list[asyncio.Task[Any]] = []
@@ -366,7 +363,7 @@ class Service:
             fair_sharing=config.fair_sharing is not None,
             progress=config.progress is not None,
         )
-        self.controller.ctx.record_event = self._record_event if copts.events else _no_event
+        self.controller.ctx.record_event = self.events.record if copts.events else no_event
 
     async def _lead(self) -> None:
         opts = self.options
@@ -579,69 +576,6 @@ class Service:
             rng=random.Random(opts.seed),
         )
         asyncio.create_task(self.ca_bundles.run(), name="cabundle")
-
-    # -- Kubernetes Events ------------------------------------------------------------------------
-
-    def _record_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Best effort, fire and forget, rate-limited like client-go's event recorder
-        (a token bucket: burst ``EVENT_BURST``, ``EVENT_QPS`` per second); a busy cluster
-        drops events rather than spending its API budget on them."""
-        if self.client is None or len(self._events) >= 256:
-            return
-        now_m = time.monotonic()
-        self._event_tokens = min(
-            EVENT_BURST, self._event_tokens + (now_m - self._event_stamp) * EVENT_QPS
-        )
-        self._event_stamp = now_m
-        if self._event_tokens < 1:
-            return
-        self._event_tokens -= 1
-        meta = obj.get("metadata") or {}
-        ns = meta.get("namespace") or "default"
-        now = time.time()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion"),
-                "kind": obj.get("kind"),
-                "name": meta.get("name"),
-                "namespace": ns,
-                "uid": meta.get("uid"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": "quartermaster"},
-            "firstTimestamp": _rfc(now),
-            "lastTimestamp": _rfc(now),
-            "count": 1,
-            "reportingComponent": "quartermaster",
-        }
-        with low_priority():  # (when events share the decisions' budget, they wait behind)
-            task = asyncio.ensure_future(self.client.create(EVENTS, body, namespace=ns))
-        self._events.add(task)
-        task.add_done_callback(_event_done(self._events))
-
-
-def _event_done(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
-    def done(task: asyncio.Future[Any]) -> None:
-        pending.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: an event that fails is not worth a log line
-
-    return done
-
-
-def _no_event(*_a: Any, **_k: Any) -> None:
-    return None
-
-
-def _rfc(ts: float) -> str:
-    from admission.kube.objects import rfc3339
-
-    return rfc3339(ts)
 
 
 def options_from_args(args: Any, config: Config) -> ServiceOptions:
