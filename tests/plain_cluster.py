@@ -150,4 +150,19 @@ async def plain_cluster_scenario(s: Stack) -> None:
         lambda: (s.get("jobsets", "train", NS) or {}).get("spec", {}).get("suspend") is False,
         what="the admitted JobSet started",
     )
+
+    # the owner check of its children: a Job the JobSet controller makes (here labelled
+    # with the queue too) is left to its admitted JobSet, neither suspended nor queued
+    child = job(NS, "train-workers-0", queue="lq")
+    child["metadata"]["ownerReferences"] = [
+        {"apiVersion": JOBSET.api_version, "kind": "JobSet", "name": "train",
+         "uid": created["metadata"]["uid"], "controller": True}
+    ]  # fmt: skip
+    made = await s.user.create(k.JOBS, child, namespace=NS)
+    assert made["spec"]["suspend"] is False, "the webhook leaves a managed JobSet's child alone"
+    controller = s.service.controller
+    assert controller is not None
+    await eventually(controller.idle, what="the service has reconciled the child")
+    assert s.workload_of_job(NS, "train-workers-0") is None
+    assert (s.get("jobs", "train-workers-0", NS) or {})["spec"]["suspend"] is False
     assert not s.task.done(), "the service did not restart"
