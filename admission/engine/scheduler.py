@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from admission.engine import messages
 from admission.engine.cache import Cache, PendingStatus
+from admission.engine.faults import cannot_evaluate
 from admission.engine.flavors import Assignment, FlavorAssigner, OracleAnswer
 from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption import Preemptor, Target
@@ -282,7 +283,10 @@ class Scheduler:
             snap = self._snap = Snapshot(cache.tree)
             nominate, process, commit = self._nominate, self._process, self._commit
             for e in heads:
-                nominate(e, snap)
+                try:
+                    nominate(e, snap)
+                except Exception as err:  # noqa: BLE001 - one head never stops the cycle
+                    cannot_evaluate(cache, e, err)
             self.stats["nominations"] += len(heads)
             cycle = result.cycle
             decided = [(e, process(e, snap, cycle)) for e in self._order(heads, snap.tree)]

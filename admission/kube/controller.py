@@ -58,6 +58,9 @@ KIND_OF_PLURAL = {
 }
 assert set(KIND_OF_PLURAL.values()) == set(QUEUE_KINDS)
 DECIDING_GRACE = 2.0  # seconds after a cycle's last decision the scheduler counts as busy
+CYCLE_RETRY = 1.0
+"""Seconds before a cycle that raised (the cache is left as it was) is tried again: the
+webhooks, watches and status keep going meanwhile, and the next event may fix it."""
 
 
 class Controller:
@@ -118,7 +121,9 @@ class Controller:
         self.topology = TopologyWatch(
             self.ctx, enqueue_failure=lambda wkey: self.enqueue("nodefail", wkey)
         )
-        self.tas_ungater = TopologyUngater(self.ctx, unhealthy=lambda wkey: set(self.topology.failed))
+        self.tas_ungater = TopologyUngater(
+            self.ctx, unhealthy=lambda wkey: set(self.topology.failed)
+        )
         self._last_decision = -math.inf  # monotonic time of the last cycle that decided
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
@@ -393,7 +398,12 @@ class Controller:
             while self.ctx.fence():
                 await self._room_for_decisions()
                 start = time.perf_counter()
-                result = await self._cycle(sched)
+                try:
+                    result = await self._cycle(sched)
+                except Exception:  # noqa: BLE001 - never the end of the service: retried
+                    log.exception("scheduling cycle failed; retried in %.0f s", CYCLE_RETRY)
+                    asyncio.get_running_loop().call_later(CYCLE_RETRY, self.wake)
+                    break
                 elapsed = time.perf_counter() - start
                 self.stats["cycles"] += 1
                 if result.heads:
