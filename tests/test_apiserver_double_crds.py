@@ -506,3 +506,11 @@ def test_tables_show_the_crds_printer_columns() -> None:
         assert [c["name"] for c in builtin["columnDefinitions"]] == ["Name", "Age"]
 
     with_session(scenario)
+
+
+def test_load_crds_gives_each_caller_its_own_copy() -> None:
+    """A test that edits a loaded CRD (to see it refused) must not change what every
+    later double installs."""
+    first = load_crds()
+    first[0]["spec"]["names"]["kind"] = "Changed"
+    assert load_crds()[0]["spec"]["names"]["kind"] != "Changed"

@@ -13,6 +13,7 @@ the schema used for pruning, defaulting and validation (:mod:`.schema`).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -65,8 +66,10 @@ def _mtimes(directory: Path) -> tuple[tuple[str, float], ...]:
 
 
 def load_crds(directory: Path = CRD_DIR) -> list[Obj]:
-    """The CRDs of ``directory``'s kustomization, in its order (cached while unchanged)."""
-    return _load(directory, _mtimes(directory))
+    """The CRDs of ``directory``'s kustomization, in its order: read once while the files
+    are unchanged, and a copy of their own for every caller, who may change them (the
+    served types are built from the read ones)."""
+    return copy.deepcopy(_load(directory, _mtimes(directory)))
 
 
 @cache
