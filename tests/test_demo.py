@@ -17,13 +17,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from admission.apiserver_double import ADMIN_TOKEN
 from admission.cli.main import main
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 STARTUP = 300.0  # seconds; a guard against a hang on a loaded machine, not a measurement
@@ -89,6 +92,16 @@ def run(*argv: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def until(what: str, check: Callable[[], T | None]) -> T:
+    """Poll ``check`` until it returns something (the service catches up with the API
+    asynchronously); the deadline only guards against a hang."""
+    deadline = time.monotonic() + STARTUP
+    while (found := check()) is None:
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.2)
+    return found
+
+
 def get(url: str) -> tuple[int, str]:
     with urllib.request.urlopen(url, timeout=60) as resp:  # noqa: S310 - loopback
         return resp.status, resp.read().decode()
@@ -123,21 +136,29 @@ def test_the_demo_serves_kubectl_the_verbs_and_the_dashboard_then_stops_on_ctrl_
                 "inference-prod", "llm-research", "research-cpu", "training-prod",
                 "vision-research",
             }  # fmt: skip
-            raw = run(KUBECTL, "--kubeconfig", kc, "get", "--raw", shown["visibility API"],
-                      tmp=tmp_path)  # fmt: skip
-            assert raw.returncode == 0, raw.stderr
-            pending = json.loads(raw.stdout)["items"]
-            assert "vision-pretrain-too-big" in {
-                ref["name"] for wl in pending for ref in wl["metadata"]["ownerReferences"]
-            }
+
+            def pending_in_vision_research() -> set[str] | None:
+                raw = run(KUBECTL, "--kubeconfig", kc, "get", "--raw", shown["visibility API"],
+                          tmp=tmp_path)  # fmt: skip
+                assert raw.returncode == 0, raw.stderr
+                items = json.loads(raw.stdout)["items"]
+                owners = {ref["name"] for wl in items for ref in wl["metadata"]["ownerReferences"]}
+                return owners if "vision-pretrain-too-big" in owners else None
+
+            until("the visibility API lists the pending Job", pending_in_vision_research)
 
         qm = [sys.executable, "-m", "admission"]
-        listed = run(*qm, "list", "workloads", "-A", "--kubeconfig", kc, tmp=tmp_path)
-        assert listed.returncode == 0, listed.stderr
-        rows = [r.split() for r in listed.stdout.splitlines()[1:]]
-        assert ["vision-research", "team-queue", "vision-research", "PENDING"] == [
-            next(r for r in rows if r[3] == "vision-pretrain-too-big")[i] for i in (0, 4, 5, 6)
-        ]
+
+        def too_big_row() -> list[str] | None:
+            listed = run(*qm, "list", "workloads", "-A", "--kubeconfig", kc, tmp=tmp_path)
+            assert listed.returncode == 0, listed.stderr
+            rows = [r.split() for r in listed.stdout.splitlines()[1:]]
+            return next((r for r in rows if r[3] == "vision-pretrain-too-big"), None)
+
+        row = until("list workloads shows the Job's Workload", too_big_row)
+        assert [row[i] for i in (0, 4, 5, 6)] == [
+            "vision-research", "team-queue", "vision-research", "PENDING",
+        ]  # fmt: skip
         why = run(*qm, "why", "job/vision-pretrain-too-big", "-n", "vision-research",
                   "--kubeconfig", kc, tmp=tmp_path)  # fmt: skip
         assert why.returncode == 0, why.stderr
@@ -145,8 +166,12 @@ def test_the_demo_serves_kubectl_the_verbs_and_the_dashboard_then_stops_on_ctrl_
 
         status, page = get(shown["dashboard"])
         assert status == 200 and "<title>Quartermaster</title>" in page
-        _, summary = get(shown["dashboard"] + "api/summary")
-        assert json.loads(summary)["clusterQueues"] == 5
+        until(
+            "the dashboard shows the five ClusterQueues",
+            lambda: (
+                json.loads(get(shown["dashboard"] + "api/summary")[1])["clusterQueues"] == 5 or None
+            ),
+        )
         _, metrics = get(shown["metrics"])
         assert "kueue_admitted_workloads_total" in metrics
 
