@@ -184,3 +184,56 @@ def test_a_statefulset_limit_raise_is_refused_by_the_server(tmp_path: Path, back
             }
 
     asyncio.run(main())
+
+
+def test_a_replacement_pod_asking_more_than_its_podset_stays_gated(tmp_path: Path) -> None:
+    """Past the webhook (a template written while it was off, a pod made by hand with the
+    group's labels): a pod of an admitted group that asks for more than its podSet's pods
+    were counted for is left gated, saying why, and the group's other pods run."""
+    from admission.integrations.statefulset import STATEFULSET
+    from admission.kube import client as k
+    from admission.kube.client import resource_of
+    from tests.integration_kit import KindCase, lifecycle_objects
+    from tests.kube_harness import admitted, eventually, stack
+    from tests.test_integration_statefulset import GROUP, _play_controller, _pods_of
+
+    objects = lifecycle_objects(KindCase(STATEFULSET, statefulset, [("main", 2)], None))
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=objects) as s:
+            sts = _limits_only(STATEFULSET, statefulset("web", [("main", 2)], meta("web")), "1")
+            web = await s.user.create(resource_of(STATEFULSET), sts, namespace=NS)
+            group = web["spec"]["template"]["metadata"]["labels"][GROUP]
+            await _play_controller(s, web)
+            await eventually(lambda: admitted(s.get("workloads", group, NS)), what="admitted")
+            await eventually(
+                lambda: (
+                    all(not p["spec"].get("schedulingGates") for p in _pods_of(s, "web"))
+                    and len(_pods_of(s, "web")) == 2
+                ),
+                what="both pods ungated",
+            )
+            await s.user.delete(k.PODS, "web-1", namespace=NS)
+            await eventually(lambda: s.get("pods", "web-1", NS) is None, what="web-1 gone")
+            grown = copy.deepcopy(web)
+            grown["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+                "limits": {"cpu": "8"}
+            }
+            await _play_controller(s, grown)  # the replacement, from the grown template
+            event = await eventually(
+                lambda: next(
+                    (
+                        e
+                        for e in s.server.list_objects("events", NS)
+                        if e.get("reason") == "ExceedsWorkload"
+                    ),
+                    None,
+                ),  # fmt: skip
+                what="the grown pod is held, saying why",
+            )
+            assert "web-1 stays gated" in event["message"]
+            assert '{"cpu":"8"}' in event["message"] and '{"cpu":"1"}' in event["message"]
+            pod = s.get("pods", "web-1", NS)
+            assert pod is not None and pod["spec"].get("schedulingGates")
+
+    asyncio.run(main())

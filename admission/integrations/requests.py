@@ -71,3 +71,35 @@ def request_changes(
 def _quantities(asks: Requests) -> str:
     text = {r: format_quantity(r, v) for r, v in sorted(asks.items())}
     return json.dumps(text, separators=(",", ":"))
+
+
+def pod_set_asks(wl: Mapping[str, Any]) -> dict[str, Requests]:
+    """podSet name -> what each of its pods was counted for, from a Workload's templates."""
+    out: dict[str, Requests] = {}
+    for ps in (wl.get("spec") or {}).get("podSets") or []:
+        spec = (ps.get("template") or {}).get("spec") if isinstance(ps, Mapping) else None
+        try:
+            out[str(ps.get("name"))] = pod_requests(spec if isinstance(spec, Mapping) else {})
+        except (QuantityError, PodSpecError):
+            continue
+    return out
+
+
+def beyond_pod_set(pod: Mapping[str, Any], counted: Requests | None) -> str | None:
+    """Why ``pod`` may not start on its podSet's admission (it asks for more of a resource
+    than each of the podSet's pods was counted for: a template edited after admission),
+    or None. A podSet not known here is the caller's to judge."""
+    spec = pod.get("spec")
+    try:
+        asks = pod_requests(spec if isinstance(spec, Mapping) else {})
+    except (QuantityError, PodSpecError) as err:
+        return str(err)
+    if counted is None:
+        return None
+    over = {r: v for r, v in asks.items() if v > counted.get(r, 0)}
+    if not over:
+        return None
+    return (
+        f"it asks for {_quantities(over)} per pod, and its podSet's pods were admitted "
+        f"for {_quantities({r: counted.get(r, 0) for r in over})}"
+    )

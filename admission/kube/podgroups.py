@@ -75,6 +75,7 @@ from admission.integrations.pod import (
 )
 from admission.integrations.podowner import PodOwnerIntegration
 from admission.integrations.registry import BY_FRAMEWORK
+from admission.integrations.requests import beyond_pod_set, pod_set_asks
 from queues.labels import POD_SUSPENDING_PARENT
 from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
@@ -120,11 +121,14 @@ class PodGroupReconciler:
         self.jobs = jobs
         self.grouped = GroupedPods(PODS.plural)  # group key -> its pods
         self.errors = ComposeErrors(ctx, "pod group")
+        self._held: dict[str, str] = {}  # pod key -> why it stays gated (said once)
 
     # -- events and reads ---------------------------------------------------------------------
 
     def on_pod(self, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
         """Pods informer handler: keep the group index, queue the group."""
+        if new is None:
+            self._held.pop(key, None)
         gkey = group_key(new or old)
         if gkey is None:
             return
@@ -322,10 +326,14 @@ class PodGroupReconciler:
         infos: dict[str, PodSetInfo] = {}
         started = 0
         domains = topology_domains(wl, live, role)  # TAS podSets: each pod's domain
+        counted = pod_set_asks(wl)
         for pod in live:
             if not gated(pod):
                 continue
             ps = role(pod)
+            if (why := beyond_pod_set(pod, counted.get(ps))) is not None:
+                self._hold(pod, f"Pod {o.ns_key(pod)} stays gated: {why}")
+                continue
             if ps not in infos:
                 wanted = o.flavors_of(adm, ps)
                 flavors = [ctx.sync.flavors[n] for n in wanted if n in ctx.sync.flavors]
@@ -345,6 +353,14 @@ class PodGroupReconciler:
             ctx.metrics.api_writes.labels("ungate-pods", "ok").inc()
             cq = (adm or {}).get("clusterQueue", "")
             ctx.record_event(wl, "Normal", "Started", f"Admitted by clusterQueue {cq}")
+
+    def _hold(self, pod: Obj, message: str) -> None:
+        """A pod left gated because it asks for more than its Workload counted: said once
+        per pod (an event on it), as long as it waits."""
+        if self._held.get(o.ns_key(pod)) != message:
+            self._held[o.ns_key(pod)] = message
+            log.warning("%s", message)
+            self.ctx.record_event(pod, "Warning", "ExceedsWorkload", message)
 
     async def _stop(self, gkey: str, pods: list[Obj]) -> None:
         """Evicted: delete the group's pods; release the quota once none is running."""
