@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ from tests.kube_harness import (
     stack,
 )
 from tests.scenario_runner import expand_workload, run_plan_cli
+from tests.test_engine_properties import run as run_engine
+from tests.test_engine_properties import world as engine_world
 from webhooks.config import WebhookConfig
 from webhooks.testing import ReviewClient, WebhookServerThread, make_review
 from webhooks.view import InMemoryView
@@ -348,3 +351,33 @@ def test_preemption_and_fair_sharing_walk_a_deep_tree(tmp_path: Path, fair_shari
     assert doc is not None
     assert [p["workload"] for p in doc["preempted"]] == ["team/b-low"]
     assert "team/a-new" in [a["workload"] for a in doc["admitted"]]
+
+
+# ---------------------------------------------------------------- no over-admission, deep
+
+
+@st.composite
+def deep_worlds(draw: st.DrawFn) -> tuple[dict, dict, list]:
+    """The engine property tests' random worlds, their first Cohort hung under a chain
+    of Cohorts about as deep as the bound (a few levels short of it, to a few beyond)."""
+    cqs, cohorts, ops = draw(engine_world())
+    depth = draw(st.integers(MAX_COHORT_DEPTH - 3, MAX_COHORT_DEPTH + 2))
+    chain = {f"deep{i}": Cohort(f"deep{i}", parent=f"deep{i - 1}" if i else None)
+             for i in range(depth)}  # fmt: skip
+    hung = {n: replace(c, parent=f"deep{depth - 1}") if c.parent is None else c
+            for n, c in cohorts.items()}  # fmt: skip
+    return cqs, {**chain, **hung}, ops
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deep_worlds())
+def test_no_over_admission_under_a_chain_as_deep_as_the_bound(w: tuple) -> None:
+    """At every level of a tree this deep, after every cycle: admitted usage within the
+    quotas and limits (the engine property tests' check), and nothing admitted at all in
+    the ClusterQueues beyond the bound."""
+    cqs, cohorts, ops = w
+    log = run_engine(cqs, cohorts, ops, check=True)
+    tree = CohortTree(cqs, cohorts)
+    disabled = {n for n, node in tree.queues.items() if node.disabled_reason}
+    admitted_in = {cq for kind, decided in log if kind == "cycle" for _key, cq in decided}
+    assert not admitted_in & disabled, log
