@@ -265,3 +265,36 @@ def test_a_running_job_edited_past_the_webhook_into_no_valid_workload_is_stopped
             )
 
     asyncio.run(main())
+
+
+def test_raising_min_replicas_of_a_running_raycluster_evicts_and_requeues_it(
+    tmp_path: Path,
+) -> None:
+    res = resource_of(RAYCLUSTER)
+
+    async def main() -> None:
+        async with stack(tmp_path, objects=_queues(10), crds=crds_of(RAYCLUSTER)) as s:
+            rc = _ray(1, 0, 8)
+            rc["metadata"].pop("uid")
+            await s.user.create(res, rc, namespace=NS)
+            await eventually(
+                lambda: not RAYCLUSTER.is_suspended(s.get(res.plural, "rc", NS) or {}),
+                what="the RayCluster is started",
+            )
+            patch = {"spec": {"workerGroupSpecs": [
+                {**rc["spec"]["workerGroupSpecs"][0], "minReplicas": 6}]}}  # fmt: skip
+            await s.user.patch(res, "rc", patch, namespace=NS)
+            wl = await eventually(
+                lambda: (
+                    (w := workload_of(s.server, RAYCLUSTER, "rc"))
+                    and [p["count"] for p in w["spec"]["podSets"]] == [1, 6]
+                    and w
+                ),
+                what="the Workload counts the six workers KubeRay runs",
+            )
+            events = [e for e in s.server.list_objects("events", NS)
+                      if e.get("reason") == "NoMatchingWorkload"]  # fmt: skip
+            assert any("admitted for 1 pods, the job now has 6" in e["message"] for e in events)
+            assert is_true(wl, "Evicted") or admitted(wl)
+
+    asyncio.run(main())
