@@ -102,6 +102,13 @@ LAYOUT_PROBLEMS = """
 """
 
 
+# Resolves after the page has rendered two frames: the lists' ResizeObserver callbacks
+# (which measure and place their rows) of the frame before have run by then.
+SETTLED = """
+() => document.fonts.ready.then(() => new Promise(
+  (done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true)))))
+"""
+
 H100_ROWS = sorted(["org", "production", "inference-prod", "training-prod", "research",
                    "llm-research", "vision-research"])  # fmt: skip
 H100_CHIPS_IN_VIEW = """
@@ -147,7 +154,7 @@ def test_the_page_reads_well_with_a_realistic_gpu_organisation(tmp_path: Path) -
                 pending = page.locator("#pending .row", has_text="mig-batch-eval")
                 await pending.wait_for()
                 await page.wait_for_function("document.querySelectorAll('#admitted .row').length")
-                await page.evaluate("document.fonts.ready.then(() => true)")
+                await page.evaluate(SETTLED)
                 problems = await page.evaluate(LAYOUT_PROBLEMS)
                 await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
                 if os.environ.get(SCREENSHOT_ENV):
@@ -169,6 +176,7 @@ def test_the_page_reads_well_with_a_realistic_gpu_organisation(tmp_path: Path) -
                     "document.querySelector('#tree').clientWidth < 900"
                     " && document.querySelectorAll('#tree .row').length > 0"
                 )
+                await page.evaluate(SETTLED)
                 narrow = await page.evaluate(LAYOUT_PROBLEMS)
                 await page.screenshot(path=str(ARTIFACTS / "dashboard-narrow.png"), full_page=True)
                 assert narrow == []
