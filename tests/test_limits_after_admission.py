@@ -85,21 +85,29 @@ def test_every_registered_kind_is_in_the_table() -> None:
     assert sorted(BUILDERS) == sorted(i.framework for i in INTEGRATIONS)
 
 
-def _limits_only(integ: Integration, obj: Obj, cpu: str) -> Obj:
-    """``obj`` with every podSet's containers asking ``cpu`` through limits alone (a
-    TrainJob's: its runtime's, as the TrainJob resolves it)."""
+def _edited(integ: Integration, obj: Obj, edit: Callable[[Obj], None]) -> Obj:
+    """``obj`` with ``edit`` applied to every podSet's pod spec (a TrainJob's: its
+    runtime's, as the TrainJob resolves it)."""
     if integ is TRAINJOB:
         runtime = copy.deepcopy(RUNTIME)
         for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
-            for c in rj["template"]["spec"]["template"]["spec"]["containers"]:
-                c["resources"] = {"limits": {"cpu": cpu}}
+            edit(rj["template"]["spec"]["template"]["spec"])
         unresolved = trainjob("x", [("node", 2)], meta("x", uid="u"))
         return dict(TRAINJOB.resolve(unresolved, lookup_of(runtime)))
     out = copy.deepcopy(obj)
     for role in integ.roles(out):
-        for c in get_path(out, role.path)["spec"]["containers"]:
-            c["resources"] = {"limits": {"cpu": cpu}}
+        edit(get_path(out, role.path)["spec"])
     return out
+
+
+def _limits_only(integ: Integration, obj: Obj, cpu: str) -> Obj:
+    """``obj`` with every podSet's containers asking ``cpu`` through limits alone."""
+
+    def edit(spec: Obj) -> None:
+        for c in spec["containers"]:
+            c["resources"] = {"limits": {"cpu": cpu}}
+
+    return _edited(integ, obj, edit)
 
 
 def _body(integ: Integration, obj: Obj) -> Obj:
@@ -237,3 +245,31 @@ def test_a_replacement_pod_asking_more_than_its_podset_stays_gated(tmp_path: Pat
             assert pod is not None and pod["spec"].get("schedulingGates")
 
     asyncio.run(main())
+
+
+def _with_overhead(integ: Integration, obj: Obj, cpu: str) -> Obj:
+    return _edited(integ, obj, lambda spec: spec.__setitem__("overhead", {"cpu": cpu}))
+
+
+# kinds whose templates the API server validates itself (batch/v1), or that live in
+# another object (a TrainJob's runtime): their compositions refuse it instead
+_OWN_WEBHOOK = [i for i in OWNERS if i.framework not in ("batch/job",
+                                                         "trainer.kubeflow.org/trainjob")]  # fmt: skip
+
+
+@pytest.mark.parametrize("integ", _OWN_WEBHOOK, ids=lambda i: i.framework)
+def test_every_kinds_webhook_refuses_a_negative_overhead(integ: Integration) -> None:
+    obj = _with_overhead(integ, BUILDERS[integ.framework](), "-20")
+    obj["metadata"].pop("uid", None)
+    allowed, _patch, message = review(integ, obj, mutating=False)
+    assert not allowed
+    assert 'spec.overhead["cpu"]: must be greater than or equal to 0, got "-20"' in message
+
+
+@pytest.mark.parametrize("integ", OWNERS, ids=lambda i: i.framework)
+def test_no_kind_composes_a_workload_with_a_negative_overhead(integ: Integration) -> None:
+    from admission.integrations.base import IntegrationError
+
+    obj = _with_overhead(integ, BUILDERS[integ.framework](), "-20")
+    with pytest.raises(IntegrationError, match="must be greater than or equal to 0"):
+        _body(integ, obj)
