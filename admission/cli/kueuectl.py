@@ -3,14 +3,19 @@ kubectl plugin, ``kubectl qm <verb> ...`` (the ``kubectl-qm`` entry point).
 
 The verbs, columns, aliases and flags are kueuectl's (``cmd/kueuectl/app``):
 
-* ``create localqueue NAME -c CQ [-i] [--dry-run=none|client|server]``
-* ``list clusterqueues|localqueues|workloads|resourceflavors`` with kueuectl's columns,
-  ``-l``/``--field-selector``, ``-A``, ``-c``/``-q`` filters, ``--status``, ``--active``,
-  ``--for job/NAME``; ``POSITION IN QUEUE`` comes from the visibility API;
+* ``create localqueue NAME -c CQ [-i] [--dry-run=none|client|server]`` (``client``
+  builds and prints the object without contacting the cluster);
+* ``list clusterqueues|localqueues|workloads|resourceflavors`` with kueuectl's columns
+  (``-o wide`` adds those of :mod:`.kueuectl_format`), ``-l``/``--field-selector``,
+  ``-A``, ``-c``/``-q`` filters, ``--status``, ``--active``, ``--for job/NAME``;
+  ``POSITION IN QUEUE`` comes from the visibility API;
 * ``stop``/``resume`` ``clusterqueue|localqueue NAME [--keep-already-running]`` (the
   ``stopPolicy``: ``HoldAndDrain``, or ``Hold`` with the flag; ``None`` to resume) and
   ``stop``/``resume workload NAME`` (``spec.active``);
-* ``version``.
+* ``version [--client]`` (the client's version needs no cluster).
+
+As kubectl: a table whether stdout is a terminal or a pipe (``-o`` picks another
+format), one line on stderr for an error, exit 130 on Ctrl-C.
 
 Beyond kueuectl: ``why WORKLOAD`` (:mod:`.kueuectl_why`) says in numbers why a workload
 waits and which quota change would admit it.
