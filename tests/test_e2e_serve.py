@@ -423,21 +423,22 @@ def test_deleting_a_job_deletes_its_workload_and_frees_its_quota(
             await s.user.create(
                 k.JOBS, job("team-a", "gone", queue="lq", cpu="3"), namespace="team-a"
             )
-            await s.user.create(
-                k.JOBS, job("team-a", "next", queue="lq", cpu="3"), namespace="team-a"
-            )
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "gone")), what="gone admitted"
+            )
+            # only once "gone" holds the quota: a cycle may otherwise see "next" alone
+            await s.user.create(
+                k.JOBS, job("team-a", "next", queue="lq", cpu="3"), namespace="team-a"
             )
             lq = await eventually(
                 lambda: (
                     (q := s.get("localqueues", "lq", "team-a"))
                     and q.get("status", {}).get("pendingWorkloads") == 1
+                    and q["status"].get("admittedWorkloads") == 1
                     and q
                 ),
-                what="the LocalQueue status counts one pending",
+                what="the LocalQueue status counts one admitted, one pending",
             )
-            assert lq["status"]["admittedWorkloads"] == 1
             assert lq["status"]["flavorsUsage"] == [
                 {"name": "a100", "resources": [{"name": "cpu", "total": "3"}]}
             ]

@@ -22,8 +22,12 @@ as child processes bound to 127.0.0.1 with a throw-away PKI:
 The kube-controller-manager, when present, runs the controllers the service relies on
 in a cluster: the Job controller (pods for started Jobs, deleted on suspend), the
 StatefulSet, Deployment and ReplicaSet controllers (pods of the kinds admitted through
-their pods), the
-garbage collector (Workloads of deleted Jobs) and the namespace controller.
+their pods), the garbage collector (Workloads of deleted Jobs) and the namespace
+controller, each under its own service account (``--use-service-account-credentials``,
+as kubeadm runs them). The service's Workload webhook lets only the garbage collector
+(``system:serviceaccount:kube-system:generic-garbage-collector``) and the service drop
+a Workload's controller reference: run as the harness's admin, the collector could
+not orphan a Workload, and a Job deleted with ``propagationPolicy: Orphan`` would stay.
 
 Nothing here builds or fetches anything: the project only *uses* what
 ``KUBEBUILDER_ASSETS`` points at (see README, "Testing against a real API server").
@@ -314,6 +318,9 @@ def start_control_plane(assets: Path, *, controller_manager: bool | None = None)
                     "namespace-controller,serviceaccount-controller",
                     f"--service-account-private-key-file={workdir / 'sa.key'}",
                     f"--root-ca-file={workdir / 'ca.crt'}",
+                    # each controller under its own service account, as kubeadm runs
+                    # them: the service's webhooks know the garbage collector by that name
+                    "--use-service-account-credentials=true",
                     "--leader-elect=false",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={free_port()}",
