@@ -109,14 +109,16 @@ def test_a_queued_sets_templates_keep_their_pod_shape_and_follow_its_queue() -> 
     assert not allowed and "field is immutable" in message
 
 
-async def _play_controller(s: Any, obj: dict, group: int) -> None:
-    """The LWS controller's pods of one group: the leader, then its workers."""
+async def _play_controller(s: Any, obj: dict, group: int) -> list[dict]:
+    """The LWS controller's pods of one group: the leader, then its workers (as created:
+    what the mutating webhook made of them)."""
     name, lwt = obj["metadata"]["name"], obj["spec"]["leaderWorkerTemplate"]
+    created = []
     for i in range(lwt["size"]):
         tmpl = copy.deepcopy(lwt["leaderTemplate" if i == 0 else "workerTemplate"])
         pod_name = f"{name}-{group}" if i == 0 else f"{name}-{group}-{i}"
         labels = {**tmpl["metadata"]["labels"], NAME_LABEL: name, GROUP_INDEX_LABEL: str(group)}
-        await s.user.create(k.PODS, {
+        created.append(await s.user.create(k.PODS, {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_name, "namespace": NS, "labels": labels,
                          "annotations": dict(tmpl["metadata"].get("annotations") or {}),
@@ -124,7 +126,8 @@ async def _play_controller(s: Any, obj: dict, group: int) -> None:
                                               "kind": "LeaderWorkerSet", "name": name,
                                               "uid": obj["metadata"]["uid"], "controller": True}]},
             "spec": tmpl["spec"],
-        }, namespace=NS)  # fmt: skip
+        }, namespace=NS))  # fmt: skip
+    return created
 
 
 def _group_pods(s: Any, group: int) -> list[dict]:
@@ -142,9 +145,9 @@ def test_each_group_is_admitted_only_when_its_leader_and_workers_fit(
             tmp_path, backend=backend, objects=objects, crds=("leaderworkersets",)
         ) as s:
             obj = await s.user.create(LWS, lws("infer", 2, 2, meta("infer")), namespace=NS)
-            for g in (0, 1):
-                await _play_controller(s, obj, g)
-            pods = _group_pods(s, 0) + _group_pods(s, 1)
+            # every pod is gated as it is created (the first group may be admitted, and
+            # its gates lifted, before the second group's pods exist)
+            pods = [p for g in (0, 1) for p in await _play_controller(s, obj, g)]
             groups = {p["metadata"]["labels"][GROUP] for p in pods}
             assert len(groups) == 2 and all(p["spec"].get("schedulingGates") for p in pods)
             # 3 cpu: one group of 2 fits, the second (2 more) waits whole
