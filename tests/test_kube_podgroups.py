@@ -47,6 +47,15 @@ def test_alike_pods_make_one_main_podset_named_after_the_group() -> None:
     assert wl["spec"]["queueName"] == "lq" and wl["spec"]["priority"] == 0
 
 
+def test_pods_without_a_queue_name_make_a_workload_without_one() -> None:
+    """manageJobsWithoutQueueName: the Workload leaves ``queueName`` out (Kueue's
+    omitempty) rather than "", which the CRD's name pattern refuses."""
+    pods = [pod("a"), pod("b")]
+    for p in pods:
+        del p["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    assert "queueName" not in compose(pods)["spec"]
+
+
 def test_pods_of_two_shapes_make_two_podsets() -> None:
     wl = compose([pod("a"), pod("b"), pod("c", cpu="3")])
     counts = sorted(p["count"] for p in wl["spec"]["podSets"])

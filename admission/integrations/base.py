@@ -683,7 +683,8 @@ def spec_json(
     priority_class: str | None,
     priority_class_kind: str | None,
 ) -> Obj:
-    spec: Obj = {"podSets": pod_sets, "queueName": queue_name, "priority": priority}
+    spec: Obj = {"podSets": pod_sets, "priority": priority}
+    spec.update({"queueName": queue_name} if queue_name else {})  # omitempty: "" is invalid
     if priority_class:
         group = (
             "scheduling.k8s.io" if priority_class_kind == POD_PRIORITY_CLASS else "kueue.x-k8s.io"
