@@ -16,6 +16,7 @@ import pytest
 
 from admission.kube import client as k
 from admission.kube.client import JSON_PATCH, ApiError
+from admission.kube.context import ControllerOptions
 from tests import (
     test_integration_jobset,
     test_integration_mpijob,
@@ -161,6 +162,84 @@ def test_a_tenant_cannot_remove_the_admission_gate_of_a_pending_pod(
             stored = s.get("pods", name, "team-a")
             assert stored is not None
             assert GATE in [g["name"] for g in stored["spec"]["schedulingGates"]]
+
+    asyncio.run(main())
+
+
+MANAGED = "kueue.x-k8s.io/managed"
+TENANT_PATCHES = {
+    "gate": [{"op": "replace", "path": "/spec/schedulingGates", "value": []}],
+    "managed-label": [{"op": "remove", "path": "/metadata/labels/kueue.x-k8s.io~1managed"}],
+}
+
+
+async def manage_pods_without_queue_name(s: Any) -> None:
+    """Register the pod mutating webhook as the manifest says for
+    ``manageJobsWithoutQueueName: true`` (mpod.kb.io without its objectSelector), and
+    wait until a pod without a queue-name label comes back gated."""
+    name = "quartermaster-mutating-webhook-configuration"
+    cfg = await s.user.get(k.MUTATING_WEBHOOKS, name)
+    (i,) = [n for n, h in enumerate(cfg["webhooks"]) if h["name"] == "mpod.kb.io"]
+    await s.user.patch(
+        k.MUTATING_WEBHOOKS, name, [{"op": "remove", "path": f"/webhooks/{i}/objectSelector"}],
+        content_type=JSON_PATCH,
+    )  # fmt: skip
+    tries = iter(range(1000))
+
+    async def probe_gated() -> bool:
+        pod = queued_pod(f"probe-{next(tries)}", cpu="1")
+        del pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+        created = await s.user.create(k.PODS, pod, namespace="team-a")
+        if created["spec"].get("schedulingGates"):
+            return True
+        await s.user.delete(k.PODS, created["metadata"]["name"], namespace="team-a")
+        return False
+
+    await eventually(probe_gated, what="pods without a queue-name label gated", interval=0.2)
+
+
+@pytest.mark.parametrize("edit", list(TENANT_PATCHES))
+def test_a_tenant_cannot_ungate_a_pod_managed_without_a_queue_name(
+    edit: str, tmp_path: Path, backend: Any
+) -> None:
+    """With manageJobsWithoutQueueName a gated pod carries no queue-name label: the
+    validating webhook still sees its updates (by the managed label), so neither its gate
+    nor that label can be taken off by a tenant while it waits."""
+    controller = ControllerOptions(
+        status_interval=0.2, tick=0.05, pending_delay=0.02, schedule_batch=0.0,
+        excluded_namespaces=("kube-system", "quartermaster-system"),
+        manage_jobs_without_queue_name=True,
+    )  # fmt: skip
+
+    async def main() -> None:
+        async with stack(
+            tmp_path, backend=backend, objects=SMALL_QUEUE, controller=controller
+        ) as s:
+            await manage_pods_without_queue_name(s)
+            pod = queued_pod("free", cpu="4")
+            del pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+            created = await s.user.create(k.PODS, pod, namespace="team-a")
+            assert GATE in [g["name"] for g in created["spec"]["schedulingGates"]]
+            assert created["metadata"]["labels"][MANAGED] == "true"
+            await eventually(
+                lambda: any(
+                    w["metadata"]["name"].startswith("pod-free-") for w in s.workloads("team-a")
+                ),
+                what="the pod's Workload",
+            )
+            with pytest.raises(ApiError) as caught:
+                await s.user.patch(
+                    k.PODS, "free", TENANT_PATCHES[edit], namespace="team-a",
+                    content_type=JSON_PATCH,
+                )  # fmt: skip
+            assert caught.value.status == 403, caught.value
+            assert "can only be removed" in caught.value.message, caught.value.message
+            assert "by the admission service" in caught.value.message, caught.value.message
+            stored = s.get("pods", "free", "team-a")
+            assert stored is not None
+            assert GATE in [g["name"] for g in stored["spec"]["schedulingGates"]]
+            assert stored["metadata"]["labels"][MANAGED] == "true"
+            assert not any(admitted(w) for w in s.workloads("team-a"))
 
     asyncio.run(main())
 

@@ -102,6 +102,8 @@ VALIDATING = {
         )
         for i in INTEGRATIONS
     },
+    # updates of the pods the service gated that carry no queue-name label
+    "vmanagedpod.kb.io": ("/validate--v1-pod", ["pods"], ["UPDATE"]),
     "vclusterqueue.kb.io": (
         "/validate-kueue-x-k8s-io-v1beta2-clusterqueue",
         ["clusterqueues"],
@@ -135,6 +137,17 @@ VALIDATING = {
 }
 NAMESPACED_RESOURCES = {"workloads", "localqueues", *(i.resource.plural for i in INTEGRATIONS)}
 OBJECT_SELECTORS = {i.resource.plural: i.webhook_object_selector for i in INTEGRATIONS}
+_QUEUE_NAME = {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}
+POD_SELECTORS = {
+    "mpod.kb.io": {"matchExpressions": [_QUEUE_NAME]},
+    "vpod.kb.io": {"matchExpressions": [_QUEUE_NAME]},
+    "vmanagedpod.kb.io": {
+        "matchExpressions": [
+            {"key": "kueue.x-k8s.io/managed", "operator": "Exists"},
+            {"key": "kueue.x-k8s.io/queue-name", "operator": "DoesNotExist"},
+        ]
+    },
+}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -345,11 +358,7 @@ def test_webhooks_use_kueue_paths_and_never_lock_out_system_namespaces() -> None
             assert hook["failurePolicy"] == "Fail", name
             assert hook["matchPolicy"] == "Equivalent", name
             if resources == ["pods"]:  # never every pod in the cluster
-                assert hook["objectSelector"] == {
-                    "matchExpressions": [
-                        {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}
-                    ]
-                }, name
+                assert hook["objectSelector"] == POD_SELECTORS[name], name
             elif OBJECT_SELECTORS.get(resources[0]) is not None:
                 assert hook["objectSelector"] == OBJECT_SELECTORS[resources[0]], name
             else:
@@ -369,6 +378,32 @@ def test_webhooks_use_kueue_paths_and_never_lock_out_system_namespaces() -> None
                     labels = {"kubernetes.io/metadata.name": ns}
                     assert not _selector_matches(selector, labels), (name, ns)
                 assert _selector_matches(selector, {"kubernetes.io/metadata.name": "team-a"})
+
+
+@pytest.mark.parametrize("old", ["", "queue", "managed", "both"])
+@pytest.mark.parametrize("new", ["", "queue", "managed", "both"])
+def test_every_update_of_a_queued_or_managed_pod_is_validated(old: str, new: str) -> None:
+    """An apiserver calls an entry when its objectSelector matches the old object or the
+    new one: a pod update is validated when either names a queue or carries the managed
+    label the service gives every pod it gates (once, unless it changes those labels),
+    and never otherwise."""
+    sets = {
+        "": {},
+        "queue": {"kueue.x-k8s.io/queue-name": "lq"},
+        "managed": {"kueue.x-k8s.io/managed": "true"},
+        "both": {"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/managed": "true"},
+    }
+    hooks = _one(_base_objects(), "ValidatingWebhookConfiguration")["webhooks"]
+    called = [
+        h["name"]
+        for h in hooks
+        if h["rules"][0]["resources"] == ["pods"]
+        and "UPDATE" in h["rules"][0]["operations"]
+        and any(_selector_matches(h["objectSelector"], sets[s]) for s in (old, new))
+    ]
+    assert bool(called) == bool(old or new), called
+    if old == new:  # an update that keeps the labels costs one call
+        assert len(called) <= 1, called
 
 
 def test_the_job_integrations_manifests_are_generated_from_the_registry(tmp_path: Path) -> None:

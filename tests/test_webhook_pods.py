@@ -137,10 +137,13 @@ def test_pod_in_excluded_namespace_is_untouched(client: ReviewClient) -> None:
     assert mutate(client, pod(ns="kube-system", labels={Q: "default"})) == []
 
 
-def test_pod_suspended_by_its_parent_is_gated_without_managed_label(client: ReviewClient) -> None:
+def test_pod_suspended_by_its_parent_is_gated_and_labelled_managed(client: ReviewClient) -> None:
+    """Every pod the service gates carries the managed label (Kueue's webhook leaves a
+    parent's pods without it): the pod validation's registration selects by it."""
     obj = pod(ns="kube-system", annotations={"kueue.x-k8s.io/pod-suspending-parent": "deployment"})
     ops = {(op["op"], op["path"]) for op in mutate(client, obj)}
     assert ops == {
+        ("add", "/metadata/labels"),
         ("add", "/metadata/annotations/kueue.x-k8s.io~1role-hash"),
         ("add", "/metadata/finalizers"),
         ("add", "/spec/schedulingGates"),
@@ -271,4 +274,30 @@ def test_only_the_service_may_remove_its_scheduling_gates(
     others = copy.deepcopy(old)  # another controller's gate is not the service's to guard
     others["spec"]["schedulingGates"] = [gate]
     review = make_review("Pod", others, old=old, operation="UPDATE", username="alice")
+    assert client.post(VALIDATE, review)[1]["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize("gates", [[GATE], [TOPOLOGY_GATE]], ids=["admission", "topology"])
+def test_only_the_service_may_take_the_managed_label_off_a_gated_pod(
+    client: ReviewClient, gates: list[dict[str, str]]
+) -> None:
+    """Without a queue-name label the managed label is what routes a pod's updates to
+    this webhook: dropping it would let the next patch lift the gate unseen."""
+    old = pod(labels={MANAGED: "true"}, gated=True)
+    old["spec"]["schedulingGates"] = gates
+    new = copy.deepcopy(old)
+    del new["metadata"]["labels"][MANAGED]
+    review = make_review("Pod", new, old=old, operation="UPDATE", username="alice")
+    assert denial(client.post(VALIDATE, review)[1]["response"]) == (
+        f"metadata.labels[{MANAGED}]: Forbidden: the label can only be removed from a pod "
+        f"behind the {gates[0]['name']} gate by the admission service ({SERVICE_USER}), "
+        'not by "alice"'
+    )
+    review = make_review("Pod", new, old=old, operation="UPDATE", username=SERVICE_USER)
+    assert client.post(VALIDATE, review)[1]["response"]["allowed"] is True
+    running = copy.deepcopy(old)  # once the service has lifted its gates the label is free
+    running["spec"]["schedulingGates"] = [{"name": "example.com/other"}]
+    unlabelled = copy.deepcopy(running)
+    del unlabelled["metadata"]["labels"][MANAGED]
+    review = make_review("Pod", unlabelled, old=running, operation="UPDATE", username="alice")
     assert client.post(VALIDATE, review)[1]["response"]["allowed"] is True

@@ -7,6 +7,10 @@ behind the scheduling gate ``kueue.x-k8s.io/admission`` (plus the managed label,
 finalizer and a role hash), and the controller lifts the gate once the whole group's
 Workload is admitted. Validation keeps the group metadata consistent.
 
+Unlike Kueue, a pod gated because its parent holds it (``pod-suspending-parent``) gets
+the managed label too: the pod validation's webhook registration selects pods that have
+no queue-name label by it, so every gated pod's updates reach :func:`validate_pod`.
+
 Gaps against Kueue: the legacy ``podOptions`` selectors and the TAS gate/annotations
 are not handled. A pod with a managed ancestor up its owner chain (a Job's, a JobSet's)
 is left alone (:mod:`.owners`).
@@ -119,16 +123,26 @@ def _only_the_service_ungates(
     req: AdmissionRequest, ctx: HandlerContext, errs: FieldErrors
 ) -> None:
     """A gated pod runs once its gates are gone: only the service, which lifts them when
-    the pod's Workload is admitted (and placed), may remove its own gates."""
-    assert req.object is not None and req.old_object is not None
+    the pod's Workload is admitted (and placed), may remove its own gates. Nor may
+    anyone else take the managed label off a pod that still carries one of them: a pod
+    without a queue-name label reaches this webhook on update only through that label."""
+    new, old = req.object, req.old_object
+    assert new is not None and old is not None
     service = ctx.config.service_account_username
     if req.username == service:
         return
-    for gate in _service_gates_removed(req.object, req.old_object):
+    by = f"the admission service ({service}), not by {go_value(req.username)}"
+    for gate in _service_gates_removed(new, old):
+        errs.forbidden("spec.schedulingGates", f"the {gate} gate can only be removed by {by}")
+    held = _service_gates_removed({}, old)  # the service's gates the pod carried
+    if (
+        held
+        and string_map(old, "labels").get(MANAGED_LABEL) is not None
+        and MANAGED_LABEL not in string_map(new, "labels")
+    ):
         errs.forbidden(
-            "spec.schedulingGates",
-            f"the {gate} gate can only be removed by the admission service ({service}), "
-            f"not by {go_value(req.username)}",
+            MANAGED_PATH,
+            f"the label can only be removed from a pod behind the {held[0]} gate by {by}",
         )
 
 
@@ -155,9 +169,10 @@ def mutate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
             return deny(str(err), code=500, reason="InternalError")
         apply_queue_defaults(m, namespace=namespace, ctx=ctx, default_queue=True)
         suspend = bool(m.labels().get(QUEUE_LABEL)) or ctx.config.manage_jobs_without_queue_name
-        if suspend:
-            m.set_label(MANAGED_LABEL, MANAGED_LABEL_VALUE)
     if suspend:
+        # every pod the service gates carries the label: the validating webhook's
+        # registration selects pod updates by it when there is no queue-name label
+        m.set_label(MANAGED_LABEL, MANAGED_LABEL_VALUE)
         m.append_unique(("metadata",), "finalizers", POD_FINALIZER)
         m.append_unique(("spec",), "schedulingGates", {"name": ADMISSION_GATE})
         if is_tas_pod(string_map(obj, "annotations")):
