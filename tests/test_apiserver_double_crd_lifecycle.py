@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 
 from admission.apiserver_double import ADMIN_TOKEN
+from admission.apiserver_double.selectors import parse_field_selector, parse_label_selector
 from tests.kube_harness import operator_crds
 from tests.test_apiserver_double_protocol import call, session
 
@@ -108,5 +109,29 @@ def test_a_crd_the_real_server_refuses_is_refused_and_serves_nothing() -> None:
             assert status == 422, body
             assert "metadata" in body["message"]
             assert (await call(server, http, "GET", JOBSETS))[0] == 404
+
+    asyncio.run(scenario())
+
+
+def test_a_watch_that_ends_after_its_crd_is_deleted_closes_without_error() -> None:
+    """The CRD delete ends the watch and forgets its type; the watch handler then
+    unregisters its watcher, which must be a no-op (kube-apiserver never fails there)."""
+
+    async def scenario() -> None:
+        async with session(third_party_crds=False) as (server, http):
+            status, created = await call(server, http, "POST", CRDS, jobset_crd())
+            assert status == 201, created
+            rt = server.registry.resolve("jobsets")
+            watcher = server.store.watch(
+                rt,
+                namespace="default",
+                labels=parse_label_selector(None),
+                fields=parse_field_selector(None, supported=()),
+                since=None,
+            )
+            status, _ = await call(server, http, "DELETE", f"{CRDS}/jobsets.jobset.x-k8s.io")
+            assert status == 200
+            server.store.unwatch(watcher)  # the handler's cleanup, after the type is gone
+            assert watcher not in server.store.watchers()
 
     asyncio.run(scenario())

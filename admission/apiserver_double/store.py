@@ -269,7 +269,11 @@ class Store:
         return watcher
 
     def unwatch(self, watcher: Watcher) -> None:
-        self._logs[watcher.rt.key].watchers.discard(watcher)
+        """Forget ``watcher``; a no-op when its type is gone (the CRD delete already
+        ended and dropped its watches)."""
+        log = self._logs.get(watcher.rt.key)
+        if log is not None:
+            log.watchers.discard(watcher)
 
     def watchers(self) -> builtins.list[Watcher]:
         return [w for log in self._logs.values() for w in log.watchers]
