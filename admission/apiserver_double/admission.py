@@ -37,6 +37,7 @@ from .resources import Registry, ResourceType
 from .selectors import LabelSelector, label_selector_from_dict
 from .store import Store
 from .strategy import relabel
+from .webhook_client import post_json, webhook_session
 
 log = logging.getLogger(__name__)
 
@@ -237,16 +238,16 @@ class WebhookDispatcher:
         context = self._ssl_context((hook.get("clientConfig") or {}).get("caBundle"))
         timeout = aiohttp.ClientTimeout(total=hook.get("timeoutSeconds", DEFAULT_TIMEOUT_SECONDS))
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = webhook_session()
         try:
-            async with self._session.post(
-                url, json=review, ssl=context, server_hostname=server_hostname, timeout=timeout
-            ) as resp:
-                if resp.status != 200:
-                    raise WebhookCallError(f"received invalid webhook response: HTTP {resp.status}")
-                body = await resp.json(content_type=None)
+            status, body = await post_json(
+                self._session, url, review,
+                ssl_context=context, server_hostname=server_hostname, timeout=timeout,
+            )  # fmt: skip
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise WebhookCallError(f'failed to call webhook: Post "{url}": {exc!r}') from exc
+        if status != 200:
+            raise WebhookCallError(f"received invalid webhook response: HTTP {status}")
         response = body.get("response") if isinstance(body, dict) else None
         if not isinstance(response, dict):
             raise WebhookCallError("webhook response was absent")
