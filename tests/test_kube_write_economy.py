@@ -536,7 +536,10 @@ def test_cycles_decide_no_further_ahead_than_the_budget_can_write(tmp_path: Path
             gate = shut(s)
             for i in range(4):
                 await create(s, standalone(f"w{i}", cpu="2"))
-            await eventually(lambda: gate.decisions_waiting, what="the first admission waits")
+            await eventually(
+                lambda: len(ctrl.cache.admitted) == 1 and gate.decisions_waiting,
+                what="the first admission is decided and waits",
+            )
             await eventually(
                 lambda: sum(len(q) for q in ctrl.cache.queues.values()) == 3,
                 what="the rest is queued",

@@ -37,7 +37,7 @@ from admission.integrations.base import Integration, Resource
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 
 from .kubeconfig import KubeconfigError, check_kubeconfig
-from .ratelimit import HIGH, ShareCredit, TokenBucket, current_priority
+from .ratelimit import HIGH, READ_VERBS, ShareCredit, TokenBucket, current_priority
 from .unreachable import transport_reason
 
 try:  # orjson parses watch lines several times faster; the stdlib is the fallback
@@ -467,7 +467,7 @@ class KubeClient:
             if paid is not None and not paid.spent:
                 paid.spent = True  # one token, one request (a task spawned inside shares it)
             else:
-                await self.limiter.acquire()
+                await self.limiter.acquire(read=call.split(" ", 1)[0] in READ_VERBS)
         if call not in self.own_budget and current_priority() == HIGH:
             self.share.earn()
         self.counts[call] += 1

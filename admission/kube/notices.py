@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from admission.engine.checkpoint import LostWork
 from queues.progress import (
     CHECKPOINT_ANNOTATION,
     DEADLINE_ANNOTATION,
@@ -50,8 +51,6 @@ from . import objects as o
 from .client import PODS, WORKLOADS, ApiError, resource_of
 from .jobs import evict, owner_of
 from .topology import BOUND_PODS
-
-from admission.engine.checkpoint import LostWork
 
 if TYPE_CHECKING:
     from admission.engine.checkpoint import ProgressAware

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterator
 
 HIGH, LOW = 0, 1
+#: verbs that only read: they wait for a token but are no decision to write
+READ_VERBS = frozenset({"get", "list", "watch"})
 LOW_MAX_WAIT = 5.0  # seconds a low-priority request waits behind high-priority ones at most
 _priority: contextvars.ContextVar[int] = contextvars.ContextVar("request_priority", default=HIGH)
 
@@ -94,6 +96,8 @@ class TokenBucket:
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._room: list[tuple[int, asyncio.Future[None]]] = []  # (limit, waiter)
+        # Waiting reads (get, list, watch): high priority, but no decision to write
+        self._reads: set[asyncio.Future[None]] = set()
         # Low-priority waiters in arrival order (they are in the heap too): one that has
         # waited low_max_wait goes next, so a budget that stays spent on decisions still
         # lets a queue status or a pending reason through now and then (never starved).
@@ -105,7 +109,9 @@ class TokenBucket:
         self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.qps)
         self._stamp = now
 
-    async def acquire(self) -> None:
+    async def acquire(self, *, read: bool = False) -> None:
+        """Wait for a token; ``read`` marks a get, list or watch, which takes its
+        token in priority order but is no decision waiting to be written."""
         priority = _priority.get()
         self._refill()
         if not self._waiters and self._tokens >= 1:
@@ -116,6 +122,8 @@ class TokenBucket:
         heapq.heappush(self._waiters, (priority, next(self._seq), fut))
         if priority != HIGH:
             self._low.append((started, fut))
+        if read:
+            self._reads.add(fut)
         self._schedule()
         try:
             await fut
@@ -126,6 +134,8 @@ class TokenBucket:
             heapq.heapify(self._waiters)
             self._wake_room()
             raise
+        finally:
+            self._reads.discard(fut)
         if self.on_wait is not None:
             self.on_wait(self.clock() - started, priority)
 
@@ -171,7 +181,7 @@ class TokenBucket:
 
     def decisions_queued(self) -> int:
         """How many high-priority requests (admissions, evictions) wait for a token."""
-        return sum(1 for p, _, f in self._waiters if p == HIGH and not f.done())
+        return sum(1 for p, _, f in self._waiters if p == HIGH and not self._done_or_read(f))
 
     async def room_for_decisions(self, limit: int) -> None:
         """Wait until fewer than ``limit`` high-priority requests wait for a token.
@@ -202,7 +212,15 @@ class TokenBucket:
     @property
     def decisions_waiting(self) -> bool:
         """Whether a high-priority request (an admission, an eviction) waits for a token."""
-        return any(p == HIGH and not f.done() for p, _, f in self._waiters)
+        return any(p == HIGH and not self._done_or_read(f) for p, _, f in self._waiters)
+
+    @property
+    def reads_waiting(self) -> int:
+        """How many reads (get, list, watch) wait for a token."""
+        return sum(1 for f in self._reads if not f.done())
+
+    def _done_or_read(self, fut: asyncio.Future[None]) -> bool:
+        return fut.done() or fut in self._reads
 
     @property
     def waiting(self) -> int:
