@@ -58,9 +58,9 @@ class CountingBucket(TokenBucket):
         super().__init__(qps=1e6, burst=1000)
         self.taken = 0
 
-    async def acquire(self) -> None:
+    async def acquire(self, *, read: bool = False) -> None:
         self.taken += 1
-        await super().acquire()
+        await super().acquire(read=read)
 
 
 def recording_sleep(waits: list[float], *, real: bool = True) -> Callable[[float], Awaitable[None]]:
