@@ -2,7 +2,7 @@
 
 A tenant (a namespace user, also allowed to patch ``workloads/status``) does random
 things through the API server, as a script would: creates objects of every kind the
-lifecycle table knows, batch Jobs and queued pods; scales a Job; moves an object to
+lifecycle table knows, batch Jobs and queued pods; scales a Job (the Job controller runs ``min(parallelism, completions)``); moves an object to
 the other queue; writes ``reclaimablePods`` into a Workload; writes pods and Jobs
 that name an existing object as their controller; strips the scheduling gates off a
 pod. Each step is answered by the webhooks and the service; once the service is idle,
@@ -51,7 +51,7 @@ queues = st.sampled_from(sorted(QUEUE_OF))
 target = st.integers(min_value=0, max_value=20)
 ACTIONS = st.one_of(
     st.tuples(st.just("object"), st.integers(0, len(KIND_CASES) - 1), queues),
-    st.tuples(st.just("job"), st.integers(1, 3), queues),
+    st.tuples(st.just("job"), st.integers(1, 3), queues, st.booleans()),
     st.tuples(st.just("pod"), queues),
     st.tuples(st.just("scale"), target, st.integers(1, 6)),
     st.tuples(st.just("relabel"), target),
@@ -96,7 +96,10 @@ class Tenant:
                 case.resource, case.make(name, case.roles, meta(name, queue=lq)), case
             )
         elif what == "job":
-            await self.create(k.JOBS, job(NS, self.name("job"), queue=args[1], parallelism=args[0]))
+            made = job(NS, self.name("job"), queue=args[1], parallelism=args[0])
+            if args[2]:  # a work-queue Job: no completions, so parallelism is what runs
+                del made["spec"]["completions"]
+            await self.create(k.JOBS, made)
         elif what == "pod":
             pod = queued_pod(self.name("pod"), cpu="1")
             pod["metadata"]["labels"][Q] = args[0]
@@ -147,8 +150,11 @@ class Tenant:
             if res == k.PODS:
                 gates = [g.get("name") for g in obj["spec"].get("schedulingGates") or []]
                 out[cq] += 0 if GATE in gates else 1
-            elif res == k.JOBS:
-                out[cq] += 0 if obj["spec"].get("suspend") else obj["spec"].get("parallelism", 1)
+            elif res == k.JOBS and not obj["spec"].get("suspend"):
+                # the Job controller keeps min(parallelism, completions) pods running
+                parallelism = obj["spec"].get("parallelism", 1)
+                completions = obj["spec"].get("completions")
+                out[cq] += parallelism if completions is None else min(parallelism, completions)
             elif case is not None and not case.integration.is_suspended(obj):
                 out[cq] += sum(n for _, n in case.roles)
         return out
@@ -161,7 +167,7 @@ async def settled(s: Any) -> None:
         await asyncio.sleep(0.2)
 
 
-@settings(max_examples=6, deadline=None,
+@settings(max_examples=10, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(actions=st.lists(ACTIONS, min_size=2, max_size=7))
 def test_no_tenant_actions_run_more_than_the_cohort_tree_admits(
