@@ -122,10 +122,10 @@ def _percentile(sorted_values: list[float], p: float) -> float:
 
 
 def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
-    from admission.config import parse_config
+    from admission.config.schema import parse_config
     from admission.engine.cache import Cache
     from queues import model as m
-    from queues.api import parse_model
+    from queues.api.kinds import parse_model
 
     rng = random.Random(seed)
     objs = [parse_model(d) for d in queue_documents(shape)]

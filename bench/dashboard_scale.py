@@ -87,10 +87,10 @@ def workload_doc(i: int, namespace: str, rng: random.Random) -> dict[str, Any]:
 
 def build() -> tuple[Any, Any, str]:
     """(cache, scheduler, the largest ClusterQueue's name)."""
-    from admission.config import Config
+    from admission.config.schema import Config
     from admission.drivers.loader import load_documents
     from admission.drivers.plan import build_cache
-    from queues.api import parse_model
+    from queues.api.kinds import parse_model
 
     rng = random.Random(17)
     cache = build_cache(
@@ -111,7 +111,7 @@ def build() -> tuple[Any, Any, str]:
 
 async def _measure(dashboard: Any, cache: Any, hot: str) -> dict[str, Any]:
     from admission.serve.dashboard import pending_page, summary
-    from queues.api import parse_model
+    from queues.api.kinds import parse_model
 
     ports: list[int] = []
     server = asyncio.create_task(

@@ -6,7 +6,7 @@ per host. Ten ClusterQueues in one cohort share one TAS flavor with quota for ev
 GPU. Gangs of 1-32 pods of 8 GPUs require a rack (≤ 20 pods) or a block, or prefer a
 rack. The objects go through the real ``quartermaster plan`` pipeline (load, parse,
 schedule, report). The placement cost is measured by timing every call of
-``queues.topology_placement.place_flavor`` (CPU time), so the report says what share
+``admission.engine.tas.placement.place_flavor`` (CPU time), so the report says what share
 of the run placement takes and what one placement costs.
 """
 
@@ -148,8 +148,8 @@ def scenario_documents(seed: int = 1) -> list[dict]:
 
 
 def run() -> dict:
+    from admission.engine.tas import placement as topology_placement
     from bench.plan50k import run_plan
-    from queues import topology_placement
 
     calls = 0
     cpu_in_placement = 0.0
@@ -164,7 +164,7 @@ def run() -> dict:
             calls += 1
             cpu_in_placement += time.process_time() - t
 
-    import admission.engine.topology as engine_topology
+    import admission.engine.tas.admission as engine_topology
 
     engine_topology.place_flavor = timed  # type: ignore[assignment]
     try:

@@ -282,7 +282,7 @@ class Probes:
     def _review_loop(self, *, fresh: bool = False) -> None:
         """Valid reviews on one keep-alive connection, or (``fresh``) each on a new one
         with no retry: a refused connection is a failed review."""
-        from webhooks.testing import ReviewClient, make_review
+        from tests.support.webhook_server import ReviewClient, make_review
 
         client = ReviewClient(self.serve.ports["webhook"], self.ca_file, timeout=10)
         job = {"apiVersion": "batch/v1", "kind": "Job",

@@ -1,7 +1,7 @@
 """``webhook-impact``: a quota edit's answer with 20,000 pending workloads, and Job
 reviews answered meanwhile (issue 12 bug 3).
 
-The real HTTPS server (``webhooks.testing.WebhookServerThread``) holds a model of
+The real HTTPS server (``tests.support.webhook_server.WebhookServerThread``) holds a model of
 20k pending single-pod workloads in 100 full ClusterQueues; a ClusterQueue edit that
 frees quota makes the impact what-if run the engine over the backlog. A separate
 process sends Job reviews back to back on one keep-alive connection (so its latency
@@ -33,7 +33,7 @@ def _job() -> dict[str, Any]:
 
 
 def _job_client(port: int, ca: str, seconds: float, out: Any) -> None:
-    from webhooks.testing import ReviewClient, make_review
+    from tests.support.webhook_server import ReviewClient, make_review
 
     c = ReviewClient(port, ca)
     samples: list[tuple[float, float]] = []
@@ -53,9 +53,9 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _one_mode(mode: str, view: Any, deadline: float) -> dict[str, Any]:
+    from tests.support.webhook_server import WebhookServerThread, cluster_queue_doc, make_review
     from webhooks.config import WebhookConfig
-    from webhooks.server import ServerLimits
-    from webhooks.testing import WebhookServerThread, cluster_queue_doc, make_review
+    from webhooks.server.app import ServerLimits
 
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as d:
@@ -96,7 +96,7 @@ def _one_mode(mode: str, view: Any, deadline: float) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    from webhooks.testing import pending_view
+    from tests.support.webhook_server import pending_view
 
     t0 = time.perf_counter()
     view = pending_view(PENDING)
@@ -104,8 +104,8 @@ def run() -> dict[str, Any]:
     for mode in ("process", "thread"):
         out[mode] = _one_mode(mode, view, deadline=2.0)
     # the what-if itself, unbounded, inline (how long the deadline saves the answer from)
-    from webhooks.quota import impact_warnings
-    from webhooks.testing import cluster_queue_doc
+    from tests.support.webhook_server import cluster_queue_doc
+    from webhooks.handlers.quota import impact_warnings
 
     t0 = time.perf_counter()
     impact_warnings(

@@ -1,6 +1,6 @@
 """Plain, slotted domain objects the engine works on.
 
-Kubernetes objects are parsed and validated once, at the edge (``queues.api``), and
+Kubernetes objects are parsed and validated once, at the edge (``queues.api.kinds``), and
 turned into these classes. Nothing here validates or does I/O: the scheduling loop
 touches these objects millions of times, so they stay small, typed and cheap.
 
@@ -333,7 +333,7 @@ class Workload(_KeyMemo):
     finished: bool = False  # Finished=True condition: holds no quota, never admitted again
     # status.reclaimablePods: podSet name -> pods that finished and need no quota.
     reclaimable_pods: dict[str, int] = field(default_factory=dict)
-    # Training progress (queues.progress): the last checkpoint the Workload reports, and
+    # Training progress (queues.api.progress): the last checkpoint the Workload reports, and
     # a preemption notice in flight (when it was given, the eviction deadline).
     last_checkpoint: float | None = None
     noticed_at: float | None = None

@@ -9,7 +9,7 @@ first without re-sorting anything when usage changes.
 BestEffortFIFO parks a head that cannot be admitted in an *inadmissible* set until a
 capacity event (a workload finishes or is evicted, a quota or cohort changes) moves it
 back; StrictFIFO puts it straight back so it keeps blocking the queue. With deficit-
-bounded parking (``parkUntilFeasible``, admission.engine.feasibility) the owner may give
+bounded parking (``parkUntilFeasible``, admission.engine.preemption.feasibility) the owner may give
 parked work a *ticket*: it then wakes only with its ticket (:meth:`wake`) or on a spec
 change (:meth:`requeue_inadmissible`), not on every capacity event
 (:meth:`wake_unbounded`).

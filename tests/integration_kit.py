@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.base import Integration
-from admission.kube import client as k
-from admission.kube.client import resource_of
+from admission.integrations.framework.interface import Integration
+from admission.kube.client import rest as k
+from admission.kube.client.rest import resource_of
 from tests.kube_harness import admitted, eventually, is_true, namespace, stack
 from tests.scenario_runner import run_scenario_spec
+from tests.support.webhook_server import decode_patch
 from webhooks.config import WebhookConfig
 from webhooks.review import HandlerContext
-from webhooks.server import all_webhooks, process_review
-from webhooks.testing import decode_patch
+from webhooks.server.app import all_webhooks, process_review
 from webhooks.view import InMemoryView
 
 Obj = dict[str, Any]
@@ -205,7 +205,7 @@ def _stopped_and_restored(case: KindCase, obj: Obj | None) -> bool:
 def crds_of(integration: Integration, *more: Integration) -> tuple[str, ...]:
     """The operator CRDs (``tests/crds/``, by plural) the kinds' objects need: the
     ``crds`` of ``stack``."""
-    from admission.kube.integrationgate import api_resources, needs_crd
+    from admission.kube.control.integrationgate import api_resources, needs_crd
 
     plurals = [r.plural for i in (integration, *more) for r in api_resources(i) if needs_crd(r)]
     return tuple(dict.fromkeys(plurals))

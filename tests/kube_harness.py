@@ -26,12 +26,12 @@ from admission.apiserver_double import (
     running_apiserver,
 )
 from admission.apiserver_double.jobcontroller import finish_patches
-from admission.config import Config
-from admission.kube import client as k
-from admission.kube.context import ControllerOptions
+from admission.config.schema import Config
+from admission.kube.client import rest as k
+from admission.kube.control.context import ControllerOptions
 from admission.serve.service import Service, ServiceOptions
 from tests.double_client import kube_client_config
-from webhooks.certs import ensure_cert_dir, read_cert_dir
+from webhooks.server.certs import ensure_cert_dir, read_cert_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = "double"

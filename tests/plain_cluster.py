@@ -14,10 +14,10 @@ from typing import Any
 
 import aiohttp
 
-from admission.config import Config, load_config
-from admission.integrations.jobset import JOBSET
-from admission.kube import client as k
-from admission.kube.client import ApiError
+from admission.config.schema import Config, load_config
+from admission.integrations.kinds.jobset import JOBSET
+from admission.kube.client import rest as k
+from admission.kube.client.rest import ApiError
 from tests.integration_kit import NS, meta, pod_template, workload_of
 from tests.kube_harness import (
     Stack,

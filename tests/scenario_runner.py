@@ -13,7 +13,7 @@ workloads:                       # optional shorthand, expanded to kueue Workloa
   - {name: a, ns: team-a, queue: lq, priority: 10, created: 1,
      podSets: [{count: 2, requests: {cpu: 1}, minCount: 1, nodeSelector: {...}, tolerations: [...]}],
      admitted: {clusterQueue: cq, flavors: {cpu: default}, at: 0},
-     # progress signals (queues.progress), times in seconds like ``created``:
+     # progress signals (queues.api.progress), times in seconds like ``created``:
      checkpoint: 3500, checkpointCondition: 3500, notice: {at: 3500, deadline: 3800},
      requeueCount: 1, finished: true}
 whatIf: [ {...} ]                # optional: objects for --what-if
@@ -140,8 +140,8 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
                 "count": count,
             }
             if ps["name"] in adm.get("topology", {}):
+                from queues.api.topology_assignment import to_v1beta2
                 from queues.model import TopologyAssignment
-                from queues.topology_assignment import to_v1beta2
 
                 levels = tuple(adm.get("topologyLevels", ["kubernetes.io/hostname"]))
                 domains = tuple(
@@ -166,8 +166,8 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
 
 
 def _progress_signals(w: dict[str, Any], obj: dict[str, Any]) -> None:
-    """The shorthand's checkpoint, notice, requeue count and Finished (queues.progress)."""
-    from queues.progress import (
+    """The shorthand's checkpoint, notice, requeue count and Finished (queues.api.progress)."""
+    from queues.api.progress import (
         CHECKPOINT_ANNOTATION,
         CHECKPOINTED_CONDITION,
         DEADLINE_ANNOTATION,
@@ -439,7 +439,7 @@ def run_scenario_spec(spec: dict[str, Any], tmp: Path) -> None:
 def check_left(spec: dict[str, Any], objs: Path, tmp: Path, expect: dict[str, Any]) -> None:
     """Kueue's wantLeft / wantInadmissibleLeft: which pending workloads are still in
     each ClusterQueue's heap, and which are parked, after the same plan run."""
-    from admission.config import load_config
+    from admission.config.schema import load_config
     from admission.drivers.loader import load_paths
     from admission.drivers.plan import run_plan
 
@@ -487,7 +487,7 @@ def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
                 )
             if "topology" in w:
                 # {podSet: {"level/values": pods}}: the whole TAS assignment, decoded.
-                from queues.topology_assignment import from_v1beta2
+                from queues.api.topology_assignment import from_v1beta2
 
                 got_ta = {
                     p["name"]: {

@@ -1,4 +1,4 @@
-"""queues.api: parsing Kueue objects, Kueue's validation rules, conversion to queues.model."""
+"""queues.api.kinds: parsing Kueue objects, Kueue's validation rules, conversion to queues.model."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from queues import api
 from queues import model as m
+from queues.api import kinds as api
 
 # The example manifests of docs/semantics.md §1.9 (the batch/v1 Job is the loader's).
 EXAMPLES = """

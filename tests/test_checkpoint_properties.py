@@ -1,4 +1,4 @@
-"""Property tests of progress-aware preemption (admission.engine.checkpoint).
+"""Property tests of progress-aware preemption (admission.engine.preemption.checkpoint).
 
 Over random cohort trees, workloads and event orders, with random notice windows,
 minimum runtimes and victim orders: a noticed victim keeps running (and its quota)
@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.config import build_scheduler, parse_config
+from admission.config.schema import build_scheduler, parse_config
 from admission.engine.cache import Cache
 from queues.model import LocalQueue, ResourceFlavor
 from tests.test_engine_properties import FLAVORS, violations, world

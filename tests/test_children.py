@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.deployment import DEPLOYMENT
-from admission.integrations.job import JOB
-from admission.integrations.jobset import JOBSET
-from admission.integrations.leaderworkerset import LEADERWORKERSET
-from admission.integrations.mpijob import MPIJOB
-from admission.integrations.pytorchjob import PYTORCHJOB
-from admission.integrations.raycluster import RAYCLUSTER
-from admission.integrations.rayjob import RAYJOB
-from admission.integrations.registry import INTEGRATIONS
-from admission.integrations.statefulset import STATEFULSET
-from admission.integrations.trainjob import TRAINJOB
+from admission.integrations.framework.registry import INTEGRATIONS
+from admission.integrations.kinds.deployment import DEPLOYMENT
+from admission.integrations.kinds.job import JOB
+from admission.integrations.kinds.jobset import JOBSET
+from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
+from admission.integrations.kinds.mpijob import MPIJOB
+from admission.integrations.kinds.pytorchjob import PYTORCHJOB
+from admission.integrations.kinds.raycluster import RAYCLUSTER
+from admission.integrations.kinds.rayjob import RAYJOB
+from admission.integrations.kinds.statefulset import STATEFULSET
+from admission.integrations.kinds.trainjob import TRAINJOB
 from tests.integration_kit import meta, pod_template
 from tests.test_integration_jobset import child_job, jobset
 from tests.test_integration_leaderworkerset import lws

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.kube import client as k
+from admission.kube.client import rest as k
 from queues.cohort_chains import MAX_COHORT_DEPTH, depth_through
 from queues.model import (
     ClusterQueue,
@@ -41,10 +41,10 @@ from tests.kube_harness import (
     stack,
 )
 from tests.scenario_runner import expand_workload, run_plan_cli
+from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review
 from tests.test_engine_properties import run as run_engine
 from tests.test_engine_properties import world as engine_world
 from webhooks.config import WebhookConfig
-from webhooks.testing import ReviewClient, WebhookServerThread, make_review
 from webhooks.view import InMemoryView
 
 API = "kueue.x-k8s.io/v1beta2"

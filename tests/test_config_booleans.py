@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from admission.config import ConfigError, parse_config
+from admission.config.schema import ConfigError, parse_config
 
 BASE = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration"}
 

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.integrations.base import compose
-from admission.integrations.jobset import JOBSET
-from admission.integrations.pytorchjob import PYTORCHJOB
-from admission.integrations.raycluster import RAYCLUSTER
-from admission.integrations.trainjob import TRAINJOB
-from admission.kube.client import resource_of
+from admission.integrations.framework.interface import compose
+from admission.integrations.kinds.jobset import JOBSET
+from admission.integrations.kinds.pytorchjob import PYTORCHJOB
+from admission.integrations.kinds.raycluster import RAYCLUSTER
+from admission.integrations.kinds.trainjob import TRAINJOB
+from admission.kube.client.rest import resource_of
 from admission.kube.objects import job_mismatch
 from tests.integration_kit import NS, crds_of, meta, pod_template, review, workload_of
 from tests.kube_harness import admitted, eventually, is_true, namespace, stack
@@ -27,7 +27,7 @@ from tests.test_integration_jobset import jobset
 from tests.test_integration_pytorchjob import pytorchjob
 from tests.test_integration_raycluster import raycluster
 from tests.test_integration_trainjob import RUNTIME, trainjob
-from webhooks.quota import schema_problems
+from webhooks.handlers.quota import schema_problems
 
 Obj = dict[str, Any]
 API = "kueue.x-k8s.io/v1beta2"

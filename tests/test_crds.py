@@ -1,6 +1,6 @@
 """The generated CRDs: up to date with the models and as strict as Kueue's.
 
-``hack/gen_crds.py`` turns the pydantic models of ``queues.api`` into the CRDs in
+``hack/gen_crds.py`` turns the pydantic models of ``queues.api.kinds`` into the CRDs in
 ``manifests/crd/``. These tests keep the checked-in files equal to its output, check
 the parts of a CRD a cluster admin sees (names, short names, scope, printer columns,
 status subresource, served versions), validate every example and every test fixture
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from queues.api import InputError, parse_object
-from queues.api_types import KubeModel, ObjectMeta
+from queues.api.fields import KubeModel, ObjectMeta
+from queues.api.kinds import InputError, parse_object
 from tests.crd_validation import (
     CRD_DIR,
     EXAMPLES,
@@ -445,7 +445,7 @@ def _workload() -> Obj:
 
 
 # (case id, make the broken object, expected path, expected message fragment); the
-# pydantic models (queues.api.parse_object) must reject every one of them too.
+# pydantic models (queues.api.kinds.parse_object) must reject every one of them too.
 BROKEN: list[tuple[str, Callable[[], Obj], str, str]] = [
     (
         "unknown-field",
@@ -707,7 +707,7 @@ def test_broken_copy_is_rejected_with_the_path_of_the_field(
 
 def test_a_non_integer_number_quantity_is_refused_though_plan_accepts_it() -> None:
     # Quantities are int-or-string in a CRD: YAML `weight: 0.5` is a JSON number the API
-    # server refuses, while queues.api (and so `plan`) reads it as "0.5".
+    # server refuses, while queues.api.kinds (and so `plan`) reads it as "0.5".
     obj = _set(_cq(), "spec.fairSharing", {"weight": 0.5})
     assert crd_problems(obj) == [
         (

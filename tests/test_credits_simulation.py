@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from admission.config import parse_config
 from admission.cli.simulate import load_scenario, simulate_summary
+from admission.config.schema import parse_config
 
 HALF = 3600  # seconds
 

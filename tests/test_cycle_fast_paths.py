@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from admission.engine.cache import Cache
 from admission.engine.flavors import Assignment, FlavorAssigner
-from admission.engine.preemption import Preemptor
+from admission.engine.preemption.classical import Preemptor
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
 from queues.model import FlavorResource, LocalQueue, PodSet, ResourceFlavor, Workload

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from playwright import async_api as playwright
 
-from admission.kube import client as k
+from admission.kube.client import rest as k
 from tests.kube_harness import (
     ROOT,
     Obj,

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from admission.config import parse_config
-from admission.kube import client as k
-from queues.progress import (
+from admission.config.schema import parse_config
+from admission.kube.client import rest as k
+from queues.api.progress import (
     CHECKPOINT_ANNOTATION,
     DEADLINE_ANNOTATION,
     NOTICE_CONDITION,

@@ -11,8 +11,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.kube import client as k
-from admission.kube.context import ControllerOptions
+from admission.kube.client import rest as k
+from admission.kube.control.context import ControllerOptions
 from tests.kube_harness import (
     SA_USERNAME,
     SERVICE_NS,
@@ -26,7 +26,7 @@ from tests.kube_harness import (
     namespace,
     stack,
 )
-from webhooks.certs import read_cert_dir
+from webhooks.server.certs import read_cert_dir
 
 BASE = [
     namespace("team-a"),
@@ -292,8 +292,8 @@ def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
 ) -> None:
     """Three 500s on the higher-priority workload's admission write: it is admitted at
     the next try; the lower-priority one, which would fit in its place, waits."""
-    from admission.integrations.base import compose
-    from admission.integrations.job import JOB
+    from admission.integrations.framework.interface import compose
+    from admission.integrations.kinds.job import JOB
     from queues.model import PriorityClass
     from tests.kube_harness import priority_class
 
@@ -338,7 +338,7 @@ def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
 def test_with_the_service_down_only_queued_pods_are_refused(tmp_path: Path, backend: Any) -> None:
     """The Pod webhooks select pods that name a LocalQueue: when no replica answers,
     pods elsewhere (ingress, monitoring, CronJobs) are still created."""
-    from admission.kube.client import ApiError
+    from admission.kube.client.rest import ApiError
 
     def pod(name: str, **labels: str) -> dict[str, Any]:
         return {
@@ -539,7 +539,7 @@ def test_only_the_service_may_change_the_status_of_a_jobs_workload(
 ) -> None:
     """Issue 13's quota escape: anyone with workloads/status set Finished=True on a
     running Job's Workload and got its quota released while the pods kept running."""
-    from admission.kube.client import JSON_PATCH, ApiError
+    from admission.kube.client.rest import JSON_PATCH, ApiError
 
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
@@ -579,7 +579,7 @@ def test_real_server_fences_the_service_identity_to_the_changes_it_makes(
     """manifests/base/admission-policy.yaml (ValidatingAdmissionPolicy, evaluated by
     kube-apiserver; the double does not model it): the service account may not swap a
     pod's image or rewrite its webhooks' rules, though RBAC lets it patch both."""
-    from admission.kube.client import ApiError
+    from admission.kube.client.rest import ApiError
 
     async def main() -> None:
         async with stack(tmp_path, backend=real_cluster, objects=BASE) as s:

@@ -16,8 +16,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.base import compose
-from admission.integrations.job import JOB
+from admission.integrations.framework.interface import compose
+from admission.integrations.kinds.job import JOB
 from queues.model import PriorityClass
 from tests.kube_harness import (
     admitted,

@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.kube import client as k
-from admission.kube.context import ControllerOptions, PodsReadyOptions
+from admission.kube.client import rest as k
+from admission.kube.control.context import ControllerOptions, PodsReadyOptions
 from admission.kube.objects import rfc3339
 from tests.kube_harness import (
     admitted,

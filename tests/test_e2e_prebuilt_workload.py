@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.base import compose
-from admission.kube import client as k
+from admission.integrations.framework.interface import compose
+from admission.kube.client import rest as k
 from tests.integration_kit import KindCase, crds_of, lifecycle_objects
 from tests.integration_kit import meta as kit_meta
 from tests.kube_harness import (

@@ -16,8 +16,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.kube import client as k
 from admission.kube import objects as o
+from admission.kube.client import rest as k
 from tests.kube_harness import Stack, admitted, eventually, stack
 from tests.kube_invariants import InvariantChecker, quotas_of
 from tests.test_kube_write_economy import NS, mark_finished, objects, standalone

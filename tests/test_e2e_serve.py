@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from admission.kube import client as k
-from admission.kube.client import ApiError
+from admission.kube.client import rest as k
+from admission.kube.client.rest import ApiError
 from tests.kube_harness import (
     admitted,
     cluster_queue,

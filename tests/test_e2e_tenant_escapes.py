@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from admission.kube import client as k
-from admission.kube.client import JSON_PATCH, ApiError
-from admission.kube.context import ControllerOptions
+from admission.kube.client import rest as k
+from admission.kube.client.rest import JSON_PATCH, ApiError
+from admission.kube.control.context import ControllerOptions
 from tests import (
     test_integration_jobset,
     test_integration_mpijob,
@@ -340,8 +340,8 @@ def test_pods_naming_owners_that_cost_nothing_are_queued_on_their_own(
 ) -> None:
     """Pods naming a queued Deployment or StatefulSet of 0 replicas, or an admitted Job
     whose selector they do not match: each is gated, with its own Workload."""
-    from admission.integrations.deployment import DEPLOYMENT
-    from admission.integrations.statefulset import STATEFULSET
+    from admission.integrations.kinds.deployment import DEPLOYMENT
+    from admission.integrations.kinds.statefulset import STATEFULSET
     from tests.kube_harness import job
     from tests.test_integration_deployment import deployment
     from tests.test_integration_statefulset import statefulset

@@ -19,8 +19,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.kube import client as k
-from queues.topology_assignment import from_v1beta2
+from admission.kube.client import rest as k
+from queues.api.topology_assignment import from_v1beta2
 from tests.kube_harness import (
     Obj,
     Stack,
@@ -258,8 +258,8 @@ def test_a_jobset_requiring_one_block_is_admitted_into_one_block(
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE, crds=("jobsets",)) as s:
             await add_nodes(s)
-            from admission.integrations.jobset import JOBSET
-            from admission.kube.client import resource_of
+            from admission.integrations.kinds.jobset import JOBSET
+            from admission.kube.client.rest import resource_of
 
             await s.user.create(resource_of(JOBSET), jobset, namespace="team-a")
 

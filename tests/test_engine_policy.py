@@ -1,7 +1,7 @@
 """The scheduler's policy is passed in once, by the one factory (issue 12, "The shape").
 
 ``Scheduler(...)`` takes its preemption strategy, entry order, usage tracker and clock
-as keyword-only arguments and never lets them change; ``admission.config.build_scheduler``
+as keyword-only arguments and never lets them change; ``admission.config.schema.build_scheduler``
 picks them from a configuration, and every driver (plan, what-if, simulate, serve and
 the webhook's impact warnings through the what-if) gets its scheduler from it.
 """
@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-import admission.config as config_module
-from admission.config import ConfigError, build_scheduler, parse_config
+import admission.config.schema as config_module
+from admission.config.schema import ConfigError, build_scheduler, parse_config
 from admission.engine.cache import Cache
-from admission.engine.fair_sharing import (
+from admission.engine.ordering import classical_order
+from admission.engine.preemption.classical import Preemptor
+from admission.engine.preemption.fair_sharing import (
     FairPreemptor,
     Tournament,
     less_than_initial_share,
     less_than_or_equal_to_final_share,
     parse_strategies,
 )
-from admission.engine.ordering import classical_order
-from admission.engine.preemption import Preemptor
 from admission.engine.scheduler import Scheduler
 from queues.fairshare import Share
 from tests.test_engine_regressions import cq, make_cache, workload

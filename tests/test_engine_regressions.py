@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.engine.cache import Cache
-from admission.engine.fair_sharing import FairPreemptor, parse_strategies
-from admission.engine.preemption import Preemptor
+from admission.engine.preemption.classical import Preemptor
+from admission.engine.preemption.fair_sharing import FairPreemptor, parse_strategies
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
 from queues.model import (

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from admission.config import Config, parse_config
-from admission.config import build_scheduler as configure
+from admission.config.schema import Config, parse_config
+from admission.config.schema import build_scheduler as configure
 from admission.engine.cache import Cache
-from admission.engine.fair_sharing import FairPreemptor, _almost_lcas, parse_strategies
+from admission.engine.preemption.fair_sharing import FairPreemptor, _almost_lcas, parse_strategies
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import PreemptionReason
 from queues.fairshare import alpha, decay, dominant_resource_share, window

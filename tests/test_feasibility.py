@@ -14,10 +14,10 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.config import build_scheduler, parse_config
+from admission.config.schema import build_scheduler, parse_config
 from admission.engine.cache import Cache
 from admission.engine.ordering import Entry
-from admission.engine.preemption import Preemptor
+from admission.engine.preemption.classical import Preemptor
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import AssignmentMode
@@ -73,7 +73,7 @@ def test_could_free_enough_from_the_root_equals_the_sum_over_queues(
                 fr: data.draw(st.integers(0, 24)) * (1000 if fr[1] == "cpu" else 1) for fr in frs
             }
             fast = pre._could_free_enough(snap, wl, node, frs, requests)
-            with mock.patch("admission.engine.preemption.kept_locally", lambda _r: _Everything()):
+            with mock.patch("admission.engine.preemption.classical.kept_locally", lambda _r: _Everything()):
                 summed = pre._could_free_enough(snap, wl, node, frs, requests)
             assert fast == summed, (cq, prio, requests)
     snap.release()
@@ -545,7 +545,7 @@ def test_park_until_feasible_is_off_by_default_and_has_no_effect_with_fair_shari
 def test_the_wake_index_forgets_tickets_nobody_holds_and_keeps_the_others() -> None:
     """Tickets whose heads were woken otherwise are dropped when the index compacts
     (after as many parks as it holds tickets, plus 4,096), live ones still fire."""
-    from admission.engine.parking import WakeIndex
+    from admission.engine.preemption.parking import WakeIndex
     from queues.tree import QuotaNode
 
     node = QuotaNode("cq", is_cohort=False)

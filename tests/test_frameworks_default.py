@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from admission.config import Config, parse_config
-from admission.integrations.registry import ALL, DEFAULT_FRAMEWORKS, INTEGRATIONS
+from admission.config.schema import Config, parse_config
+from admission.integrations.framework.registry import ALL, DEFAULT_FRAMEWORKS, INTEGRATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "manifests" / "base" / "config" / "config.yaml"

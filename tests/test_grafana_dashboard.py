@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from admission.kube.metrics import Metrics
+from admission.kube.control.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "manifests" / "grafana" / "quartermaster-dashboard.json"

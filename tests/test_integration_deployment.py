@@ -16,10 +16,10 @@ from typing import Any
 import jsonpatch
 
 from admission.drivers.loader import load_documents
-from admission.integrations.deployment import DEPLOYMENT
-from admission.integrations.pod import single_pod_workload_name
-from admission.kube import client as k
-from admission.kube.client import ApiError, Resource
+from admission.integrations.kinds.deployment import DEPLOYMENT
+from admission.integrations.kinds.pod import single_pod_workload_name
+from admission.kube.client import rest as k
+from admission.kube.client.rest import ApiError, Resource
 from tests.integration_kit import NS, KindCase, Q, lifecycle_objects, meta, pod_template, review
 from tests.kube_harness import eventually, is_true, stack
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from admission.config import parse_config
-from admission.integrations.base import IntegrationError, workload_model
-from admission.integrations.jobset import JOBSET
-from admission.kube import client as k
-from admission.kube.client import ApiError
+from admission.config.schema import parse_config
+from admission.integrations.framework.interface import IntegrationError, workload_model
+from admission.integrations.kinds.jobset import JOBSET
+from admission.kube.client import rest as k
+from admission.kube.client.rest import ApiError
 from tests.integration_kit import (
     NS,
     PODSET,
@@ -152,7 +152,7 @@ def test_a_disabled_integration_answers_allowed_unchanged() -> None:
 
 
 def test_a_job_owned_by_a_jobset_is_left_to_the_jobset_integration() -> None:
-    from admission.integrations.job import JOB
+    from admission.integrations.kinds.job import JOB
 
     child = {
         "apiVersion": "batch/v1",

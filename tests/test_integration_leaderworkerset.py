@@ -15,13 +15,13 @@ from typing import Any
 
 import jsonpatch
 
-from admission.integrations.leaderworkerset import (
+from admission.integrations.kinds.leaderworkerset import (
     GROUP_INDEX_LABEL,
     LEADERWORKERSET,
     NAME_LABEL,
 )
-from admission.kube import client as k
-from admission.kube.client import resource_of
+from admission.kube.client import rest as k
+from admission.kube.client.rest import resource_of
 from tests.integration_kit import NS, KindCase, Q, lifecycle_objects, meta, pod_template, review
 from tests.kube_harness import admitted, eventually, stack
 

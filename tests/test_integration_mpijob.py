@@ -11,8 +11,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.base import workload_model
-from admission.integrations.mpijob import MPIJOB
+from admission.integrations.framework.interface import workload_model
+from admission.integrations.kinds.mpijob import MPIJOB
 from tests.integration_kit import (
     KindCase,
     Roles,

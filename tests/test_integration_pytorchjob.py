@@ -14,8 +14,12 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.base import IntegrationError, apply_merge_patch, workload_model
-from admission.integrations.pytorchjob import PYTORCHJOB
+from admission.integrations.framework.interface import (
+    IntegrationError,
+    apply_merge_patch,
+    workload_model,
+)
+from admission.integrations.kinds.pytorchjob import PYTORCHJOB
 from queues.model import PriorityClass
 from tests.integration_kit import (
     KindCase,
@@ -104,7 +108,7 @@ def test_an_unknown_replica_type_is_refused_naming_the_field() -> None:
 
 
 def test_start_and_stop_patch_each_replica_template_and_run_policy_suspend() -> None:
-    from admission.integrations.base import PodSetInfo, original_info
+    from admission.integrations.framework.interface import PodSetInfo, original_info
 
     job = pytorchjob("train", CASE.roles, meta("train"))
     job["spec"]["runPolicy"]["suspend"] = True

@@ -11,8 +11,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.base import workload_model
-from admission.integrations.raycluster import RAYCLUSTER
+from admission.integrations.framework.interface import workload_model
+from admission.integrations.kinds.raycluster import RAYCLUSTER
 from tests.integration_kit import (
     KindCase,
     Roles,

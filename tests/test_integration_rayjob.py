@@ -12,14 +12,14 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.base import (
+from admission.integrations.framework.interface import (
     apply_merge_patch,
     flavor_info,
     original_info,
     workload_body,
     workload_model,
 )
-from admission.integrations.rayjob import RAYJOB
+from admission.integrations.kinds.rayjob import RAYJOB
 from queues.model import ResourceFlavor
 from tests.integration_kit import (
     KindCase,

@@ -16,10 +16,10 @@ from typing import Any
 import jsonpatch
 
 from admission.drivers.loader import load_documents
-from admission.integrations.statefulset import STATEFULSET
-from admission.kube import client as k
+from admission.integrations.kinds.statefulset import STATEFULSET
 from admission.kube import objects as o
-from admission.kube.client import ApiError, Resource
+from admission.kube.client import rest as k
+from admission.kube.client.rest import ApiError, Resource
 from queues.model import Admission, Workload
 from tests.integration_kit import (
     NS,

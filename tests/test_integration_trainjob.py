@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from admission.drivers.loader import load_documents
-from admission.integrations.base import IntegrationError, flavor_info, workload_model
-from admission.integrations.trainjob import (
+from admission.integrations.framework.interface import IntegrationError, flavor_info, workload_model
+from admission.integrations.kinds.trainjob import (
     ANCESTOR_LABEL,
     CLUSTER_TRAINING_RUNTIMES,
     KUEUE_MANAGER,
     TRAINING_RUNTIMES,
     TRAINJOB,
 )
-from admission.kube.client import ApiError
+from admission.kube.client.rest import ApiError
 from queues.model import ResourceFlavor
 from tests.integration_kit import (
     NS,
@@ -304,7 +304,7 @@ def test_a_trainjob_waits_for_its_runtime_and_its_jobset_is_left_to_it(
     JobSet the trainer creates for it (controlled by the TrainJob, no queue label) is
     not managed on its own: the TrainJob is its managed ancestor."""
     objects = [o for o in lifecycle_objects(CASE) if o["kind"] != "ClusterTrainingRuntime"]
-    from admission.integrations.jobset import JOBSET
+    from admission.integrations.kinds.jobset import JOBSET
     from tests.test_integration_jobset import jobset
 
     crds = ("trainjobs", "trainingruntimes", "clustertrainingruntimes", "jobsets")

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.integrations.base import apply_merge_patch, merge_patch
-from admission.integrations.registry import INTEGRATIONS, FrameworksError, frameworks
+from admission.integrations.framework.interface import apply_merge_patch, merge_patch
+from admission.integrations.framework.registry import INTEGRATIONS, FrameworksError, frameworks
 
 json_values = st.recursive(
     st.one_of(st.booleans(), st.integers(-5, 5), st.text(max_size=3)),

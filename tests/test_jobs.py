@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.job import JobError, workload_from_job, workload_name
+from admission.integrations.kinds.job import JobError, workload_from_job, workload_name
 from queues.model import PodSet, PriorityClass, Toleration, Workload
 
 UID = "2b4c4c8e-1111-4222-8333-444455556666"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.apiserver_double import running_apiserver
-from admission.kube import client as k
+from admission.kube.client import rest as k
 from admission.serve.certsecret import sync_certificates
 from tests.double_client import kube_client_config
 from tests.kube_harness import (
@@ -23,7 +23,7 @@ from tests.kube_harness import (
     namespace,
     stack,
 )
-from webhooks.certs import (
+from webhooks.server.certs import (
     bundle_from_secret,
     generate_certificates,
     read_cert_dir,

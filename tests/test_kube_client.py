@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from admission.apiserver_double import running_apiserver
-from admission.kube import client as k
-from admission.kube.client import API_CALLS, ApiError, UndeclaredCall
-from admission.kube.informer import Backoff, Informer
+from admission.kube.client import rest as k
+from admission.kube.client.rest import API_CALLS, ApiError, UndeclaredCall
+from admission.kube.watch.informer import Backoff, Informer
 from tests.double_client import kube_client_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 
 from admission.apiserver_double import running_apiserver
-from admission.kube import client as k
-from admission.kube.leader import LeaderElector
+from admission.kube.client import rest as k
+from admission.kube.control.leader import LeaderElector
 from admission.serve.service import Service
 from tests.double_client import kube_client_config
 from tests.kube_harness import (

@@ -6,11 +6,11 @@ import copy
 from typing import Any
 
 from admission.engine.cache import Cache
-from admission.integrations.base import flavor_info, original_info
-from admission.integrations.job import JOB
+from admission.integrations.framework.interface import flavor_info, original_info
+from admission.integrations.kinds.job import JOB
 from admission.kube import objects as o
-from admission.kube.cachesync import CacheSync
-from queues.labels import PODSET as PODSET_LABEL
+from admission.kube.watch.cachesync import CacheSync
+from queues.api.labels import PODSET as PODSET_LABEL
 from queues.model import (
     Admission,
     ClusterQueue,
@@ -243,7 +243,7 @@ def test_a_workload_in_requeue_backoff_waits_out_of_the_queue() -> None:
 
 
 def test_the_workload_informer_shares_templates_and_slims_finished_ones() -> None:
-    from admission.kube.informer import WorkloadSlimmer
+    from admission.kube.watch.informer import WorkloadSlimmer
 
     slim = WorkloadSlimmer()
     a, b = wl_obj("a"), wl_obj("b")
@@ -265,8 +265,8 @@ def test_the_writer_reads_only_the_stores_it_keeps() -> None:
     resource is a bug, not a silent read of the Jobs store."""
     import pytest
 
-    from admission.kube.client import JOBS, PODS, WORKLOADS
-    from admission.kube.context import Writer
+    from admission.kube.client.rest import JOBS, PODS, WORKLOADS
+    from admission.kube.control.context import Writer
 
     class Store:
         def __init__(self, objs: dict[str, Any]) -> None:

@@ -1,13 +1,13 @@
 """The pod-group integration's pure helpers: Workload composition, ungate and finalizer
-patches (admission.integrations.pod)."""
+patches (admission.integrations.kinds.pod)."""
 
 from __future__ import annotations
 
 import jsonpatch
 import pytest
 
-from admission.integrations import pod as pg
-from admission.integrations.base import flavor_info
+from admission.integrations.framework.interface import flavor_info
+from admission.integrations.kinds import pod as pg
 from queues.model import PriorityClass, ResourceFlavor, Toleration
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from admission.config import ConfigError, parse_config
-from admission.kube import client as k
-from admission.kube.ratelimit import TokenBucket, low_priority
+from admission.config.schema import ConfigError, parse_config
+from admission.kube.client import rest as k
+from admission.kube.client.ratelimit import TokenBucket, low_priority
 from tests.kube_harness import (
     admitted,
     cluster_queue,
@@ -147,7 +147,7 @@ def test_room_for_decisions_waits_until_the_queue_drains_below_the_limit() -> No
 def test_low_priority_writes_earn_a_share_of_the_decisions_requests() -> None:
     """Every high-priority request earns ``share`` of one for low-priority writes
     (queue statuses, pending reasons); low-priority requests and Events earn nothing."""
-    from admission.kube.ratelimit import ShareCredit
+    from admission.kube.client.ratelimit import ShareCredit
 
     async def main() -> None:
         client = k.KubeClient(None, strict=False)  # type: ignore[arg-type]

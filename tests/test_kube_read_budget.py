@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from admission.kube import client as k
+from admission.kube.client import rest as k
 from tests.kube_harness import admitted, eventually, stack
 from tests.test_kube_write_economy import NS, create, objects, shut, standalone
 

@@ -26,9 +26,9 @@ import pytest
 
 from admission.apiserver_double import ADMIN_TOKEN, running_apiserver
 from admission.apiserver_double.errors import MAX_IN_FLIGHT_MESSAGE
-from admission.kube import client as k
 from admission.kube import objects as o
-from admission.kube.ratelimit import TokenBucket
+from admission.kube.client import rest as k
+from admission.kube.client.ratelimit import TokenBucket
 from tests.double_client import kube_client_config
 from tests.kube_harness import (
     Stack,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from admission.config import parse_config
+from admission.config.schema import parse_config
 from admission.serve.service import controller_options, run_service, selector_from_dict
 
 

@@ -1,4 +1,4 @@
-"""The informers' slim objects (admission/kube/slim.py): what they keep is all the
+"""The informers' slim objects (admission/kube/watch/slim.py): what they keep is all the
 controller reads, packing loses nothing, and what needs the whole object gets it."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.base import compose
-from admission.integrations.job import JOB, workload_from_job
-from admission.kube import client as k
+from admission.integrations.framework.interface import compose
+from admission.integrations.kinds.job import JOB, workload_from_job
 from admission.kube import objects as o
-from admission.kube.slim import (
+from admission.kube.client import rest as k
+from admission.kube.watch.slim import (
     DIGEST,
     ModelInterner,
     PackedStore,
@@ -28,7 +28,7 @@ from admission.kube.slim import (
     without_digests,
 )
 from bench.jobgen import realistic_job
-from queues.api import parse_model
+from queues.api.kinds import parse_model
 from queues.pods import pod_requests
 from tests.kube_harness import (
     admitted,
@@ -224,7 +224,7 @@ def test_equal_podsets_are_shared_between_engine_workloads() -> None:
 
 
 def test_a_slim_pod_keeps_its_shape_gates_and_node() -> None:
-    from admission.kube.podgroups import gated, shape_of
+    from admission.kube.reconcilers.pod_groups import gated, shape_of
 
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "p", "namespace": "ns", "labels": {"kueue.x-k8s.io/pod-group-name": "g", "app": "x"},
@@ -356,7 +356,7 @@ def test_the_controller_runs_on_slim_objects_and_restores_the_whole_template(
 @pytest.mark.parametrize("n", [0, 3])
 def test_full_reads_the_api_only_when_the_recent_copy_is_missing_or_old(n: int) -> None:
     """``Informer.full``: the recent whole object when it is current, else a GET."""
-    from admission.kube.informer import Informer
+    from admission.kube.watch.informer import Informer
 
     class Client:
         gets = 0

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from admission.engine.cache import PendingStatus
-from admission.kube import client as k
 from admission.kube import objects as o
-from admission.kube.context import ControllerOptions
-from admission.kube.jobs import finish_eviction
-from admission.kube.ratelimit import TokenBucket
+from admission.kube.client import rest as k
+from admission.kube.client.ratelimit import TokenBucket
+from admission.kube.control.context import ControllerOptions
+from admission.kube.reconcilers.job_workloads import finish_eviction
 from tests.kube_harness import (
     SA_USERNAME,
     SERVICE_NS,
@@ -400,8 +400,8 @@ def test_a_significant_queue_status_change_goes_out_while_decisions_wait(
     of them, with no low-priority share at all (due pending reasons spend the share the
     moment it is earned: a significant change that needed it would wait for as long as
     the budget stays saturated, and the queue would look idle all that time)."""
-    from admission.kube.ratelimit import LOW
-    from admission.kube.status import BUSY_PASS_EVERY
+    from admission.kube.client.ratelimit import LOW
+    from admission.kube.reconcilers.queue_status import BUSY_PASS_EVERY
 
     async def main() -> None:
         async with stack(tmp_path, objects=objects(), controller=options(low_share=0.0)) as s:
@@ -436,7 +436,7 @@ def test_only_whole_queue_transitions_between_idle_and_busy_are_significant() ->
     arrival admitted a cycle later) holds work throughout: those flips wait for the
     low-priority share like any count. Idle <-> holding work, either way, and the
     Active condition are significant."""
-    from admission.kube.status import significant
+    from admission.kube.reconcilers.queue_status import significant
 
     idle = {"pendingWorkloads": 0, "reservingWorkloads": 0}
     running = {"pendingWorkloads": 0, "reservingWorkloads": 3}
@@ -562,7 +562,7 @@ def test_when_nothing_is_decided_clusterqueues_going_idle_are_written_first() ->
     1,000 ClusterQueues and 1,000 LocalQueues) and tooling waits for the ClusterQueues
     to say so: significant changes go first, ClusterQueues before LocalQueues, the other
     changes after them, each group in its round-robin order."""
-    from admission.kube.status import StatusWriter
+    from admission.kube.reconcilers.queue_status import StatusWriter
 
     busy = {"pendingWorkloads": 0, "reservingWorkloads": 2}
     busier = {"pendingWorkloads": 0, "reservingWorkloads": 3}
@@ -584,8 +584,8 @@ def test_when_nothing_is_decided_clusterqueues_going_idle_are_written_first() ->
 def test_a_status_pass_has_several_writes_waiting_for_the_budget_at_once(tmp_path: Path) -> None:
     """One write at a time, a pass is bound by the API's latency, not by the budget:
     up to ``STATUS_WRITERS`` of its writes wait for their turn at once (never more)."""
-    from admission.kube.ratelimit import LOW
-    from admission.kube.status import STATUS_WRITERS
+    from admission.kube.client.ratelimit import LOW
+    from admission.kube.reconcilers.queue_status import STATUS_WRITERS
 
     queues = [f"cq{i}" for i in range(STATUS_WRITERS + 2)]
     objs = [namespace(NS), flavor("f")]

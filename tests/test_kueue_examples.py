@@ -21,9 +21,9 @@ import yaml
 
 from admission.cli.main import main
 from admission.cli.simulate import load_scenario, simulate_summary
-from admission.config import listen_defaults, load_config
+from admission.config.schema import listen_defaults, load_config
 from admission.drivers.loader import load_paths
-from admission.integrations.registry import BY_FRAMEWORK
+from admission.integrations.framework.registry import BY_FRAMEWORK
 from admission.sim.scenario import ScenarioError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -273,7 +273,7 @@ def test_tas_job_is_admitted_inside_one_rack(capsys: pytest.CaptureFixture[str])
     """docs/concepts/topology_aware_scheduling.md, sample-job-required.yaml on the kind
     cluster of tas/kind-cluster.yaml (two 8-cpu workers per rack): the 10 pods requiring
     one rack are admitted, all in one rack."""
-    from queues.topology_assignment import from_v1beta2
+    from queues.api.topology_assignment import from_v1beta2
 
     _, doc, err = plan(capsys, "-f", str(EXAMPLES / "tas"))
     (job,) = doc["admitted"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube import client as k
+from admission.kube.client import rest as k
 from tests.kube_harness import (
     ROOT,
     Stack,

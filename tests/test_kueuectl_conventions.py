@@ -18,8 +18,8 @@ import yaml
 
 from admission.cli import main as cli_main
 from admission.cli.main import _parser, main
-from admission.kube import client as k
-from admission.kube import kueuectl as api
+from admission.kube.client import kueuectl_calls as api
+from admission.kube.client import rest as k
 from tests.kube_harness import (
     cluster_queue,
     flavor,

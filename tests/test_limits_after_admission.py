@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.base import Integration, compose, get_path
-from admission.integrations.pod import workload_for_group
-from admission.integrations.podowner import PodOwnerIntegration, UpdateCheck
-from admission.integrations.registry import INTEGRATIONS
-from admission.integrations.requests import request_changes
-from admission.integrations.trainjob import TRAINJOB
+from admission.integrations.framework.interface import Integration, compose, get_path
+from admission.integrations.framework.registry import INTEGRATIONS
+from admission.integrations.framework.requests import request_changes
+from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration, UpdateCheck
+from admission.integrations.kinds.pod import workload_for_group
+from admission.integrations.kinds.trainjob import TRAINJOB
 from admission.kube.objects import job_mismatch
 from queues.pods import pod_requests
 from tests.integration_kit import NS, meta, review
@@ -165,9 +165,9 @@ def test_unmanaged_pod_owners_may_change_their_limits() -> None:
 def test_a_statefulset_limit_raise_is_refused_by_the_server(tmp_path: Path, backend: Any) -> None:
     """On the double and on a real kube-apiserver: the webhook refuses the raise of a
     managed StatefulSet's cpu limit, and the set keeps its template."""
-    from admission.integrations.statefulset import STATEFULSET
-    from admission.kube import client as k
-    from admission.kube.client import ApiError, resource_of
+    from admission.integrations.kinds.statefulset import STATEFULSET
+    from admission.kube.client import rest as k
+    from admission.kube.client.rest import ApiError, resource_of
     from tests.kube_harness import cluster_queue, flavor, local_queue, namespace, stack
 
     sts = _limits_only(STATEFULSET, BUILDERS["statefulset"](), "1")
@@ -198,9 +198,9 @@ def test_a_replacement_pod_asking_more_than_its_podset_stays_gated(tmp_path: Pat
     """Past the webhook (a template written while it was off, a pod made by hand with the
     group's labels): a pod of an admitted group that asks for more than its podSet's pods
     were counted for is left gated, saying why, and the group's other pods run."""
-    from admission.integrations.statefulset import STATEFULSET
-    from admission.kube import client as k
-    from admission.kube.client import resource_of
+    from admission.integrations.kinds.statefulset import STATEFULSET
+    from admission.kube.client import rest as k
+    from admission.kube.client.rest import resource_of
     from tests.integration_kit import KindCase, lifecycle_objects
     from tests.kube_harness import admitted, eventually, stack
     from tests.test_integration_statefulset import GROUP, _play_controller, _pods_of
@@ -268,7 +268,7 @@ def test_every_kinds_webhook_refuses_a_negative_overhead(integ: Integration) -> 
 
 @pytest.mark.parametrize("integ", OWNERS, ids=lambda i: i.framework)
 def test_no_kind_composes_a_workload_with_a_negative_overhead(integ: Integration) -> None:
-    from admission.integrations.base import IntegrationError
+    from admission.integrations.framework.interface import IntegrationError
 
     obj = _with_overhead(integ, BUILDERS[integ.framework](), "-20")
     with pytest.raises(IntegrationError, match="must be greater than or equal to 0"):

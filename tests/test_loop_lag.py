@@ -11,7 +11,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from admission.kube.metrics import Metrics
+from admission.kube.control.metrics import Metrics
 from admission.serve.looplag import LoopLagMonitor
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from admission.engine.flavors import FlavorAssigner
-from admission.kube import client as k
+from admission.kube.client import rest as k
 from tests.kube_harness import (
     cluster_queue,
     eventually,

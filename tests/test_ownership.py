@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from admission.config import parse_config
-from admission.integrations.ownership import (
+from admission.config.schema import parse_config
+from admission.integrations.framework.ownership import (
     ChainTooDeep,
     CyclicOwnership,
     OwnerNotFound,
@@ -24,14 +24,14 @@ from admission.integrations.ownership import (
     OwnershipError,
     managed_ancestor,
 )
-from admission.integrations.registry import Frameworks, frameworks
-from admission.kube import client as k
-from admission.kube.client import ApiError
+from admission.integrations.framework.registry import Frameworks, frameworks
+from admission.kube.client import rest as k
+from admission.kube.client.rest import ApiError
 from tests.integration_kit import NS, Q, lifecycle_objects, meta, pod_template, workload_of
 from tests.kube_harness import admitted, eventually, stack
 from tests.test_integration_jobset import CASE, jobset
 from webhooks.config import WebhookConfig
-from webhooks.owners import has_managed_ancestor, read_owners
+from webhooks.handlers.owners import has_managed_ancestor, read_owners
 from webhooks.review import HandlerContext
 from webhooks.view import InMemoryView
 

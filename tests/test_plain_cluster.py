@@ -3,7 +3,7 @@
 An integration whose kind is a custom resource is not watched while its CRD is
 missing, does not hold back readiness, is logged once as waiting, starts when the CRD
 is installed and stops (its Workloads kept) when the CRD is deleted
-(``admission/kube/integrationgate.py``). The same scenario runs on a real API server in
+(``admission/kube/control/integrationgate.py``). The same scenario runs on a real API server in
 ``tests/test_real_install.py``.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from admission.integrations.jobset import JOBSET
-from admission.kube import client as k
+from admission.integrations.kinds.jobset import JOBSET
+from admission.kube.client import rest as k
 from tests.integration_kit import NS, workload_of
 from tests.kube_harness import admitted, eventually, stack
 from tests.plain_cluster import (

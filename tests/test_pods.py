@@ -475,7 +475,7 @@ def test_pod_sets_of_one_template_content_are_independent() -> None:
 
 
 def test_a_template_found_valid_once_is_still_checked_when_it_differs() -> None:
-    from queues.api_rules import check_pod_template
+    from queues.api.rules import check_pod_template
 
     good = {"spec": {"containers": [{"name": "c"}]}}
     assert check_pod_template(good, "t") == []

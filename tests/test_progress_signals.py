@@ -1,4 +1,4 @@
-"""The progress signals (queues.progress), the progressAwarePreemption configuration,
+"""The progress signals (queues.api.progress), the progressAwarePreemption configuration,
 and how plan shows notices (-o table, --what-if)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from admission.cli.main import main
-from admission.config import ConfigError, parse_config
-from queues.progress import (
+from admission.config.schema import ConfigError, parse_config
+from queues.api.progress import (
     CHECKPOINT_ANNOTATION,
     CHECKPOINTED_CONDITION,
     DEADLINE_ANNOTATION,

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.kube import client as k
-from admission.kube import status as status_module
-from queues.labels import RESOURCE_IN_USE
+from admission.kube.client import rest as k
+from admission.kube.reconcilers import queue_status as status_module
+from queues.api.labels import RESOURCE_IN_USE
 from queues.quantity import MAX_MAGNITUDE
 from tests.kube_harness import (
     cluster_queue,
@@ -29,7 +29,7 @@ from tests.kube_harness import (
     stack,
 )
 from tests.scenario_runner import run_plan_cli
-from webhooks.quota import schema_problems
+from webhooks.handlers.quota import schema_problems
 
 NOMINAL = "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from admission.apiserver_double.jobcontroller import start_patch
-from admission.integrations.job import JOB, terminal_indexes
-from admission.integrations.jobset import JOBSET
-from admission.kube import client as k
+from admission.integrations.kinds.job import JOB, terminal_indexes
+from admission.integrations.kinds.jobset import JOBSET
+from admission.kube.client import rest as k
 from queues.model import Admission, PodSet, PodSetAssignment, Workload
 from tests.integration_kit import NS, lifecycle_objects, meta, workload_of
 from tests.kube_harness import (

@@ -20,8 +20,8 @@ import yaml
 
 from admission.cli.main import main
 from admission.cli.simulate import load_scenario, simulate_summary
-from admission.config import ConfigError, parse_config
-from admission.kube import client as k
+from admission.config.schema import ConfigError, parse_config
+from admission.kube.client import rest as k
 from queues.model import PodSet, Workload
 from queues.quantity import to_units
 from queues.transformations import ResourceTransformation, ResourceTransformer

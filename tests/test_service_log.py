@@ -19,10 +19,10 @@ import pytest
 
 from admission.cli.logs import LEVEL_ENV, log_level
 from admission.cli.main import _parser
-from admission.kube import client as k
-from admission.kube.client import KubeClient
-from admission.kube.informer import Informer
-from admission.kube.unreachable import Outage, transport_reason
+from admission.kube.client import rest as k
+from admission.kube.client.rest import KubeClient
+from admission.kube.client.unreachable import Outage, transport_reason
+from admission.kube.watch.informer import Informer
 from tests.kube_harness import (
     cluster_queue,
     eventually,

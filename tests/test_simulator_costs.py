@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from admission.config import Config
+from admission.config.schema import Config
 from admission.engine.cache import Cache
 from admission.sim.simulator import ApiModel, Simulator, simulate
 from queues.model import LOWER_PRIORITY

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.sim.scenario import ScenarioError, parse_generator
 from admission.cli.simulate import load_scenario
+from admission.sim.scenario import ScenarioError, parse_generator
 from queues.model import ANY, LOWER_PRIORITY
 from tests.sim_helpers import GENERATOR_SMALL, TRACE_OBJECTS
 

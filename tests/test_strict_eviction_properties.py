@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from admission.config import ConfigError, build_scheduler, parse_config
+from admission.config.schema import ConfigError, build_scheduler, parse_config
 from admission.engine.cache import Cache
 from queues.model import (
     ClusterQueue,

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.integrations.base import PodSetInfo, apply_merge_patch, original_info, tas_info
-from admission.integrations.job import JOB
-from admission.integrations.jobset import JOBSET
-from admission.kube.tas_ungate import topology_domains
+from admission.integrations.framework.interface import (
+    PodSetInfo,
+    apply_merge_patch,
+    original_info,
+    tas_info,
+)
+from admission.integrations.kinds.job import JOB
+from admission.integrations.kinds.jobset import JOBSET
+from admission.kube.reconcilers.tas_ungate import topology_domains
+from queues.api.topology_assignment import to_v1beta2
 from queues.model import TopologyAssignment
-from queues.topology_assignment import to_v1beta2
 
 HOST = "kubernetes.io/hostname"
 GATE = "kueue.x-k8s.io/topology"
@@ -280,7 +285,7 @@ def test_a_started_tas_trainjob_gets_the_gate_through_kueues_runtime_patch() -> 
     """TrainJob (its pods come from a JobSet its runtime makes): the topology gate and
     the Workload annotation go into Kueue's runtime patch for each replicated Job, and
     its podSets rank pods across the JobSet's Jobs like a JobSet's."""
-    from admission.integrations.trainjob import TRAINJOB
+    from admission.integrations.kinds.trainjob import TRAINJOB
     from tests.test_integration_trainjob import ROLES, RUNTIME, lookup_of, meta, started_templates
     from tests.test_integration_trainjob import trainjob as make_trainjob
 

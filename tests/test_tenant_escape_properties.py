@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.kube import client as k
-from admission.kube.client import JSON_PATCH, ApiError
+from admission.kube.client import rest as k
+from admission.kube.client.rest import JSON_PATCH, ApiError
 from tests.integration_kit import NS, KindCase, crds_of, meta
 from tests.kube_harness import Obj, cluster_queue, eventually, flavor, job, local_queue, namespace
 from tests.kube_harness import stack as start_stack

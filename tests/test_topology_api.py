@@ -9,17 +9,18 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.job import JobError, workload_from_job
-from queues import api, labels
-from queues.model import TopologyRequest
-from queues.topology_request import (
+from admission.integrations.kinds.job import JobError, workload_from_job
+from queues.api import kinds as api
+from queues.api import labels
+from queues.api.topology_request import (
     TopologyAnnotationError,
     pod_set_group_errors,
     topology_request_from_annotations,
 )
+from queues.model import TopologyRequest
 from tests.crd_validation import crd_problems
+from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review
 from webhooks.config import WebhookConfig
-from webhooks.testing import ReviewClient, WebhookServerThread, make_review
 from webhooks.view import InMemoryView
 
 HOST = "kubernetes.io/hostname"

@@ -13,10 +13,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from admission.engine.tas.domains import HOSTNAME, Node, PodUsage, TopologyState
+from admission.engine.tas.placement import PlacementRequest, place_flavor
+from queues.api.topology_assignment import from_v1beta2, node_selectors, to_v1beta2
 from queues.model import ResourceFlavor, Taint, Toleration, Topology, TopologyRequest
-from queues.topology import HOSTNAME, Node, PodUsage, TopologyState
-from queues.topology_assignment import from_v1beta2, node_selectors, to_v1beta2
-from queues.topology_placement import PlacementRequest, place_flavor
 
 LEVELS = ("block", "rack", HOSTNAME)
 FLAVOR = ResourceFlavor("tas", node_labels={"pool": "gpu"}, topology_name="t")

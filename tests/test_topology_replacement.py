@@ -6,9 +6,9 @@ there means no replacement (the caller evicts)."""
 
 from __future__ import annotations
 
+from admission.engine.tas.domains import HOSTNAME, Node, TopologyState
+from admission.engine.tas.placement import PlacementRequest, find_replacement
 from queues.model import ResourceFlavor, Topology, TopologyAssignment, TopologyRequest
-from queues.topology import HOSTNAME, Node, TopologyState
-from queues.topology_placement import PlacementRequest, find_replacement
 
 LEVELS = ("block", "rack", HOSTNAME)
 FLAVOR = ResourceFlavor("tas", node_labels={"pool": "gpu"}, topology_name="t")

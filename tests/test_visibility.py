@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from admission.kube import client as k
+from admission.kube.client import rest as k
 from tests.kube_harness import (
     SERVICE_NS,
     Stack,
@@ -222,7 +222,7 @@ def test_the_server_trusts_identity_headers_only_from_the_front_proxy(tmp_path: 
     ignored: no front-proxy certificate, no identity; a certificate from another CA is
     refused in the TLS handshake."""
     from admission.apiserver_double.certs import make_client_cert
-    from webhooks.certs import read_cert_dir
+    from webhooks.server.certs import read_cert_dir
 
     async def main() -> None:
         async with stack(tmp_path, objects=OBJECTS, visibility=True) as s:

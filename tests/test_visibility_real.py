@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube import client as k
+from admission.kube.client import rest as k
 from tests.kube_harness import eventually, stack, workload
 from tests.test_visibility import BASE, OBJECTS, expected_order
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from webhooks import certs
-from webhooks.testing import WebhookServerThread, sample_view
+from tests.support.webhook_server import WebhookServerThread, sample_view
+from webhooks.server import certs
 
 SERVICE_DNS = "quartermaster-webhook-service.quartermaster-system.svc"
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.kube_harness import stack
 from tests.test_e2e_kubectl import KUBECTL, kubectl
-from webhooks import quota
+from webhooks.handlers import quota
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "manifests" / "examples"
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")

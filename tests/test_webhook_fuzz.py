@@ -1,6 +1,6 @@
 """Hostile AdmissionReviews never crash the server or leak memory.
 
-The server runs alone in a subprocess (``python -m webhooks.testing``) so its memory
+The server runs alone in a subprocess (``python -m tests.support.webhook_server``) so its memory
 can be read from /proc; one keep-alive HTTPS connection sends at least 5,000
 hypothesis-generated bodies: random bytes, random JSON, and valid reviews of every
 kind with random fields deleted or replaced. Every answer must be HTTP 400/413, or 200
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhooks.testing import ReviewClient, make_review
+from tests.support.webhook_server import ReviewClient, make_review
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = 5000
@@ -291,7 +291,7 @@ def server_process(
 ) -> Iterator[tuple[subprocess.Popen[str], int, Path]]:
     cert_dir = tmp_path_factory.mktemp("certs")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "webhooks.testing", str(cert_dir)],
+        [sys.executable, "-m", "tests.support.webhook_server", str(cert_dir)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from webhooks import server as webhook_server
-from webhooks.server import ServerLimits
-from webhooks.testing import ReviewClient, WebhookServerThread, make_review, sample_view
+from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review, sample_view
+from webhooks.server import app as webhook_server
+from webhooks.server.app import ServerLimits
 
 MUTATE = "/mutate-batch-v1-job"
 CQ = "/validate-kueue-x-k8s-io-v1beta2-clusterqueue"
@@ -263,7 +263,7 @@ def test_plan_names_the_object_and_field_of_a_quantity_above_the_exponent_cap(
     import yaml
 
     from tests.scenario_runner import run_plan_cli
-    from webhooks.testing import cluster_queue_doc
+    from tests.support.webhook_server import cluster_queue_doc
 
     f = tmp_path / "cq.yaml"
     f.write_text(yaml.safe_dump(cluster_queue_doc("huge", cohort="c", nominal="1e1001")))

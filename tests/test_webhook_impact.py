@@ -14,7 +14,7 @@ import yaml
 
 from admission.drivers.loader import load_paths
 from admission.drivers.plan import run_plan
-from webhooks.testing import ReviewClient, make_review, serving
+from tests.support.webhook_server import ReviewClient, make_review, serving
 from webhooks.view import InMemoryView
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "manifests" / "examples"

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from queues.model import LabelSelector
-from webhooks import jobs
+from tests.support.webhook_server import sample_view
 from webhooks.config import WebhookConfig
+from webhooks.handlers import job as jobs
 from webhooks.review import AdmissionRequest, HandlerContext
-from webhooks.testing import sample_view
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 PRIORITY = "kueue.x-k8s.io/priority-class"

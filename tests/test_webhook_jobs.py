@@ -9,8 +9,13 @@ from typing import Any
 import pytest
 
 from queues.model import LocalQueue, Namespace, PriorityClass
+from tests.support.webhook_server import (
+    ReviewClient,
+    WebhookServerThread,
+    decode_patch,
+    make_review,
+)
 from webhooks.config import WebhookConfig
-from webhooks.testing import ReviewClient, WebhookServerThread, decode_patch, make_review
 from webhooks.view import InMemoryView
 
 MUTATE = "/mutate-batch-v1-job"

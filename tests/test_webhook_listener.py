@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from webhooks.server import ServerLimits
-from webhooks.testing import ReviewClient, WebhookServerThread, make_review, sample_view
+from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review, sample_view
+from webhooks.server.app import ServerLimits
 
 MUTATE = "/mutate-batch-v1-job"
 PER_SOURCE = 3

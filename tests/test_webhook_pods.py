@@ -9,8 +9,13 @@ from typing import Any
 import pytest
 
 from queues.model import LocalQueue, Namespace
-from webhooks.pods import role_hash
-from webhooks.testing import ReviewClient, WebhookServerThread, decode_patch, make_review
+from tests.support.webhook_server import (
+    ReviewClient,
+    WebhookServerThread,
+    decode_patch,
+    make_review,
+)
+from webhooks.handlers.pods import role_hash
 from webhooks.view import InMemoryView
 
 MUTATE = "/mutate--v1-pod"

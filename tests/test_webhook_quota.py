@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from queues.model import Admission, Cohort
-from webhooks import quota
-from webhooks.testing import (
+from tests.support.webhook_server import (
     ReviewClient,
     cluster_queue_doc,
     decode_patch,
@@ -19,6 +18,7 @@ from webhooks.testing import (
     pending_view,
     serving,
 )
+from webhooks.handlers import quota
 from webhooks.view import InMemoryView
 
 V = "/validate-kueue-x-k8s-io-v1beta2-"

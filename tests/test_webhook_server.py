@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from webhooks import jobs
-from webhooks import server as webhook_server
+from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review, sample_view
 from webhooks.config import WebhookConfig
+from webhooks.handlers import job as jobs
 from webhooks.review import HandlerContext
-from webhooks.server import MAX_BODY_BYTES, WebhookState, all_webhooks
-from webhooks.testing import ReviewClient, WebhookServerThread, make_review, sample_view
+from webhooks.server import app as webhook_server
+from webhooks.server.app import MAX_BODY_BYTES, WebhookState, all_webhooks
 
 MUTATE = "/mutate-batch-v1-job"
 
@@ -233,7 +233,7 @@ def test_readyz_waits_for_the_model(tmp_path: Any) -> None:
 
 def test_every_kueue_path_is_served() -> None:
     """Kueue's paths: two per job integration of the registry, then the queue objects'."""
-    from admission.integrations.registry import INTEGRATIONS
+    from admission.integrations.framework.registry import INTEGRATIONS
 
     paths = {spec.path for spec in all_webhooks()}
     assert {"/mutate-batch-v1-job", "/validate-batch-v1-job", "/mutate--v1-pod",

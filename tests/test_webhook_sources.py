@@ -1,7 +1,7 @@
 """The webhook port under a multi-source attack, over real TLS on loopback: idle
 connections from several source addresses fill the global cap, and the source that
 sends valid AdmissionReviews (the API server) is still answered, every time
-(webhooks.connections). Small caps keep the test cheap."""
+(webhooks.server.connections). Small caps keep the test cheap."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from webhooks.certs import client_ssl_context
-from webhooks.connections import ConnectionTable
-from webhooks.site import ServerLimits
-from webhooks.testing import WebhookServerThread, make_review, sample_view
+from tests.support.webhook_server import WebhookServerThread, make_review, sample_view
+from webhooks.server.certs import client_ssl_context
+from webhooks.server.connections import ConnectionTable
+from webhooks.server.site import ServerLimits
 
 MUTATE = "/mutate-batch-v1-job"
 ATTACKERS = [f"127.0.0.{i}" for i in range(2, 8)]  # six source addresses

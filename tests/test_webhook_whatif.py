@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.config import load_config
+from admission.config.schema import load_config
 from admission.drivers.loader import load_paths
 from tests.scenario_runner import expand_workload, run_plan_cli
+from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review
 from webhooks.config import WebhookConfig
-from webhooks.testing import ReviewClient, WebhookServerThread, make_review
 from webhooks.view import InMemoryView
 
 LQ_PATH = "/validate-kueue-x-k8s-io-v1beta2-localqueue"
@@ -304,8 +304,9 @@ def _slow_impact(*_args: Any) -> list[str]:
 def test_a_slow_what_if_answers_by_the_deadline_and_job_reviews_do_not_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    from webhooks import quota, server
-    from webhooks.testing import cluster_queue_doc, pending_view
+    from tests.support.webhook_server import cluster_queue_doc, pending_view
+    from webhooks.handlers import quota
+    from webhooks.server import app as server
 
     monkeypatch.setattr(quota, "impact_lines", _slow_impact)
     view = pending_view(2000)
@@ -353,7 +354,7 @@ def test_a_slow_what_if_answers_by_the_deadline_and_job_reviews_do_not_wait(
 
 
 def test_the_engine_what_if_on_a_backlog_gives_up_at_the_deadline(tmp_path: Path) -> None:
-    from webhooks.testing import cluster_queue_doc, pending_view
+    from tests.support.webhook_server import cluster_queue_doc, pending_view
 
     view = pending_view(3000)
     config = WebhookConfig(impact_deadline=0.02)
@@ -374,7 +375,7 @@ def test_the_engine_what_if_on_a_backlog_gives_up_at_the_deadline(tmp_path: Path
 
 
 def test_the_impact_deadline_comes_from_the_configuration() -> None:
-    from admission.config import parse_config
+    from admission.config.schema import parse_config
 
     cfg = parse_config({"webhook": {"impactDeadline": "750ms"}})
     assert WebhookConfig.from_config(cfg).impact_deadline == 0.75
@@ -390,8 +391,9 @@ def test_edits_that_arrive_together_each_get_their_impact_in_turn(
 ) -> None:
     """``kubectl apply -f DIR`` and controllers send quota edits close together: each
     waits for the what-if ahead of it instead of being answered without its impact."""
-    from webhooks import quota, server
-    from webhooks.testing import cluster_queue_doc, pending_view
+    from tests.support.webhook_server import cluster_queue_doc, pending_view
+    from webhooks.handlers import quota
+    from webhooks.server import app as server
 
     def slowish(kind: str, obj: Any, *_args: Any) -> list[str]:
         time.sleep(0.2)  # long enough for the other edits to arrive meanwhile
@@ -430,7 +432,7 @@ def test_edits_that_arrive_together_each_get_their_impact_in_turn(
 def test_an_edit_whose_turn_does_not_come_by_its_deadline_says_what_was_ahead() -> None:
     import asyncio
 
-    from webhooks.offloop import OffLoopRunner
+    from webhooks.handlers.offloop import OffLoopRunner
 
     release = threading.Event()
 

@@ -9,9 +9,13 @@ import re
 
 import pytest
 
-from admission.integrations.base import MAX_WORKLOAD_NAME_LENGTH, Integration, workload_name
-from admission.integrations.leaderworkerset import LEADERWORKERSET
-from admission.integrations.registry import INTEGRATIONS
+from admission.integrations.framework.interface import (
+    MAX_WORKLOAD_NAME_LENGTH,
+    Integration,
+    workload_name,
+)
+from admission.integrations.framework.registry import INTEGRATIONS
+from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
 
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 

@@ -2,9 +2,9 @@
 
 Public surface:
 
-* :mod:`webhooks.server` — ``build_app``, ``run_webhook_server``, ``serve_webhooks_only``
-* :mod:`webhooks.certs` — CA / serving certificates, reload, rotation, caBundle patch
+* :mod:`webhooks.server.app` — ``build_app``, ``run_webhook_server``, ``serve_webhooks_only``
+* :mod:`webhooks.server.certs` — CA / serving certificates, reload, rotation, caBundle patch
 * :mod:`webhooks.config` — ``WebhookConfig``
 * :mod:`webhooks.view` — ``ModelView`` protocol and ``InMemoryView``
-* :mod:`webhooks.jobs`, :mod:`webhooks.pods`, :mod:`webhooks.quota` — the handlers
+* :mod:`webhooks.handlers.job`, :mod:`webhooks.handlers.pods`, :mod:`webhooks.handlers.quota` — the handlers
 """

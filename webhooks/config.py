@@ -1,6 +1,6 @@
 """What the webhooks need to know about the deployment they run in.
 
-Kept separate from the configuration-file parser (``admission.config``) so the
+Kept separate from the configuration-file parser (``admission.config.schema``) so the
 handlers depend on a small typed object, not on the file format: the lead wires the
 file's ``managedJobsNamespaceSelector`` / ``manageJobsWithoutQueueName`` / namespace
 into :class:`WebhookConfig`.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from admission.integrations.registry import ALL, Frameworks
+from admission.integrations.framework.registry import ALL, Frameworks
 from queues.model import LabelSelector, SelectorRequirement
 
 DEFAULT_SERVICE_NAMESPACE = "quartermaster-system"
@@ -36,7 +36,7 @@ def impact_deadline_of(config: Any) -> float:
     raw = section.get("impactDeadline")
     if raw is None:
         return DEFAULT_IMPACT_DEADLINE
-    from admission.config import ConfigError, parse_duration
+    from admission.config.schema import ConfigError, parse_duration
 
     try:
         seconds = parse_duration(raw)
@@ -66,7 +66,7 @@ class WebhookConfig:
     # kinds are served (the others' webhooks are no-ops) and whose children are left to
     # their parent's integration.
     frameworks: Frameworks = ALL
-    # The service configuration (``admission.config.Config``): the quota webhook's impact
+    # The service configuration (``admission.config.schema.Config``): the quota webhook's impact
     # what-if builds its scheduler from it, exactly as ``plan --what-if --config`` does
     # (fair sharing, admission fair sharing, cohort credits). None: Kueue's defaults.
     what_if_config: Any = None
@@ -93,8 +93,8 @@ class WebhookConfig:
 
     @classmethod
     def from_config(cls, config: Any, *, namespace: str | None = None) -> WebhookConfig:
-        """From the service configuration file (``admission.config.Config``)."""
-        from queues.api import parse_label_selector
+        """From the service configuration file (``admission.config.schema.Config``)."""
+        from queues.api.kinds import parse_label_selector
 
         doc = config.doc
         ns = namespace or doc.namespace or DEFAULT_SERVICE_NAMESPACE

@@ -69,7 +69,7 @@ class HandlerContext:
     view: ModelView
     config: WebhookConfig
     #: the owners of the object under review, read before it is decided
-    #: (:mod:`webhooks.owners`); None: no owner can be read (``--webhooks-only``)
+    #: (:mod:`webhooks.handlers.owners`); None: no owner can be read (``--webhooks-only``)
     owners: OwnerReads | None = None
 
 
@@ -352,7 +352,7 @@ def controller_owner(obj: JsonObj) -> JsonObj | None:
 def owner_is_managed(obj: JsonObj, config: WebhookConfig) -> bool:
     """IsOwnerManagedByKueueForObject: the controller owner is a Kueue-integrated kind
     (the pod webhook's warning; whether Kueue manages the object is
-    :func:`webhooks.owners.has_managed_ancestor`)."""
+    :func:`webhooks.handlers.owners.has_managed_ancestor`)."""
     ref = controller_owner(obj)
     if ref is None:
         return False

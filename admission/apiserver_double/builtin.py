@@ -36,7 +36,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from . import crdstate
+from admission.apiserver_double import crdstate
+
 from .errors import FieldError, GoValue, invalid_errors
 from .resources import ResourceType
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import builtin, schema
+from admission.apiserver_double import builtin, schema
+
 from .admission import AdmissionAttributes, UserInfo, WebhookDispatcher
 from .controllers import FOREGROUND, ORPHAN, Controllers, deletable, mark_namespace_terminating
 from .errors import ApiError, bad_request, conflict, not_found

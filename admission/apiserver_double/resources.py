@@ -123,7 +123,7 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("admissionregistration.k8s.io", ("v1",), "validatingwebhookconfigurations",
                  "ValidatingWebhookConfiguration", namespaced=False),
     # stored only (the aggregator routes by Aggregator.register, delegation.py); the
-    # service keeps their caBundle (admission/kube/cabundle.py)
+    # service keeps their caBundle (admission/kube/reconcilers/cabundle.py)
     ResourceType("apiregistration.k8s.io", ("v1",), "apiservices", "APIService",
                  namespaced=False),
     # installing one serves its custom resource, deleting it stops serving it (.crdstate)

@@ -17,7 +17,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from . import builtin
+from admission.apiserver_double import builtin
+
 from .errors import ApiError, bad_request, internal, invalid
 from .resources import ResourceType
 

@@ -72,7 +72,7 @@ def register(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from admission.config import ConfigError, load_config
+    from admission.config.schema import ConfigError, load_config
     from admission.serve.demo import EXIT_BAD_INPUT, DemoOptions, run_demo
 
     logging.basicConfig(

@@ -20,7 +20,7 @@ format), one line on stderr for an error, exit 130 on Ctrl-C.
 Beyond kueuectl: ``why WORKLOAD`` (:mod:`.kueuectl_why`) says in numbers why a workload
 waits and which quota change would admit it.
 
-The API calls are in :mod:`admission.kube.kueuectl`; this module parses and prints.
+The API calls are in :mod:`admission.kube.client.kueuectl_calls`; this module parses and prints.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from admission.kube import kueuectl as api
+from admission.cli import kueuectl_format as fmt
+from admission.kube.client import kueuectl_calls as api
 
-from . import kueuectl_format as fmt
 from .kueuectl_format import (
     age,
     condition,

@@ -10,11 +10,11 @@ import json
 import sys
 from typing import Any
 
-from admission.config import ConfigError, load_config
+from admission.config.schema import ConfigError, load_config
 from admission.drivers.why import Explanation, explain, inputs_from_objects
-from admission.kube import kueuectl as api
+from admission.kube.client import kueuectl_calls as api
 from admission.serve.queueview import positions
-from queues.api import InputError
+from queues.api.kinds import InputError
 from queues.quantity import format_quantity
 
 from .kueuectl import EXIT_BAD_INPUT, EXIT_OK, UsageError

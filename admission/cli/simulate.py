@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from admission.config import ConfigError, load_config
+from admission.config.schema import ConfigError, load_config
 from admission.sim.metrics import lower_bound, summarize, summary_table
 from admission.sim.placement import (
     FragmentationProbe,

@@ -27,11 +27,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from admission.engine.cache import Cache
-from admission.engine.vocabulary import PendingReason
-from admission.config import Config
+from admission.config.schema import Config
 from admission.drivers.loader import Inputs
 from admission.drivers.whatif import snapshot, what_if, with_now
+from admission.engine.cache import Cache
+from admission.engine.vocabulary import PendingReason
 from queues.model import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 from queues.quantity import format_quantity
 from queues.tree import CohortTree

@@ -15,10 +15,10 @@ module is the file side of that, with kubectl's habits:
   skipped with one warning each, never an abort; an input without a single object is
   an error, as ``kubectl apply`` says "no objects passed to apply";
 * the kinds it reads are checked as strictly as the API server checks them: Kueue's
-  kinds by ``queues.api`` (CRD schema, CEL rules, webhooks), built-in kinds by their
+  kinds by ``queues.api.kinds`` (CRD schema, CEL rules, webhooks), built-in kinds by their
   OpenAPI fields (``admission.drivers.strict``), so a misspelt field is refused.
 
-Job objects (batch/v1 Jobs and every other kind of ``admission.integrations.registry``
+Job objects (batch/v1 Jobs and every other kind of ``admission.integrations.framework.registry``
 with one Workload per object) become Workloads the way Kueue's job controllers build
 them; objects of an integration the Configuration does not enable are not managed and
 are left out, with a warning. Everything ends in an ``Inputs``.
@@ -45,16 +45,18 @@ from admission.drivers import strict
 from admission.drivers.loader_blocks import NotPlain, block_documents
 from admission.drivers.pod_resources import quantity_problems
 from admission.drivers.unqueued import NotQueued
-from admission.integrations.base import (
+from admission.engine.tas.domains import Node, PodUsage
+from admission.engine.tas.nodes import NodeInputError, node_from_object, pod_usage_from_object
+from admission.integrations.framework.interface import (
     Integration,
     IntegrationError,
     ReferenceLookup,
     Resource,
     workload_model,
 )
-from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
-from queues import api
-from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
+from admission.integrations.framework.registry import ALL, INTEGRATIONS, Frameworks
+from queues.api import kinds as api
+from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.memo import ContentMemo, content_key
 from queues.model import (
     ClusterQueue,
@@ -66,8 +68,6 @@ from queues.model import (
     Topology,
     Workload,
 )
-from queues.topology import Node, PodUsage
-from queues.topology_nodes import NodeInputError, node_from_object, pod_usage_from_object
 
 __all__ = [
     "GeneratedName",
@@ -96,7 +96,7 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _GENERATED_SUFFIX = 5
 _MAX_GENERATED_PREFIX = 63 - _GENERATED_SUFFIX
 
-# The job kinds read besides Kueue's own (queues.api.KINDS): every integration with one
+# The job kinds read besides Kueue's own (queues.api.kinds.KINDS): every integration with one
 # Workload per object, by (apiVersion, kind). Pod groups are a gang of pods, not read.
 _JOB_KINDS: dict[tuple[str, str], Integration] = {
     (i.api_version, i.kind): i

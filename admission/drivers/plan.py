@@ -18,16 +18,16 @@ from typing import Any
 
 import orjson
 
-from admission.config import Config
+from admission.config.schema import Config
 from admission.drivers.loader import Inputs
 from admission.engine import messages
 from admission.engine.cache import Cache, PendingStatus
-from admission.engine.checkpoint import RequeueDecision
+from admission.engine.preemption.checkpoint import RequeueDecision
 from admission.engine.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
 from admission.engine.vocabulary import PendingReason
+from queues.api.topology_assignment import from_v1beta2, to_v1beta2
 from queues.model import STRICT_FIFO, Workload
 from queues.quantity import format_quantity
-from queues.topology_assignment import from_v1beta2, to_v1beta2
 from queues.transformations import ResourceTransformer
 
 MAX_CYCLES = 10_000
@@ -314,7 +314,7 @@ def plan_json_text(doc: dict[str, Any]) -> str:
 
 def _progress_json(result: PlanResult, p: PreemptedDecision) -> dict[str, Any]:
     """A victim's notice deadline and requeue decision (progressAwarePreemption)."""
-    from queues.progress import format_time
+    from queues.api.progress import format_time
 
     out: dict[str, Any] = {}
     if p.notice_deadline is not None:

@@ -7,7 +7,7 @@ is refused by any decoding. ``plan`` reads the same files a user would apply and
 refuse them the same way, or it would plan a Job with the default parallelism of 1
 that the cluster would never have accepted.
 
-Kueue's own kinds are checked by their pydantic models (``queues.api``, extra fields
+Kueue's own kinds are checked by their pydantic models (``queues.api.kinds``, extra fields
 forbidden). The built-in kinds are checked here, against the field tables of
 ``builtin_fields.json``, generated from the Kubernetes OpenAPI schema by
 ``hack/gen_builtin_fields.py``. A table maps each API type to its fields; a field's

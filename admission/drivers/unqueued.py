@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from queues.labels import QUEUE_NAME
+from queues.api.labels import QUEUE_NAME
 
 __all__ = ["NotQueued"]
 

@@ -2,7 +2,7 @@
 
 ``plan --what-if`` and the quota webhook's impact warnings (``admission.drivers.impact``) both
 call :func:`what_if`, so both run the scheduler the configuration builds
-(:meth:`admission.config.Config.make_scheduler`: fair sharing, admission fair
+(:meth:`admission.config.schema.Config.make_scheduler`: fair sharing, admission fair
 sharing, cohort credits) and cannot disagree about what an edit does.
 
 A what-if never touches its inputs: each side runs on shallow copies of the
@@ -18,10 +18,10 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from admission.engine.cache import Cache
-from admission.config import Config
+from admission.config.schema import Config
 from admission.drivers.loader import Inputs
 from admission.drivers.plan import PlanResult, run_plan
+from admission.engine.cache import Cache
 from queues.model import ClusterQueue, Cohort, LocalQueue, Namespace, ResourceFlavor, Workload
 
 __all__ = ["WhatIf", "snapshot", "what_if", "with_now"]

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from admission.config import Config
+from admission.config.schema import Config
 from admission.drivers.loader import Inputs, default_namespaces, store
 from admission.drivers.plan import PlanResult, run_plan
-from queues import api
+from queues.api import kinds as api
 from queues.model import (
     ResourceGroup,
     ResourceQuota,

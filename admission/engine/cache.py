@@ -14,15 +14,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from admission.engine import messages
-from admission.engine.parking import Evidence, WakeIndex, own_key
+from admission.engine.preemption.parking import Evidence, WakeIndex, own_key
 from admission.engine.progress import WORKLOAD_SOURCE, Notice, ProgressBook
-from admission.engine.topology import (
+from admission.engine.tas.admission import (
     ChosenPodSet,
     TasCharge,
     leaf_usage,
     still_fits,
     tas_charges,
 )
+from admission.engine.tas.domains import Node, PodUsage, TopologyState, Usage, add_usage
 from admission.engine.vocabulary import PendingReason
 from queues.model import (
     STOP_NONE,
@@ -38,7 +39,6 @@ from queues.model import (
     Workload,
 )
 from queues.pending import PendingQueue, scheduling_hash
-from queues.topology import Node, PodUsage, TopologyState, Usage, add_usage
 from queues.transformations import ResourceTransformer
 from queues.tree import CohortTree
 
@@ -116,7 +116,7 @@ class Cache:
         # workload's topology assignments hold (released exactly as charged).
         self.topology = TopologyState()
         self.tas_charged: dict[str, list[TasCharge]] = {}
-        # Checkpoints and preemption notices (admission.engine.checkpoint): only read
+        # Checkpoints and preemption notices (admission.engine.preemption.checkpoint): only read
         # when progress-aware preemption is configured.
         self.progress = ProgressBook()
         self._refresh_derived()
@@ -213,13 +213,13 @@ class Cache:
     def enable_bounded_parking(
         self, bound: Callable[[Cache, str, Workload], Evidence | None]
     ) -> None:
-        """``parkUntilFeasible`` (our extension, admission.engine.feasibility): a head
+        """``parkUntilFeasible`` (our extension, admission.engine.preemption.feasibility): a head
         parked because it can neither fit nor preempt is woken only once enough quota
         was released where it could help it (or on a spec change), not by any release in
         its tree; a head that no longer fits after earlier heads of its cycle is parked
         the same way when the bound shows it cannot be admitted before a release.
 
-        ``bound`` is ``admission.engine.feasibility.blocking`` (``build_scheduler`` passes
+        ``bound`` is ``admission.engine.preemption.feasibility.blocking`` (``build_scheduler`` passes
         it: the bound reads flavor matching, which sits above the cache)."""
         self._bound = bound
         if self.wake_index is None:

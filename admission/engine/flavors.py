@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from admission.engine import messages
-from admission.engine.topology import (
+from admission.engine.tas.admission import (
     TOPOLOGY_PLACEMENT_FAILED,
     PlacementCheck,
     TasCharge,
@@ -27,6 +27,8 @@ from admission.engine.topology import (
     place_workload,
     placement_requests,
 )
+from admission.engine.tas.domains import TopologyState
+from admission.engine.tas.placement import requests_tas
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
     PREEMPTION_OVER_BORROWING,
@@ -39,8 +41,6 @@ from queues.model import (
     TopologyAssignment,
     Workload,
 )
-from queues.topology import TopologyState
-from queues.topology_placement import requests_tas
 from queues.tree import QuotaNode
 
 # Short names for the vocabulary's members, as the assigner reads them.
@@ -419,7 +419,7 @@ class FlavorAssigner:
         self, wl: Workload, results: list[PodSetAssignmentResult], out: Assignment
     ) -> None:
         """Kueue's TAS step of assignFlavors: place the TAS podSets once their flavors
-        are chosen (see admission.engine.topology)."""
+        are chosen (see admission.engine.tas.admission)."""
         assert self.topology is not None
         errors: dict[str, str] = {}
         reqs = placement_requests(

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable
 
 from admission.engine.vocabulary import PreemptionReason
-from queues import labels
+from queues.api import labels
 from queues.model import FlavorResource, ResourceFlavor, Taint, Workload
 from queues.quantity import format_quantity
 from queues.tree import QuotaNode

@@ -4,8 +4,8 @@ A scheduler is built with one :data:`EntryOrder`: a function from the cycle's en
 to an iterator over them. Kueue's classical iterator sorts once
 (:func:`classical_order`); with cohort credits the sort key gains the credit between
 borrowers (:func:`credit_order`); fair sharing replaces the sort with a tournament that
-is re-run after every entry (:class:`admission.engine.fair_sharing.Tournament`). The
-configuration picks one, once (``admission.config.build_scheduler``).
+is re-run after every entry (:class:`admission.engine.preemption.fair_sharing.Tournament`). The
+configuration picks one, once (``admission.config.schema.build_scheduler``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from admission.engine.cache import PendingStatus
 from admission.engine.flavors import Assignment
-from admission.engine.preemption import Target
+from admission.engine.preemption.classical import Target
 from queues.model import Workload
 from queues.tree import CohortTree
 

@@ -1,6 +1,6 @@
 """What drivers report of training progress: checkpoints per source, and notices.
 
-The data half of progress-aware preemption (:mod:`admission.engine.checkpoint` has the
+The data half of progress-aware preemption (:mod:`admission.engine.preemption.checkpoint` has the
 policy): the cache keeps one :class:`ProgressBook` (``Cache.progress``) that the
 drivers fill and the policy reads. It sits below the cache in the engine's layers.
 """

@@ -30,7 +30,7 @@ from admission.engine.cache import Cache, PendingStatus
 from admission.engine.faults import cannot_evaluate
 from admission.engine.flavors import Assignment, FlavorAssigner, OracleAnswer
 from admission.engine.ordering import Entry, EntryOrder, classical_order
-from admission.engine.preemption import Preemptor, Target
+from admission.engine.preemption.classical import Preemptor, Target
 from admission.engine.progress import Notice
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import AssignmentMode, PendingReason
@@ -47,7 +47,7 @@ from queues.model import (
 from queues.tree import QuotaNode
 
 if TYPE_CHECKING:
-    from admission.engine.checkpoint import ProgressAware
+    from admission.engine.preemption.checkpoint import ProgressAware
     from admission.engine.usage import UsageTracker
 
 
@@ -148,7 +148,7 @@ class Scheduler:
     Everything that changes what a cycle decides is a keyword-only argument, fixed for
     the scheduler's life (Kueue's ``scheduler.New(..., WithFairSharing(...),
     WithClock(...))``): the preemption strategy, the entry order, the usage tracker
-    (admission fair sharing and credits) and the clock. ``admission.config.build_scheduler``
+    (admission fair sharing and credits) and the clock. ``admission.config.schema.build_scheduler``
     is the one factory that picks them from a configuration; the defaults are Kueue's
     classical behaviour.
     """

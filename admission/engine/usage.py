@@ -30,7 +30,7 @@ from queues.tree import QuotaNode
 
 class UsageSection(Protocol):
     """What the tracker reads of a usage section of the configuration
-    (``admissionFairSharing`` or ``cohortCredits``; parsed by :mod:`admission.config`)."""
+    (``admissionFairSharing`` or ``cohortCredits``; parsed by :mod:`admission.config.schema`)."""
 
     @property
     def resourceWeights(self) -> dict[str, float]: ...  # noqa: N802 (Kueue's field name)

@@ -26,23 +26,28 @@ from collections.abc import Callable
 
 from admission.engine.cache import Cache
 from admission.engine.scheduler import CycleResult, Scheduler
-from admission.integrations.base import Integration
+from admission.integrations.framework.interface import Integration
+from admission.kube import objects as o
+from admission.kube.client.ratelimit import ShareCredit
+from admission.kube.client.rest import WORKLOADS, ApiError, KubeClient
+from admission.kube.control.context import Context, ControllerOptions, WorkQueue, Writer
+from admission.kube.control.metrics import Metrics
+from admission.kube.reconcilers.admit import Applier
+from admission.kube.reconcilers.job_workloads import JobReconciler, owner_of
+from admission.kube.reconcilers.notices import Notices
+from admission.kube.reconcilers.pod_groups import PodGroupReconciler
+from admission.kube.reconcilers.podsready import PodsReadyWatcher
+from admission.kube.reconcilers.queue_status import StatusWriter
+from admission.kube.reconcilers.topology_nodes import (
+    BOUND_PODS,
+    TAS_PODS,
+    TopologyUngater,
+    TopologyWatch,
+    admitted_by_tas,
+)
+from admission.kube.watch.cachesync import QUEUE_KINDS, CacheSync
+from admission.kube.watch.informer import DELETED, Informer
 from queues.model import HOLD_AND_DRAIN
-
-from . import objects as o
-from .admit import Applier
-from .cachesync import QUEUE_KINDS, CacheSync
-from .client import WORKLOADS, ApiError, KubeClient
-from .context import Context, ControllerOptions, WorkQueue, Writer
-from .informer import DELETED, Informer
-from .jobs import JobReconciler, owner_of
-from .metrics import Metrics
-from .notices import Notices
-from .podgroups import PodGroupReconciler
-from .podsready import PodsReadyWatcher
-from .ratelimit import ShareCredit
-from .status import StatusWriter
-from .topology import BOUND_PODS, TAS_PODS, TopologyUngater, TopologyWatch, admitted_by_tas
 
 log = logging.getLogger("quartermaster.kube.controller")
 

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from admission.kube.watch.slim import DIGEST, template_digest
+from queues.api.topology_assignment import to_v1beta2
 from queues.model import Admission, PodSetAssignment
 from queues.quantity import format_quantity
-from queues.topology_assignment import to_v1beta2
-
-from .slim import DIGEST, template_digest
 
 Obj = dict[str, Any]
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from admission.kube.client import Resource
-from admission.kube.kueuectl import ApiError, UserApi
+from admission.kube.client.kueuectl_calls import ApiError, UserApi
+from admission.kube.client.rest import Resource
 
 Obj = dict[str, Any]
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from webhooks.certs import (
+from admission.kube.client.rest import SECRETS, ApiError, KubeClient
+from webhooks.server.certs import (
     CertBundle,
     CertError,
     bundle_from_secret,
@@ -28,8 +29,6 @@ from webhooks.certs import (
     secret_from_bundle,
     write_cert_dir,
 )
-
-from admission.kube.client import SECRETS, ApiError, KubeClient
 
 log = logging.getLogger(__name__)
 

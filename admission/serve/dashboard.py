@@ -43,7 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.config import Config
+from admission.config.schema import Config
 from admission.engine.cache import Cache
 from admission.kube.controller import Controller
 from queues.fairshare import dominant_resource_share

@@ -42,8 +42,8 @@ from admission.apiserver_double import (
     write_kubeconfig,
 )
 from admission.apiserver_double.crds import CRD_DIR
-from admission.config import Config
-from admission.kube.kueuectl import UserApi
+from admission.config.schema import Config
+from admission.kube.client.kueuectl_calls import UserApi
 
 from .apply import Applied, create_directory
 from .demo_jobs import RUN_SECONDS, SUBMIT_EVERY, run_jobs
@@ -148,7 +148,7 @@ def _check_port(host: str, port: int) -> None:
 @contextlib.asynccontextmanager
 async def running_demo(options: DemoOptions, workdir: Path) -> AsyncIterator[RunningDemo]:
     """Start everything (files under ``workdir``); stop it all when the block ends."""
-    from webhooks.certs import ensure_cert_dir, read_cert_dir
+    from webhooks.server.certs import ensure_cert_dir, read_cert_dir
 
     cert_dir = workdir / "certs"
     # on the loop: nothing else runs yet, and a thread would outlive a cancelled start

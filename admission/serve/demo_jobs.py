@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from admission.apiserver_double.jobcontroller import finish_patches, start_patch, suspend_patch
-from admission.kube.client import JOBS, ApiError, KubeClient
-from queues.labels import PRIORITY_CLASS, QUEUE_NAME
+from admission.kube.client.rest import JOBS, ApiError, KubeClient
+from queues.api.labels import PRIORITY_CLASS, QUEUE_NAME
 
 log = logging.getLogger("quartermaster.demo")
 Obj = dict[str, Any]

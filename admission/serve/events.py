@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from admission.kube.client import EVENTS, KubeClient
+from admission.kube.client.ratelimit import low_priority
+from admission.kube.client.rest import EVENTS, KubeClient
 from admission.kube.objects import rfc3339
-from admission.kube.ratelimit import low_priority
 
 EVENT_BURST, EVENT_QPS = 50, 10.0
 EVENT_CALL = "create core/events"

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from admission.kube.delegated import DelegatedAuth
+from admission.kube.client.delegated_auth import DelegatedAuth
 
 if TYPE_CHECKING:
     from .service import Service
@@ -21,7 +21,7 @@ VISIBILITY_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta1"
 async def serve_visibility(service: Service) -> None:
     """The aggregated visibility API on ``visibility_port``, with the webhook's serving
     certificate (the APIService points at the webhook Service's ``visibility`` port)."""
-    from webhooks.certs import ensure_cert_dir
+    from webhooks.server.certs import ensure_cert_dir
 
     from .visibility import VisibilityServer, source_of
 

@@ -38,11 +38,10 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.config import Config, ConfigError, load_config
+from admission.config.schema import Config, ConfigError, load_config
 from admission.engine.cache import Cache
-from admission.kube.cabundle import CABundleReconciler
-from admission.kube.cachesync import CacheView
-from admission.kube.client import (
+from admission.kube.client.ratelimit import TokenBucket
+from admission.kube.client.rest import (
     API_SERVICES,
     MUTATING_WEBHOOKS,
     NODES,
@@ -54,16 +53,14 @@ from admission.kube.client import (
     KubeconfigError,
     resource_of,
 )
-from admission.kube.context import ControllerOptions
+from admission.kube.control.context import ControllerOptions
+from admission.kube.control.integrationgate import IntegrationGate
+from admission.kube.control.leader import DEFAULT_LEASE_NAME, LeaderElector
+from admission.kube.control.metrics import Metrics
 from admission.kube.controller import Controller
-from admission.kube.informer import Informer, strip_managed_fields
-from admission.kube.integrationgate import IntegrationGate
-from admission.kube.leader import DEFAULT_LEASE_NAME, LeaderElector
-from admission.kube.metrics import Metrics
-from admission.kube.podsready import pods_ready_options
-from admission.kube.ratelimit import TokenBucket
-from admission.kube.slim import slimmer_for
-from admission.kube.topology import (
+from admission.kube.reconcilers.cabundle import CABundleReconciler
+from admission.kube.reconcilers.podsready import pods_ready_options
+from admission.kube.reconcilers.topology_nodes import (
     BOUND_POD_SELECTOR,
     BOUND_PODS,
     TAS_POD_SELECTOR,
@@ -72,6 +69,9 @@ from admission.kube.topology import (
     slim_pod,
     slim_tas_pod,
 )
+from admission.kube.watch.cachesync import CacheView
+from admission.kube.watch.informer import Informer, strip_managed_fields
+from admission.kube.watch.slim import slimmer_for
 from queues.model import LabelSelector
 
 from .events import EVENT_CALL, EventRecorder, no_event
@@ -133,7 +133,7 @@ class ServiceOptions:
 
 def selector_from_dict(doc: dict[str, Any] | None) -> LabelSelector | None:
     """A metav1.LabelSelector dict as the model's LabelSelector (None stays None)."""
-    from queues.api import parse_label_selector
+    from queues.api.kinds import parse_label_selector
 
     return None if doc is None else parse_label_selector(doc, path="managedJobsNamespaceSelector")
 
@@ -423,7 +423,7 @@ class Service:
     async def _serve_http(self) -> None:
         opts = self.options
 
-        from webhooks.server import add_health_routes
+        from webhooks.server.app import add_health_routes
 
         health = web.Application()
         add_health_routes(
@@ -466,9 +466,9 @@ class Service:
         return tasks
 
     async def _serve_webhooks(self) -> None:
-        from webhooks.certs import ensure_cert_dir
         from webhooks.config import WebhookConfig
-        from webhooks.server import WebhookState, run_webhook_server
+        from webhooks.server.app import WebhookState, run_webhook_server
+        from webhooks.server.certs import ensure_cert_dir
 
         opts = self.options
         assert self.controller is not None
@@ -552,8 +552,8 @@ class Service:
 
     def _start_ca_bundle_reconciler(self) -> None:
         """Keep our webhook configurations, and the visibility API's APIServices when it
-        is served, trusting our CA (see :mod:`admission.kube.cabundle`)."""
-        from webhooks.certs import CertError, read_cert_dir
+        is served, trusting our CA (see :mod:`admission.kube.reconcilers.cabundle`)."""
+        from webhooks.server.certs import CertError, read_cert_dir
 
         opts = self.options
         assert self.client is not None

@@ -15,7 +15,7 @@ It is an *aggregated* API server: registered with an ``APIService``
 (``manifests/base/visibility.yaml``), reached through kube-apiserver, so ``kubectl get
 --raw /apis/visibility.kueue.x-k8s.io/v1beta1/...`` works as with Kueue. Every request
 but the health checks is authenticated and authorized by delegation
-(:mod:`admission.kube.delegated`): the aggregator's front-proxy certificate and its
+(:mod:`admission.kube.client.delegated_auth`): the aggregator's front-proxy certificate and its
 ``X-Remote-*`` headers, client certificates, or a bearer token (TokenReview); then a
 SubjectAccessReview for ``get`` on ``clusterqueues/pendingworkloads`` (cluster scope) or
 ``localqueues/pendingworkloads`` in the namespace. So a user granted the LocalQueue
@@ -36,8 +36,8 @@ from typing import Any
 from aiohttp import web
 
 from admission.engine.cache import Cache
+from admission.kube.client.delegated_auth import Attributes, DelegatedAuth, User
 from admission.kube.controller import Controller
-from admission.kube.delegated import Attributes, DelegatedAuth, User
 from admission.kube.objects import rfc3339
 
 from .queueview import LqUsage, PendingEntry, positions

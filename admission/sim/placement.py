@@ -23,8 +23,8 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from admission.engine.tas.domains import HOSTNAME, Node
 from queues.model import TopologyAssignment
-from queues.topology import HOSTNAME, Node
 
 if TYPE_CHECKING:
     from admission.sim.scenario import Scenario

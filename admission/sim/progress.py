@@ -21,7 +21,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.engine.checkpoint import DEFAULT_LOST_WORK_RESOURCES
+from admission.engine.preemption.checkpoint import DEFAULT_LOST_WORK_RESOURCES
 
 SIM_SOURCE = "simulator"
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from admission.engine.tas.domains import Node, PodUsage
 from admission.sim.sharing import EMPTY
 from queues.model import (
     ANY,
@@ -50,7 +51,6 @@ from queues.model import (
     Workload,
 )
 from queues.quantity import QuantityError, to_units
-from queues.topology import Node, PodUsage
 
 US_PER_S = 1_000_000
 US_PER_MS = 1_000

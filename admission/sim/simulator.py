@@ -80,7 +80,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from admission.config import Config
+from admission.config.schema import Config
 from admission.engine.cache import Cache
 from admission.engine.vocabulary import PendingReason
 from admission.sim.progress import (

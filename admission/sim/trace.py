@@ -60,11 +60,11 @@ from admission.drivers.loader import (
     load_documents,
     plain_yaml_documents,
 )
-from admission.integrations.base import IntegrationError, workload_model
-from admission.integrations.registry import BY_KIND, INTEGRATIONS
+from admission.integrations.framework.interface import IntegrationError, workload_model
+from admission.integrations.framework.registry import BY_KIND, INTEGRATIONS
 from admission.sim.scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
 from admission.sim.sharing import EMPTY, Ints, PodSetShapes
-from queues.labels import QUEUE_NAME as QUEUE_NAME_LABEL
+from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import PodSet, PriorityClass, TopologyRequest, Workload
 from queues.quantity import QuantityError, to_units
 

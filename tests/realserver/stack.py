@@ -24,12 +24,12 @@ import pytest
 
 from admission.apiserver_double import load_webhook_configurations
 from admission.apiserver_double.jobcontroller import finish_patches, rfc3339
-from admission.config import Config
-from admission.kube import client as k
-from admission.kube.context import ControllerOptions
+from admission.config.schema import Config
+from admission.kube.client import rest as k
+from admission.kube.control.context import ControllerOptions
 from admission.serve.service import Service
 from tests.double_client import kube_client_config
-from webhooks.certs import ensure_cert_dir, read_cert_dir
+from webhooks.server.certs import ensure_cert_dir, read_cert_dir
 
 from .cluster import KIND_PLURAL, RealCluster, RealServerView
 from .controlplane import ADMIN_TOKEN, SERVICE_TOKEN, free_port, node_address

@@ -1,0 +1,1 @@
+"""The service configuration: Kueue's Configuration plus this project's extensions."""

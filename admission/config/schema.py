@@ -1,0 +1,845 @@
+"""The service configuration file (Kueue's ``Configuration`` plus our extensions).
+
+The same file is taken by ``plan --config``, ``simulate --config`` and
+``serve --config``. It is Kueue's whole ``config.kueue.x-k8s.io`` ``Configuration``
+(v1beta2, and v1beta1's spellings): a Kueue user's file loads unchanged. Field names
+are Kueue's. Unknown fields are an error naming the path. This project's extensions
+are off by default (Kueue's behaviour):
+
+* ``cohortCredits``: usage-based credits between ClusterQueues and Cohorts.
+* ``reserveEvictingCapacity: true`` (strict mode): capacity held by workloads being
+  evicted is usable only by the preemptors waiting for it, until the eviction finishes.
+  By default, as in Kueue, later heads of the cycle that issues a preemption may use
+  what the victims will free although the victims hold it until their Jobs stop, so
+  admitted plus evicting workloads may exceed a quota for that long; in strict mode
+  they never do (docs/semantics.md §4.7).
+* ``parkUntilFeasible: true`` (deficit-bounded parking): a head parked because it can
+  neither fit nor preempt carries how much quota must be released, and where, before it
+  could be admitted, and only such releases wake it (``admission.engine.preemption.feasibility``);
+  Kueue wakes every parked head of a cohort tree on any release in it. Kueue's rules
+  decide, in fewer nominations (the timing of decisions can differ: docs/semantics.md
+  §4.3). Not with ``fairSharing`` or ``admissionFairSharing`` (a warning says so;
+  heads are then parked as Kueue parks them).
+
+Every field Kueue defines is parsed; the ones Quartermaster does not implement (yet)
+are listed in ``Config.warnings`` ("... has no effect"), which the commands print on
+stderr. ``resources`` (excluded prefixes and resource transformations) is turned into
+the ``queues.transformations.ResourceTransformer`` the engine's cache applies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
+from admission.integrations.framework.registry import (
+    BY_FRAMEWORK,
+    Frameworks,
+    FrameworksError,
+    frameworks,
+)
+from queues.quantity import QuantityError, parse_quantity
+from queues.transformations import REPLACE, RETAIN, ResourceTransformation, ResourceTransformer
+
+if TYPE_CHECKING:
+    from admission.engine.cache import Cache
+    from admission.engine.preemption.checkpoint import ProgressPolicy, QueuePolicy, RequeuePolicy
+    from admission.engine.scheduler import Scheduler
+
+STRATEGIES = tuple(str(s) for s in DEFAULT_FAIR_SHARING_STRATEGIES)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class ConfigError(ValueError):
+    """A configuration file that is not valid; the message names the field."""
+
+
+def parse_duration(text: str | int | float) -> float:
+    """A Go duration ("5m", "1h30m", "90s", "0") in seconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValueError(f"{text!r} is negative")
+        return float(text)
+    s = text.strip()
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ValueError(f"{text!r} is not a duration like 5m, 1h30m or 90s")
+    return total
+
+
+def _checked_duration(v: str | float) -> str | float:
+    parse_duration(v)
+    return v
+
+
+Duration = Annotated[str | float, AfterValidator(_checked_duration)]
+"""A Go duration field ("30m", "1h30m", "90s", or seconds): refused, naming the field,
+when it does not parse, so that a typo is caught when the file is read and not when
+the value is first used."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class FairSharingSection(_Strict):
+    enable: StrictBool | None = None  # v1beta1 only: presence enables fair sharing in v1beta2
+    preemptionStrategies: list[str] = Field(default_factory=lambda: list(STRATEGIES))
+
+    @field_validator("preemptionStrategies")
+    @classmethod
+    def _valid(cls, v: list[str]) -> list[str]:
+        allowed: tuple[list[str], ...] = (
+            [],
+            [FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE],
+            [FairSharingStrategy.LESS_THAN_INITIAL_SHARE],
+            list(STRATEGIES),
+        )
+        if v not in allowed:
+            raise ValueError(
+                "must be LessThanOrEqualToFinalShare, LessThanInitialShare, or both in that order"
+            )
+        return v or list(STRATEGIES)
+
+
+class UsageSection(_Strict):
+    """admissionFairSharing and cohortCredits share this shape."""
+
+    usageHalfLifeTime: str | float = "168h"
+    usageSamplingInterval: str | float = "5m"
+    resourceWeights: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("usageHalfLifeTime", "usageSamplingInterval")
+    @classmethod
+    def _duration(cls, v: str | float) -> str | float:
+        parse_duration(v)
+        return v
+
+    @field_validator("resourceWeights")
+    @classmethod
+    def _weights(cls, v: dict[str, float]) -> dict[str, float]:
+        for r, w in v.items():
+            if w < 0:
+                raise ValueError(f"weight of {r} must be ≥ 0")
+        return v
+
+    def half_life(self) -> float:
+        return parse_duration(self.usageHalfLifeTime)
+
+    def sampling(self) -> float:
+        s = parse_duration(self.usageSamplingInterval)
+        if s <= 0:
+            raise ValueError("usageSamplingInterval must be > 0")
+        return s
+
+
+class RequeuingStrategy(_Strict):
+    timestamp: str = "Eviction"
+    backoffLimitCount: int | None = None
+    backoffBaseSeconds: int = 60
+    backoffMaxSeconds: int = 3600
+
+
+class WaitForPodsReady(_Strict):
+    enable: StrictBool | None = None
+    timeout: Duration = "30m"
+    blockAdmission: StrictBool = False
+    recoveryTimeout: Duration | None = None
+    requeuingStrategy: RequeuingStrategy = Field(default_factory=RequeuingStrategy)
+
+
+class RequeueAfterPreemption(_Strict):
+    """Kueue's ``requeuingStrategy`` shape, for requeues after a preemption:
+    ``backoffLimitCount: 0`` never requeues (the workload is deactivated)."""
+
+    backoffLimitCount: int | None = Field(default=None, ge=0)
+    backoffBaseSeconds: int = Field(default=60, ge=0)
+    backoffMaxSeconds: int = Field(default=3600, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RequeueAfterPreemption:
+        if self.backoffMaxSeconds < self.backoffBaseSeconds:
+            raise ValueError(
+                f"backoffMaxSeconds ({self.backoffMaxSeconds}) must not be less than "
+                f"backoffBaseSeconds ({self.backoffBaseSeconds})"
+            )
+        return self
+
+    def policy(self) -> RequeuePolicy:
+        from admission.engine.preemption.checkpoint import RequeuePolicy
+
+        return RequeuePolicy(
+            backoff_base=float(self.backoffBaseSeconds),
+            backoff_max=float(self.backoffMaxSeconds),
+            backoff_limit=self.backoffLimitCount,
+        )
+
+
+def _bounded_window(v: str | float | None) -> str | float | None:
+    from admission.engine.preemption.checkpoint import MAX_NOTICE_SECONDS
+
+    if v is not None and parse_duration(v) > MAX_NOTICE_SECONDS:
+        raise ValueError(f"{v!r} is longer than the bound of {MAX_NOTICE_SECONDS / 3600:g}h")
+    return v
+
+
+class LocalQueueProgress(_Strict):
+    requeuingStrategy: RequeueAfterPreemption | None = None
+
+
+class QueueProgress(_Strict):
+    """The per-ClusterQueue rules of ``progressAwarePreemption`` (also its defaults)."""
+
+    noticeWindow: str | float | None = None
+    minimumRuntime: str | float | None = None
+    minimumRuntimeWithinClusterQueue: StrictBool | None = None
+    requeuingStrategy: RequeueAfterPreemption | None = None
+
+    @field_validator("noticeWindow")
+    @classmethod
+    def _notice(cls, v: str | float | None) -> str | float | None:
+        if v is not None:
+            parse_duration(v)
+        return _bounded_window(v)
+
+    @field_validator("minimumRuntime")
+    @classmethod
+    def _runtime(cls, v: str | float | None) -> str | float | None:
+        if v is not None:
+            parse_duration(v)
+        return v
+
+    def resolve(self, base: QueuePolicy) -> QueuePolicy:
+        from admission.engine.preemption.checkpoint import QueuePolicy
+
+        return QueuePolicy(
+            notice=parse_duration(self.noticeWindow)
+            if self.noticeWindow is not None
+            else base.notice,
+            minimum_runtime=(
+                parse_duration(self.minimumRuntime)
+                if self.minimumRuntime is not None
+                else base.minimum_runtime
+            ),
+            minimum_runtime_within_cq=(
+                self.minimumRuntimeWithinClusterQueue
+                if self.minimumRuntimeWithinClusterQueue is not None
+                else base.minimum_runtime_within_cq
+            ),
+            requeue=(
+                self.requeuingStrategy.policy()
+                if self.requeuingStrategy is not None
+                else base.requeue
+            ),
+        )
+
+
+class ProgressAwarePreemption(QueueProgress):
+    """This project's extension (admission.engine.preemption.checkpoint): checkpoint-aware victims,
+    notice windows, minimum runtime and requeue policies after preemption."""
+
+    victimOrder: Literal["Kueue", "LostWork"] = "Kueue"
+    lostWorkResources: list[str] | None = None
+    clusterQueues: dict[str, QueueProgress] = Field(default_factory=dict)
+    localQueues: dict[str, LocalQueueProgress] = Field(default_factory=dict)
+
+    @field_validator("localQueues")
+    @classmethod
+    def _lq_keys(cls, v: dict[str, LocalQueueProgress]) -> dict[str, LocalQueueProgress]:
+        for key in v:
+            ns, sep, name = key.partition("/")
+            if not sep or not ns or not name or "/" in name:
+                raise ValueError(f"{key!r}: LocalQueues are keyed <namespace>/<name>")
+        return v
+
+    @field_validator("lostWorkResources")
+    @classmethod
+    def _resources(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or any(not r for r in v)):
+            raise ValueError("must list at least one resource name")
+        return v
+
+    def policy(self) -> ProgressPolicy:
+        from admission.engine.preemption.checkpoint import (
+            DEFAULT_LOST_WORK_RESOURCES,
+            ProgressPolicy,
+            QueuePolicy,
+        )
+
+        default = self.resolve(QueuePolicy())
+        return ProgressPolicy(
+            victim_order=self.victimOrder,
+            resources=tuple(self.lostWorkResources or DEFAULT_LOST_WORK_RESOURCES),
+            default=default,
+            cluster_queues={n: q.resolve(default) for n, q in self.clusterQueues.items()},
+            local_queues={
+                k: q.requeuingStrategy.policy()
+                for k, q in self.localQueues.items()
+                if q.requeuingStrategy is not None
+            },
+        )
+
+
+class LeaderElection(_Strict):
+    """Kueue's ``leaderElection`` (component-base's LeaderElectionConfiguration)."""
+
+    leaderElect: StrictBool | None = None
+    leaseDuration: str | float = "15s"
+    renewDeadline: str | float = "10s"
+    retryPeriod: str | float = "2s"
+    resourceLock: Literal["leases"] = "leases"
+    resourceName: str = "quartermaster-leader-election"
+    resourceNamespace: str | None = None
+
+    @field_validator("leaseDuration", "renewDeadline", "retryPeriod")
+    @classmethod
+    def _duration(cls, v: str | float) -> str | float:
+        if parse_duration(v) <= 0:
+            raise ValueError("must be a positive duration")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElection:
+        lease, renew, retry = self.seconds()
+        if not retry < renew < lease:
+            raise ValueError(
+                "renewDeadline must be shorter than leaseDuration, and retryPeriod shorter "
+                f"than renewDeadline (got {lease:g}s / {renew:g}s / {retry:g}s)"
+            )
+        return self
+
+    def seconds(self) -> tuple[float, float, float]:
+        """(leaseDuration, renewDeadline, retryPeriod) in seconds."""
+        return (
+            parse_duration(self.leaseDuration),
+            parse_duration(self.renewDeadline),
+            parse_duration(self.retryPeriod),
+        )
+
+
+class ClientConnection(_Strict):
+    """Kueue's ``clientConnection``: the client-side rate limit to the API server."""
+
+    qps: float = Field(default=50.0, gt=0)
+    burst: int = Field(default=100, ge=1)
+
+
+class ControllerWebhook(_Strict):
+    """``webhook``: where the webhook server listens (``serve``'s defaults)."""
+
+    port: int | None = Field(default=None, ge=1, le=65535)
+    host: str | None = None
+    certDir: str | None = None
+    # This project's extension: how long a quota edit waits for its impact warnings.
+    impactDeadline: Duration | None = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Dict-style access, for readers of the extension fields."""
+        value = getattr(self, name, None)
+        return default if value is None else value
+
+
+class ControllerMetrics(_Strict):
+    bindAddress: str | None = None
+    enableClusterQueueResources: StrictBool | None = None
+    customLabels: list[dict[str, Any]] | None = None
+    localQueueMetrics: dict[str, Any] | None = None
+
+
+class ControllerHealth(_Strict):
+    healthProbeBindAddress: str | None = None
+    readinessEndpointName: str | None = None
+    livenessEndpointName: str | None = None
+
+
+class ControllerConfigurationSpec(_Strict):
+    groupKindConcurrency: dict[str, int] | None = None
+    cacheSyncTimeout: Duration | None = None
+
+
+class TLSOptions(_Strict):
+    minVersion: str | None = None
+    cipherSuites: list[str] | None = None
+    curvePreferences: list[int] | None = None
+
+
+class InternalCertManagement(_Strict):
+    enable: StrictBool | None = None
+    webhookServiceName: str | None = None
+    webhookSecretName: str | None = None
+
+
+class PodIntegrationOptions(_Strict):
+    """v1beta1's ``integrations.podOptions`` (dropped in v1beta2)."""
+
+    namespaceSelector: dict[str, Any] | None = None
+    podSelector: dict[str, Any] | None = None
+
+
+# Every framework name Kueue knows (apis/config/v1beta2 Integrations.Frameworks); a name
+# outside it is an error (Kueue: integration not found), a Kueue name this project has no
+# integration for yet has no effect.
+KUEUE_FRAMEWORKS = frozenset(
+    {
+        "batch/job",
+        "kubeflow.org/mpijob",
+        "ray.io/rayjob",
+        "ray.io/rayservice",
+        "ray.io/raycluster",
+        "jobset.x-k8s.io/jobset",
+        "kubeflow.org/paddlejob",
+        "kubeflow.org/pytorchjob",
+        "kubeflow.org/tfjob",
+        "kubeflow.org/xgboostjob",
+        "kubeflow.org/jaxjob",
+        "trainer.kubeflow.org/trainjob",
+        "workload.codeflare.dev/appwrapper",
+        "sparkoperator.k8s.io/sparkapplication",
+        "pod",
+        "deployment",
+        "statefulset",
+        "leaderworkerset.x-k8s.io/leaderworkerset",
+    }
+)
+
+
+class Integrations(_Strict):
+    frameworks: list[str] | None = None
+    externalFrameworks: list[str] | None = None
+    labelKeysToCopy: list[str] | None = None
+    podOptions: PodIntegrationOptions | None = None
+
+    def unregistered(self) -> list[str]:
+        """Kueue's framework names listed that Quartermaster has no integration for."""
+        return [f for f in self.frameworks or [] if f in KUEUE_FRAMEWORKS and f not in BY_FRAMEWORK]
+
+    def registry_section(self) -> dict[str, Any]:
+        """The section as the integrations registry reads it, without the frameworks
+        that have no effect (they are warned about)."""
+        section = self.model_dump(exclude_none=True)
+        if self.frameworks is not None:
+            skip = set(self.unregistered())
+            section["frameworks"] = [f for f in self.frameworks if f not in skip]
+        return section
+
+
+class ResourceTransformationDoc(_Strict):
+    """One ``resources.transformations`` entry (Kueue's ``ResourceTransformation``)."""
+
+    input: str = Field(min_length=1)
+    strategy: str = RETAIN  # Kueue's default (SetDefaults_Configuration)
+    multiplyBy: str | None = None
+    outputs: dict[str, str | int | float] = Field(default_factory=dict)
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, v: str) -> str:
+        if v not in (RETAIN, REPLACE):
+            raise ValueError(f'Unsupported value: "{v}": supported values: "Retain", "Replace"')
+        return v
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, v: dict[str, str | int | float]) -> dict[str, str | int | float]:
+        for name, qty in v.items():
+            if isinstance(qty, bool):
+                raise ValueError(f"{name}: must be a quantity, got a boolean")
+            try:
+                parse_quantity(qty)
+            except QuantityError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return v
+
+
+class Resources(_Strict):
+    quotaCheckStrategy: Literal["BlockUndeclared", "IgnoreUndeclared"] | None = None
+    excludeResourcePrefixes: list[str] = Field(default_factory=list)
+    transformations: list[ResourceTransformationDoc] = Field(default_factory=list)
+    deviceClassMappings: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _unique_inputs(self) -> Resources:
+        seen: set[str] = set()
+        for i, t in enumerate(self.transformations):
+            if t.input in seen:
+                raise ValueError(f'transformations[{i}].input: Duplicate value: "{t.input}"')
+            seen.add(t.input)
+        if self.excludeResourcePrefixes and self.quotaCheckStrategy == "IgnoreUndeclared":
+            raise ValueError(
+                "quotaCheckStrategy: excludeResourcePrefixes is not allowed when "
+                "quotaCheckStrategy is IgnoreUndeclared"
+            )
+        return self
+
+    def transformer(self) -> ResourceTransformer:
+        return ResourceTransformer.of(
+            excluded_prefixes=self.excludeResourcePrefixes,
+            transformations=(
+                ResourceTransformation(
+                    input=t.input,
+                    strategy=t.strategy,
+                    multiply_by=t.multiplyBy or None,
+                    outputs=tuple((n, parse_quantity(q)) for n, q in t.outputs.items()),
+                )
+                for t in self.transformations
+            ),
+        )
+
+
+class WorkloadRetentionPolicy(_Strict):
+    afterFinished: Duration | None = None
+    afterDeactivatedByKueue: Duration | None = None
+
+
+class ObjectRetentionPolicies(_Strict):
+    workloads: WorkloadRetentionPolicy | None = None
+
+
+class VisibilityServer(_Strict):
+    bindAddress: str | None = None
+    bindPort: int | None = Field(default=None, ge=1, le=65535)
+
+
+class ConfigurationDoc(_Strict):
+    apiVersion: str | None = None
+    kind: str | None = None
+    namespace: str | None = None
+    fairSharing: FairSharingSection | None = None
+    admissionFairSharing: UsageSection | None = None
+    cohortCredits: UsageSection | None = None
+    progressAwarePreemption: ProgressAwarePreemption | None = None
+    waitForPodsReady: WaitForPodsReady | None = None
+    manageJobsWithoutQueueName: StrictBool = False
+    managedJobsNamespaceSelector: dict[str, Any] | None = None
+    internalCertManagement: dict[str, Any] | None = None
+    webhook: ControllerWebhook | None = None
+    metrics: ControllerMetrics | None = None
+    health: ControllerHealth | None = None
+    leaderElection: LeaderElection | None = None
+    integrations: Integrations | None = None
+    clientConnection: ClientConnection = Field(default_factory=ClientConnection)
+    # The rest of Kueue's Configuration: parsed (typos are errors), implemented or
+    # reported as having no effect (see UNIMPLEMENTED).
+    resources: Resources | None = None
+    controller: ControllerConfigurationSpec | None = None
+    pprofBindAddress: str | None = None
+    tls: TLSOptions | None = None
+    multiKueue: dict[str, Any] | None = None
+    featureGates: dict[str, StrictBool] | None = None
+    objectRetentionPolicies: ObjectRetentionPolicies | None = None
+    visibilityServer: VisibilityServer | None = None
+    queueVisibility: dict[str, Any] | None = None  # v1beta1 only
+    # Our extensions (off by default): see the module docstring.
+    reserveEvictingCapacity: StrictBool = False
+    parkUntilFeasible: StrictBool = False
+
+    @field_validator("internalCertManagement")
+    @classmethod
+    def _icm(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            InternalCertManagement.model_validate(v)
+        return v
+
+
+@dataclass(slots=True)
+class Config:
+    """Parsed configuration; defaults are Kueue's (fair sharing and AFS off)."""
+
+    doc: ConfigurationDoc = field(default_factory=ConfigurationDoc)
+    now: float | None = None  # plan --now: evaluation time (epoch seconds)
+    warnings: list[str] = field(default_factory=list)  # fields that have no effect
+    resources: ResourceTransformer = field(default_factory=ResourceTransformer)
+
+    @property
+    def fair_sharing(self) -> FairSharingSection | None:
+        fs = self.doc.fairSharing
+        if fs is not None and fs.enable is False:
+            return None  # v1beta1's explicit switch
+        return fs
+
+    @property
+    def admission_fair_sharing(self) -> UsageSection | None:
+        return self.doc.admissionFairSharing
+
+    @property
+    def cohort_credits(self) -> UsageSection | None:
+        return self.doc.cohortCredits
+
+    @property
+    def progress(self) -> ProgressPolicy | None:
+        """Progress-aware preemption (``progressAwarePreemption``), None when absent."""
+        section = self.doc.progressAwarePreemption
+        return section.policy() if section is not None else None
+
+    @property
+    def frameworks(self) -> Frameworks:
+        """The job integrations ``integrations.frameworks`` enables (all when unset)."""
+        section = self.doc.integrations
+        return frameworks(section.registry_section() if section is not None else None)
+
+    def make_scheduler(
+        self, cache: Cache, *, clock: Callable[[], float], explain: bool = True
+    ) -> Scheduler:
+        """A scheduler wired with the features this configuration enables."""
+        return build_scheduler(self, cache, clock=clock, explain=explain)
+
+
+def build_scheduler(
+    config: Config, cache: Cache, *, clock: Callable[[], float], explain: bool = True
+) -> Scheduler:
+    """A scheduler with fair sharing, admission fair sharing and credits as configured:
+    the one factory behind ``plan``, ``simulate``, ``serve`` and the what-if.
+
+    Every policy object is built here, once, and handed to ``Scheduler(...)``; nothing
+    is changed on the scheduler afterwards. ``explain=False`` skips the numeric pending
+    messages (the simulator, which never shows them)."""
+    from admission.engine.ordering import EntryOrder, classical_order, credit_order
+    from admission.engine.preemption.checkpoint import ProgressAware
+    from admission.engine.preemption.classical import Preemptor
+    from admission.engine.preemption.fair_sharing import FairPreemptor, Tournament, parse_strategies
+    from admission.engine.scheduler import Scheduler
+    from admission.engine.usage import UsageTracker
+
+    tracker: UsageTracker | None = None
+    if config.admission_fair_sharing is not None or config.cohort_credits is not None:
+        tracker = UsageTracker(
+            cache,
+            admission_fair_sharing=config.admission_fair_sharing,
+            cohort_credits=config.cohort_credits,
+            evaluated_at=config.now,
+            now=config.now if config.now is not None else clock(),
+        )
+    policy = config.progress
+    progress = ProgressAware(cache, policy, clock) if policy is not None else None
+    fs = config.fair_sharing
+    if config.doc.parkUntilFeasible and fs is None and config.admission_fair_sharing is None:
+        from admission.engine.preemption.feasibility import blocking
+
+        cache.enable_bounded_parking(blocking)
+    preemptor: Preemptor
+    order: EntryOrder
+    if fs is not None:
+        preemptor = FairPreemptor(
+            cache,
+            strategies=parse_strategies(fs.preemptionStrategies),
+            tracker=tracker,
+            progress=progress,
+        )
+        order = Tournament(tracker=tracker)
+    else:
+        preemptor = Preemptor(cache, tracker=tracker, progress=progress)
+        if tracker is not None and config.cohort_credits is not None:
+            order = credit_order(tracker)
+        else:
+            order = classical_order
+    return Scheduler(
+        cache,
+        clock=clock,
+        preemptor=preemptor,
+        order=order,
+        usage=tracker,
+        explain=explain,
+        progress=progress,
+        reserve_evicting_capacity=config.doc.reserveEvictingCapacity,
+    )
+
+
+def load_config(path: str | None) -> Config:
+    if path is None:
+        return Config()
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read configuration: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    return parse_config(doc or {}, source=path)
+
+
+def parse_config(doc: Any, *, source: str = "configuration") -> Config:
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{source}: the configuration must be a mapping")
+    api = doc.get("apiVersion")
+    if api is not None and api not in (
+        "config.kueue.x-k8s.io/v1beta2",
+        "config.kueue.x-k8s.io/v1beta1",
+    ):
+        raise ConfigError(f"{source}: apiVersion: unsupported {api!r}")
+    kind = doc.get("kind")
+    if kind is not None and kind != "Configuration":
+        raise ConfigError(f"{source}: kind: expected Configuration, got {kind!r}")
+    try:
+        parsed = ConfigurationDoc.model_validate(doc)
+        try:
+            if parsed.integrations is not None:
+                frameworks(parsed.integrations.registry_section())
+        except FrameworksError as e:
+            raise ConfigError(f"{source}: {e}") from e
+        for name in ("admissionFairSharing", "cohortCredits"):
+            section = getattr(parsed, name)
+            if section is not None:
+                try:
+                    section.sampling()
+                except ValueError as e:
+                    raise ConfigError(f"{source}: {name}.usageSamplingInterval: {e}") from e
+    except ValidationError as e:
+        err = e.errors()[0]
+        path = ".".join(str(p) for p in err["loc"])
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "bool_type":  # a quoted "yes" or "true" is not read as true
+            msg = f"must be a boolean (true or false, unquoted), got {err['input']!r}"
+        msg = msg.removeprefix("Value error, ")
+        raise ConfigError(f"{source}: {path}: {msg}") from e
+    resources = parsed.resources.transformer() if parsed.resources else ResourceTransformer()
+    warnings = [f"{source}: {w}" for w in unimplemented(parsed)]
+    return Config(doc=parsed, warnings=warnings, resources=resources)
+
+
+def unimplemented(doc: ConfigurationDoc) -> list[str]:
+    """ "<field>: has no effect ..." for every field set that Quartermaster does not act on.
+
+    Kueue's defaults count as unset: a field written with the value Kueue would use
+    anyway changes nothing here either.
+    """
+    out: list[str] = []
+
+    def no_effect(path: str, why: str) -> None:
+        out.append(f"{path}: has no effect ({why})")
+
+    if doc.controller is not None:
+        no_effect("controller", "Quartermaster reconciles on one event loop, not per kind")
+    fair = doc.fairSharing is not None and doc.fairSharing.enable is not False
+    if doc.parkUntilFeasible and (fair or doc.admissionFairSharing is not None):
+        no_effect(
+            "parkUntilFeasible",
+            "not with fairSharing or admissionFairSharing: their preemption is not bounded "
+            "by quota alone, so heads are parked as Kueue parks them",
+        )
+    if doc.pprofBindAddress not in (None, "", "0"):
+        no_effect("pprofBindAddress", "no pprof; send SIGUSR1 for every thread's stack")
+    if doc.tls is not None:
+        no_effect("tls", "the webhook server uses Python's TLS defaults")
+    if doc.multiKueue is not None:
+        no_effect("multiKueue", "MultiKueue is not implemented")
+    for gate in sorted(doc.featureGates or {}):
+        no_effect(f"featureGates.{gate}", "Quartermaster has no feature gates")
+    if doc.objectRetentionPolicies is not None:
+        no_effect("objectRetentionPolicies", "Workloads are not deleted automatically")
+    if doc.visibilityServer is not None:
+        no_effect("visibilityServer", "not implemented")
+    if doc.queueVisibility is not None:
+        no_effect("queueVisibility", "removed in Kueue v1beta2")
+    m = doc.metrics
+    if m is not None:
+        if m.bindAddress is not None and _port_of(m.bindAddress) is None:
+            no_effect("metrics.bindAddress", f"{m.bindAddress!r}: metrics are always served")
+        if m.enableClusterQueueResources is False:
+            no_effect(
+                "metrics.enableClusterQueueResources",
+                "ClusterQueue resource metrics are always reported",
+            )
+        if m.customLabels:
+            no_effect("metrics.customLabels", "not implemented")
+        if m.localQueueMetrics is not None:
+            no_effect("metrics.localQueueMetrics", "not implemented")
+    h = doc.health
+    if h is not None:
+        if h.healthProbeBindAddress is not None and _port_of(h.healthProbeBindAddress) is None:
+            no_effect("health.healthProbeBindAddress", "health probes are always served")
+        for name, default in (
+            ("readinessEndpointName", "readyz"),
+            ("livenessEndpointName", "healthz"),
+        ):
+            value = getattr(h, name)
+            if value not in (None, default):
+                no_effect(f"health.{name}", f"the endpoint is /{default}")
+    w = doc.waitForPodsReady
+    if w is not None:
+        if w.blockAdmission:
+            no_effect("waitForPodsReady.blockAdmission", "admission is never blocked")
+        if w.recoveryTimeout is not None:
+            no_effect("waitForPodsReady.recoveryTimeout", "not implemented")
+    i = doc.integrations
+    if i is not None:
+        other = i.unregistered()
+        if other:
+            no_effect(
+                "integrations.frameworks",
+                f"{', '.join(other)}: Quartermaster has integrations for "
+                f"{', '.join(sorted(BY_FRAMEWORK))}",
+            )
+        if i.labelKeysToCopy:
+            no_effect("integrations.labelKeysToCopy", "labels are not copied to Workloads")
+        if i.podOptions is not None:
+            no_effect("integrations.podOptions", "use managedJobsNamespaceSelector")
+    r = doc.resources
+    if r is not None:
+        if r.quotaCheckStrategy == "IgnoreUndeclared":
+            no_effect(
+                "resources.quotaCheckStrategy",
+                "IgnoreUndeclared is not implemented: every resource is checked",
+            )
+        if r.deviceClassMappings:
+            no_effect(
+                "resources.deviceClassMappings", "dynamic resource allocation is not implemented"
+            )
+    return out
+
+
+def _port_of(address: str) -> int | None:
+    """The port of a Go listen address (":8080", "127.0.0.1:8080"); None for "0" or ""."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class ListenDefaults:
+    """Where ``serve`` listens when no flag says: from ``webhook``, ``metrics``, ``health``."""
+
+    webhook_port: int = 9443
+    metrics_port: int = 8080
+    health_port: int = 8081
+    cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
+    host: str = "0.0.0.0"
+
+
+def listen_defaults(config: Config) -> ListenDefaults:
+    doc = config.doc
+    base = ListenDefaults()
+    web, met, hea = doc.webhook, doc.metrics, doc.health
+    return ListenDefaults(
+        webhook_port=(web.port if web and web.port else base.webhook_port),
+        metrics_port=(_port_of(met.bindAddress or "") if met else None) or base.metrics_port,
+        health_port=(_port_of(hea.healthProbeBindAddress or "") if hea else None)
+        or base.health_port,
+        cert_dir=(web.certDir if web and web.certDir else base.cert_dir),
+        host=(web.host if web and web.host else base.host),
+    )

@@ -1,0 +1,376 @@
+"""The topology domain tree of a TAS flavor and the capacity it has free.
+
+Topology-aware scheduling (Kueue's TAS) places a gang *inside* a domain of the
+cluster's network hierarchy — a block, a rack, an NVLink fabric, a host. For each
+ResourceFlavor with ``spec.topologyName`` this module builds, from the Nodes that
+match the flavor's ``nodeLabels`` and carry every level's label, the tree of domains
+(Kueue's tas_topology_tree.go / tas_flavor.go), and keeps what is free on every leaf:
+
+    allocatable of the leaf's Ready, schedulable nodes
+      − what pods *not* placed by TAS already use there (DaemonSets, static pods, …)
+      − what admitted TAS workloads were assigned there
+
+``TopologyState`` is the cluster-wide part (Topologies, Nodes, bound pods, TAS usage
+per flavor and leaf), fed by the drivers; ``FlavorSnapshot`` is one flavor's tree,
+built lazily and reused until a Node, Topology or flavor changes. The placement
+algorithm itself is ``admission.engine.tas.placement``. Pure: no I/O.
+
+A leaf is a domain of the lowest level. When the lowest level is
+``kubernetes.io/hostname`` a leaf is one node and assignments name hosts only (as
+Kueue); otherwise a leaf aggregates the nodes that share every level's value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from queues.model import (
+    ResourceFlavor,
+    Taint,
+    Toleration,
+    Topology,
+    TopologyAssignment,
+)
+
+HOSTNAME = "kubernetes.io/hostname"
+PODS = "pods"
+DEFAULT_MAX_PODS = 110  # the kubelet's default; used when a Node reports no allocatable pods
+DomainValues = tuple[str, ...]
+Usage = dict[str, int]
+
+__all__ = [
+    "HOSTNAME",
+    "Domain",
+    "FlavorSnapshot",
+    "Node",
+    "PodUsage",
+    "TopologyState",
+    "add_usage",
+    "usage_key",
+]
+
+
+@dataclass(slots=True)
+class Node:
+    """What topology-aware scheduling needs of a v1 Node."""
+
+    name: str
+    labels: dict[str, str]
+    allocatable: Usage  # engine units; "pods" included
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+
+    @property
+    def schedulable_and_ready(self) -> bool:
+        return self.ready and not self.unschedulable
+
+
+@dataclass(slots=True, frozen=True)
+class PodUsage:
+    """A bound, running pod that TAS did not place: its requests use its node."""
+
+    key: str  # namespace/name
+    node_name: str
+    requests: Mapping[str, int]  # per pod, "pods" not included
+
+
+K = TypeVar("K")
+
+
+def add_usage(into: dict[K, int], other: Mapping[K, int], sign: int = 1) -> None:
+    """``into += sign × other``, dropping keys that reach zero."""
+    for r, v in other.items():
+        left = into.get(r, 0) + sign * v
+        if left:
+            into[r] = left
+        else:
+            into.pop(r, None)
+
+
+class Domain:
+    """A topology domain: its level values from the top down to its own level.
+
+    The placement algorithm keeps its per-request state in the ``pod_count`` …
+    ``leader_count`` slots (Kueue's domainState), rewritten on every request."""
+
+    __slots__ = (
+        "values",
+        "level",
+        "parent",
+        "children",
+        "nodes",
+        "capacity",
+        "pod_count",
+        "slice_count",
+        "pod_count_wl",
+        "slice_count_wl",
+        "leader_count",
+        "key",
+        "tainted",
+    )
+
+    def __init__(self, values: DomainValues, level: int, parent: Domain | None) -> None:
+        self.values = values
+        self.level = level
+        self.parent = parent
+        self.children: list[Domain] = []
+        self.nodes: list[Node] = []  # leaves only
+        self.capacity: Usage = {}  # leaves only: allocatable − non-TAS pods' usage
+        self.pod_count = 0
+        self.slice_count = 0
+        self.pod_count_wl = 0  # pods that fit when the group's leader is placed here too
+        self.slice_count_wl = 0
+        self.leader_count = 0
+        self.key: DomainValues = values  # leaves: how TAS usage names it (usage_key)
+        self.tainted = False  # leaves: a node has a NoSchedule/NoExecute taint
+
+    def __repr__(self) -> str:
+        return f"Domain({'/'.join(self.values)})"
+
+
+@dataclass(slots=True)
+class FlavorSnapshot:
+    """One TAS flavor's domain tree over the nodes it selects."""
+
+    flavor: str
+    topology: str
+    levels: tuple[str, ...]
+    tolerations: tuple[Toleration, ...]
+    per_level: list[list[Domain]]  # each level's domains, sorted by values
+    leaves: dict[DomainValues, Domain]
+    node_leaf: dict[str, DomainValues]  # node name -> its leaf
+    usage: dict[DomainValues, Usage]  # TAS usage per leaf (shared with the state)
+    total_nodes: int = 0
+    host_leaf: dict[str, Domain] = field(default_factory=dict)  # hostname label -> leaf
+    by_key: dict[DomainValues, Domain] = field(default_factory=dict)  # usage key -> leaf
+    free_cache: dict[DomainValues, Usage] = field(default_factory=dict)
+    # (request shape, simulate_empty) -> usage key -> (pods that fit, limiting resource)
+    count_cache: dict[
+        tuple[tuple[tuple[str, int], ...], bool], dict[DomainValues, tuple[int, str]]
+    ] = field(default_factory=dict)
+    # the placement's incremental phase-1 state (admission.engine.tas.placement.FillState)
+    fill: object | None = None
+
+    @property
+    def lowest_is_node(self) -> bool:
+        return self.levels[-1] == HOSTNAME
+
+    @property
+    def roots(self) -> list[Domain]:
+        return self.per_level[0]
+
+    def level_index(self, key: str) -> int | None:
+        try:
+            return self.levels.index(key)
+        except ValueError:
+            return None
+
+    def leaf_of(self, values: DomainValues, levels: tuple[str, ...]) -> Domain | None:
+        """The leaf an assignment domain names (hostname-only or full values)."""
+        if levels == self.levels:
+            return self.leaves.get(values)
+        if len(levels) == 1 and levels[0] == HOSTNAME and self.lowest_is_node:
+            return self.host_leaf.get(values[0])
+        return None
+
+    def remaining(self, leaf: Domain, *, simulate_empty: bool = False) -> Usage:
+        """What is free on the leaf (a copy the caller may change)."""
+        return dict(self.free(leaf, simulate_empty=simulate_empty))
+
+    def free(self, leaf: Domain, *, simulate_empty: bool = False) -> Usage:
+        """What is free on the leaf, cached until its usage changes: do not modify."""
+        if simulate_empty:
+            return leaf.capacity
+        cached = self.free_cache.get(leaf.key)
+        if cached is None:
+            cached = dict(leaf.capacity)
+            used = self.usage.get(leaf.key)
+            if used:
+                add_usage(cached, used, -1)
+            self.free_cache[leaf.key] = cached
+        return cached
+
+    def invalidate(self, key: DomainValues) -> None:
+        """TAS usage on the leaf named ``key`` changed."""
+        self.free_cache.pop(key, None)
+        for (_, empty), counts in self.count_cache.items():
+            if not empty:
+                counts.pop(key, None)
+        dirty = getattr(self.fill, "dirty", None)
+        leaf = self.by_key.get(key)
+        if dirty is not None and leaf is not None:
+            dirty.add(leaf)
+
+
+def build_snapshot(
+    flavor: ResourceFlavor,
+    topology: Topology,
+    nodes: Iterable[Node],
+    pod_usage: Mapping[str, Usage],
+    usage: dict[DomainValues, Usage],
+) -> FlavorSnapshot:
+    """The flavor's tree: nodes matching its ``nodeLabels`` with every level's label,
+    Ready and schedulable (Kueue's nodesCache.find / newTopologyTree)."""
+    levels = topology.levels
+    leaves: dict[DomainValues, Domain] = {}
+    node_leaf: dict[str, DomainValues] = {}
+    total = 0
+    for node in nodes:
+        labels = node.labels
+        if any(labels.get(k) != v for k, v in flavor.node_labels.items()):
+            continue
+        if any(level not in labels for level in levels):
+            continue
+        if not node.schedulable_and_ready:
+            continue
+        total += 1
+        values = tuple(labels[level] for level in levels)
+        leaf = leaves.get(values)
+        if leaf is None:
+            leaf = leaves[values] = Domain(values, len(levels) - 1, None)
+        leaf.nodes.append(node)
+        leaf.key = usage_key(levels, values)
+        if any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints):
+            leaf.tainted = True
+        add_usage(leaf.capacity, node.allocatable)
+        if PODS not in node.allocatable:
+            add_usage(leaf.capacity, {PODS: DEFAULT_MAX_PODS})
+        used = pod_usage.get(node.name)
+        if used:
+            add_usage(leaf.capacity, used, -1)
+        node_leaf[node.name] = values
+    per_level: list[dict[DomainValues, Domain]] = [{} for _ in levels]
+    per_level[-1] = leaves
+    for lvl in range(len(levels) - 2, -1, -1):
+        for child_values, child in sorted(per_level[lvl + 1].items()):
+            values = child_values[: lvl + 1]
+            parent = per_level[lvl].get(values)
+            if parent is None:
+                parent = per_level[lvl][values] = Domain(values, lvl, None)
+            child.parent = parent
+            parent.children.append(child)
+    for lvl_domains in per_level:
+        for d in lvl_domains.values():
+            d.children.sort(key=lambda c: c.values)
+    return FlavorSnapshot(
+        flavor=flavor.name,
+        topology=topology.name,
+        levels=levels,
+        tolerations=tuple(flavor.tolerations),
+        per_level=[[d for _, d in sorted(lv.items())] for lv in per_level],
+        leaves=leaves,
+        node_leaf=node_leaf,
+        usage=usage,
+        total_nodes=total,
+        host_leaf={v[-1]: leaf for v, leaf in leaves.items()} if levels[-1] == HOSTNAME else {},
+        by_key={leaf.key: leaf for leaf in leaves.values()},
+    )
+
+
+@dataclass
+class TopologyState:
+    """Topologies, Nodes, non-TAS pod usage and TAS usage: what placement reads.
+
+    Drivers replace Topologies and Nodes and add/remove pods; the engine charges and
+    releases TAS assignments (``charge``). Snapshots are rebuilt only after a change
+    to what they were built from (``generation``)."""
+
+    topologies: dict[str, Topology] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: dict[str, PodUsage] = field(default_factory=dict)
+    # flavor -> leaf values -> usage (resources and "pods"), of admitted TAS workloads
+    usage: dict[str, dict[DomainValues, Usage]] = field(default_factory=dict)
+    generation: int = 0
+    _node_usage: dict[str, Usage] = field(default_factory=dict)
+    _snapshots: dict[str, tuple[int, ResourceFlavor, FlavorSnapshot]] = field(default_factory=dict)
+
+    # -- objects ------------------------------------------------------------------
+
+    def set_topologies(self, topologies: Mapping[str, Topology]) -> None:
+        if dict(topologies) != self.topologies:
+            self.topologies = dict(topologies)
+            self.generation += 1
+
+    def set_node(self, node: Node) -> bool:
+        """Add or replace a node; True when what placement reads of it changed."""
+        if self.nodes.get(node.name) == node:
+            return False
+        self.nodes[node.name] = node
+        self.generation += 1
+        return True
+
+    def delete_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self.generation += 1
+
+    def set_pod(self, pod: PodUsage | None, key: str) -> None:
+        """A pod was added, changed or (``pod`` None) went away or stopped counting."""
+        old = self.pods.pop(key, None)
+        if old is not None:
+            add_usage(self._node_usage.setdefault(old.node_name, {}), old.requests, -1)
+            add_usage(self._node_usage[old.node_name], {PODS: 1}, -1)
+        if pod is not None:
+            self.pods[key] = pod
+            add_usage(self._node_usage.setdefault(pod.node_name, {}), pod.requests)
+            add_usage(self._node_usage[pod.node_name], {PODS: 1})
+        if old != pod:
+            self.generation += 1
+
+    def node_usage(self, name: str) -> Usage:
+        return dict(self._node_usage.get(name, {}))
+
+    # -- snapshots ----------------------------------------------------------------
+
+    def snapshot(self, flavor: ResourceFlavor) -> FlavorSnapshot | None:
+        """The flavor's tree, or None when it has no topology or its Topology is missing."""
+        if flavor.topology_name is None:
+            return None
+        topology = self.topologies.get(flavor.topology_name)
+        if topology is None:
+            return None
+        cached = self._snapshots.get(flavor.name)
+        if cached is not None and cached[0] == self.generation and cached[1] == flavor:
+            return cached[2]
+        snap = build_snapshot(
+            flavor,
+            topology,
+            (self.nodes[n] for n in sorted(self.nodes)),
+            self._node_usage,
+            self.usage.setdefault(flavor.name, {}),
+        )
+        self._snapshots[flavor.name] = (self.generation, flavor, snap)
+        return snap
+
+    # -- TAS usage ----------------------------------------------------------------
+
+    def charge(
+        self,
+        flavor_name: str,
+        assignment: TopologyAssignment,
+        per_pod: Mapping[str, int],
+        sign: int = 1,
+    ) -> None:
+        """Add (``sign`` 1) or remove (-1) what an assignment puts on each leaf.
+
+        Usage is keyed by the host (hostname-lowest topologies) or the full level values,
+        not by tree objects, so it survives trees being rebuilt and nodes going away and
+        releasing it later is exact."""
+        per_flavor = self.usage.setdefault(flavor_name, {})
+        for values, count in assignment.domains:
+            key = usage_key(assignment.levels, values)
+            used = per_flavor.setdefault(key, {})
+            add_usage(used, {r: v * count for r, v in per_pod.items() if r != PODS}, sign)
+            add_usage(used, {PODS: count}, sign)
+            if not used:
+                del per_flavor[key]
+            cached = self._snapshots.get(flavor_name)
+            if cached is not None:
+                cached[2].invalidate(key)
+
+
+def usage_key(levels: tuple[str, ...], values: DomainValues) -> DomainValues:
+    """How TAS usage names a leaf: its host when the lowest level is the hostname."""
+    return (values[-1],) if levels[-1] == HOSTNAME else tuple(values)

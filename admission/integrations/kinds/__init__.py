@@ -1,0 +1,1 @@
+"""One module per job kind (and one per family of kinds that share a shape)."""

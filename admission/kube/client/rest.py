@@ -1,0 +1,727 @@
+"""Raw-dict access to the Kubernetes API through the official ``kubernetes.aio`` client.
+
+The service needs a handful of verbs on a dozen resources, on hot paths (watches of
+thousands of Workloads), with exact control over patch content types. The generated
+typed API would deserialize every object into pydantic models (5-10x slower than
+``json.loads``) and silently turns a dict sent as ``json-patch+json`` into a
+strategic-merge patch (``kubernetes/client/rest.py`` picks the type from the body). So this module uses the
+official ``ApiClient`` for what it is good at — configuration (kubeconfig, in-cluster,
+token refresh), authentication, TLS and the aiohttp connection pool — through
+``param_serialize`` + ``call_api``, and speaks raw JSON dicts.
+
+Every call the adapter makes is declared in :data:`API_CALLS` (verb, group, resource,
+subresource) — the job kinds' part from the integrations registry — and
+:class:`KubeClient` refuses an undeclared call, so the table is complete by
+construction and the RBAC manifest can be checked against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import contextvars
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes.aio import config as kube_config
+from kubernetes.aio.client import ApiClient, Configuration
+
+from admission.integrations.framework.interface import Integration, Resource
+from admission.integrations.framework.registry import ALL, INTEGRATIONS, Frameworks
+from admission.kube.client.kubeconfig import KubeconfigError, check_kubeconfig
+from admission.kube.client.ratelimit import (
+    HIGH,
+    READ_VERBS,
+    ShareCredit,
+    TokenBucket,
+    current_priority,
+)
+from admission.kube.client.unreachable import transport_reason
+
+try:  # orjson parses watch lines several times faster; the stdlib is the fallback
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is installed with aiohttp extras here
+    _loads = json.loads  # type: ignore[assignment]
+
+log = logging.getLogger("quartermaster.kube.client")
+
+
+class _PaidTurn:
+    """A token taken by :meth:`KubeClient.turn`, spent by the first request after it."""
+
+    __slots__ = ("spent",)
+
+    def __init__(self) -> None:
+        self.spent = False
+
+
+_turn: contextvars.ContextVar[_PaidTurn | None] = contextvars.ContextVar("paid_turn", default=None)
+
+Obj = dict[str, Any]
+
+_PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+PATCH_TYPES = (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH)
+FIELD_MANAGER = "quartermaster"
+"""The name every write is recorded under in ``managedFields`` (and the User-Agent's
+product token): without it the client's default, ``OpenAPI-Generator``, shows up."""
+USER_AGENT = f"{FIELD_MANAGER}/0.1.0"
+WRITE_QUERY = (("fieldManager", FIELD_MANAGER),)
+
+
+KUEUE = "kueue.x-k8s.io"
+JOBS = Resource("batch", "v1", "jobs", "Job", True)
+PODS = Resource("", "v1", "pods", "Pod", True)
+WORKLOADS = Resource(KUEUE, "v1beta2", "workloads", "Workload", True)
+RESOURCE_FLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors", "ResourceFlavor", False)
+CLUSTER_QUEUES = Resource(KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", False)
+COHORTS = Resource(KUEUE, "v1beta2", "cohorts", "Cohort", False)
+LOCAL_QUEUES = Resource(KUEUE, "v1beta2", "localqueues", "LocalQueue", True)
+WORKLOAD_PRIORITY_CLASSES = Resource(
+    KUEUE, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", False
+)
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+TOPOLOGIES = Resource(KUEUE, "v1beta2", "topologies", "Topology", False)
+NODES = Resource("", "v1", "nodes", "Node", False)
+REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet", True)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+EVENTS = Resource("", "v1", "events", "Event", True)
+SECRETS = Resource("", "v1", "secrets", "Secret", True)
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
+TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False)
+SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False
+)
+MUTATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+)
+VALIDATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
+API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", "APIService", False)
+CUSTOM_RESOURCE_DEFINITIONS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
+
+QUEUE_WATCHED: tuple[Resource, ...] = (
+    WORKLOADS,
+    RESOURCE_FLAVORS,
+    CLUSTER_QUEUES,
+    COHORTS,
+    LOCAL_QUEUES,
+    WORKLOAD_PRIORITY_CLASSES,
+    PRIORITY_CLASSES,
+    NAMESPACES,
+    TOPOLOGIES,
+    NODES,
+)
+"""What every replica watches whatever the integrations: Workloads and the queue objects."""
+
+
+def resource_of(integration: Integration) -> Resource:
+    """The adapter's address of an integration's kind."""
+    return integration.resource
+
+
+def watched(frameworks: Frameworks = ALL) -> tuple[Resource, ...]:
+    """The informers of a service: the enabled integrations' kinds, then the queues'."""
+    kinds = (resource_of(i) for i in frameworks.integrations() if i.reconciler != "parent")
+    return (*kinds, *QUEUE_WATCHED)
+
+
+WATCHED: tuple[Resource, ...] = watched(ALL)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiCall:
+    """One (verb, group, resource, subresource) the service uses — one RBAC rule line."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+
+    def __str__(self) -> str:
+        res = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        return f"{self.verb} {self.group or 'core'}/{res}"
+
+
+def _calls(verbs: Iterable[str], res: Resource, sub: str = "") -> list[ApiCall]:
+    return [ApiCall(v, res.group, res.plural, sub) for v in verbs]
+
+
+def integration_calls(integrations: Iterable[Integration] = INTEGRATIONS) -> frozenset[ApiCall]:
+    """What the integrations need: list/watch of their kind and the writes they make
+    (start, stop, ungate …), as each integration declares (``Integration.api_uses``)."""
+    return frozenset(
+        ApiCall(v, use.resource.group, use.resource.plural, use.subresource)
+        for i in integrations
+        for use in i.api_uses()
+        for v in use.verbs
+    )
+
+
+API_CALLS: frozenset[ApiCall] = frozenset(
+    [
+        # informers
+        *(c for r in QUEUE_WATCHED for c in _calls(("list", "watch"), r)),
+        # topology-aware scheduling: every bound pod (whatever its kind) uses its node
+        *_calls(("list", "watch"), PODS),
+        # every registered integration (enabled or not: the RBAC is static) ...
+        *integration_calls(),
+        # ... started when its CRD is installed (.integrationgate)
+        *_calls(("list", "watch"), CUSTOM_RESOURCE_DEFINITIONS),
+        # the owner chain of a Pod runs through its Deployment's ReplicaSet (.owners)
+        *_calls(("get",), REPLICA_SETS),
+        # job -> Workload: create, keep in sync, delete with the job, admit via status
+        *_calls(("get", "create", "patch", "delete"), WORKLOADS),
+        *_calls(("get", "patch"), WORKLOADS, "status"),
+        # queue status; the resource-in-use finalizer of deleted queues and flavors
+        *_calls(("patch",), CLUSTER_QUEUES),
+        *_calls(("patch",), RESOURCE_FLAVORS),
+        *_calls(("patch",), CLUSTER_QUEUES, "status"),
+        *_calls(("patch",), LOCAL_QUEUES, "status"),
+        # leader election
+        *_calls(("get", "create", "update"), LEASES),
+        # Kubernetes Events (best effort)
+        *_calls(("create",), EVENTS),
+        # the webhook certificate shared by the replicas (one Secret, by name)
+        *_calls(("get", "update"), SECRETS),
+        # caBundle kept equal to our CA (our two configurations only, by name)
+        *_calls(("list", "watch", "patch"), MUTATING_WEBHOOKS),
+        *_calls(("list", "watch", "patch"), VALIDATING_WEBHOOKS),
+        # ... and in the visibility API's APIServices (spec.caBundle, by name)
+        *_calls(("list", "watch", "patch"), API_SERVICES),
+        # the visibility API (an aggregated API server): the front-proxy trust anchors
+        # (kube-system/extension-apiserver-authentication, by name) and delegated
+        # authentication and authorization of its callers (admission.kube.client.delegated_auth)
+        *_calls(("get",), CONFIG_MAPS),
+        *_calls(("create",), TOKEN_REVIEWS),
+        *_calls(("create",), SUBJECT_ACCESS_REVIEWS),
+    ]
+)
+"""Every API call the adapter makes. ``manifests/base/rbac.yaml`` must grant each."""
+
+
+MAX_RETRIES = 10
+"""How often a request the server answered ``429`` (or a 5xx) *with* ``Retry-After`` is
+sent again before the error is raised: client-go's ``rest.Request`` default
+(``maxRetries``; ``checkWait`` in ``rest/with_retry.go``)."""
+RETRY_AFTER_CAP = 30.0
+"""The longest one such wait (seconds). client-go sleeps whatever the header says; a
+cap keeps a misconfigured proxy from parking a decision for an hour (kube-apiserver
+itself sends 1: max-in-flight's constant, and APF's estimate)."""
+
+
+class ApiError(Exception):
+    """A failed API request: HTTP status, Kubernetes reason and message, and the
+    server's ``Retry-After`` (seconds) when it sent one."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        call: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.call = call
+        self.retry_after = retry_after
+        super().__init__(f"{call}: {status} {reason}: {message}" if call else message)
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def retryable(self) -> bool:
+        """Transient: throttling, server errors, transport failures (status 0)."""
+        return self.status in (0, 429) or self.status >= 500
+
+    @property
+    def throttled(self) -> bool:
+        """``429 TooManyRequests``: the server refused the request before acting on it
+        (max-in-flight, API Priority and Fairness): it was certainly not applied."""
+        return self.status == 429
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds to wait before sending the same request again, when the server
+        asked for it: a 429 or a 5xx with ``Retry-After`` (client-go's ``checkWait``)."""
+        if self.retry_after is None or not (self.status == 429 or self.status >= 500):
+            return None
+        return min(RETRY_AFTER_CAP, self.retry_after)
+
+
+class UndeclaredCall(RuntimeError):
+    """The adapter tried a call missing from API_CALLS (a bug, caught by tests)."""
+
+
+def _error_from(status: int, raw: bytes, call: str, retry_after: str | None = None) -> ApiError:
+    """The error of a non-2xx answer: a ``Status`` body (most errors), or plain text
+    (kube-apiserver's max-in-flight and APF 429s: Go's ``http.Error``)."""
+    reason, message = "", raw.decode("utf-8", "replace").strip()[:500]
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("kind") == "Status":
+        reason = str(body.get("reason") or "")
+        message = str(body.get("message") or message)
+    return ApiError(
+        status,
+        reason or _REASONS.get(status, "Unknown"),
+        message,
+        call=call,
+        retry_after=_retry_after_seconds(retry_after),
+    )
+
+
+def _retry_after_seconds(header: str | None) -> float | None:
+    """``Retry-After`` as client-go reads it (``retryAfterSeconds``): whole seconds,
+    anything else (an HTTP date, garbage) is no header at all."""
+    if header is None:
+        return None
+    try:
+        return float(max(0, int(header.strip())))
+    except ValueError:
+        return None
+
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+async def _load_configuration(
+    configuration: Configuration, *, kubeconfig: str | None, context: str | None
+) -> None:
+    if kubeconfig is not None:
+        check_kubeconfig(kubeconfig)
+        await kube_config.load_kube_config(
+            config_file=kubeconfig,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+        return
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    except kube_config.ConfigException:
+        paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        present = [p for p in paths.split(os.pathsep) if p and os.path.isfile(p)]
+        if not present:
+            raise FileNotFoundError("no such file") from None
+        for path in present:
+            check_kubeconfig(path, flag="")
+        await kube_config.load_kube_config(
+            context=context, client_configuration=configuration, persist_config=False
+        )
+
+
+def _kubeconfig_problem(kubeconfig: str | None, err: BaseException) -> str:
+    """One line: which kubeconfig, and what is wrong with it."""
+    detail = str(err).strip().rstrip(".") or type(err).__name__
+    if kubeconfig is not None:
+        if isinstance(err, FileNotFoundError):
+            return f"--kubeconfig {kubeconfig}: no such file"
+        return f"--kubeconfig {kubeconfig}: not a usable kubeconfig: {detail}"
+    env = os.environ.get("KUBECONFIG")
+    where = f"KUBECONFIG={env}" if env else "~/.kube/config"
+    return (
+        f"no cluster to talk to: not running in a pod (no service account) and {where} "
+        f"is not a usable kubeconfig ({detail}); pass --kubeconfig FILE"
+    )
+
+
+class KubeClient:
+    """Dict-in, dict-out requests over one ``kubernetes.aio`` ApiClient."""
+
+    def __init__(
+        self, api: ApiClient, *, request_timeout: float = 30.0, strict: bool = True
+    ) -> None:
+        self.api = api
+        self.request_timeout = request_timeout
+        self.strict = strict  # refuse calls missing from API_CALLS (tests' own clients: False)
+        self.counts: Counter[str] = Counter()  # "verb group/resource[/sub]" -> requests
+        self.errors: Counter[int] = Counter()
+        self.on_request: Callable[[str], None] | None = None  # e.g. a metrics counter
+        # (call, status) of every request sent again after a Retry-After answer
+        self.on_retry: Callable[[str, int], None] | None = None
+        self.retries: Counter[str] = Counter()
+        self.sleep: Callable[[float], Any] = asyncio.sleep  # the Retry-After waits
+        self.limiter: TokenBucket | None = None  # clientConnection.qps/burst (see .ratelimit)
+        # calls with a budget of their own, outside ``limiter`` (client-go gives the
+        # event recorder its own client and rate limit: Events never delay decisions)
+        self.own_budget: frozenset[str] = frozenset()
+        # low-priority writes' share while decisions are written (see .ratelimit)
+        self.share = ShareCredit()
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        configuration: Configuration | None = None,
+        context: str | None = None,
+        strict: bool = True,
+    ) -> KubeClient:
+        """From an explicit configuration, a kubeconfig file, the default kubeconfig,
+        or the in-cluster service account (in that order of preference)."""
+        if configuration is None:
+            configuration = Configuration()
+            try:
+                await _load_configuration(configuration, kubeconfig=kubeconfig, context=context)
+            except KubeconfigError:
+                raise
+            except (kube_config.ConfigException, OSError, ValueError) as err:
+                raise KubeconfigError(_kubeconfig_problem(kubeconfig, err)) from None
+        if (
+            not any(os.environ.get(v) for v in _PROXY_ENV)
+            and getattr(configuration, "client_session_kwargs", None) is None
+        ):
+            # aiohttp's trust_env costs two thread hops per request (netrc, proxy
+            # lookup); without proxy variables there is nothing to find.
+            configuration.client_session_kwargs = {"trust_env": False}
+        api = ApiClient(configuration=configuration)
+        api.user_agent = USER_AGENT
+        return cls(api, strict=strict)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    # -- the raw request ------------------------------------------------------------------
+
+    def _check(self, verb: str, res: Resource, sub: str | None) -> str:
+        call = ApiCall(verb, res.group, res.plural, sub or "")
+        if call not in API_CALLS and self.strict:
+            raise UndeclaredCall(f"{call} is not declared in admission.kube.client.rest.API_CALLS")
+        return str(call)
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Wait for the rate limit *before* deciding what to send.
+
+        Inside the block the first request goes without waiting again; if none is sent
+        (the caller found, on the state it sees once its turn came, that nothing needs
+        writing), the token is refunded. A decision taken before a long wait for the
+        budget is a decision on stale state: this is how a waiting write is replaced by
+        a newer one, or dropped."""
+        if self.limiter is None:
+            yield
+            return
+        await self.limiter.acquire()
+        paid = _PaidTurn()
+        token = _turn.set(paid)
+        try:
+            yield
+        finally:
+            _turn.reset(token)
+            if not paid.spent:
+                self.limiter.refund()
+
+    async def _admit(self, call: str) -> None:
+        """Wait for the rate limit (unless a :meth:`turn` paid for it), then count the
+        request as sent."""
+        if self.limiter is not None and call not in self.own_budget:
+            paid = _turn.get()
+            if paid is not None and not paid.spent:
+                paid.spent = True  # one token, one request (a task spawned inside shares it)
+            else:
+                await self.limiter.acquire(read=call.split(" ", 1)[0] in READ_VERBS)
+        if call not in self.own_budget and current_priority() == HIGH:
+            self.share.earn()
+        self.counts[call] += 1
+        if self.on_request is not None:
+            self.on_request(call)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        call: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | aiohttp.ClientTimeout | None = None,
+    ) -> Any:
+        """One request, sent again (up to :data:`MAX_RETRIES` times) while the server
+        answers 429 or a 5xx with ``Retry-After``, after the wait it asks for — as
+        client-go's ``rest.Request`` does. Every attempt goes through the rate limit
+        (client-go: "this request should also be throttled with the client-internal
+        rate limiter"): a retry takes a new token, at the caller's priority, and is
+        counted as a request. A throttled write was not applied, so sending the same
+        body again is safe; a conditional one (pinned to a resourceVersion) answers
+        409 if the object moved meanwhile, and the caller decides again as usual.
+        With an explicit ``timeout`` the attempts share it (client-go's request
+        context): no retry starts that could not finish within it."""
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if isinstance(timeout, (int, float)) else None
+        attempt_timeout = timeout or self.request_timeout
+        await self._admit(call)
+        retries = 0
+        while True:
+            try:
+                # the body is plain JSON already: skip the client's model sanitizing walk
+                m, url, hdrs, _, post = await self.api.param_serialize(
+                    method,
+                    path,
+                    query_params=query or None,
+                    header_params=headers,
+                    auth_settings=["BearerToken"],
+                )
+                resp = await self.api.call_api(
+                    m, url, hdrs, body, post, _request_timeout=attempt_timeout
+                )
+                raw = await resp.read()
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                self.errors[0] += 1
+                raise ApiError(0, "TransportError", transport_reason(exc), call=call) from exc
+            if 200 <= resp.status <= 299:
+                return _loads(raw) if raw else None
+            self.errors[resp.status] += 1
+            err = _error_from(resp.status, raw, call, resp.getheader("Retry-After"))
+            wait = err.wait
+            if wait is None or retries >= MAX_RETRIES:
+                raise err
+            if deadline is not None:
+                left = deadline - loop.time() - wait
+                if left <= 0:
+                    raise err
+                attempt_timeout = left
+            retries += 1
+            self.retries[call] += 1
+            if self.on_retry is not None:
+                self.on_retry(call, resp.status)
+            log.debug("%s: %s %s, sent again in %.1fs", call, err.status, err.reason, wait)
+            await self.sleep(wait)
+            await self._admit(call)
+
+    # -- verbs ----------------------------------------------------------------------------
+
+    async def get(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        timeout: float | None = None,
+    ) -> Obj:
+        call = self._check("get", res, None)
+        path = res.path(namespace=namespace, name=name)
+        return await self._send("GET", path, call=call, timeout=timeout)
+
+    async def get_status(self, res: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        call = self._check("get", res, "status")
+        path = res.path(namespace=namespace, name=name, subresource="status")
+        return await self._send("GET", path, call=call)
+
+    async def list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        continue_token: str | None = None,
+    ) -> Obj:
+        """One page of a list (``metadata.continue`` says whether more follow)."""
+        call = self._check("list", res, None)
+        query: list[tuple[str, Any]] = [("limit", limit)]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        if continue_token:
+            query.append(("continue", continue_token))
+        return await self._send("GET", res.path(namespace=namespace), call=call, query=query)
+
+    async def create(
+        self,
+        res: Resource,
+        body: Obj,
+        *,
+        namespace: str | None = None,
+        timeout: float | None = None,
+    ) -> Obj:
+        call = self._check("create", res, None)
+        return await self._send(
+            "POST",
+            res.path(namespace=namespace),
+            call=call,
+            query=list(WRITE_QUERY),
+            body=body,
+            content_type="application/json",
+            timeout=timeout,
+        )
+
+    async def replace(
+        self,
+        res: Resource,
+        name: str,
+        body: Obj,
+        *,
+        namespace: str | None = None,
+        timeout: float | None = None,
+    ) -> Obj:
+        """PUT: an update pinned to ``body.metadata.resourceVersion`` (409 when stale)."""
+        call = self._check("update", res, None)
+        return await self._send(
+            "PUT",
+            res.path(namespace=namespace, name=name),
+            call=call,
+            query=list(WRITE_QUERY),
+            body=body,
+            content_type="application/json",
+            timeout=timeout,
+        )
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        body: Obj | builtins.list[Obj],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        content_type: str = MERGE_PATCH,
+    ) -> Obj:
+        """PATCH with an explicit content type (a list body must be a JSON patch)."""
+        if content_type not in PATCH_TYPES:
+            raise ValueError(f"unsupported patch content type {content_type!r}")
+        if (content_type == JSON_PATCH) != isinstance(body, list):
+            raise ValueError("a JSON patch is a list of operations; other patches are objects")
+        call = self._check("patch", res, subresource)
+        path = res.path(namespace=namespace, name=name, subresource=subresource)
+        return await self._send(
+            "PATCH", path, call=call, query=list(WRITE_QUERY), body=body, content_type=content_type
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        propagation: str = "Background",
+    ) -> None:
+        call = self._check("delete", res, None)
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        await self._send(
+            "DELETE",
+            res.path(namespace=namespace, name=name),
+            call=call,
+            body=body,
+            content_type="application/json",
+        )
+
+    async def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[Obj]:
+        """Watch events (``{"type", "object"}`` dicts) until the server ends the stream.
+
+        HTTP errors raise :class:`ApiError` (410 included); an ``ERROR`` event is
+        yielded as is for the caller to interpret.
+        """
+        call = self._check("watch", res, None)
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        headers = {"Accept": "application/json"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 60)
+        await self._admit(call)
+        try:
+            m, url, hdrs, data, post = await self.api.param_serialize(
+                "GET",
+                res.path(),
+                query_params=query,
+                header_params=headers,
+                auth_settings=["BearerToken"],
+            )
+            resp = await self.api.call_api(m, url, hdrs, data, post, _request_timeout=timeout)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self.errors[0] += 1
+            raise ApiError(0, "TransportError", transport_reason(exc), call=call) from exc
+        raw_resp = resp.response
+        try:
+            if not 200 <= resp.status <= 299:
+                self.errors[resp.status] += 1
+                raw = await resp.read()
+                raise _error_from(resp.status, raw, call, resp.getheader("Retry-After"))
+            while True:
+                try:
+                    line = await raw_resp.content.readline()
+                except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                    raise ApiError(0, "TransportError", transport_reason(exc), call=call) from exc
+                if not line:
+                    return
+                line = line.strip()
+                if line:
+                    yield _loads(line)
+        finally:
+            raw_resp.close()  # a half-read stream must not go back to the pool

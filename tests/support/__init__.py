@@ -1,0 +1,1 @@
+"""What the tests share: harnesses, fakes and helpers."""

@@ -1,0 +1,508 @@
+"""batch/v1 Job admission, as Kueue's JobWebhook (docs/semantics.md §3.3).
+
+Mutating (CREATE): default LocalQueue ``default``, default WorkloadPriorityClass
+``default``, ``spec.suspend=true`` for queue-managed jobs — all skipped when a managed
+ancestor up the Job's controller-owner chain admits it (:mod:`.owners`).
+Validating (CREATE, UPDATE): queue-name and prebuilt-workload labels, max execution
+time, partial admission and completions-equal-parallelism annotations, and the update
+rules that keep a running job's queue, priority class and parallelism stable.
+
+The TAS pod-template annotations are checked with Kueue's rules
+(``queues.api.topology_request``). Documented gaps against Kueue: ``spec.managedBy``
+defaulting for MultiKueue is not handled (no AdmissionChecks in our model yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from admission.integrations.framework.interface import Integration
+from admission.integrations.framework.ownership import OwnershipError
+from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration
+from admission.integrations.kinds.job import JOB
+from queues.api.labels import ELASTIC_JOB as ELASTIC_JOB_ANNOTATION
+from queues.api.labels import (
+    JOB_COMPLETIONS_EQUAL_PARALLELISM as JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
+)
+from queues.api.labels import JOB_MIN_PARALLELISM as JOB_MIN_PARALLELISM_ANNOTATION
+from queues.api.labels import MAX_EXEC_TIME as MAX_EXEC_TIME_LABEL
+from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
+from queues.api.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
+from queues.api.labels import QUEUE_NAME as QUEUE_LABEL
+from queues.api.topology_request import topology_annotation_errors
+from webhooks.handlers.owners import has_managed_ancestor
+from webhooks.review import (
+    DEFAULT_LOCAL_QUEUE,
+    DEFAULT_PRIORITY_CLASS,
+    AdmissionRequest,
+    FieldErrors,
+    HandlerContext,
+    JsonObj,
+    MalformedObject,
+    Mutation,
+    Verdict,
+    allow,
+    atoi,
+    deny,
+    dns1123_subdomain_errors,
+    key_path,
+    metadata_of,
+    opt_bool,
+    opt_int,
+    opt_str,
+    parse_bool,
+    string_map,
+)
+
+LABELS = "metadata.labels"
+ANNOTATIONS = "metadata.annotations"
+QUEUE_PATH = key_path(LABELS, QUEUE_LABEL)
+PRIORITY_CLASS_PATH = key_path(LABELS, PRIORITY_CLASS_LABEL)
+MAX_EXEC_TIME_PATH = key_path(LABELS, MAX_EXEC_TIME_LABEL)
+PREBUILT_PATH = key_path(LABELS, PREBUILT_WORKLOAD_LABEL)
+MIN_PARALLELISM_PATH = key_path(ANNOTATIONS, JOB_MIN_PARALLELISM_ANNOTATION)
+SYNC_COMPLETIONS_PATH = key_path(ANNOTATIONS, JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+ELASTIC_PATH = key_path(ANNOTATIONS, ELASTIC_JOB_ANNOTATION)
+
+
+def request_namespace(req: AdmissionRequest, obj: JsonObj) -> str:
+    """The object's namespace (the request's, else ``metadata.namespace``)."""
+    return req.namespace or opt_str(metadata_of(obj), "metadata", "namespace") or ""
+
+
+# ---------------------------------------------------------------- shared with pods
+
+
+def apply_queue_defaults(
+    m: Mutation, *, namespace: str, ctx: HandlerContext, default_queue: bool
+) -> None:
+    """ApplyDefaultLocalQueue + ApplyDefaultWorkloadPriorityClass on ``m``."""
+    labels = m.labels()
+    if (
+        default_queue
+        and not labels.get(QUEUE_LABEL)
+        and ctx.view.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE)
+    ):
+        m.set_label(QUEUE_LABEL, DEFAULT_LOCAL_QUEUE)
+    if not labels.get(PRIORITY_CLASS_LABEL) and ctx.view.workload_priority_class_exists(
+        DEFAULT_PRIORITY_CLASS
+    ):
+        m.set_label(PRIORITY_CLASS_LABEL, DEFAULT_PRIORITY_CLASS)
+
+
+def validate_label_as_name(labels: dict[str, str], key: str, errs: FieldErrors) -> None:
+    """ValidateLabelAsCRDName: the label, when present, is a DNS-1123 subdomain."""
+    value = labels.get(key)
+    if value is not None:
+        problems = dns1123_subdomain_errors(value)
+        if problems:
+            errs.invalid(key_path(LABELS, key), value, ",".join(problems))
+
+
+def validate_on_create(labels: dict[str, str], errs: FieldErrors) -> None:
+    """ValidateJobOnCreate: queue name, prebuilt workload name, max execution time."""
+    validate_label_as_name(labels, QUEUE_LABEL, errs)
+    validate_label_as_name(labels, PREBUILT_WORKLOAD_LABEL, errs)
+    raw = labels.get(MAX_EXEC_TIME_LABEL)
+    if raw is not None:
+        value, err = atoi(raw)
+        if value is None:
+            errs.invalid(MAX_EXEC_TIME_PATH, raw, err)
+        elif value <= 0:
+            errs.invalid(MAX_EXEC_TIME_PATH, value, "should be greater than 0")
+
+
+def validate_on_update(
+    *,
+    old_labels: dict[str, str],
+    new_labels: dict[str, str],
+    old_suspended: bool,
+    new_suspended: bool,
+    namespace: str,
+    ctx: HandlerContext,
+    errs: FieldErrors,
+) -> None:
+    """ValidateJobOnUpdate: queue name, prebuilt workload, max exec time, priority class."""
+    old_q, new_q = old_labels.get(QUEUE_LABEL, ""), new_labels.get(QUEUE_LABEL, "")
+    if not new_suspended and new_q != old_q:
+        errs.immutable(QUEUE_PATH, new_q)
+    if not new_q and old_q and ctx.view.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE):
+        errs.invalid(QUEUE_PATH, "", "queue-name must not be empty in namespace with default queue")
+
+    if new_suspended:
+        pass  # validate_on_create already checked the new prebuilt name
+    else:
+        old_p, new_p = (
+            old_labels.get(PREBUILT_WORKLOAD_LABEL, ""),
+            new_labels.get(PREBUILT_WORKLOAD_LABEL, ""),
+        )
+        if new_p != old_p:
+            errs.immutable(PREBUILT_PATH, new_p)
+
+    if not new_suspended or not old_suspended:
+        old_t, new_t = (
+            old_labels.get(MAX_EXEC_TIME_LABEL, ""),
+            new_labels.get(MAX_EXEC_TIME_LABEL, ""),
+        )
+        if new_t != old_t:
+            errs.immutable(MAX_EXEC_TIME_PATH, new_t)
+
+    old_pc, new_pc = (
+        old_labels.get(PRIORITY_CLASS_LABEL, ""),
+        new_labels.get(PRIORITY_CLASS_LABEL, ""),
+    )
+    if not new_suspended and not old_pc and new_pc:
+        errs.invalid(
+            PRIORITY_CLASS_PATH,
+            new_pc,
+            "WorkloadPriorityClass cannot be added to a non-suspended workload",
+        )
+    elif not new_pc and old_pc:
+        errs.invalid(
+            PRIORITY_CLASS_PATH, new_pc, "WorkloadPriorityClass cannot be removed from a workload"
+        )
+    elif not new_suspended and not old_suspended and old_pc != new_pc:
+        # changing it on a running job would take effect silently at its next requeue
+        errs.immutable(PRIORITY_CLASS_PATH, new_pc)
+
+
+def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    """``BaseWebhook.Default`` for any job kind: queue and priority defaults, then
+    suspend at the kind's ``suspend`` field — skipped when a managed ancestor admits
+    the object (Kueue's ``WorkloadShouldBeSuspended``: a JobSet's Jobs, a TrainJob's
+    JobSet)."""
+    if req.object is None:
+        return allow()
+    if req.operation == "UPDATE" and isinstance(integ, PodOwnerIntegration):
+        return _mutate_owner_update(integ, req, ctx)
+    if req.operation != "CREATE":
+        return allow()
+    obj = req.object
+    if integ.skip(obj):
+        return allow()
+    left = _left_to_ancestor(obj, ctx)
+    if left is not None:
+        return left
+    namespace = request_namespace(req, obj)
+    ns_managed = ctx.config.namespace_is_managed(ctx.view.namespace_labels(namespace))
+    m = Mutation(obj)
+    apply_queue_defaults(m, namespace=namespace, ctx=ctx, default_queue=ns_managed)
+    deleting = metadata_of(obj).get("deletionTimestamp") is not None
+    if not deleting and held_by_kueue(m.labels(), namespace, ctx):
+        for path, key, value in integ.suspend_edits(obj, m.labels()):
+            m.set(path, key, value)
+    return allow(m.patch())
+
+
+def _left_to_ancestor(obj: JsonObj, ctx: HandlerContext) -> Verdict | None:
+    """"Allowed" unchanged when a managed ancestor admits ``obj``; a refusal when its
+    owner chain cannot be decided; None: the object is its own."""
+    try:
+        return allow() if has_managed_ancestor(obj, ctx) else None
+    except OwnershipError as err:
+        return deny(str(err), code=500, reason="InternalError")
+
+
+def held_by_kueue(labels: dict[str, str], namespace: str, ctx: HandlerContext) -> bool:
+    """An object Kueue holds: it names a queue, or (``manageJobsWithoutQueueName``) it
+    is in a managed namespace."""
+    if labels.get(QUEUE_LABEL):
+        return True
+    return ctx.config.manage_jobs_without_queue_name and ctx.config.namespace_is_managed(
+        ctx.view.namespace_labels(namespace)
+    )
+
+
+def _mutate_owner_update(
+    integ: PodOwnerIntegration, req: AdmissionRequest, ctx: HandlerContext
+) -> Verdict:
+    """A queued pod owner's update: its templates follow its queue and priority class
+    (``PodOwnerIntegration.update_edits``); no defaults are applied to an update."""
+    obj, old = req.object, req.old_object
+    if obj is None or old is None or metadata_of(obj).get("deletionTimestamp") is not None:
+        return allow()
+    m = Mutation(obj)
+    if not held_by_kueue(m.labels(), request_namespace(req, obj), ctx):
+        return allow()
+    left = _left_to_ancestor(obj, ctx)
+    if left is not None:
+        return left
+    for path, key, value in integ.update_edits(obj, old, m.labels()):
+        m.set(path, key, value)
+    return allow(m.patch())
+
+
+# ---------------------------------------------------------------- Job
+
+
+@dataclass(slots=True)
+class JobFields:
+    """The parts of a Job the rules read, type-checked once."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    suspended: bool
+    parallelism: int
+    completions: int | None
+    completion_mode: str | None
+    deleting: bool
+
+    @classmethod
+    def of(cls, obj: JsonObj) -> JobFields:
+        fields = _job_fields_fast(obj)
+        return fields if fields is not None else cls._of_checked(obj)
+
+    @classmethod
+    def _of_checked(cls, obj: JsonObj) -> JobFields:
+        spec = obj.get("spec")
+        if spec is None:
+            spec = {}
+        elif spec.__class__ is not dict:
+            raise MalformedObject("spec", "must be an object")
+        parallelism = opt_int(spec, "spec", "parallelism")
+        return cls(
+            labels=string_map(obj, "labels"),
+            annotations=string_map(obj, "annotations"),
+            suspended=bool(opt_bool(spec, "spec", "suspend")),
+            parallelism=1 if parallelism is None else parallelism,
+            completions=opt_int(spec, "spec", "completions"),
+            completion_mode=opt_str(spec, "spec", "completionMode"),
+            deleting=metadata_of(obj).get("deletionTimestamp") is not None,
+        )
+
+    @property
+    def pods_count(self) -> int:
+        if self.completions is not None and self.completions < self.parallelism:
+            return self.completions
+        return self.parallelism
+
+    @property
+    def sync_completions(self) -> bool:
+        raw = self.annotations.get(JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+        return raw is not None and parse_bool(raw)[0]
+
+    @property
+    def elastic(self) -> bool:
+        return self.annotations.get(ELASTIC_JOB_ANNOTATION) == "true"
+
+
+def _strings_only(values: dict[str, Any]) -> bool:
+    for v in values.values():
+        if v.__class__ is not str:
+            return False
+    return True
+
+
+def _job_fields_fast(obj: JsonObj) -> JobFields | None:
+    """:meth:`JobFields.of` for the common shape (metadata and spec are maps, every field
+    it reads well-typed), with class checks only; None otherwise, and the checked path
+    then names the bad field. Parsed JSON holds exact dicts, strs, ints and bools."""
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    if meta.__class__ is not dict or spec.__class__ is not dict:
+        return None
+    labels = meta.get("labels")
+    if labels is None:
+        labels = {}
+    elif labels.__class__ is not dict or not _strings_only(labels):
+        return None
+    annotations = meta.get("annotations")
+    if annotations is None:
+        annotations = {}
+    elif annotations.__class__ is not dict or not _strings_only(annotations):
+        return None
+    parallelism = spec.get("parallelism")
+    if parallelism is None:
+        parallelism = 1
+    elif parallelism.__class__ is not int:
+        return None
+    completions = spec.get("completions")
+    if completions is not None and completions.__class__ is not int:
+        return None
+    mode = spec.get("completionMode")
+    if mode is not None and mode.__class__ is not str:
+        return None
+    suspend = spec.get("suspend")
+    if suspend is not None and suspend.__class__ is not bool:
+        return None
+    return JobFields(
+        labels,
+        annotations,
+        suspend is True,
+        parallelism,
+        completions,
+        mode,
+        meta.get("deletionTimestamp") is not None,
+    )
+
+
+_ABSENT = object()
+
+# The fast path's patches, keyed by which edits it makes and what each edited path holds
+# in the original (absent, "", null, false): a handful of entries at most.
+_FAST_PATCHES: dict[tuple[Any, ...], list[JsonObj]] = {}
+
+
+def _mutate_job_fast(req: AdmissionRequest, obj: JsonObj, ctx: HandlerContext) -> Verdict | None:
+    """:func:`mutate_job` for the common shape (well-typed fields, a label map, no owner
+    references) without the generic :class:`Mutation` diff; the verdict is identical.
+    None when the object is not of that shape: the generic path then decides."""
+    job = _job_fields_fast(obj)
+    if job is None:
+        return None
+    meta = obj["metadata"]
+    if meta.get("labels") is None or meta.get("ownerReferences"):
+        return None
+    namespace = req.namespace
+    if not namespace:
+        namespace = meta.get("namespace")
+        if namespace is None:
+            namespace = ""
+        elif namespace.__class__ is not str:
+            return None
+    view, config = ctx.view, ctx.config
+    labels = job.labels
+    queue = labels.get(QUEUE_LABEL)
+    set_queue = ns_managed = False
+    if not queue:  # the namespace matters only to a Job without a queue name
+        ns_managed = config.namespace_is_managed(view.namespace_labels(namespace))
+        set_queue = bool(ns_managed) and view.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE)
+    set_priority = not labels.get(PRIORITY_CLASS_LABEL) and view.workload_priority_class_exists(
+        DEFAULT_PRIORITY_CLASS
+    )
+    set_suspend = (
+        not job.deleting
+        and not job.suspended
+        and bool(queue or set_queue or (config.manage_jobs_without_queue_name and ns_managed))
+    )
+    if not (set_queue or set_priority or set_suspend):
+        return Verdict(True, [], [])
+    key = (
+        labels.get(QUEUE_LABEL, _ABSENT) if set_queue else None,
+        labels.get(PRIORITY_CLASS_LABEL, _ABSENT) if set_priority else None,
+        obj["spec"].get("suspend", _ABSENT) if set_suspend else None,
+        set_queue,
+        set_priority,
+        set_suspend,
+    )
+    patch = _FAST_PATCHES.get(key)
+    if patch is None:
+        m = Mutation(obj)
+        if set_queue:
+            m.set_label(QUEUE_LABEL, DEFAULT_LOCAL_QUEUE)
+        if set_priority:
+            m.set_label(PRIORITY_CLASS_LABEL, DEFAULT_PRIORITY_CLASS)
+        if set_suspend:
+            m.set(("spec",), "suspend", True)
+        patch = _FAST_PATCHES[key] = m.patch()
+    return Verdict(True, patch, [])
+
+
+def mutate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    if req.operation != "CREATE" or req.object is None:
+        return allow()
+    obj = req.object
+    fast = _mutate_job_fast(req, obj, ctx)
+    if fast is not None:
+        return fast
+    JobFields.of(obj)  # a malformed Job is denied naming the field
+    return mutate_object(JOB, req, ctx)
+
+
+def _validate_partial_admission_create(job: JobFields, errs: FieldErrors) -> None:
+    raw = job.annotations.get(JOB_MIN_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return
+    value, err = atoi(raw)
+    if value is None:
+        errs.invalid(MIN_PARALLELISM_PATH, raw, err)
+    elif value >= job.pods_count or value <= 0:
+        errs.invalid(MIN_PARALLELISM_PATH, value, f"should be between 0 and {job.pods_count - 1}")
+    if job.elastic:
+        errs.invalid(
+            MIN_PARALLELISM_PATH, raw, "partial admission and elastic job cannot be used together"
+        )
+
+
+def _validate_sync_completions_create(job: JobFields, errs: FieldErrors) -> None:
+    raw = job.annotations.get(JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return
+    enabled, err = parse_bool(raw)
+    if err:
+        errs.invalid(SYNC_COMPLETIONS_PATH, raw, err)
+    if enabled:
+        if job.completion_mode in (None, "NonIndexed"):
+            errs.invalid(SYNC_COMPLETIONS_PATH, raw, "should not be enabled for NonIndexed jobs")
+        if job.parallelism != (1 if job.completions is None else job.completions):
+            errs.invalid(
+                "spec.completions",
+                job.completions,
+                f"should be equal to parallelism when {JOB_COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION} is annotation is true",
+            )
+
+
+def _validate_topology_annotations(obj: JsonObj, job: JobFields, errs: FieldErrors) -> None:
+    """Kueue's ValidateTASPodSetRequest on the pod template (the shared rules of
+    queues.api.topology_request, also applied when the Workload is built)."""
+    spec = obj.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    meta = template.get("metadata") if isinstance(template, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or not annotations:
+        return
+    strings = {k: v for k, v in annotations.items() if isinstance(v, str)}
+    errs.errors.extend(
+        topology_annotation_errors(strings, path="spec.template.metadata", count=job.pods_count)
+    )
+
+
+def validate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    assert req.object is not None
+    new = JobFields.of(req.object)
+    errs = FieldErrors()
+    validate_on_create(new.labels, errs)
+    _validate_topology_annotations(req.object, new, errs)
+    if req.operation == "CREATE":
+        _validate_partial_admission_create(new, errs)
+        _validate_sync_completions_create(new, errs)
+        return errs.verdict()
+
+    assert req.old_object is not None
+    old = JobFields.of(req.old_object)
+    if new.annotations.get(JOB_MIN_PARALLELISM_ANNOTATION) != old.annotations.get(
+        JOB_MIN_PARALLELISM_ANNOTATION
+    ):
+        _validate_partial_admission_create(new, errs)
+    _validate_sync_completions_create(new, errs)
+    validate_on_update(
+        old_labels=old.labels,
+        new_labels=new.labels,
+        old_suspended=old.suspended,
+        new_suspended=new.suspended,
+        namespace=request_namespace(req, req.object),
+        ctx=ctx,
+        errs=errs,
+    )
+    if old.elastic != new.elastic:
+        errs.invalid(
+            ELASTIC_PATH, new.annotations.get(ELASTIC_JOB_ANNOTATION, ""), "field is immutable"
+        )
+    if (
+        JOB_MIN_PARALLELISM_ANNOTATION in old.annotations
+        and not old.suspended
+        and old.parallelism != new.parallelism
+    ):
+        errs.forbidden(
+            "spec.parallelism",
+            "cannot change when partial admission is enabled and the job is not suspended",
+        )
+    if (
+        old.suspended == new.suspended
+        and not new.suspended
+        and old.sync_completions != new.sync_completions
+    ):
+        errs.forbidden(SYNC_COMPLETIONS_PATH, "field is immutable while the job is not suspended")
+    return errs.verdict()
+

@@ -1,0 +1,192 @@
+"""The webhook port's listener: which TCP connections get a TLS handshake, and when.
+
+asyncio's own TLS server (``loop.create_server(ssl=...)``) does the handshake of every
+connection it accepts before any code of ours sees it, accepts up to ``backlog``
+connections per wake-up and runs all their handshakes in the same loop iteration. Under
+2,000 idle TLS connections that reconnect as the idle timeout closes them (bench
+``stress``) that meant:
+
+* a connection over the cap was refused only *after* its handshake (~0.5 ms of CPU on
+  the event loop each), and the attacker reconnected at once: refusing was the attack;
+* a burst of a thousand handshakes ran back to back in one loop iteration, so the
+  AdmissionReview of the API server's established connection, ``/healthz`` and the
+  Lease renewal all waited behind it (event-loop lag of seconds).
+
+Here the listening socket is read by us. Each accepted connection is admitted or refused
+by its *source address* before any TLS work: beyond ``max_connections_per_source`` from
+one address, or ``max_connections`` in all when no idle connection of another source
+gives way to it (:mod:`webhooks.server.connections`), it is closed at once (an RST, a few
+microseconds). At most ``accept_batch`` connections are accepted per wake-up, so a
+burst's handshakes are spread over loop iterations instead of filling one; a handshake
+must finish within ``handshake_timeout``.
+
+Handshakes are not otherwise rationed: a limit on concurrent handshakes was tried and
+is a trap — a slot is held while the server *waits* for the client (its ClientHello,
+its Finished), so a few silent connections, or a busy API server's slow side of the
+handshake, held every slot and starved all the others until they timed out.
+
+In a cluster the API server's connections come from the control plane's addresses and a
+hostile pod's from its own (the NetworkPolicy refuses them first where it is enforced);
+the per-source cap is what keeps one pod from taking the connection budget of all, and
+when several sources together fill the port, the idle connections of some give way to
+newcomers from others (:mod:`webhooks.server.connections`): sources that send valid reviews
+(the API server) keep being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import ssl
+import struct
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from webhooks.server.connections import Connection, ConnectionTable
+
+_LINGER_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends an RST, no TIME_WAIT
+
+
+class ListenerLimits(Protocol):
+    handshake_timeout: float
+    max_connections: int
+    max_connections_per_source: int
+    accept_batch: int
+
+
+class GuardedListener:
+    """A listening socket whose connections are admitted by source before their TLS
+    handshake (see the module docstring). Quacks like the ``asyncio.Server`` aiohttp's
+    sites keep (``sockets``, ``close``, ``wait_closed``)."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        ssl_context: ssl.SSLContext,
+        limits: ListenerLimits,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        on_refused: Callable[[str, str], None] = lambda source, why: None,
+        table: ConnectionTable | None = None,
+    ) -> None:
+        self.sockets = [sock]
+        self._sock = sock
+        self._ssl = ssl_context
+        self._limits = limits
+        self._factory = protocol_factory
+        self._on_refused = on_refused
+        self.table = table if table is not None else ConnectionTable()
+        self.refused = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._sock.setblocking(False)
+        self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop is not None:
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        for t in self._tasks:
+            t.cancel()
+
+    async def wait_closed(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def connection_ended(self, key: Any) -> None:
+        """The established connection ``key`` (the protocol) is gone: free its place."""
+        self.table.ended(key)
+
+    # -- accepting ------------------------------------------------------------------------
+
+    def _on_readable(self) -> None:
+        limits = self._limits
+        for _ in range(max(1, limits.accept_batch)):
+            try:
+                conn, addr = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._on_refused("(listener)", f"accept failed: {exc.strerror}; pausing 0.1 s")
+                    self._pause(0.1)  # the fd stays readable: do not spin on it
+                return
+            source = str(addr[0]) if isinstance(addr, tuple) else "local"
+            table = self.table
+            held = table.count.get(source, 0)
+            if held >= limits.max_connections_per_source:
+                self._refuse(conn, source, f"{held} connections open from {source}")
+                continue
+            if table.total >= limits.max_connections:
+                victim = table.victim(source)
+                if victim is None:
+                    self._refuse(conn, source, f"{table.total} connections open (the cap)")
+                    continue
+                table.shed_for(victim)
+            conn.setblocking(False)
+            entry = table.add(source)
+            task = asyncio.ensure_future(self._handshake(conn, entry))
+            entry.abort = _canceller(task)  # until the handshake is done
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _pause(self, seconds: float) -> None:
+        assert self._loop is not None
+        self._loop.remove_reader(self._sock.fileno())
+
+        def resume() -> None:
+            if not self._closed:
+                assert self._loop is not None
+                self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+        self._loop.call_later(seconds, resume)
+
+    def _refuse(self, conn: socket.socket, source: str, why: str) -> None:
+        self.refused += 1
+        try:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+        except OSError:
+            pass
+        conn.close()
+        self._on_refused(source, why)
+
+    async def _handshake(self, conn: socket.socket, entry: Connection) -> None:
+        assert self._loop is not None
+        timeout = self._limits.handshake_timeout
+        try:  # the transport owns conn from here on (and closes it on failure)
+            transport, protocol = await self._loop.connect_accepted_socket(
+                self._factory, sock=conn, ssl=self._ssl, ssl_handshake_timeout=timeout
+            )
+        except (OSError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
+            conn.close()  # a no-op when the transport closed it already
+            self.table.release(entry)
+            return
+        except BaseException:
+            conn.close()
+            self.table.release(entry)
+            raise
+        if protocol.transport is None or entry.released:  # type: ignore[attr-defined]
+            transport.abort()  # lost already, or shed while its handshake finished
+            self.table.release(entry)
+        else:
+            entry.abort = transport.abort
+            self.table.bind(protocol, entry)
+
+
+def _canceller(task: asyncio.Task[None]) -> Callable[[], None]:
+    def cancel() -> None:
+        task.cancel()
+
+    return cancel
