@@ -66,7 +66,13 @@ Obj = dict[str, Any]
 
 def topology(rng: random.Random) -> tuple[list[Obj], dict[str, Any]]:
     """The queue objects, and the tree: cq -> (cohort path to root, nominal, borrowingLimit)."""
-    from tests.kube_harness import cluster_queue, flavor, local_queue, namespace, priority_class
+    from tests.support.kube_harness import (
+        cluster_queue,
+        flavor,
+        local_queue,
+        namespace,
+        priority_class,
+    )
 
     objs: list[Obj] = [flavor("f")]
     objs += [priority_class(n, v) for n, v in PRIORITIES]
@@ -161,7 +167,7 @@ class Checker:
 
     @staticmethod
     def _holding(wl: Obj | None) -> tuple[str, int, tuple[str, ...]] | None:
-        from tests.kube_invariants import holds_quota, usage_by_cq
+        from tests.support.kube_invariants import holds_quota, usage_by_cq
 
         if not holds_quota(wl):
             return None
@@ -315,7 +321,7 @@ def _config(strict: bool) -> Obj:
 
 def run() -> dict[str, Any]:
     from admission.apiserver_double import DEFAULT_NAMESPACES, start_apiserver
-    from tests.kube_harness import job as make_job
+    from tests.support.kube_harness import job as make_job
 
     n_jobs = int(os.environ.get("QM_INVARIANTS_JOBS", JOBS))
     n_kills = int(os.environ.get("QM_INVARIANTS_KILLS", KILLS))
@@ -527,7 +533,7 @@ def _released_twice(server: Any, tree: dict[str, Any]) -> list[str]:
     """ClusterQueues whose status (the service's view) shows less cpu in use than their
     Workloads hold: a quota released twice."""
     from queues.quantity import to_units
-    from tests.kube_invariants import usage_by_cq
+    from tests.support.kube_invariants import usage_by_cq
 
     actual = usage_by_cq(server.store.list(server.registry.resolve("workloads")))
     out = []

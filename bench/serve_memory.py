@@ -45,7 +45,7 @@ CONFIG = {  # the budget must not be what the run measures: the double is the li
 
 
 def queue_objects() -> list[dict[str, Any]]:
-    from tests.kube_harness import cluster_queue, flavor, local_queue, namespace
+    from tests.support.kube_harness import cluster_queue, flavor, local_queue, namespace
 
     objs: list[dict[str, Any]] = [
         flavor("h100", **{"nvidia.com/gpu.product": "H100"}),

@@ -118,8 +118,13 @@ def double_backend() -> Iterator[dict[str, Any]]:
 
 @contextlib.contextmanager
 def real_backend() -> Iterator[dict[str, Any]]:
-    from tests.realserver.cluster import RealCluster
-    from tests.realserver.controlplane import ADMIN_TOKEN, SERVICE_TOKEN, assets_dir, skip_reason
+    from tests.support.realserver.cluster import RealCluster
+    from tests.support.realserver.controlplane import (
+        ADMIN_TOKEN,
+        SERVICE_TOKEN,
+        assets_dir,
+        skip_reason,
+    )
 
     assets = assets_dir()
     if assets is None:

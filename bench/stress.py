@@ -381,7 +381,7 @@ def run_multi_source() -> dict[str, Any]:
 
 def run(kinds: tuple[str, ...] | None = None) -> dict[str, Any]:
     from admission.apiserver_double import DEFAULT_NAMESPACES, start_apiserver
-    from tests.kube_harness import cluster_queue, flavor, local_queue, namespace
+    from tests.support.kube_harness import cluster_queue, flavor, local_queue, namespace
 
     seconds = float(os.environ.get("QM_STRESS_SECONDS", ATTACK_SECONDS))
     if kinds is None:

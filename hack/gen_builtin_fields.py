@@ -13,7 +13,7 @@ The source is the strict JSON schema that ``kubernetes-validate`` (a test depend
 ships for the Kubernetes releases in ``VERSIONS``; a field of either is accepted (an
 alpha field can come and go between releases, and a cluster runs one or the other).
 The real API server is the reference: the real-server test in
-``tests/test_strict_fields.py`` checks that it knows no field this file lacks and
+``tests/unit/drivers/test_strict_fields.py`` checks that it knows no field this file lacks and
 refuses the same typos.
 
     python hack/gen_builtin_fields.py           # write the file

@@ -5,7 +5,7 @@ cluster must allow for each — RBAC rules for the calls the integration makes, 
 mutating and a validating webhook entry at Kueue's paths — is written here between
 marker comments in ``manifests/base/rbac.yaml`` and ``manifests/base/webhooks.yaml``,
 so adding a kind to the registry is all it takes (the rest of both files is written by
-hand). The output is checked in; ``tests/test_manifests.py`` fails when it is stale.
+hand). The output is checked in; ``tests/unit/config/test_manifests.py`` fails when it is stale.
 
     python hack/gen_manifests.py           # rewrite the generated blocks
     python hack/gen_manifests.py --check   # exit 1 if they differ from the registry

@@ -213,7 +213,7 @@ class QuotaNode:
 
         :meth:`local_available` plus the least of the parent's :meth:`available` and
         :meth:`_headroom`, written out (every head of a cycle asks it, twice: the calls
-        cost more than the arithmetic; ``tests/test_nominate_fast_paths.py`` checks it
+        cost more than the arithmetic; ``tests/unit/engine/test_nominate_fast_paths.py`` checks it
         against those methods)."""
         used = self.usage.get(fr, 0)
         local = self.local_quota.get(fr, 0)

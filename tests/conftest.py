@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.kube_harness import DOUBLE
-from tests.realserver.controlplane import assets_dir, skip_reason
+from tests.support.kube_harness import DOUBLE
+from tests.support.realserver.controlplane import assets_dir, skip_reason
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +23,7 @@ def real_cluster() -> Iterator[Any]:
     assets = assets_dir()
     if assets is None:
         pytest.skip(skip_reason())
-    from tests.realserver.cluster import RealCluster
+    from tests.support.realserver.cluster import RealCluster
 
     cluster = RealCluster(assets)
     try:
@@ -34,7 +34,7 @@ def real_cluster() -> Iterator[Any]:
 
 @pytest.fixture(params=[DOUBLE, "real"])
 def backend(request: pytest.FixtureRequest) -> Any:
-    """``DOUBLE`` or the session's :class:`~tests.realserver.cluster.RealCluster`."""
+    """``DOUBLE`` or the session's :class:`~tests.support.realserver.cluster.RealCluster`."""
     if request.param == DOUBLE:
         return DOUBLE
     return request.getfixturevalue("real_cluster")

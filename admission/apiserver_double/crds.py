@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "manifests" / "crd"
-TEST_CRD_DIR = REPO / "tests" / "crds"
+TEST_CRD_DIR = REPO / "tests" / "support" / "crds"
 """The CRDs of the job kinds' operators (JobSet, Kubeflow, Ray …): test fixtures, one
 file each, every ``*.yaml`` of the directory served (no kustomization to edit)."""
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -258,7 +258,7 @@ class Registry:
 
 def default_resources() -> tuple[ResourceType, ...]:
     """The built-in kinds plus the custom resources of ``manifests/crd/`` and of the
-    job kinds' test CRDs in ``tests/crds/`` (checked): what a default double serves."""
+    job kinds' test CRDs in ``tests/support/crds/`` (checked): what a default double serves."""
     from .crds import TEST_CRD_DIR, custom_resources
 
     return BUILTIN_RESOURCES + custom_resources() + custom_resources(TEST_CRD_DIR)

@@ -105,7 +105,7 @@ class ApiServer:
         third_party_crds: bool = True,
         admin_token: str = ADMIN_TOKEN,
     ) -> None:
-        """``third_party_crds``: install the job kinds' operator CRDs of ``tests/crds/``
+        """``third_party_crds``: install the job kinds' operator CRDs of ``tests/support/crds/``
         besides the project's own (``manifests/crd/``, always installed); False starts
         from a plain cluster, where a test installs the CRDs it needs as objects.
         ``record_requests``: keep every request and every AdmissionReview sent (the

@@ -309,7 +309,7 @@ class FlavorAssigner:
         on the way; None when anything else happens (a resource not covered, a flavor
         that does not match, a request beyond what is available, a podSet to place
         by topology), and the general path works it out. It only reads the tree, so
-        giving up costs nothing but the reads (``tests/test_nominate_fast_paths.py``
+        giving up costs nothing but the reads (``tests/unit/engine/test_nominate_fast_paths.py``
         checks the two agree)."""
         if self._needs_placement(wl):
             return None
@@ -356,7 +356,7 @@ class FlavorAssigner:
         """Flavors for every podSet, into ``out.pod_sets``. A single podSet is its own
         unit of assignment whether or not it names a podSet group, so it skips
         working out the units (most heads of a large cluster have one podSet);
-        ``tests/test_cycle_fast_paths.py`` checks the two ways agree."""
+        ``tests/unit/engine/test_cycle_fast_paths.py`` checks the two ways agree."""
         pod_sets = wl.pod_sets
         if len(pod_sets) == 1:
             ps = pod_sets[0]
@@ -650,7 +650,7 @@ class FlavorAssigner:
     ) -> _Candidate:
         """:meth:`_choose_flavor` for a resource group of one flavor (the common
         ClusterQueue): nothing to compare, so no list of reasons to collect; the same
-        candidate, reason and messages (``tests/test_cycle_fast_paths.py``)."""
+        candidate, reason and messages (``tests/unit/engine/test_cycle_fast_paths.py``)."""
         name = group.flavors[0].name
         why = self._mismatch(name, group, pod_sets)
         if why is not None:

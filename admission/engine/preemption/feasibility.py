@@ -67,7 +67,7 @@ park time every node is above its threshold. Until the head is woken:
   which wake everything (``requeue_all``).
 
 So a head not woken has, for every flavor, a pair still with ``v > B_fr``: it is still
-inadmissible (``tests/test_feasibility.py`` checks this against the engine's full
+inadmissible (``tests/unit/engine/test_feasibility.py`` checks this against the engine's full
 nomination after every step of random runs). Waking when *any one* entry is reached is
 conservative: another pair or way in may still block. Where the bound is doubtful the
 head is parked as Kueue parks it (woken by any release in its tree): topology-aware

@@ -531,7 +531,7 @@ class ModelInterner:
     labels and annotations the engine never reads are dropped (:data:`ENGINE_LABELS`).
 
     The engine never changes a parsed ``PodSet`` in place (they are built once at the
-    edge; ``tests/test_kube_slim.py`` pins that sharing them is invisible)."""
+    edge; ``tests/unit/kube/test_kube_slim.py`` pins that sharing them is invisible)."""
 
     def __init__(self, max_entries: int = 20_000) -> None:
         self._pod_sets: dict[str, list[Any]] = {}

@@ -1,0 +1,544 @@
+"""Table-style scenario tests: YAML objects in, `quartermaster plan` decisions out.
+
+A scenario file holds:
+
+```yaml
+description: what the scenario pins down
+args: ["--cycles", "1"]          # optional extra plan arguments
+config: {...}                    # optional configuration file content
+bases: [cohort-trio]             # optional: objects from tests/support/scenario_bases/<name>.yaml
+objects: [ {...}, {...} ]        # Kubernetes objects, as plan reads them; one named as
+                                 # a base object (kind, namespace, name) replaces it
+workloads:                       # optional shorthand, expanded to kueue Workload objects
+  - {name: a, ns: team-a, queue: lq, priority: 10, created: 1,
+     podSets: [{count: 2, requests: {cpu: 1}, minCount: 1, nodeSelector: {...}, tolerations: [...]}],
+     admitted: {clusterQueue: cq, flavors: {cpu: default}, at: 0},
+     # progress signals (queues.api.progress), times in seconds like ``created``:
+     checkpoint: 3500, checkpointCondition: 3500, notice: {at: 3500, deadline: 3800},
+     requeueCount: 1, finished: true}
+whatIf: [ {...} ]                # optional: objects for --what-if
+expect:
+  exit: 0                        # optional (2 for bad input)
+  stderr: ["text", ...]          # substrings of stderr (bad input)
+  admitted:                      # exactly these workloads are admitted by the run
+    ns/name: {clusterQueue: cq, flavors: {cpu: default}, counts: {main: 3}, cycle: 1}
+  pending:                       # exactly these are pending
+    ns/name: {reason: WaitingForQuota, message: ["substring", ...], clusterQueue: cq}
+  preempted:                     # exactly these are preempted (any cycle)
+    ns/name: {by: ns/other, reason: InClusterQueue,
+              noticeDeadline: "1970-01-01T01:05:00Z", evicted: false,   # notice window
+              requeue: {action: Backoff, count: 2, requeueAt: "..."}}  # requeue policy
+  usage: {cq: {flavor: {resource: {total: "3", borrowed: "0"}}}}   # partial check
+  whatIf: {ns/name: {before: admitted, after: pending}}            # outcome kinds
+  left: {cq: [ns/name, ...]}              # Kueue's wantLeft: still in the heap at the end
+  inadmissibleLeft: {cq: [ns/name, ...]}  # Kueue's wantInadmissibleLeft: parked at the end
+```
+
+Every key given under ``expect`` is checked strictly; keys left out are not checked.
+``left`` and ``inadmissibleLeft`` list every ClusterQueue with such workloads (empty
+ones may be left out); they are read from the engine's pending queues after the same
+run, in-process, since the CLI's JSON does not say which pending workloads are parked.
+A key the runner does not know, anywhere in the file, fails the scenario (a typo must
+not silently drop a check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from admission.cli.main import main
+
+
+def run_plan_cli(args: list[str]) -> tuple[int, dict[str, Any] | None, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", *args, "-o", "json"])
+    doc = json.loads(out.getvalue()) if code == 0 else None
+    if doc is not None:  # the text is the standard encoder's, whoever wrote it (plan_json_text)
+        assert out.getvalue() == json.dumps(doc, indent=2) + "\n"
+    return code, doc, err.getvalue()
+
+
+BASES = Path(__file__).parent / "scenario_bases"
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
+    """The fixture shorthand for a Workload, as a real kueue.x-k8s.io/v1beta2 object."""
+    pod_sets = []
+    raw_sets = w.get("podSets") or [{"requests": w.get("requests", {}), "count": w.get("count", 1)}]
+    for i, p in enumerate(raw_sets):
+        spec: dict[str, Any] = {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {
+                        "requests": {k: str(v) for k, v in p.get("requests", {}).items()},
+                        **(
+                            {"limits": {k: str(v) for k, v in p["limits"].items()}}
+                            if "limits" in p
+                            else {}
+                        ),
+                    },
+                }
+            ]
+        }
+        for key in ("nodeSelector", "tolerations", "affinity"):
+            if key in p:
+                spec[key] = p[key]
+        ps: dict[str, Any] = {
+            "name": p.get("name", "main" if i == 0 else f"ps{i}"),
+            "count": p.get("count", 1),
+            "template": {"spec": spec},
+        }
+        if "minCount" in p:
+            ps["minCount"] = p["minCount"]
+        if "topologyRequest" in p:
+            ps["topologyRequest"] = p["topologyRequest"]
+        pod_sets.append(ps)
+    obj: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": w["name"],
+            "namespace": w.get("ns", "default"),
+            "uid": w.get("uid", w["name"]),
+            "creationTimestamp": _iso(w.get("created", 0)),
+        },
+        "spec": {"queueName": w.get("queue", "lq"), "podSets": pod_sets},
+    }
+    if "priority" in w:
+        obj["spec"]["priority"] = w["priority"]
+    if "active" in w:
+        obj["spec"]["active"] = w["active"]
+    if "reclaimablePods" in w:
+        obj["status"] = {"reclaimablePods": w["reclaimablePods"]}
+    _progress_signals(w, obj)
+    adm = w.get("admitted")
+    if adm:
+        psas = []
+        for ps, raw in zip(pod_sets, raw_sets, strict=True):
+            count = raw.get("count", 1)
+            usage = {}
+            for r, v in raw.get("requests", {}).items():
+                usage[r] = str(_times(v, count))
+            psa: dict[str, Any] = {
+                "name": ps["name"],
+                "flavors": adm["flavors"],
+                "resourceUsage": usage,
+                "count": count,
+            }
+            if ps["name"] in adm.get("topology", {}):
+                from queues.api.topology_assignment import to_v1beta2
+                from queues.model import TopologyAssignment
+
+                levels = tuple(adm.get("topologyLevels", ["kubernetes.io/hostname"]))
+                domains = tuple(
+                    (tuple(k.split("/")), int(c))
+                    for k, c in sorted(adm["topology"][ps["name"]].items())
+                )
+                psa["topologyAssignment"] = to_v1beta2(TopologyAssignment(levels, domains))
+            psas.append(psa)
+        status = obj.setdefault("status", {})
+        status["admission"] = {"clusterQueue": adm["clusterQueue"], "podSetAssignments": psas}
+        status["conditions"] = [
+            {
+                "type": "QuotaReserved",
+                "status": "True",
+                "reason": "QuotaReserved",
+                "message": "",
+                "lastTransitionTime": _iso(adm.get("at", 0)),
+            },
+            *status.get("conditions", []),
+        ]
+    return obj
+
+
+def _progress_signals(w: dict[str, Any], obj: dict[str, Any]) -> None:
+    """The shorthand's checkpoint, notice, requeue count and Finished (queues.api.progress)."""
+    from queues.api.progress import (
+        CHECKPOINT_ANNOTATION,
+        CHECKPOINTED_CONDITION,
+        DEADLINE_ANNOTATION,
+        NOTICE_CONDITION,
+    )
+
+    annotations: dict[str, str] = {}
+    conditions: list[dict[str, Any]] = []
+
+    def condition(kind: str, at: float, reason: str) -> None:
+        conditions.append(
+            {
+                "type": kind,
+                "status": "True",
+                "reason": reason,
+                "message": "",
+                "lastTransitionTime": _iso(at),
+            }
+        )
+
+    if "checkpoint" in w:
+        annotations[CHECKPOINT_ANNOTATION] = (
+            w["checkpoint"] if isinstance(w["checkpoint"], str) else _iso(w["checkpoint"])
+        )
+    if "checkpointCondition" in w:
+        condition(CHECKPOINTED_CONDITION, w["checkpointCondition"], "CheckpointSaved")
+    if "notice" in w:
+        condition(NOTICE_CONDITION, w["notice"]["at"], "PreemptionNoticed")
+        annotations[DEADLINE_ANNOTATION] = _iso(w["notice"]["deadline"])
+    if w.get("finished"):
+        condition("Finished", w.get("created", 0), "Succeeded")
+    if annotations:
+        obj["metadata"]["annotations"] = annotations
+    status = obj.setdefault("status", {})
+    if conditions:
+        status["conditions"] = conditions
+    if "requeueCount" in w:
+        status["requeueState"] = {"count": w["requeueCount"]}
+    if not status:
+        del obj["status"]
+
+
+NODE_KEYS = {"names", "labels", "allocatable", "taints", "ready", "unschedulable"}
+
+
+def expand_nodes(group: dict[str, Any]) -> list[dict[str, Any]]:
+    """The shorthand for v1 Nodes: ``{names: [a, b], labels: {...}, allocatable: {...},
+    taints: [...], ready: false, unschedulable: true}``; each node also gets the label
+    kubernetes.io/hostname=<name>; ``names`` may be ``"prefix[0-3]"`` for prefix0..prefix3."""
+    names = group["names"]
+    if isinstance(names, str):
+        prefix, _, rng = names.partition("[")
+        lo, _, hi = rng.rstrip("]").partition("-")
+        names = [f"{prefix}{i}" for i in range(int(lo), int(hi) + 1)]
+    out = []
+    for name in names:
+        status: dict[str, Any] = {
+            "allocatable": {k: str(v) for k, v in group.get("allocatable", {}).items()}
+        }
+        if "ready" in group:
+            status["conditions"] = [
+                {"type": "Ready", "status": "True" if group["ready"] else "False"}
+            ]
+        spec: dict[str, Any] = {}
+        if "taints" in group:
+            spec["taints"] = group["taints"]
+        if group.get("unschedulable"):
+            spec["unschedulable"] = True
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {**group.get("labels", {}), "kubernetes.io/hostname": name},
+                },
+                "spec": spec,
+                "status": status,
+            }
+        )
+    return out
+
+
+def _times(v: Any, n: int) -> str:
+    from queues.quantity import parse_quantity
+
+    total = parse_quantity(str(v)) * n
+    return str(int(total)) if total.denominator == 1 else f"{float(total)}"
+
+
+def object_key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    """What names an object: kind, namespace and name."""
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("kind")), str(meta.get("namespace", "")), str(meta.get("name")))
+
+
+def base_objects(name: str) -> list[dict[str, Any]]:
+    path = BASES / f"{name}.yaml"
+    assert path.exists(), f"bases: no base {name!r} in {BASES} (known: {known_bases()})"
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def known_bases() -> list[str]:
+    return sorted(p.stem for p in BASES.glob("*.yaml"))
+
+
+def scenario_objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bases' objects, in order, then the scenario's own and its workloads.
+
+    An object with the kind, namespace and name of one given earlier *replaces* it: a
+    later base (an overlay such as ``cq-a-reclaims-any``) or the scenario's own
+    ``objects`` change one ClusterQueue of a base, say its preemption policy, without
+    copying the rest. A replacement identical to what it replaces is an error, so the
+    tables stay factored."""
+    objects: list[dict[str, Any]] = []
+    index: dict[tuple[str, str, str], int] = {}
+    where: dict[tuple[str, str, str], str] = {}
+
+    def put(obj: dict[str, Any], source: str) -> None:
+        key = object_key(obj)
+        i = index.get(key)
+        if i is None:
+            index[key] = len(objects)
+            objects.append(obj)
+        else:
+            assert obj != objects[i], (
+                f"{source}: {key} is the same as in base {where[key]!r}; leave it out"
+            )
+            objects[i] = obj
+        where[key] = source
+
+    for base in spec.get("bases", []):
+        for obj in base_objects(base):
+            put(obj, base)
+    for obj in spec.get("objects") or []:
+        put(obj, "objects")
+    objects += [n for group in spec.get("nodes") or [] for n in expand_nodes(group)]
+    objects += [expand_workload(w) for w in spec.get("workloads") or []]
+    return objects
+
+
+TOP_KEYS = {
+    "description",
+    "args",
+    "config",
+    "bases",
+    "objects",
+    "nodes",
+    "workloads",
+    "whatIf",
+    "expect",
+}
+WORKLOAD_KEYS = {
+    "name",
+    "ns",
+    "queue",
+    "priority",
+    "created",
+    "uid",
+    "podSets",
+    "requests",
+    "count",
+    "active",
+    "admitted",
+    "reclaimablePods",
+    "checkpoint",
+    "checkpointCondition",
+    "notice",
+    "requeueCount",
+    "finished",
+}
+POD_SET_KEYS = {
+    "name",
+    "count",
+    "requests",
+    "limits",
+    "minCount",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "topologyRequest",
+}
+ADMITTED_SHORTHAND_KEYS = {"clusterQueue", "flavors", "at", "topology", "topologyLevels"}
+EXPECT_KEYS = {
+    "exit",
+    "stderr",
+    "admitted",
+    "pending",
+    "preempted",
+    "usage",
+    "cycles",
+    "whatIf",
+    "left",
+    "inadmissibleLeft",
+}
+EXPECT_ENTRY_KEYS = {
+    "admitted": {"clusterQueue", "cycle", "flavors", "podSetFlavors", "counts", "topology"},
+    "pending": {"reason", "clusterQueue", "message"},
+    "preempted": {
+        "by",
+        "reason",
+        "clusterQueue",
+        "cycle",
+        "message",
+        "noticeDeadline",
+        "evicted",
+        "requeue",
+    },
+    "whatIf": {"before", "after"},
+}
+
+
+def _check_keys(where: str, got: Any, allowed: set[str]) -> None:
+    if not isinstance(got, dict):
+        return
+    unknown = sorted(set(got) - allowed)
+    assert not unknown, f"{where}: unknown key(s) {unknown}; known: {sorted(allowed)}"
+
+
+def validate_spec(spec: dict[str, Any]) -> None:
+    """Reject keys the runner would silently ignore."""
+    _check_keys("scenario", spec, TOP_KEYS)
+    for i, n in enumerate(spec.get("nodes") or []):
+        _check_keys(f"nodes[{i}]", n, NODE_KEYS)
+    for i, w in enumerate(spec.get("workloads") or []):
+        _check_keys(f"workloads[{i}]", w, WORKLOAD_KEYS)
+        for j, p in enumerate(w.get("podSets") or []):
+            _check_keys(f"workloads[{i}].podSets[{j}]", p, POD_SET_KEYS)
+        _check_keys(f"workloads[{i}].admitted", w.get("admitted"), ADMITTED_SHORTHAND_KEYS)
+    expect = spec.get("expect") or {}
+    _check_keys("expect", expect, EXPECT_KEYS)
+    for section, allowed in EXPECT_ENTRY_KEYS.items():
+        for key, entry in (expect.get(section) or {}).items():
+            _check_keys(f"expect.{section}[{key}]", entry, allowed)
+
+
+def run_scenario(path: Path, tmp: Path) -> None:
+    run_scenario_spec(yaml.safe_load(path.read_text()), tmp)
+
+
+def run_scenario_spec(spec: dict[str, Any], tmp: Path) -> None:
+    """One scenario given as a dict (the job kinds' test modules keep their tables inline)."""
+    validate_spec(spec)
+    objs = tmp / "objects.yaml"
+    objs.write_text(yaml.safe_dump_all(scenario_objects(spec), sort_keys=False))
+    args = ["-f", str(objs), *spec.get("args", [])]
+    if "config" in spec:
+        cfg = tmp / "config.yaml"
+        cfg.write_text(yaml.safe_dump(spec["config"]))
+        args += ["--config", str(cfg)]
+    if "whatIf" in spec:
+        wi = tmp / "whatif.yaml"
+        wi.write_text(yaml.safe_dump_all(spec["whatIf"], sort_keys=False))
+        args += ["--what-if", str(wi)]
+    code, doc, err = run_plan_cli(args)
+    expect = spec.get("expect", {})
+    want_exit = expect.get("exit", 0)
+    assert code == want_exit, f"exit {code}, want {want_exit}; stderr: {err}"
+    for text in expect.get("stderr", []):
+        assert text in err, f"stderr lacks {text!r}: {err}"
+    if code != 0:
+        return
+    assert doc is not None
+    check_decisions(doc, expect)
+    if "left" in expect or "inadmissibleLeft" in expect:
+        check_left(spec, objs, tmp, expect)
+
+
+def check_left(spec: dict[str, Any], objs: Path, tmp: Path, expect: dict[str, Any]) -> None:
+    """Kueue's wantLeft / wantInadmissibleLeft: which pending workloads are still in
+    each ClusterQueue's heap, and which are parked, after the same plan run."""
+    from admission.config.schema import load_config
+    from admission.drivers.loader import load_paths
+    from admission.drivers.plan import run_plan
+
+    args = list(spec.get("args", []))
+    cycles = int(args[args.index("--cycles") + 1]) if "--cycles" in args else None
+    config = load_config(str(tmp / "config.yaml") if "config" in spec else None)
+    result = run_plan(load_paths([str(objs)]), cycles=cycles, config=config)
+    assert result.cache is not None
+    left: dict[str, list[str]] = {}
+    parked: dict[str, list[str]] = {}
+    for name, q in result.cache.queues.items():
+        for wl in q.workloads():
+            (parked if q.is_parked(wl.key) else left).setdefault(name, []).append(wl.key)
+    for field, got in (("left", left), ("inadmissibleLeft", parked)):
+        if field in expect:
+            want = {cq: sorted(keys) for cq, keys in (expect[field] or {}).items() if keys}
+            have = {cq: sorted(keys) for cq, keys in got.items()}
+            assert have == want, f"{field}: {have}, want {want}"
+
+
+def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
+    if "admitted" in expect:
+        got = {a["workload"]: a for a in doc["admitted"]}
+        want = expect["admitted"] or {}
+        assert set(got) == set(want), f"admitted {sorted(got)}, want {sorted(want)}"
+        for key, w in want.items():
+            a = got[key]
+            w = w or {}
+            if "clusterQueue" in w:
+                assert a["clusterQueue"] == w["clusterQueue"], (key, a)
+            if "cycle" in w:
+                assert a["cycle"] == w["cycle"], (key, a)
+            if "flavors" in w:
+                flavors: dict[str, str] = {}
+                for p in a["podSetAssignments"]:
+                    flavors.update(p["flavors"])
+                assert flavors == w["flavors"], (key, a)
+            if "podSetFlavors" in w:
+                got_ps = {p["name"]: p["flavors"] for p in a["podSetAssignments"]}
+                assert got_ps == w["podSetFlavors"], (key, a)
+            if "counts" in w:
+                assert {p["name"]: p["count"] for p in a["podSetAssignments"]} == w["counts"], (
+                    key,
+                    a,
+                )
+            if "topology" in w:
+                # {podSet: {"level/values": pods}}: the whole TAS assignment, decoded.
+                from queues.api.topology_assignment import from_v1beta2
+
+                got_ta = {
+                    p["name"]: {
+                        "/".join(v): c for v, c in from_v1beta2(p["topologyAssignment"]).domains
+                    }
+                    for p in a["podSetAssignments"]
+                    if "topologyAssignment" in p
+                }
+                assert got_ta == w["topology"], (key, got_ta)
+    if "pending" in expect:
+        got = {p["workload"]: p for p in doc["pending"]}
+        want = expect["pending"] or {}
+        assert set(got) == set(want), f"pending {sorted(got)}, want {sorted(want)}"
+        for key, w in want.items():
+            p = got[key]
+            w = w or {}
+            if "reason" in w:
+                assert p["reason"] == w["reason"], (key, p)
+            if "clusterQueue" in w:
+                assert p["clusterQueue"] == w["clusterQueue"], (key, p)
+            for text in w.get("message", []):
+                assert text in p["message"], f"{key}: message lacks {text!r}: {p['message']}"
+    if "preempted" in expect:
+        got = {p["workload"]: p for p in doc["preempted"]}
+        want = expect["preempted"] or {}
+        assert set(got) == set(want), f"preempted {sorted(got)}, want {sorted(want)}"
+        for key, w in want.items():
+            for field in ("by", "reason", "clusterQueue", "cycle", "noticeDeadline", "evicted"):
+                if field in (w or {}):
+                    assert got[key].get(field) == w[field], (key, got[key])
+            if "requeue" in (w or {}):
+                rq = got[key].get("requeue")
+                assert rq is not None, (key, got[key])
+                for field, want_value in w["requeue"].items():
+                    if field == "message":
+                        assert want_value in rq["message"], (key, rq)
+                    else:
+                        assert rq.get(field) == want_value, (key, rq)
+            for text in (w or {}).get("message", []):
+                assert text in got[key]["message"], (key, got[key]["message"])
+    if "usage" in expect:
+        for cq, flavors in expect["usage"].items():
+            for flv, res in flavors.items():
+                for r, u in res.items():
+                    assert doc["usage"][cq][flv][r] == u, (cq, flv, r, doc["usage"][cq][flv][r])
+    if "cycles" in expect:
+        assert doc["cycles"] == expect["cycles"]
+    if "whatIf" in expect:
+        changes = {c["workload"]: c for c in doc["whatIf"]["changes"]}
+        assert set(changes) == set(expect["whatIf"]), f"whatIf changes {sorted(changes)}"
+        for key, w in expect["whatIf"].items():
+            for side in ("before", "after"):
+                o = changes[key][side]
+                assert (o["outcome"] if o else None) == w[side], (key, side, o)
