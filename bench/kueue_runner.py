@@ -59,6 +59,8 @@ from typing import Any
 import aiohttp
 import yaml
 
+from queues.times import rfc3339_seconds
+
 try:
     from orjson import loads
 except ImportError:  # pragma: no cover
@@ -84,12 +86,7 @@ def milli(quantity: Any) -> int:
 
 
 def parse_ts(text: Any) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return rfc3339_seconds(str(text)) if text else None
 
 
 def condition(obj: Obj, type_: str) -> Obj | None:

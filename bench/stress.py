@@ -344,9 +344,9 @@ class Probes:
             self._stop.wait(0.5)
 
     def figures(self, phase: str) -> dict[str, Any]:
-        from admission.kube.objects import parse_time
+        from queues.times import rfc3339_seconds
 
-        times = [parse_time(r) for _, r, p in self.renewals if p == phase]
+        times = [rfc3339_seconds(r) for _, r, p in self.renewals if p == phase]
         gaps = [b - a for a, b in zip(times, times[1:], strict=False) if a and b]
         lat, fresh = self.reviews[phase], self.fresh[phase]
         tried = len(fresh) + self.fresh_failures[phase]

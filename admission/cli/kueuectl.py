@@ -35,6 +35,7 @@ from typing import Any
 
 from admission.cli import kueuectl_format as fmt
 from admission.kube.client import kueuectl_calls as api
+from queues.times import rfc3339_seconds
 
 from .kueuectl_format import (
     age,
@@ -44,7 +45,6 @@ from .kueuectl_format import (
     name_of,
     print_objects,
     print_table,
-    timestamp,
     workload_status,
 )
 
@@ -287,13 +287,13 @@ def _exec_time(wl: Obj, now: float) -> str:
     admitted = condition(wl, "Admitted")
     if admitted is None or admitted.get("status") != "True":
         return ""
-    start = timestamp(admitted.get("lastTransitionTime"))
+    start = rfc3339_seconds(admitted.get("lastTransitionTime"))
     if start is None:
         return ""
     end = now
     finished = condition(wl, "Finished")
     if finished is not None and finished.get("status") == "True":
-        end = timestamp(finished.get("lastTransitionTime")) or now
+        end = rfc3339_seconds(finished.get("lastTransitionTime")) or now
     return human_duration(end - start)
 
 

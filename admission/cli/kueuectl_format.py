@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any, TextIO
 
 import yaml
+
+from queues.times import rfc3339_seconds
 
 Obj = dict[str, Any]
 
@@ -43,17 +44,8 @@ def human_duration(seconds: float) -> str:
     return f"{hours // (24 * 365)}y"
 
 
-def timestamp(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def age(obj: Obj, now: float) -> str:
-    created = timestamp((obj.get("metadata") or {}).get("creationTimestamp"))
+    created = rfc3339_seconds((obj.get("metadata") or {}).get("creationTimestamp"))
     return human_duration(now - created) if created is not None else "<unknown>"
 
 

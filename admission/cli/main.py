@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
-from datetime import datetime
 from typing import Any
 
 from admission.cli import demo, operator
 from admission.cli.logs import add_log_level, configure_logging, webhooks_only_banner
+from queues.times import parse_rfc3339
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a command stopped by SIGINT
@@ -297,7 +297,7 @@ def _output_format(choice: str | None) -> str:
 
 def _parse_time(text: str, flag: str) -> float:
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(text).timestamp()
     except ValueError as e:
         raise BadInput(f"{flag}: {text!r} is not an RFC 3339 time") from e
 

@@ -18,6 +18,7 @@ from admission.kube.watch.slim import DIGEST, template_digest
 from queues.api.topology_assignment import to_v1beta2
 from queues.model import Admission, PodSetAssignment
 from queues.quantity import format_quantity
+from queues.times import rfc3339_seconds
 
 Obj = dict[str, Any]
 
@@ -41,15 +42,6 @@ def rfc3339(ts: float) -> str:
 def micro_time(ts: float) -> str:
     """metav1.MicroTime (Lease renewTime)."""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -176,7 +168,7 @@ def admission_of(wl: Mapping[str, Any] | None) -> Obj | None:
 
 def requeue_at(wl: Mapping[str, Any] | None) -> float | None:
     state = ((wl or {}).get("status") or {}).get("requeueState") or {}
-    return parse_time(state.get("requeueAt")) if isinstance(state, dict) else None
+    return rfc3339_seconds(state.get("requeueAt")) if isinstance(state, dict) else None
 
 
 def requeue_count(wl: Mapping[str, Any] | None) -> int:

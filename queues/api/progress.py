@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from queues.times import strict_rfc3339_seconds
+
 DOMAIN = "quartermaster.io"
 CHECKPOINT_ANNOTATION = f"{DOMAIN}/last-checkpoint"
 DEADLINE_ANNOTATION = f"{DOMAIN}/eviction-deadline"
@@ -43,26 +45,12 @@ class ProgressError(ValueError):
 
 
 def parse_time(value: Any, field: str) -> float:
-    """An RFC 3339 time (``2026-01-01T12:00:00Z``, fractions and offsets allowed) in
-    epoch seconds (a parsed ``datetime`` is taken as it is)."""
-    if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    if not isinstance(value, str) or not value.strip():
-        raise ProgressError(field, f"must be an RFC 3339 time, got {value!r}")
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
+    """An RFC 3339 time in epoch seconds (:func:`queues.times.strict_rfc3339_seconds`),
+    a bad one a :class:`ProgressError` naming ``field``."""
     try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        raise ProgressError(
-            field, f"{value!r} is not an RFC 3339 time like 2026-01-01T12:00:00Z"
-        ) from None
-    if t.tzinfo is None or "T" not in text.upper():
-        raise ProgressError(
-            field, f"{value!r} is not an RFC 3339 time: it needs a date, a time and a zone"
-        )
-    return t.timestamp()
+        return strict_rfc3339_seconds(value)
+    except ValueError as err:
+        raise ProgressError(field, str(err)) from None
 
 
 def format_time(seconds: float) -> str:

@@ -32,7 +32,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -59,6 +59,7 @@ from queues.model import (
 )
 from queues.pods import PodSpecError, pod_requests, podset_from_template
 from queues.quantity import QuantityError
+from queues.times import aware_seconds, parse_rfc3339
 
 Obj = dict[str, Any]
 Path = tuple[str | int, ...]
@@ -1047,8 +1048,8 @@ def creation_time_of(value: Any, what: str, ref: str) -> float:
     where = "metadata.creationTimestamp"
     if value is None:
         return 0.0
-    if isinstance(value, datetime):  # YAML loaders turn unquoted timestamps into datetimes
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    if isinstance(value, datetime):
+        return aware_seconds(value)
     if not isinstance(value, str):
         raise IntegrationError(f"{what} {ref}: {where}: expected an RFC 3339 string, got {value!r}")
     match = _RFC3339_RE.fullmatch(value)
@@ -1057,7 +1058,7 @@ def creation_time_of(value: Any, what: str, ref: str) -> float:
     tz = match["tz"]
     iso = f"{match['base']}T{match['time']}{'+00:00' if tz in 'Zz' else tz}"
     try:
-        whole = datetime.fromisoformat(iso)
+        whole = parse_rfc3339(iso)
     except ValueError as err:
         raise IntegrationError(
             f"{what} {ref}: {where}: not a valid timestamp: {value!r} ({err})"

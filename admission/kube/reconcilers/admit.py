@@ -34,6 +34,7 @@ from admission.kube.client.rest import WORKLOADS, ApiError
 from admission.kube.control.context import Abandon, Context, Obj
 from admission.kube.reconcilers.job_workloads import enqueue_owner, evict
 from admission.kube.reconcilers.notices import Notices
+from queues.times import rfc3339_seconds
 
 log = logging.getLogger("quartermaster.kube.admit")
 
@@ -344,7 +345,7 @@ class Applier:
             # only the message moved: at most every pending_refresh per workload, counting
             # from our last pending write or from the eviction that set the condition,
             # and never while decisions wait (the reason the user sees is still right)
-            since = o.parse_time(current.get("lastTransitionTime"))
+            since = rfc3339_seconds(current.get("lastTransitionTime"))
             if (
                 recent
                 or (since is not None and now - since < ctx.options.pending_refresh)

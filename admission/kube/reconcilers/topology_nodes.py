@@ -49,6 +49,7 @@ from queues.api.labels import WORKLOAD as WORKLOAD_ANNOTATION
 from queues.api.progress import CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION
 from queues.api.topology_assignment import to_v1beta2
 from queues.model import TopologyAssignment
+from queues.times import rfc3339_seconds
 
 log = logging.getLogger("quartermaster.kube.topology")
 
@@ -135,7 +136,7 @@ def slim_pod(obj: Obj) -> Obj:
 def _ready_since(node: Obj) -> tuple[bool, float | None]:
     for c in (node.get("status") or {}).get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == "Ready":
-            return c.get("status") == "True", o.parse_time(c.get("lastTransitionTime"))
+            return c.get("status") == "True", rfc3339_seconds(c.get("lastTransitionTime"))
     return True, None
 
 
