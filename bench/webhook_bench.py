@@ -4,7 +4,7 @@ Three kinds of process, all started from this file so the numbers do not depend 
 the test harness:
 
 * a server: either the **bare** aiohttp HTTPS handler that returns a fixed allowed
-  review, or the **real** webhook server (``webhooks.server.app.run_webhook_server``) with a
+  review, or the **real** webhook server (``webhooks.server.entry.run_webhook_server``) with a
   small in-memory model; each prints ``ready PORT``;
 * the **load generator**, in its own process: asyncio TLS connections with keep-alive
   sending pre-encoded HTTP/1.1 requests, closed-loop (N connections back to back, for
@@ -151,8 +151,8 @@ def _bare_server(cert_dir: str) -> None:
 def _real_server(cert_dir: str) -> None:
     from queues.model import LocalQueue, Namespace, PriorityClass
     from webhooks.config import WebhookConfig
-    from webhooks.server.app import run_webhook_server
     from webhooks.server.certs import ensure_cert_dir
+    from webhooks.server.entry import run_webhook_server
     from webhooks.view import InMemoryView
 
     ensure_cert_dir(cert_dir)

@@ -55,7 +55,7 @@ def _pct(xs: list[float], q: float) -> float:
 def _one_mode(mode: str, view: Any, deadline: float) -> dict[str, Any]:
     from tests.support.webhook_server import WebhookServerThread, cluster_queue_doc, make_review
     from webhooks.config import WebhookConfig
-    from webhooks.server.app import ServerLimits
+    from webhooks.server.site import ServerLimits
 
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as d:

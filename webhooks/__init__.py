@@ -2,7 +2,9 @@
 
 Public surface:
 
-* :mod:`webhooks.server.app` — ``build_app``, ``run_webhook_server``, ``serve_webhooks_only``
+* :mod:`webhooks.server.app` — ``build_app``, ``process_review``
+* :mod:`webhooks.server.entry` — ``run_webhook_server``, ``serve_webhooks_only``
+* :mod:`webhooks.codec` — the AdmissionReview envelope, read and written
 * :mod:`webhooks.server.certs` — CA / serving certificates, reload, rotation, caBundle patch
 * :mod:`webhooks.config` — ``WebhookConfig``
 * :mod:`webhooks.view` — ``ModelView`` protocol and ``InMemoryView``

@@ -429,7 +429,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from admission.drivers.loader import LoadError
         from queues.api.kinds import InputError
         from webhooks.config import WebhookConfig
-        from webhooks.server.app import serve_webhooks_only
+        from webhooks.server.entry import serve_webhooks_only
 
         try:
             loaded = load_config(args.config)

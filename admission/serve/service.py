@@ -423,7 +423,7 @@ class Service:
     async def _serve_http(self) -> None:
         opts = self.options
 
-        from webhooks.server.app import add_health_routes
+        from webhooks.server.health import add_health_routes
 
         health = web.Application()
         add_health_routes(
@@ -467,8 +467,9 @@ class Service:
 
     async def _serve_webhooks(self) -> None:
         from webhooks.config import WebhookConfig
-        from webhooks.server.app import WebhookState, run_webhook_server
         from webhooks.server.certs import ensure_cert_dir
+        from webhooks.server.entry import run_webhook_server
+        from webhooks.server.health import WebhookState
 
         opts = self.options
         assert self.controller is not None

@@ -1,6 +1,6 @@
 """Helpers to drive the real webhook server in tests and benchmarks.
 
-:class:`WebhookServerThread` runs :func:`webhooks.server.app.run_webhook_server` on an
+:class:`WebhookServerThread` runs :func:`webhooks.server.entry.run_webhook_server` on an
 ephemeral loopback port in a background thread with its own event loop;
 :class:`ReviewClient` is a blocking keep-alive HTTPS client that trusts only the test
 CA; :func:`make_review` builds AdmissionReview bodies. ``python -m tests.support.webhook_server
@@ -25,8 +25,10 @@ from typing import Any, cast
 
 from queues.model import ClusterQueue, LocalQueue, Namespace, PriorityClass, Workload
 from webhooks.config import WebhookConfig
-from webhooks.server.app import ServerLimits, WebhookState, run_webhook_server
 from webhooks.server.certs import CA_CERT_FILE, client_ssl_context, ensure_cert_dir
+from webhooks.server.entry import run_webhook_server
+from webhooks.server.health import WebhookState
+from webhooks.server.site import ServerLimits
 from webhooks.view import InMemoryView, ModelView
 
 KINDS: dict[str, tuple[str, str, str]] = {

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review, sample_view
-from webhooks.server import app as webhook_server
-from webhooks.server.app import ServerLimits
+from webhooks.server import app as webhook_app
+from webhooks.server.ratelog import RateLimitedLog
+from webhooks.server.site import ServerLimits, raise_open_files_limit
 
 MUTATE = "/mutate-batch-v1-job"
 CQ = "/validate-kueue-x-k8s-io-v1beta2-clusterqueue"
@@ -184,7 +185,7 @@ def test_the_open_files_soft_limit_is_raised_to_the_hard_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
-        got = webhook_server.raise_open_files_limit()
+        got = raise_open_files_limit()
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
         assert got == (hard, hard)
     finally:
@@ -212,7 +213,7 @@ def test_a_tls_connection_gets_a_small_read_buffer_and_large_reviews_still_pass(
 def test_bad_requests_are_logged_as_one_rate_limited_line(
     client: ReviewClient, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(webhook_server, "_bad_request_log", webhook_server.RateLimitedLog(burst=3))
+    monkeypatch.setattr(webhook_app, "_bad_request_log", RateLimitedLog(burst=3))
     caplog.set_level(logging.DEBUG, logger="quartermaster.webhooks")
     for _ in range(20):
         assert client.post(MUTATE, b"{not json")[0] == 400

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review, sample_view
-from webhooks.server.app import ServerLimits
+from webhooks.server.site import ServerLimits
 
 MUTATE = "/mutate-batch-v1-job"
 PER_SOURCE = 3

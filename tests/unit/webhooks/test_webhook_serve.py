@@ -57,7 +57,7 @@ def test_webhooks_only_serves_the_yaml_model_with_generated_certs(tmp_path: Path
     cert_dir = tmp_path / "certs"
     port = free_port()
     code = (
-        "from webhooks.server.app import serve_webhooks_only; "
+        "from webhooks.server.entry import serve_webhooks_only; "
         f"serve_webhooks_only([{str(model)!r}], cert_dir={str(cert_dir)!r}, port={port}, host='127.0.0.1')"
     )
     proc = subprocess.Popen(

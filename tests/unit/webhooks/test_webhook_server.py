@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review, sample_view
+from webhooks import codec
 from webhooks.config import WebhookConfig
 from webhooks.handlers import job as jobs
 from webhooks.review import HandlerContext
-from webhooks.server import app as webhook_server
-from webhooks.server.app import MAX_BODY_BYTES, WebhookState, all_webhooks
+from webhooks.server.app import MAX_BODY_BYTES, all_webhooks, process_review
+from webhooks.server.health import WebhookState
 
 MUTATE = "/mutate-batch-v1-job"
 
@@ -255,16 +256,16 @@ def test_every_kueue_path_is_served() -> None:
 
 def test_stdlib_json_fallback_handles_lone_surrogates(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without orjson, json.loads accepts lone surrogates; the 400 reason must still encode."""
-    monkeypatch.setattr(webhook_server, "_json_loads", json.loads)
+    monkeypatch.setattr(codec, "_json_loads", json.loads)
     spec = next(s for s in all_webhooks() if s.path == MUTATE)
     ctx = HandlerContext(view=sample_view(), config=WebhookConfig())
     body = json.dumps(
         with_request(kind={"group": "batch", "version": "v1", "kind": "\ud800"})
     ).encode()
-    status, payload, verdict = webhook_server.process_review(body, spec, ctx)
+    status, payload, verdict = process_review(body, spec, ctx)
     assert status == 400 and verdict is None
     assert payload.startswith(b"unexpected kind batch/v1/\\ud800 for /mutate-batch-v1-job")
-    status, payload, verdict = webhook_server.process_review(
+    status, payload, verdict = process_review(
         json.dumps(make_review("Job", job())).encode(), spec, ctx
     )
     assert status == 200 and verdict is not None and verdict.allowed

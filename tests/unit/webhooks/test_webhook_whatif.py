@@ -306,12 +306,12 @@ def test_a_slow_what_if_answers_by_the_deadline_and_job_reviews_do_not_wait(
 ) -> None:
     from tests.support.webhook_server import cluster_queue_doc, pending_view
     from webhooks.handlers import quota
-    from webhooks.server import app as server
+    from webhooks.server.site import ServerLimits
 
     monkeypatch.setattr(quota, "impact_lines", _slow_impact)
     view = pending_view(2000)
     config = WebhookConfig(impact_deadline=0.3)
-    limits = server.ServerLimits(what_if_mode=mode)
+    limits = ServerLimits(what_if_mode=mode)
     with WebhookServerThread(view=view, config=config, cert_dir=tmp_path, limits=limits) as srv:
         jobs, edits = srv.client(), srv.client()
         for i in range(20):  # warm the connection and the job path
@@ -393,7 +393,7 @@ def test_edits_that_arrive_together_each_get_their_impact_in_turn(
     waits for the what-if ahead of it instead of being answered without its impact."""
     from tests.support.webhook_server import cluster_queue_doc, pending_view
     from webhooks.handlers import quota
-    from webhooks.server import app as server
+    from webhooks.server.site import ServerLimits
 
     def slowish(kind: str, obj: Any, *_args: Any) -> list[str]:
         time.sleep(0.2)  # long enough for the other edits to arrive meanwhile
@@ -401,7 +401,7 @@ def test_edits_that_arrive_together_each_get_their_impact_in_turn(
 
     monkeypatch.setattr(quota, "impact_lines", slowish)
     config = WebhookConfig(impact_deadline=60.0)  # the subject is the order, not the deadline
-    limits = server.ServerLimits(what_if_mode=mode)
+    limits = ServerLimits(what_if_mode=mode)
     view = pending_view(10, cluster_queues=4, cohorts=1)
     answers: dict[str, Any] = {}
     with WebhookServerThread(view=view, config=config, cert_dir=tmp_path, limits=limits) as srv:
