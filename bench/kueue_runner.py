@@ -59,6 +59,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from queues.api.conditions import condition, is_true
 from queues.times import rfc3339_seconds
 
 try:
@@ -87,18 +88,6 @@ def milli(quantity: Any) -> int:
 
 def parse_ts(text: Any) -> float | None:
     return rfc3339_seconds(str(text)) if text else None
-
-
-def condition(obj: Obj, type_: str) -> Obj | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return c
-    return None
-
-
-def is_true(obj: Obj, type_: str) -> bool:
-    c = condition(obj, type_)
-    return c is not None and c.get("status") == "True"
 
 
 def rfc3339(ts: float) -> str:

@@ -35,13 +35,12 @@ from typing import Any
 
 from admission.cli import kueuectl_format as fmt
 from admission.kube.client import kueuectl_calls as api
+from queues.api.conditions import condition, is_true
 from queues.times import rfc3339_seconds
 
 from .kueuectl_format import (
     age,
-    condition,
     human_duration,
-    is_true,
     name_of,
     print_objects,
     print_table,

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from queues.api.conditions import condition, is_true
 from queues.times import rfc3339_seconds
 
 Obj = dict[str, Any]
@@ -55,18 +56,6 @@ def print_table(out: TextIO, headers: list[str], rows: Iterable[list[Any]]) -> N
     widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
     for r in table:
         out.write("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
-
-
-def condition(obj: Obj, type_: str) -> Obj | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return c
-    return None
-
-
-def is_true(obj: Obj, type_: str) -> bool:
-    c = condition(obj, type_)
-    return c is not None and c.get("status") == "True"
 
 
 def workload_status(wl: Obj) -> str:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from admission.kube.watch.slim import DIGEST, template_digest
+from queues.api.conditions import condition, conditions, is_true
 from queues.api.topology_assignment import to_v1beta2
 from queues.model import Admission, PodSetAssignment
 from queues.quantity import format_quantity
@@ -72,21 +73,6 @@ def deleting(obj: Mapping[str, Any] | None) -> bool:
 
 
 # -- conditions ---------------------------------------------------------------------------
-
-
-def conditions(obj: Mapping[str, Any] | None) -> list[Obj]:
-    status = (obj or {}).get("status") or {}
-    conds = status.get("conditions") if isinstance(status, dict) else None
-    return [c for c in conds if isinstance(c, dict)] if isinstance(conds, list) else []
-
-
-def condition(obj: Mapping[str, Any] | None, type_: str) -> Obj | None:
-    return next((c for c in conditions(obj) if c.get("type") == type_), None)
-
-
-def is_true(obj: Mapping[str, Any] | None, type_: str) -> bool:
-    c = condition(obj, type_)
-    return c is not None and c.get("status") == "True"
 
 
 def set_condition(

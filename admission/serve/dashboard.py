@@ -46,6 +46,7 @@ from aiohttp import web
 from admission.config.schema import Config
 from admission.engine.cache import Cache
 from admission.kube.controller import Controller
+from queues.api.conditions import condition
 from queues.fairshare import dominant_resource_share
 from queues.quantity import format_quantity
 from queues.tree import QuotaNode
@@ -86,7 +87,7 @@ class Recent:
             ("Evicted", "evicted"),
             ("Finished", "finished"),
         ):
-            now_c, was_c = _condition(new, type_), _condition(old, type_)
+            now_c, was_c = condition(new, type_) or {}, condition(old, type_) or {}
             if now_c.get("status") == "True" and was_c.get("status") != "True":
                 reason = now_c.get("reason") or ""
                 if kind == "evicted" and reason == "Preempted":
@@ -110,13 +111,6 @@ def _bounded(message: str) -> str:
     if len(message) <= RECENT_MESSAGE_CHARS:
         return message
     return message[: RECENT_MESSAGE_CHARS - 1] + "…"
-
-
-def _condition(obj: Obj | None, type_: str) -> Obj:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return dict(c)
-    return {}
 
 
 NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")

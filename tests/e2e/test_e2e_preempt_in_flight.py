@@ -18,6 +18,7 @@ from typing import Any
 
 from admission.kube import objects as o
 from admission.kube.client import rest as k
+from queues.api.conditions import is_true
 from tests.support.kube_harness import Stack, admitted, eventually, stack
 from tests.support.kube_invariants import InvariantChecker, quotas_of
 from tests.unit.kube.test_kube_write_economy import NS, mark_finished, objects, standalone
@@ -69,7 +70,7 @@ def test_a_victim_whose_admission_is_in_flight_is_evicted_after_it_lands(
             await s.user.create(k.WORKLOADS, standalone("h1", priority=100), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "h1", NS)), what="h1 admitted")
             w = s.get("workloads", "w", NS)
-            assert w is not None and not o.has_quota(w) and o.is_true(w, o.EVICTED)
+            assert w is not None and not o.has_quota(w) and is_true(w, o.EVICTED)
             hold = HeldAdmission(s, "w")
             await mark_finished(s, "h1")  # w is admitted again: its write is held on the wire
             await eventually(lambda: hold.held.is_set(), what="w's admission is being written")

@@ -30,6 +30,7 @@ from admission.config.schema import Config
 from admission.kube.client import rest as k
 from admission.kube.control.context import ControllerOptions
 from admission.serve.service import Service, ServiceOptions
+from queues.api.conditions import is_true
 from tests.support.double_client import kube_client_config
 from webhooks.server.certs import ensure_cert_dir, read_cert_dir
 
@@ -199,13 +200,6 @@ def workload(
             ],
         },
     }
-
-
-def is_true(obj: Obj | None, type_: str) -> bool:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return c.get("status") == "True"
-    return False
 
 
 def admitted(obj: Obj | None) -> bool:

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from queues.api import labels
+from queues.api.conditions import conditions
 from queues.api.labels import PODSET as PODSET_LABEL
 from queues.api.labels import PODSET_UNCONSTRAINED_TOPOLOGY, TOPOLOGY_GATE
 from queues.api.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
@@ -1067,18 +1068,12 @@ def creation_time_of(value: Any, what: str, ref: str) -> float:
     return whole.timestamp() + frac
 
 
-def conditions_of(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    status = obj.get("status")
-    conds = status.get("conditions") if isinstance(status, Mapping) else None
-    return [c for c in conds if isinstance(c, Mapping)] if isinstance(conds, list) else []
-
-
 def finished_by_conditions(
     obj: Mapping[str, Any], *, succeeded: Iterable[str], failed: Iterable[str]
 ) -> Finished | None:
     """A Finished from the first True condition among ``succeeded``/``failed`` types."""
     ok, bad = set(succeeded), set(failed)
-    for c in conditions_of(obj):
+    for c in conditions(obj):
         if c.get("status") != "True":
             continue
         if c.get("type") in ok:

@@ -24,12 +24,12 @@ from admission.integrations.framework.interface import (
     Integration,
     IntegrationError,
     Role,
-    conditions_of,
     count_field,
     finished_by_conditions,
     ref_of,
     template_at,
 )
+from queues.api.conditions import conditions
 
 
 class KubeflowIntegration(Integration):
@@ -131,5 +131,5 @@ class KubeflowIntegration(Integration):
     def pods_ready(self, obj: Mapping[str, Any], count: int) -> bool | None:
         """Kueue: the ``Running`` condition."""
         return any(
-            c.get("type") == "Running" and c.get("status") == "True" for c in conditions_of(obj)
+            c.get("type") == "Running" and c.get("status") == "True" for c in conditions(obj)
         )

@@ -34,6 +34,7 @@ from admission.kube.client.rest import WORKLOADS, ApiError
 from admission.kube.control.context import Abandon, Context, Obj
 from admission.kube.reconcilers.job_workloads import enqueue_owner, evict
 from admission.kube.reconcilers.notices import Notices
+from queues.api.conditions import condition
 from queues.times import rfc3339_seconds
 
 log = logging.getLogger("quartermaster.kube.admit")
@@ -340,7 +341,7 @@ class Applier:
             return None, ""
         now = ctx.clock()
         kind = PENDING_REASON
-        current = o.condition(w, o.QUOTA_RESERVED) or {}
+        current = condition(w, o.QUOTA_RESERVED) or {}
         if current.get("status") == "False" and current.get("reason") == status.reason:
             # only the message moved: at most every pending_refresh per workload, counting
             # from our last pending write or from the eviction that set the condition,

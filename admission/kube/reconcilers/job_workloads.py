@@ -60,6 +60,7 @@ from admission.kube.client.rest import WORKLOADS, ApiError, Resource, resource_o
 from admission.kube.control.context import Context, Obj
 from admission.kube.reconcilers.prebuilt import PrebuiltWorkloads, prebuilt_name
 from admission.kube.watch.owners import OwnerReader
+from queues.api.conditions import is_true
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import HOLD_AND_DRAIN, Workload
 
@@ -256,7 +257,7 @@ class JobReconciler:
         wl = self.ctx.writer.workload(
             f"{o.meta(ancestor).get('namespace') or 'default'}/{parent.workload_name(ancestor)}"
         )
-        if wl is not None and not o.is_finished(wl) and o.is_true(wl, o.ADMITTED):
+        if wl is not None and not o.is_finished(wl) and is_true(wl, o.ADMITTED):
             return
         patch: Obj = {}
         set_path(patch, integ.suspend_path, True)
@@ -330,7 +331,7 @@ class JobReconciler:
         originals = [original_info(ps) for ps in (wl.get("spec") or {}).get("podSets") or []]
         if (
             o.has_quota(wl)
-            and not o.is_true(wl, o.EVICTED)
+            and not is_true(wl, o.EVICTED)
             and o.is_active(wl)
             and wkey not in ctx.sync.inflight
             and await self._evict_if_changed(integ, key, obj, wkey, wl)
@@ -338,8 +339,8 @@ class JobReconciler:
             return
         running = (
             o.has_quota(wl)
-            and o.is_true(wl, o.ADMITTED)
-            and not o.is_true(wl, o.EVICTED)
+            and is_true(wl, o.ADMITTED)
+            and not is_true(wl, o.EVICTED)
             and o.is_active(wl)
         )
         if running:
@@ -349,7 +350,7 @@ class JobReconciler:
         if integ.stop_step(obj, originals) is not None:
             obj = await self._stop(integ, key, obj, originals=originals) or obj
         if o.has_quota(wl) and wkey not in ctx.sync.inflight:
-            if (o.is_true(wl, o.EVICTED) or not o.is_active(wl)) and not integ.is_active(obj):
+            if (is_true(wl, o.EVICTED) or not o.is_active(wl)) and not integ.is_active(obj):
                 await finish_eviction(ctx, wkey)
             return
         if wkey not in ctx.sync.inflight and not prebuilt:  # a prebuilt one is not rewritten
@@ -575,17 +576,17 @@ class JobReconciler:
                 return
         if not o.has_quota(wl) or wkey in ctx.sync.inflight:
             return
-        if not o.is_active(wl) and not o.is_true(wl, o.EVICTED):
+        if not o.is_active(wl) and not is_true(wl, o.EVICTED):
             await evict(ctx, wkey, reason="Deactivated", message="The workload is deactivated")
             return
         drained = drained_queue(ctx, wl)
-        if drained is not None and not o.is_true(wl, o.EVICTED):
+        if drained is not None and not is_true(wl, o.EVICTED):
             await evict(ctx, wkey, reason=f"{drained}Stopped", message=f"The {drained} is stopped")
             return
         if owner is not None and job_key:
             ctx.enqueue(owner[0].what, job_key)
             return
-        if o.is_true(wl, o.EVICTED) or not o.is_active(wl):
+        if is_true(wl, o.EVICTED) or not o.is_active(wl):
             await finish_eviction(ctx, wkey)
 
 
@@ -637,7 +638,7 @@ async def evict(
 
     def compute(w: Obj) -> Obj | None:
         held.clear()
-        if not o.has_quota(w) or o.is_true(w, o.EVICTED) or o.is_finished(w):
+        if not o.has_quota(w) or is_true(w, o.EVICTED) or o.is_finished(w):
             return None
         held["cq"] = str((o.admission_of(w) or {}).get("clusterQueue", ""))
         status = o.evicted_status(
@@ -660,7 +661,7 @@ async def evict(
         ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))  # a later cycle may retry
         return False
     wrote = bool(held)  # compute returned a status, and it was written
-    if new is None or not o.is_true(new, o.EVICTED) or not (wrote or o.has_quota(new)):
+    if new is None or not is_true(new, o.EVICTED) or not (wrote or o.has_quota(new)):
         ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))
         return False
     if o.has_quota(new):

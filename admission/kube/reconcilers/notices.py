@@ -40,6 +40,7 @@ from admission.kube import objects as o
 from admission.kube.client.rest import PODS, WORKLOADS, ApiError, resource_of
 from admission.kube.reconcilers.job_workloads import evict, owner_of
 from admission.kube.reconcilers.topology_nodes import BOUND_PODS
+from queues.api.conditions import condition, conditions, is_true
 from queues.api.progress import (
     CHECKPOINT_ANNOTATION,
     DEADLINE_ANNOTATION,
@@ -162,12 +163,12 @@ class Notices:
         )
 
         def compute(w: Obj) -> Obj | None:
-            if not o.has_quota(w) or o.is_true(w, o.EVICTED) or o.is_finished(w):
+            if not o.has_quota(w) or is_true(w, o.EVICTED) or o.is_finished(w):
                 return None
-            if o.is_true(w, NOTICE_CONDITION):
+            if is_true(w, NOTICE_CONDITION):
                 return None  # never noticed twice
             conds = o.set_condition(
-                o.conditions(w),
+                conditions(w),
                 type_=NOTICE_CONDITION,
                 status=True,
                 reason=NOTICE_REASON,
@@ -184,7 +185,7 @@ class Notices:
             log.warning("noticing %s failed: %s", key, err)
             ctx.sync.apply(lambda: self._undo(key))
             return False
-        if new is None or not o.is_true(new, NOTICE_CONDITION):
+        if new is None or not is_true(new, NOTICE_CONDITION):
             ctx.sync.apply(lambda: self._undo(key))
             return False
         ctx.record_event(new, "Normal", "PreemptionNotice", message)
@@ -251,7 +252,7 @@ class Notices:
         for key in book.due(ctx.clock()):
             wl = ctx.writer.workload(key)
             notice = book.notices.get(key)
-            if wl is None or notice is None or o.is_true(wl, o.EVICTED):
+            if wl is None or notice is None or is_true(wl, o.EVICTED):
                 continue  # gone, or its eviction is already written
             yielded = book.yielded(key)
             why = (
@@ -263,7 +264,7 @@ class Notices:
             trigger = "checkpoint" if yielded else "deadline"
             reason, message = notice.reason, notice.message
             if not message:  # a notice read back after a restart: its condition says
-                text = str((o.condition(wl, NOTICE_CONDITION) or {}).get("message") or "")
+                text = str((condition(wl, NOTICE_CONDITION) or {}).get("message") or "")
                 m = _NOTICE_MESSAGE.search(text)
                 reason, message = (m.group(1), m.group(2)) if m else ("", text)
             if await self.evict(key, message=f"{message}; evicted now: {why}", reason=reason):

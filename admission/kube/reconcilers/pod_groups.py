@@ -88,6 +88,7 @@ from admission.kube.reconcilers.job_workloads import (
 )
 from admission.kube.reconcilers.tas_ungate import topology_domains
 from admission.kube.watch.grouped_pods import GroupedPods
+from queues.api.conditions import is_true
 from queues.api.labels import POD_SUSPENDING_PARENT
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
@@ -179,7 +180,7 @@ class PodGroupReconciler:
         if gkey in ctx.sync.inflight:
             return
         holds = o.has_quota(wl)
-        evicting = holds and (o.is_true(wl, o.EVICTED) or not o.is_active(wl))
+        evicting = holds and (is_true(wl, o.EVICTED) or not o.is_active(wl))
         if evicting:
             await self._stop(gkey, pods)
             return
@@ -212,7 +213,7 @@ class PodGroupReconciler:
         keep, excess = self._split_excess(wl, live)
         if excess and not await self._owner_runs(gkey, wl, len(live)):
             await self._delete_excess(gkey, excess)
-        if holds and o.is_true(wl, o.ADMITTED) and o.is_active(wl):
+        if holds and is_true(wl, o.ADMITTED) and o.is_active(wl):
             await self._ungate(gkey, wl, keep)
 
     def _role_of(self, wl: Obj, live: list[Obj]) -> Callable[[Obj], str]:

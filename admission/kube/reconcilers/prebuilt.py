@@ -25,6 +25,7 @@ from admission.integrations.framework.interface import JOB_UID_LABEL, Integratio
 from admission.kube import objects as o
 from admission.kube.client.rest import WORKLOADS, ApiError
 from admission.kube.control.context import Context, Obj
+from queues.api.conditions import conditions
 from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 
 log = logging.getLogger("quartermaster.kube.prebuilt")
@@ -121,7 +122,7 @@ class PrebuiltWorkloads:
         def finished(w: Obj) -> Obj | None:
             if o.is_finished(w):
                 return None
-            conds = o.set_condition(o.conditions(w), type_=o.FINISHED, status=True,
+            conds = o.set_condition(conditions(w), type_=o.FINISHED, status=True,
                                     reason=OUT_OF_SYNC, message=OUT_OF_SYNC_MESSAGE, now=now,
                                     observed_generation=o.generation(w))  # fmt: skip
             return {"conditions": conds}

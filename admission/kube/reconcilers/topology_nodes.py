@@ -44,6 +44,7 @@ from admission.kube.control.context import Context
 from admission.kube.reconcilers.tas_ungate import topology_domains
 from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.informer import DELETED
+from queues.api.conditions import is_true
 from queues.api.labels import PODSET as PODSET_LABEL
 from queues.api.labels import WORKLOAD as WORKLOAD_ANNOTATION
 from queues.api.progress import CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION
@@ -306,7 +307,7 @@ def _with_assignments(wl: Obj, new: dict[str, TopologyAssignment]) -> Obj | None
     """The status with these podSets' topology assignments replaced (None: not
     admitted any more, nothing to write)."""
     adm = o.admission_of(wl)
-    if adm is None or not o.has_quota(wl) or o.is_true(wl, o.EVICTED):
+    if adm is None or not o.has_quota(wl) or is_true(wl, o.EVICTED):
         return None
     psas = []
     for psa in adm.get("podSetAssignments") or []:
@@ -356,7 +357,7 @@ def admitted_by_tas(wl: Obj | None) -> bool:
     adm = o.admission_of(wl)
     return (
         wl is not None
-        and o.is_true(wl, o.ADMITTED)
+        and is_true(wl, o.ADMITTED)
         and any(
             isinstance(psa, dict) and psa.get("topologyAssignment")
             for psa in (adm or {}).get("podSetAssignments") or []
@@ -397,7 +398,7 @@ class TopologyUngater:
         if inf is None or not inf.synced.is_set():
             return
         wl = ctx.writer.workload(wkey)
-        if not admitted_by_tas(wl) or o.is_true(wl, o.EVICTED) or o.deleting(wl):
+        if not admitted_by_tas(wl) or is_true(wl, o.EVICTED) or o.deleting(wl):
             return  # not (or no longer) placed: an evicted job is being stopped
         assert wl is not None
         pods = [p for p in self.pods(wkey) if not o.deleting(p)]

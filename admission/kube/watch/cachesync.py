@@ -35,6 +35,7 @@ from admission.kube import objects as o
 from admission.kube.watch.informer import rv_at_least
 from admission.kube.watch.slim import ModelInterner, without_digests
 from queues import model as m
+from queues.api.conditions import condition, is_true
 from queues.api.kinds import InputError, parse_model
 from queues.api.progress import ProgressError, without_progress, workload_progress
 
@@ -222,7 +223,7 @@ class CacheSync:
             and _reclaimable(obj) == _reclaimable(cache.workloads.get(key))
         ):  # already charged and its spec unchanged (status writes): nothing to parse
             self.backoff.pop(key, None)
-            if o.is_true(obj, o.EVICTED):
+            if is_true(obj, o.EVICTED):
                 cache.mark_evicting(key)
             self.wl_sigs.pop(key, None)  # "unchanged" shortcuts apply to pending ones only
             return
@@ -255,7 +256,7 @@ class CacheSync:
             self.admitted_gen[key] = o.generation(obj)
             cache.remove_pending(key)
             cache.add_workload(wl)
-            if o.is_true(obj, o.EVICTED):
+            if is_true(obj, o.EVICTED):
                 cache.mark_evicting(key)
             self.wl_sigs.pop(key, None)
             self.on_change()
@@ -287,7 +288,7 @@ class CacheSync:
 
     @staticmethod
     def _sig(obj: Obj) -> tuple:
-        ev = o.condition(obj, o.EVICTED) or {}
+        ev = condition(obj, o.EVICTED) or {}
         return (
             o.generation(obj),
             ev.get("status"),

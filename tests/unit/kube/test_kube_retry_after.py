@@ -29,6 +29,7 @@ from admission.apiserver_double.errors import MAX_IN_FLIGHT_MESSAGE
 from admission.kube import objects as o
 from admission.kube.client import rest as k
 from admission.kube.client.ratelimit import TokenBucket
+from queues.api.conditions import is_true
 from tests.support.double_client import kube_client_config
 from tests.support.kube_harness import (
     Stack,
@@ -306,7 +307,7 @@ def test_a_throttled_eviction_is_retried_and_the_preemptor_admitted(
                 what="the service saw high's admission land",
             )
             low = s.get("workloads", "low", NS)
-            assert low is not None and not admitted(low) and o.is_true(low, o.EVICTED)
+            assert low is not None and not admitted(low) and is_true(low, o.EVICTED)
             assert rule.fired == 1 and waits == [1.0]
             assert retried(s, STATUS_CALL) == 1
             assert written(s, "evict", "ok") == 1

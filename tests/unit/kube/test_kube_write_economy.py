@@ -20,6 +20,7 @@ from admission.kube.client import rest as k
 from admission.kube.client.ratelimit import TokenBucket
 from admission.kube.control.context import ControllerOptions
 from admission.kube.reconcilers.job_workloads import finish_eviction
+from queues.api.conditions import condition, is_true
 from tests.support.kube_harness import (
     SA_USERNAME,
     SERVICE_NS,
@@ -151,8 +152,8 @@ def test_evicting_a_standalone_workload_is_one_write(tmp_path: Path, backend: An
             low = s.get("workloads", "low", NS)
             assert low is not None and not admitted(low)
             assert not (low.get("status") or {}).get("admission")
-            assert o.is_true(low, o.EVICTED) and o.is_true(low, o.PREEMPTED)
-            assert (o.condition(low, o.QUOTA_RESERVED) or {}).get("status") == "False"
+            assert is_true(low, o.EVICTED) and is_true(low, o.PREEMPTED)
+            assert (condition(low, o.QUOTA_RESERVED) or {}).get("status") == "False"
             assert service_writes(s, "workloads/status", "low", since=mark) == 1
             assert writes_of_kind(s, "clear-admission") == 0
             assert writes_of_kind(s, "evict") == 1
@@ -189,7 +190,7 @@ def test_no_eviction_is_written_for_a_victim_that_finished_while_it_waited(
             await eventually(lambda: admitted(s.get("workloads", "high", NS)), what="high admitted")
             low = s.get("workloads", "low", NS)
             assert low is not None and o.is_finished(low)
-            assert o.condition(low, o.EVICTED) is None
+            assert condition(low, o.EVICTED) is None
             assert service_writes(s, "workloads/status", "low", since=mark) == 0
             assert writes_of_kind(s, "evict") == 0
 
@@ -254,7 +255,7 @@ def test_a_newer_pending_reason_replaces_the_one_waiting(tmp_path: Path) -> None
             gate.open()
             await eventually(
                 lambda: (
-                    (o.condition(s.get("workloads", "w", NS) or {}, o.QUOTA_RESERVED) or {}).get(
+                    (condition(s.get("workloads", "w", NS) or {}, o.QUOTA_RESERVED) or {}).get(
                         "reason"
                     )
                     == "Newer"
@@ -285,7 +286,7 @@ def test_a_head_re_evaluated_every_cycle_still_gets_its_reason(tmp_path: Path) -
                 ctrl.applier.note_pending(key, PendingStatus("Pending", f"short by {i}"))
                 await asyncio.sleep(0.01)
                 w = s.get("workloads", "w", NS) or {}
-                if (o.condition(w, o.QUOTA_RESERVED) or {}).get("status") == "False":
+                if (condition(w, o.QUOTA_RESERVED) or {}).get("status") == "False":
                     written_during_the_churn = True
                     break
             assert written_during_the_churn
@@ -512,7 +513,7 @@ def test_pending_reasons_yield_to_waiting_decisions_for_a_bounded_time(tmp_path:
             gate.open()
             await eventually(
                 lambda: (
-                    (o.condition(s.get("workloads", "big", NS) or {}, o.QUOTA_RESERVED) or {}).get(
+                    (condition(s.get("workloads", "big", NS) or {}, o.QUOTA_RESERVED) or {}).get(
                         "status"
                     )
                     == "False"
