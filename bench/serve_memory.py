@@ -83,7 +83,7 @@ def cel_rules_off() -> Iterator[None]:
 def _seed(server: Any, chunk: list[dict[str, Any]], *, with_workloads: bool) -> None:
     """Store ``chunk``'s Jobs, and with ``with_workloads`` the Workload the service
     would create for each (what a restarted replica finds)."""
-    from admission.integrations.framework.interface import compose
+    from admission.integrations.framework.composition import compose
     from admission.integrations.kinds.job import JOB
 
     for job in chunk:

@@ -47,13 +47,10 @@ from admission.drivers.pod_resources import quantity_problems
 from admission.drivers.unqueued import NotQueued
 from admission.engine.tas.domains import Node, PodUsage
 from admission.engine.tas.nodes import NodeInputError, node_from_object, pod_usage_from_object
-from admission.integrations.framework.interface import (
-    Integration,
-    IntegrationError,
-    ReferenceLookup,
-    Resource,
-    workload_model,
-)
+from admission.integrations.framework.addressing import Resource
+from admission.integrations.framework.composition import workload_model
+from admission.integrations.framework.fields import IntegrationError
+from admission.integrations.framework.interface import Integration, ReferenceLookup
 from admission.integrations.framework.registry import ALL, INTEGRATIONS, Frameworks
 from queues.api import kinds as api
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL

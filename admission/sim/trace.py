@@ -60,7 +60,8 @@ from admission.drivers.loader import (
     load_documents,
     plain_yaml_documents,
 )
-from admission.integrations.framework.interface import IntegrationError, workload_model
+from admission.integrations.framework.composition import workload_model
+from admission.integrations.framework.fields import IntegrationError
 from admission.integrations.framework.registry import BY_KIND, INTEGRATIONS
 from admission.sim.scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
 from admission.sim.sharing import EMPTY, Ints, PodSetShapes

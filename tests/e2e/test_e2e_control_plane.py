@@ -292,7 +292,7 @@ def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
 ) -> None:
     """Three 500s on the higher-priority workload's admission write: it is admitted at
     the next try; the lower-priority one, which would fit in its place, waits."""
-    from admission.integrations.framework.interface import compose
+    from admission.integrations.framework.composition import compose
     from admission.integrations.kinds.job import JOB
     from queues.model import PriorityClass
     from tests.support.kube_harness import priority_class

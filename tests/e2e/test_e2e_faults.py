@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.framework.interface import compose
+from admission.integrations.framework.composition import compose
 from admission.integrations.kinds.job import JOB
 from queues.model import PriorityClass
 from tests.support.kube_harness import (

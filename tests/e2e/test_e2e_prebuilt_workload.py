@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.framework.interface import compose
+from admission.integrations.framework.composition import compose
 from admission.kube.client import rest as k
 from tests.e2e.test_e2e_tenant_escapes import CASES
 from tests.support.integration_kit import KindCase, crds_of, lifecycle_objects

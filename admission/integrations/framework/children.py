@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from admission.integrations.framework.interface import meta_of
+from admission.integrations.framework.fields import meta_of
 from queues.pods import PodSpecError, pod_requests
 from queues.quantity import QuantityError
 

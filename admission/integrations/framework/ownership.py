@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from admission.integrations.framework.interface import controller_ref, meta_of
+from admission.integrations.framework.fields import controller_ref, meta_of
 from admission.integrations.framework.registry import BY_KIND, Frameworks
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 

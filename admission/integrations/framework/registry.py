@@ -30,7 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from admission.integrations.framework.interface import Integration, meta_of
+from admission.integrations.framework.fields import meta_of
+from admission.integrations.framework.interface import Integration
 from admission.integrations.kinds.deployment import DEPLOYMENT
 from admission.integrations.kinds.job import JOB
 from admission.integrations.kinds.jobset import JOBSET

@@ -19,7 +19,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from admission.integrations.framework.interface import Integration, IntegrationError, spec_field
+from admission.integrations.framework.fields import IntegrationError, spec_field
+from admission.integrations.framework.interface import Integration
 from queues.pods import PodSpecError, pod_requests
 from queues.quantity import QuantityError, format_quantity
 

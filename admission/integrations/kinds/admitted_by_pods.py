@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from admission.integrations.framework.children import POD, kind_of, refuse
-from admission.integrations.framework.interface import Finished, Integration, meta_of
+from admission.integrations.framework.fields import meta_of
+from admission.integrations.framework.interface import Finished, Integration
 from admission.integrations.framework.requests import request_changes
 from queues.api.labels import JOB_OWNER_GVK, JOB_OWNER_NAME, POD_SUSPENDING_PARENT
 from queues.api.labels import MANAGED as MANAGED_LABEL

@@ -23,15 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from admission.integrations.framework.interface import (
-    Resource,
-    Role,
-    count_field,
-    meta_of,
-    ref_of,
-    template_at,
-    workload_name,
-)
+from admission.integrations.framework.addressing import Resource
+from admission.integrations.framework.fields import count_field, meta_of, ref_of, template_at
+from admission.integrations.framework.interface import Role
+from admission.integrations.framework.workload_names import workload_name
 from admission.integrations.kinds.admitted_by_pods import Edit, PodOwnerIntegration
 
 FRAMEWORK = "deployment"

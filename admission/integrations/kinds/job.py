@@ -19,26 +19,27 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.children import job_may_own
-from admission.integrations.framework.interface import (
-    TAS_ANNOTATIONS,
-    Finished,
-    Integration,
+from admission.integrations.framework.composition import workload_model
+from admission.integrations.framework.fields import (
     IntegrationError,
     Obj,
-    PodSetInfo,
-    Resource,
-    Role,
-    Step,
     as_object,
     count_field,
-    finished_by_conditions,
     ref_of,
     string_map,
     template_at,
-    workload_model,
-    workload_name,
 )
+from admission.integrations.framework.interface import (
+    Finished,
+    Integration,
+    Role,
+    Step,
+    finished_by_conditions,
+)
+from admission.integrations.framework.podset_info import TAS_ANNOTATIONS, PodSetInfo
+from admission.integrations.framework.workload_names import workload_name
 from queues.api.labels import JOB_MIN_PARALLELISM as JOB_MIN_PARALLELISM_ANNOTATION
 from queues.api.labels import PODSET as PODSET_LABEL
 from queues.api.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL

@@ -23,17 +23,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.children import jobset_may_own
+from admission.integrations.framework.fields import (
+    IntegrationError,
+    count_field,
+    ref_of,
+    template_at,
+)
 from admission.integrations.framework.interface import (
     Finished,
     Integration,
-    IntegrationError,
-    Resource,
     Role,
-    count_field,
     finished_by_conditions,
-    ref_of,
-    template_at,
 )
 
 

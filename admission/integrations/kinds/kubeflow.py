@@ -19,15 +19,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from admission.integrations.framework.children import indexed_name, pod_of_role_may_own
+from admission.integrations.framework.fields import (
+    IntegrationError,
+    count_field,
+    ref_of,
+    template_at,
+)
 from admission.integrations.framework.interface import (
     Finished,
     Integration,
-    IntegrationError,
     Role,
-    count_field,
     finished_by_conditions,
-    ref_of,
-    template_at,
 )
 from queues.api.conditions import conditions
 

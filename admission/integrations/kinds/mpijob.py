@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.children import JOB, kind_of, not_made_by, same_shape
-from admission.integrations.framework.interface import Resource
 from admission.integrations.kinds.kubeflow import KubeflowIntegration
 
 

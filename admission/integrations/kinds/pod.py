@@ -19,22 +19,18 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from admission.integrations.framework.interface import (
+from admission.integrations.framework.addressing import Resource
+from admission.integrations.framework.composition import (
     KUEUE_API_VERSION,
-    Finished,
-    Integration,
-    IntegrationError,
-    Obj,
-    PodSetInfo,
-    Resource,
-    Role,
-    meta_of,
     pod_set_json,
     pod_set_model,
     spec_json,
-    workload_name,
     workload_priority,
 )
+from admission.integrations.framework.fields import IntegrationError, Obj, meta_of
+from admission.integrations.framework.interface import Finished, Integration, Role
+from admission.integrations.framework.podset_info import PodSetInfo
+from admission.integrations.framework.workload_names import workload_name
 from queues.api.labels import ADMISSION_GATE, TOPOLOGY_GATE
 from queues.api.labels import IS_GROUP_WORKLOAD as IS_GROUP_WORKLOAD_ANNOTATION
 from queues.api.labels import MANAGED as MANAGED_LABEL

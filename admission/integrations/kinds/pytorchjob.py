@@ -8,7 +8,7 @@ pkg/apis/kubeflow.org/v1/pytorch_types.go.
 
 from __future__ import annotations
 
-from admission.integrations.framework.interface import Resource
+from admission.integrations.framework.addressing import Resource
 from admission.integrations.kinds.kubeflow import KubeflowIntegration
 
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from admission.integrations.framework.interface import (
+from admission.integrations.framework.fields import (
     IntegrationError,
     Path,
-    Role,
     count_field,
     dotted,
     ref_of,
     template_at,
 )
+from admission.integrations.framework.interface import Role
 
 HEAD = "head"
 

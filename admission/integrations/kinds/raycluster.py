@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.children import pod_of_role_may_own
-from admission.integrations.framework.interface import Finished, Integration, Resource, Role
+from admission.integrations.framework.interface import Finished, Integration, Role
 from admission.integrations.kinds.ray import cluster_errors, cluster_pod_template, cluster_roles
 
 

@@ -25,21 +25,18 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.children import named_child_may_own
-from admission.integrations.framework.interface import (
-    Finished,
-    Integration,
+from admission.integrations.framework.fields import (
     IntegrationError,
     Obj,
-    PodSetInfo,
-    Resource,
-    Role,
-    Step,
     apply_merge_patch,
     merge_patch,
     ref_of,
     template_at,
 )
+from admission.integrations.framework.interface import Finished, Integration, Role, Step
+from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.ray import HEAD, cluster_errors, cluster_roles
 
 SUBMITTER = "submitter"

@@ -36,16 +36,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from admission.integrations.framework.interface import (
+from admission.integrations.framework.addressing import Resource
+from admission.integrations.framework.fields import (
     IntegrationError,
-    Resource,
-    Role,
     controller_ref,
     count_field,
     meta_of,
     ref_of,
     template_at,
 )
+from admission.integrations.framework.interface import Role
 from admission.integrations.kinds.admitted_by_pods import (
     Edit,
     Obj,

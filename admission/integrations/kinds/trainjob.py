@@ -52,21 +52,18 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.children import named_child_may_own
+from admission.integrations.framework.fields import IntegrationError, Obj, count_field, ref_of
 from admission.integrations.framework.interface import (
     Finished,
     Integration,
-    IntegrationError,
-    Obj,
-    PodSetInfo,
     ReferenceLookup,
-    Resource,
     Role,
     Step,
-    count_field,
     finished_by_conditions,
-    ref_of,
 )
+from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.jobset import JOBSET, succeeded_replicas
 from queues.api import labels
 

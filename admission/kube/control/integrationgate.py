@@ -40,7 +40,8 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from admission.integrations.framework.interface import Integration, Resource
+from admission.integrations.framework.addressing import Resource
+from admission.integrations.framework.interface import Integration
 from admission.kube.client.rest import CUSTOM_RESOURCE_DEFINITIONS, KUEUE, KubeClient, Obj
 from admission.kube.control.metrics import Metrics
 from admission.kube.watch.informer import Informer

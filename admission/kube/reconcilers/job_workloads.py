@@ -36,23 +36,24 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from admission.integrations.framework.interface import (
+from admission.integrations.framework.composition import (
     JOB_UID_LABEL,
     OWNER_GVK_ANNOTATION,
-    Integration,
-    IntegrationError,
-    PodSetInfo,
     compose,
-    flavor_info,
-    original_info,
-    set_path,
-    tas_info,
 )
+from admission.integrations.framework.fields import IntegrationError, set_path
+from admission.integrations.framework.interface import Integration
 from admission.integrations.framework.ownership import (
     OwnerRef,
     OwnershipError,
     controller_ref,
     managed_ancestor_async,
+)
+from admission.integrations.framework.podset_info import (
+    PodSetInfo,
+    flavor_info,
+    original_info,
+    tas_info,
 )
 from admission.integrations.kinds.pod import is_group_workload
 from admission.kube import objects as o

@@ -50,8 +50,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from admission.integrations.framework.interface import PodSetInfo, flavor_info
 from admission.integrations.framework.ownership import OwnerRef
+from admission.integrations.framework.podset_info import PodSetInfo, flavor_info
 from admission.integrations.framework.registry import BY_FRAMEWORK
 from admission.integrations.framework.requests import beyond_pod_set, pod_set_asks
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration

@@ -21,7 +21,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from admission.integrations.framework.interface import JOB_UID_LABEL, Integration, controller_ref
+from admission.integrations.framework.composition import JOB_UID_LABEL
+from admission.integrations.framework.fields import controller_ref
+from admission.integrations.framework.interface import Integration
 from admission.kube import objects as o
 from admission.kube.client.rest import WORKLOADS, ApiError
 from admission.kube.control.context import Context, Obj

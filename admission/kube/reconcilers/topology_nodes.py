@@ -36,7 +36,7 @@ from typing import Any
 from admission.engine.tas.admission import node_replacement
 from admission.engine.tas.domains import HOSTNAME
 from admission.engine.tas.nodes import NodeInputError, node_from_object, pod_usage_from_object
-from admission.integrations.framework.interface import PodSetInfo
+from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.pod import ungate_patch
 from admission.kube import objects as o
 from admission.kube.client.rest import JSON_PATCH, PODS, ApiError

@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover - orjson comes with the aiohttp extras
     _loads = json.loads  # type: ignore[assignment]
 
 
-from admission.integrations.framework.interface import SLIM_DIGEST
+from admission.integrations.framework.composition import SLIM_DIGEST
 from queues.api import labels
 
 Obj = dict[str, Any]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.integrations.framework.interface import compose
+from admission.integrations.framework.composition import compose
 from admission.integrations.kinds.jobset import JOBSET
 from admission.integrations.kinds.pytorchjob import PYTORCHJOB
 from admission.integrations.kinds.raycluster import RAYCLUSTER

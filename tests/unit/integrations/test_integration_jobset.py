@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from admission.config.schema import parse_config
-from admission.integrations.framework.interface import IntegrationError, workload_model
+from admission.integrations.framework.composition import workload_model
+from admission.integrations.framework.fields import IntegrationError
 from admission.integrations.kinds.jobset import JOBSET
 from admission.kube.client import rest as k
 from admission.kube.client.rest import ApiError

@@ -14,11 +14,8 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.framework.interface import (
-    IntegrationError,
-    apply_merge_patch,
-    workload_model,
-)
+from admission.integrations.framework.composition import workload_model
+from admission.integrations.framework.fields import IntegrationError, apply_merge_patch
 from admission.integrations.kinds.pytorchjob import PYTORCHJOB
 from queues.model import PriorityClass
 from tests.support.integration_kit import (
@@ -108,7 +105,7 @@ def test_an_unknown_replica_type_is_refused_naming_the_field() -> None:
 
 
 def test_start_and_stop_patch_each_replica_template_and_run_policy_suspend() -> None:
-    from admission.integrations.framework.interface import PodSetInfo, original_info
+    from admission.integrations.framework.podset_info import PodSetInfo, original_info
 
     job = pytorchjob("train", CASE.roles, meta("train"))
     job["spec"]["runPolicy"]["suspend"] = True

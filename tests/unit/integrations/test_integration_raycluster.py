@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.framework.interface import workload_model
+from admission.integrations.framework.composition import workload_model
 from admission.integrations.kinds.raycluster import RAYCLUSTER
 from tests.support.integration_kit import (
     KindCase,

@@ -12,13 +12,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from admission.integrations.framework.interface import (
-    apply_merge_patch,
-    flavor_info,
-    original_info,
-    workload_body,
-    workload_model,
-)
+from admission.integrations.framework.composition import workload_body, workload_model
+from admission.integrations.framework.fields import apply_merge_patch
+from admission.integrations.framework.podset_info import flavor_info, original_info
 from admission.integrations.kinds.rayjob import RAYJOB
 from queues.model import ResourceFlavor
 from tests.support.integration_kit import (

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from admission.drivers.loader import load_documents
-from admission.integrations.framework.interface import IntegrationError, flavor_info, workload_model
+from admission.integrations.framework.composition import workload_model
+from admission.integrations.framework.fields import IntegrationError
+from admission.integrations.framework.podset_info import flavor_info
 from admission.integrations.kinds.trainjob import (
     ANCESTOR_LABEL,
     CLUSTER_TRAINING_RUNTIMES,

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.integrations.framework.interface import apply_merge_patch, merge_patch
+from admission.integrations.framework.fields import apply_merge_patch, merge_patch
 from admission.integrations.framework.registry import INTEGRATIONS, FrameworksError, frameworks
 
 json_values = st.recursive(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jsonpatch
 import pytest
 
-from admission.integrations.framework.interface import flavor_info
+from admission.integrations.framework.podset_info import flavor_info
 from admission.integrations.kinds import pod as pg
 from queues.model import PriorityClass, ResourceFlavor, Toleration
 

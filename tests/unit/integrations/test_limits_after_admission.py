@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.framework.interface import Integration, compose, get_path
+from admission.integrations.framework.composition import compose
+from admission.integrations.framework.fields import get_path
+from admission.integrations.framework.interface import Integration
 from admission.integrations.framework.registry import INTEGRATIONS
 from admission.integrations.framework.requests import request_changes
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration, UpdateCheck
@@ -272,7 +274,7 @@ def test_every_kinds_webhook_refuses_a_negative_overhead(integ: Integration) -> 
 
 @pytest.mark.parametrize("integ", OWNERS, ids=lambda i: i.framework)
 def test_no_kind_composes_a_workload_with_a_negative_overhead(integ: Integration) -> None:
-    from admission.integrations.framework.interface import IntegrationError
+    from admission.integrations.framework.fields import IntegrationError
 
     obj = _with_overhead(integ, BUILDERS[integ.framework](), "-20")
     with pytest.raises(IntegrationError, match="must be greater than or equal to 0"):

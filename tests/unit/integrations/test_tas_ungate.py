@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.integrations.framework.interface import (
-    PodSetInfo,
-    apply_merge_patch,
-    original_info,
-    tas_info,
-)
+from admission.integrations.framework.fields import apply_merge_patch
+from admission.integrations.framework.podset_info import PodSetInfo, original_info, tas_info
 from admission.integrations.kinds.job import JOB
 from admission.integrations.kinds.jobset import JOBSET
 from admission.kube.reconcilers.tas_ungate import topology_domains

@@ -9,12 +9,9 @@ import re
 
 import pytest
 
-from admission.integrations.framework.interface import (
-    MAX_WORKLOAD_NAME_LENGTH,
-    Integration,
-    workload_name,
-)
+from admission.integrations.framework.interface import Integration
 from admission.integrations.framework.registry import INTEGRATIONS
+from admission.integrations.framework.workload_names import MAX_WORKLOAD_NAME_LENGTH, workload_name
 from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
 
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

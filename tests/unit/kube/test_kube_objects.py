@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from admission.engine.cache import Cache
-from admission.integrations.framework.interface import flavor_info, original_info
+from admission.integrations.framework.podset_info import flavor_info, original_info
 from admission.integrations.kinds.job import JOB
 from admission.kube import objects as o
 from admission.kube.watch.cachesync import CacheSync

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.framework.interface import compose
+from admission.integrations.framework.composition import compose
 from admission.integrations.kinds.job import JOB, workload_from_job
 from admission.kube import objects as o
 from admission.kube.client import rest as k
