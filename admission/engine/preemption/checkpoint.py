@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from admission.engine.progress import WORKLOAD_SOURCE, Notice, ProgressBook
 from queues.api.progress import format_time
+from queues.backoff import BackoffPolicy
 
 if TYPE_CHECKING:
     from admission.engine.cache import Cache
@@ -93,10 +94,6 @@ class RequeuePolicy:
     backoff_max: float = 3600.0
     backoff_limit: int | None = None  # None: requeue forever; 0: never requeue
 
-    def backoff(self, count: int) -> float:
-        """Delay before the ``count``-th requeue: base·2^(count−1), at most max."""
-        return min(self.backoff_base * 2 ** max(0, count - 1), self.backoff_max)
-
     def after_preemption(self, previous_count: int, now: float) -> RequeueDecision:
         count = previous_count + 1
         if self.backoff_limit is not None and count > self.backoff_limit:
@@ -106,7 +103,7 @@ class RequeuePolicy:
                 else f"preempted {count} times, past backoffLimitCount {self.backoff_limit}"
             )
             return RequeueDecision(True, count, None, f"deactivated: {why}")
-        delay = self.backoff(count)
+        delay = BackoffPolicy(base=self.backoff_base, cap=self.backoff_max).requeue_delay(count)
         return RequeueDecision(
             False,
             count,

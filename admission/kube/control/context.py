@@ -21,6 +21,7 @@ from admission.integrations.framework.registry import ALL, Frameworks
 from admission.kube import objects as o
 from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, ApiError, KubeClient, Resource
 from admission.kube.watch.informer import Informer, newer, rv_at_least
+from queues.backoff import BackoffPolicy
 from queues.model import LabelSelector
 
 if TYPE_CHECKING:
@@ -43,6 +44,10 @@ class PodsReadyOptions:
     backoff_max: float = 3600.0
     backoff_limit: int | None = None
     requeue_by_creation: bool = False
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        return BackoffPolicy(base=self.backoff_base, cap=self.backoff_max)
 
 
 @dataclass(slots=True)
@@ -105,8 +110,7 @@ class WorkQueue:
         self._processing: set[tuple[str, str]] = set()
         self._failures: dict[tuple[str, str], int] = {}
         self._waiting: dict[tuple[str, str], asyncio.TimerHandle] = {}
-        self.base = base
-        self.cap = cap
+        self.policy = BackoffPolicy(base=base, cap=cap)
 
     def add(self, item: tuple[str, str]) -> None:
         if item in self._dirty:
@@ -119,7 +123,7 @@ class WorkQueue:
         """The delay before the next retry of ``item`` (counts one more failure)."""
         n = self._failures.get(item, 0)
         self._failures[item] = n + 1
-        return min(self.cap, self.base * 2.0**n)
+        return self.policy.delay(n)
 
     def add_after_failure(self, item: tuple[str, str], *, when: Callable[[], bool]) -> float:
         """Queue ``item`` again after its backoff (if ``when()`` still holds then)."""

@@ -35,13 +35,14 @@ from admission.kube.control.context import Abandon, Context, Obj
 from admission.kube.reconcilers.job_workloads import enqueue_owner, evict
 from admission.kube.reconcilers.notices import Notices
 from queues.api.conditions import condition
+from queues.backoff import BackoffPolicy
 from queues.times import rfc3339_seconds
 
 log = logging.getLogger("quartermaster.kube.admit")
 
 VERIFY_ATTEMPTS = 5
 YIELD_POLL = 0.2  # seconds between looks at the budget while pending reasons yield
-FAILURE_BACKOFF_MAX = 60.0
+FAILURE_BACKOFF = BackoffPolicy(base=1.0, cap=60.0)
 # quartermaster_api_writes_total{kind} of pending-status writes: a new reason, or only
 # its message refreshed (the numbers in it moved)
 PENDING_REASON = "pending"
@@ -146,7 +147,7 @@ class Applier:
         ):
             # repeatedly refused (e.g. denied by a webhook): back off, don't hammer
             ctx.cache.park(key)
-            ctx.sync.backoff[key] = ctx.clock() + min(FAILURE_BACKOFF_MAX, 2.0 ** (n - 2))
+            ctx.sync.backoff[key] = ctx.clock() + FAILURE_BACKOFF.delay(n - 2)
 
     async def _write_admission(self, key: str, d: AdmittedDecision) -> bool:
         ctx = self.ctx

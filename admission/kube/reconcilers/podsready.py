@@ -39,11 +39,6 @@ def pods_ready_options(config: Config) -> PodsReadyOptions:
     )
 
 
-def backoff_seconds(count: int, opts: PodsReadyOptions) -> float:
-    """Delay before the ``count``-th requeue: base·2^(count−1), at most max."""
-    return min(opts.backoff_base * 2 ** max(0, count - 1), opts.backoff_max)
-
-
 class PodsReadyWatcher:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -101,7 +96,7 @@ class PodsReadyWatcher:
             return
         requeue_state = {
             "count": count,
-            "requeueAt": o.rfc3339(now + backoff_seconds(count, opts)),
+            "requeueAt": o.rfc3339(now + opts.backoff.requeue_delay(count)),
         }
         log.info("%s: PodsReady timeout; requeue #%d", key, count)
         await evict(

@@ -30,6 +30,7 @@ from typing import Any
 from admission.kube.client.rest import ApiError, KubeClient, Obj, Resource
 from admission.kube.client.unreachable import outage_of
 from admission.kube.watch.slim import PackedStore, Slimmer, WorkloadSlimmer
+from queues.backoff import BackoffPolicy
 
 __all__ = ["WorkloadSlimmer", "Informer", "strip_managed_fields"]
 
@@ -51,7 +52,7 @@ class Backoff:
     attempts: int = 0
 
     def next(self) -> float:
-        d = min(self.cap, self.base * (2**self.attempts))
+        d = BackoffPolicy(base=self.base, cap=self.cap).delay(self.attempts)
         self.attempts = min(self.attempts + 1, 30)
         return d / 2 + self.rng.random() * d / 2
 
