@@ -49,6 +49,7 @@ from typing import Any
 
 from bench.serve_process import ServeProcess
 from bench.stack import TOKEN, USERNAME
+from queues.api.conditions import is_true
 
 JOBS = 2000
 KILLS = 20
@@ -518,13 +519,11 @@ def _unfinished(server: Any) -> list[str]:
     jobs = server.store.list(server.registry.resolve("jobs"))
     out = []
     for j in jobs:
-        conds = (j.get("status") or {}).get("conditions") or []
-        if not any(c.get("type") == "Complete" and c.get("status") == "True" for c in conds):
+        if not is_true(j, "Complete"):
             out.append(j["metadata"]["name"])
     wls = server.store.list(server.registry.resolve("workloads"))
     for w in wls:
-        conds = (w.get("status") or {}).get("conditions") or []
-        if not any(c.get("type") == "Finished" and c.get("status") == "True" for c in conds):
+        if not is_true(w, "Finished"):
             out.append("workload/" + w["metadata"]["name"])
     return out
 

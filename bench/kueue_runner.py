@@ -60,6 +60,7 @@ import aiohttp
 import yaml
 
 from queues.api.conditions import condition, is_true
+from queues.backoff import BackoffPolicy
 from queues.times import rfc3339_seconds
 
 try:
@@ -84,6 +85,9 @@ def milli(quantity: Any) -> int:
     if quantity in (None, ""):
         return 0
     return int(parse_quantity(str(quantity)) * 1000)
+
+
+RETRY_BACKOFF = BackoffPolicy(base=0.005, cap=1000.0)
 
 
 def parse_ts(text: Any) -> float | None:
@@ -475,7 +479,7 @@ class Reconciler:
                 self.failures.pop(key, None)
             else:  # controller-runtime's per-item exponential backoff: 5 ms, doubling
                 n = self.failures[key] = self.failures.get(key, 0) + 1
-                self.add_after(key, min(1000.0, 0.005 * 2 ** (n - 1)))
+                self.add_after(key, RETRY_BACKOFF.delay(n - 1))
 
     async def reconcile(self, key: str) -> bool:
         wl = self.store.get(key)

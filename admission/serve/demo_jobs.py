@@ -24,6 +24,7 @@ from typing import Any
 
 from admission.apiserver_double.jobcontroller import finish_patches, start_patch, suspend_patch
 from admission.kube.client.rest import JOBS, ApiError, KubeClient
+from queues.api.conditions import is_true
 from queues.api.labels import PRIORITY_CLASS, QUEUE_NAME
 
 log = logging.getLogger("quartermaster.demo")
@@ -97,10 +98,7 @@ def _suspended(job: Obj) -> bool:
 
 
 def _finished(job: Obj) -> bool:
-    return any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or []
-    )
+    return is_true(job, "Complete") or is_true(job, "Failed")
 
 
 def _streamed(job: Obj) -> bool:

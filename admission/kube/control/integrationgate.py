@@ -45,6 +45,7 @@ from admission.integrations.framework.interface import Integration
 from admission.kube.client.rest import CUSTOM_RESOURCE_DEFINITIONS, KUEUE, KubeClient, Obj
 from admission.kube.control.metrics import Metrics
 from admission.kube.watch.informer import Informer
+from queues.api.conditions import is_true
 
 log = logging.getLogger("quartermaster.kube.integrations")
 
@@ -80,8 +81,7 @@ def serves(crd: Obj | None, res: Resource) -> bool:
         v.get("name") == res.version and v.get("served") for v in spec.get("versions") or []
     ):
         return False
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+    return is_true(crd, "Established")
 
 
 def slim_crd(crd: Obj) -> Obj:

@@ -44,7 +44,7 @@ from admission.kube.control.context import Context
 from admission.kube.reconcilers.tas_ungate import topology_domains
 from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.informer import DELETED
-from queues.api.conditions import is_true
+from queues.api.conditions import condition, is_true
 from queues.api.labels import PODSET as PODSET_LABEL
 from queues.api.labels import WORKLOAD as WORKLOAD_ANNOTATION
 from queues.api.progress import CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION
@@ -135,10 +135,10 @@ def slim_pod(obj: Obj) -> Obj:
 
 
 def _ready_since(node: Obj) -> tuple[bool, float | None]:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c.get("status") == "True", rfc3339_seconds(c.get("lastTransitionTime"))
-    return True, None
+    c = condition(node, "Ready")
+    if c is None:
+        return True, None
+    return c.get("status") == "True", rfc3339_seconds(c.get("lastTransitionTime"))
 
 
 class TopologyWatch:

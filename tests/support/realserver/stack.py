@@ -28,6 +28,7 @@ from admission.config.schema import Config
 from admission.kube.client import rest as k
 from admission.kube.control.context import ControllerOptions
 from admission.serve.service import Service
+from queues.api.conditions import is_true
 from tests.support.double_client import kube_client_config
 from webhooks.server.certs import ensure_cert_dir, read_cert_dir
 
@@ -102,10 +103,7 @@ def register_visibility(
 
 def api_service_available(view: RealServerView, name: str) -> bool:
     obj = view.get_object("apiservices", name) or {}
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Available":
-            return bool(cond.get("status") == "True")
-    return False
+    return is_true(obj, "Available")
 
 
 class RealBackend:
