@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from admission.kube.watch.slim import DIGEST, template_digest
+from admission.kube.digest import DIGEST, template_digest
 from queues.api.conditions import condition, conditions, is_true
 from queues.api.topology_assignment import to_v1beta2
 from queues.model import Admission, PodSetAssignment

@@ -5,7 +5,7 @@ run times and no labels at all, yet one ``PodSet`` (with its requests, selector,
 affinity and toleration containers), one ``int`` per run time and three empty dicts
 per ``Workload`` made most of its loaded size (≈ 1.2 KiB per workload before this).
 The engine never changes a podSet, a run time or an empty label map in place (the
-service's informers share podSets the same way, ``admission/kube/watch/slim.py``), so the
+service's informers share podSets the same way, ``admission/kube/watch/packing.py``), so the
 trace loader gives every workload of one shape the same objects:
 
 * :class:`PodSetShapes` — one ``list[PodSet]`` per distinct raw ``podSets`` value of

@@ -33,7 +33,8 @@ from typing import Any
 from admission.engine.cache import Cache
 from admission.kube import objects as o
 from admission.kube.watch.informer import rv_at_least
-from admission.kube.watch.slim import ModelInterner, without_digests
+from admission.kube.watch.packing import ModelInterner
+from admission.kube.watch.slim import without_digests
 from queues import model as m
 from queues.api.conditions import condition, is_true
 from queues.api.kinds import InputError, parse_model

@@ -16,15 +16,13 @@ from admission.integrations.framework.composition import compose
 from admission.integrations.kinds.job import JOB, workload_from_job
 from admission.kube import objects as o
 from admission.kube.client import rest as k
+from admission.kube.digest import DIGEST, template_digest
+from admission.kube.watch.packing import ModelInterner, RecordDeflater
 from admission.kube.watch.slim import (
-    DIGEST,
-    ModelInterner,
     PackedStore,
-    RecordDeflater,
     WorkloadSlimmer,
     job_slimmer,
     pod_slimmer,
-    template_digest,
     without_digests,
 )
 from bench.jobgen import realistic_job
