@@ -8,5 +8,7 @@ Public surface:
 * :mod:`webhooks.server.certs` — CA / serving certificates, reload, rotation, caBundle patch
 * :mod:`webhooks.config` — ``WebhookConfig``
 * :mod:`webhooks.view` — ``ModelView`` protocol and ``InMemoryView``
+* :mod:`webhooks.handlers.generic` — the job kinds' webhooks, with the rules they share in
+  :mod:`webhooks.handlers.common`
 * :mod:`webhooks.handlers.job`, :mod:`webhooks.handlers.pods`, :mod:`webhooks.handlers.quota` — the handlers
 """

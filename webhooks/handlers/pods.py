@@ -34,7 +34,8 @@ from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 from queues.api.labels import QUEUE_NAME as QUEUE_LABEL
 from queues.api.labels import RETRIABLE_IN_GROUP as RETRIABLE_IN_GROUP_ANNOTATION
 from queues.api.labels import ROLE_HASH as ROLE_HASH_ANNOTATION
-from webhooks.handlers.job import (
+from webhooks.handlers.common import (
+    PREBUILT_PATH,
     apply_queue_defaults,
     request_namespace,
     validate_label_as_name,
@@ -63,7 +64,6 @@ from webhooks.review import (
 
 MANAGED_PATH = key_path("metadata.labels", MANAGED_LABEL)
 GROUP_NAME_PATH = key_path("metadata.labels", GROUP_NAME_LABEL)
-PREBUILT_PATH = key_path("metadata.labels", PREBUILT_WORKLOAD_LABEL)
 TOTAL_COUNT_PATH = key_path("metadata.annotations", GROUP_TOTAL_COUNT_ANNOTATION)
 RETRIABLE_PATH = key_path("metadata.annotations", RETRIABLE_IN_GROUP_ANNOTATION)
 BOTH_REQUIRED = f"both the '{GROUP_TOTAL_COUNT_ANNOTATION}' annotation and the '{GROUP_NAME_LABEL}' label should be set"
