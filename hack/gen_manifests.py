@@ -1,6 +1,6 @@
 """Generate the job integrations' part of ``manifests/base/`` from the registry.
 
-``admission.integrations.framework.registry`` lists every job kind the service admits; what a
+``admission.integrations.registry`` lists every job kind the service admits; what a
 cluster must allow for each — RBAC rules for the calls the integration makes, and a
 mutating and a validating webhook entry at Kueue's paths — is written here between
 marker comments in ``manifests/base/rbac.yaml`` and ``manifests/base/webhooks.yaml``,
@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:  # run as `python hack/gen_manifests.py`, or loade
     sys.path.insert(0, str(REPO))
 
 from admission.integrations.framework.interface import Integration  # noqa: E402
-from admission.integrations.framework.registry import INTEGRATIONS  # noqa: E402
+from admission.integrations.registry import INTEGRATIONS  # noqa: E402
 
 BASE = REPO / "manifests" / "base"
 SERVICE = {"name": "quartermaster-webhook-service", "namespace": "quartermaster-system"}

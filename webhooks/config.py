@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from admission.integrations.framework.registry import ALL, Frameworks
+from admission.integrations.registry import ALL, Frameworks
 from queues.model import LabelSelector, SelectorRequirement
 
 DEFAULT_SERVICE_NAMESPACE = "quartermaster-system"

@@ -47,7 +47,7 @@ from pydantic import (
 )
 
 from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
-from admission.integrations.framework.registry import (
+from admission.integrations.registry import (
     BY_FRAMEWORK,
     Frameworks,
     FrameworksError,

@@ -18,7 +18,7 @@ module is the file side of that, with kubectl's habits:
   kinds by ``queues.api.kinds`` (CRD schema, CEL rules, webhooks), built-in kinds by their
   OpenAPI fields (``admission.drivers.strict``), so a misspelt field is refused.
 
-Job objects (batch/v1 Jobs and every other kind of ``admission.integrations.framework.registry``
+Job objects (batch/v1 Jobs and every other kind of ``admission.integrations.registry``
 with one Workload per object) become Workloads the way Kueue's job controllers build
 them; objects of an integration the Configuration does not enable are not managed and
 are left out, with a warning. Everything ends in an ``Inputs``.
@@ -51,7 +51,7 @@ from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.composition import workload_model
 from admission.integrations.framework.fields import IntegrationError
 from admission.integrations.framework.interface import Integration, ReferenceLookup
-from admission.integrations.framework.registry import ALL, INTEGRATIONS, Frameworks
+from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from queues.api import kinds as api
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.memo import ContentMemo, content_key

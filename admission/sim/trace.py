@@ -62,7 +62,7 @@ from admission.drivers.loader import (
 )
 from admission.integrations.framework.composition import workload_model
 from admission.integrations.framework.fields import IntegrationError
-from admission.integrations.framework.registry import BY_KIND, INTEGRATIONS
+from admission.integrations.registry import BY_KIND, INTEGRATIONS
 from admission.sim.scenario import US_PER_S, Scenario, ScenarioError, SimWorkload
 from admission.sim.sharing import EMPTY, Ints, PodSetShapes
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL

@@ -16,8 +16,8 @@ handlers of their own; every other kind is served by :func:`mutate_object` and
 from __future__ import annotations
 
 from admission.integrations.framework.interface import Integration
-from admission.integrations.framework.ownership import OwnershipError
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration, UpdateCheck
+from admission.integrations.ownership import OwnershipError
 from queues.api.labels import MAX_EXEC_TIME as MAX_EXEC_TIME_LABEL
 from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 from queues.api.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL

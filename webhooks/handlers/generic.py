@@ -1,6 +1,6 @@
 """The job kinds' webhooks, from the integrations registry (Kueue's ``BaseWebhook``).
 
-Every integration of ``admission.integrations.framework.registry`` is served at Kueue's
+Every integration of ``admission.integrations.registry`` is served at Kueue's
 paths (``/mutate-<group>-<version>-<kind>``, ``/validate-…``). A kind with webhook rules
 of its own beyond Kueue's shared ones has its handlers here by framework name (batch/v1
 Job: :mod:`.job`, with its fast path; plain pods: :mod:`.pods`); every other kind gets
@@ -14,7 +14,7 @@ An integration the Configuration does not enable is answered "allowed", unchange
 from __future__ import annotations
 
 from admission.integrations.framework.interface import Integration
-from admission.integrations.framework.registry import ALL, INTEGRATIONS, Frameworks
+from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from webhooks.handlers import job, pods
 from webhooks.handlers.common import mutate_object, validate_object
 from webhooks.review import (

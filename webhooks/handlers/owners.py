@@ -2,7 +2,7 @@
 
 The mutating webhooks of the job kinds and of pods leave an object alone when a
 managed ancestor up its controller-owner chain admits it
-(:mod:`admission.integrations.framework.ownership`). Deciding that needs the owners, and the
+(:mod:`admission.integrations.ownership`). Deciding that needs the owners, and the
 handlers are synchronous, so the server reads them first: :func:`read_owners` runs
 the walk with the service's :class:`OwnerSource` (its informer caches, then a GET) and
 keeps what it read; the handler then runs the same walk over those objects
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from admission.integrations.framework.ownership import (
+from admission.integrations.ownership import (
     OwnerRef,
     OwnershipError,
     controller_ref,

@@ -22,8 +22,8 @@ import hashlib
 import json
 
 from admission.engine.tas.nodes import is_tas_pod
-from admission.integrations.framework.ownership import OwnershipError
-from admission.integrations.framework.registry import BY_FRAMEWORK
+from admission.integrations.ownership import OwnershipError
+from admission.integrations.registry import BY_FRAMEWORK
 from queues.api.labels import ADMISSION_GATE, TOPOLOGY_GATE
 from queues.api.labels import MANAGED as MANAGED_LABEL
 from queues.api.labels import MANAGED as POD_FINALIZER

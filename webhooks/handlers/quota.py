@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from admission.integrations.framework.registry import workload_status_is_the_services
+from admission.integrations.registry import workload_status_is_the_services
 from queues.api import kinds as api
 from queues.api import topology as topology_api
 from queues.api.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION

@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from admission.integrations.framework.registry import ALL, Frameworks
+from admission.integrations.registry import ALL, Frameworks
 from webhooks.codec import BadReview, encode_response, one_line, parse_review
 from webhooks.config import WebhookConfig
 from webhooks.handlers import quota

@@ -1,1 +1,1 @@
-"""What every job kind shares: the integration interface, the registry, what a podSet asks, which children an owner may have, and whose an object is."""
+"""What every job kind shares: the integration interface, the Workload composed from it, what a podSet asks and which children an owner may have."""

@@ -6,7 +6,7 @@ Kueue turns every job kind it admits into a Workload through one interface,
 plus optional ones (``JobWithPriorityClass``, ``JobWithCustomStop``,
 ``JobWithCustomValidation``, ``ComposableJob`` …), driven by one generic reconciler.
 :class:`Integration` is Quartermaster's equivalent: one instance per kind, registered in
-:mod:`.registry`; everything that depends on the kind — the informers and their
+:mod:`admission.integrations.registry`; everything that depends on the kind — the informers and their
 selectors, the API calls (hence the RBAC), the webhook paths and their rules, the
 ``plan`` loader, the Workload name — is read from it.
 
@@ -169,7 +169,7 @@ class Integration:
 
     def api_uses(self) -> tuple[ApiUse, ...]:
         """Every call the service makes on the kind: the informer's list/watch, the get
-        of an owner up a chain (:mod:`.ownership`) and the writes."""
+        of an owner up a chain (:mod:`admission.integrations.ownership`) and the writes."""
         if self.reconciler == "parent":
             return (ApiUse(self.resource, ("get",)),)  # read up a pod's owner chain
         by_sub: dict[str, list[str]] = {"": ["list", "watch", "get"]}

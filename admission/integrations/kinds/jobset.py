@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.children import jobset_may_own
 from admission.integrations.framework.fields import (
     IntegrationError,
@@ -37,11 +36,16 @@ from admission.integrations.framework.interface import (
     Role,
     finished_by_conditions,
 )
+from admission.integrations.kinds.replicated_jobs import (
+    JOBSET_RESOURCE,
+    int_or,
+    succeeded_replicas,
+)
 
 
 class JobSetIntegration(Integration):
     framework = "jobset.x-k8s.io/jobset"
-    resource = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+    resource = JOBSET_RESOURCE
     # Kueue's JobSet PodIndexLabel (its Jobs' completion index) for topology placement
     pod_index_label = "batch.kubernetes.io/job-completion-index"
     # and the index of its Job in the replicatedJob: ranks run across the Jobs
@@ -95,14 +99,15 @@ class JobSetIntegration(Integration):
         return finished_by_conditions(obj, succeeded=("Completed",), failed=("Failed",))
 
     def is_active(self, obj: Mapping[str, Any]) -> bool:
-        return any(_int(s.get("active")) > 0 for s in _replicated_job_statuses(obj))
+        return any(int_or(s.get("active")) > 0 for s in _replicated_job_statuses(obj))
 
     def pods_ready(self, obj: Mapping[str, Any], count: int) -> bool | None:
         """Every replicated Job ready or succeeded (Kueue: ready + succeeded = replicas)."""
         rjobs = (obj.get("spec") or {}).get("replicatedJobs") or []
-        replicas = sum(_int(rj.get("replicas"), 1) for rj in rjobs if isinstance(rj, Mapping))
+        replicas = sum(int_or(rj.get("replicas"), 1) for rj in rjobs if isinstance(rj, Mapping))
         ready = sum(
-            _int(s.get("ready")) + _int(s.get("succeeded")) for s in _replicated_job_statuses(obj)
+            int_or(s.get("ready")) + int_or(s.get("succeeded"))
+            for s in _replicated_job_statuses(obj)
         )
         return ready >= replicas
 
@@ -121,29 +126,6 @@ class JobSetIntegration(Integration):
             _replicated_job_statuses(obj),
             roles,
         )
-
-
-def succeeded_replicas(
-    replicated_jobs: list[Any], statuses: list[Mapping[str, Any]], roles: list[Role]
-) -> dict[str, int]:
-    """podSet -> reclaimable pods of a JobSet-shaped object (a JobSet, a TrainJob's
-    JobSet): each replicated Job's succeeded replicas, at most its ``replicas``, times
-    its pods per replica."""
-    by_name = {s.get("name"): s for s in statuses}
-    counts = {r.name: r.count for r in roles}
-    out: dict[str, int] = {}
-    for rj in replicated_jobs:
-        if not isinstance(rj, Mapping):
-            continue
-        name, replicas = rj.get("name"), _int(rj.get("replicas"), 1)
-        succeeded = _int((by_name.get(name) or {}).get("succeeded"))
-        if name in counts and replicas > 0 and 0 < succeeded <= replicas:
-            out[str(name)] = succeeded * (counts[name] // replicas)
-    return out
-
-
-def _int(value: Any, default: int = 0) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _replicated_job_statuses(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:

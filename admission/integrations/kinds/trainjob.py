@@ -64,7 +64,7 @@ from admission.integrations.framework.interface import (
     finished_by_conditions,
 )
 from admission.integrations.framework.podset_info import PodSetInfo
-from admission.integrations.kinds.jobset import JOBSET, succeeded_replicas
+from admission.integrations.kinds.replicated_jobs import JOBSET_RESOURCE, succeeded_replicas
 from queues.api import labels
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -259,7 +259,9 @@ class TrainJobIntegration(Integration):
     def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
         """The trainer's JobSet, named as the TrainJob."""
         name = str((obj.get("metadata") or {}).get("name") or "")
-        return named_child_may_own(obj, child, {(JOBSET.api_version, JOBSET.kind): name})
+        return named_child_may_own(
+            obj, child, {(JOBSET_RESOURCE.api_version, JOBSET_RESOURCE.kind): name}
+        )
 
     def reclaimable_pods(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """Kueue's ``TrainJob.ReclaimablePods``: succeeded replicas × pods per replica."""

@@ -35,7 +35,7 @@ from kubernetes.aio.client import ApiClient, Configuration
 
 from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.interface import Integration
-from admission.integrations.framework.registry import ALL, INTEGRATIONS, Frameworks
+from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from admission.kube.client.kubeconfig import KubeconfigError, check_kubeconfig
 from admission.kube.client.ratelimit import (
     HIGH,

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from admission.integrations.framework.registry import ALL, Frameworks
+from admission.integrations.registry import ALL, Frameworks
 from admission.kube import objects as o
 from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, ApiError, KubeClient, Resource
 from admission.kube.watch.informer import Informer, newer, rv_at_least

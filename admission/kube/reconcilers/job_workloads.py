@@ -25,7 +25,7 @@ at any point is harmless:
 * an object with a managed ancestor up its controller-owner chain is left to that
   ancestor's integration (a JobSet's Jobs are admitted once, as the JobSet; a
   TrainJob's JobSet as the TrainJob), and suspended while it runs without the
-  ancestor being admitted (:mod:`admission.integrations.framework.ownership`).
+  ancestor being admitted (:mod:`admission.integrations.ownership`).
 """
 
 from __future__ import annotations
@@ -43,12 +43,6 @@ from admission.integrations.framework.composition import (
 )
 from admission.integrations.framework.fields import IntegrationError, set_path
 from admission.integrations.framework.interface import Integration
-from admission.integrations.framework.ownership import (
-    OwnerRef,
-    OwnershipError,
-    controller_ref,
-    managed_ancestor_async,
-)
 from admission.integrations.framework.podset_info import (
     PodSetInfo,
     flavor_info,
@@ -56,6 +50,12 @@ from admission.integrations.framework.podset_info import (
     tas_info,
 )
 from admission.integrations.kinds.pod import is_group_workload
+from admission.integrations.ownership import (
+    OwnerRef,
+    OwnershipError,
+    controller_ref,
+    managed_ancestor_async,
+)
 from admission.kube import objects as o
 from admission.kube.client.rest import WORKLOADS, ApiError, Resource, resource_of
 from admission.kube.control.context import Context, Obj

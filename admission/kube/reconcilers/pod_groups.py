@@ -50,9 +50,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from admission.integrations.framework.ownership import OwnerRef
 from admission.integrations.framework.podset_info import PodSetInfo, flavor_info
-from admission.integrations.framework.registry import BY_FRAMEWORK
 from admission.integrations.framework.requests import beyond_pod_set, pod_set_asks
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration
 from admission.integrations.kinds.pod import (
@@ -76,6 +74,8 @@ from admission.integrations.kinds.pod import (
     ungate_patch,
     workload_for_group,
 )
+from admission.integrations.ownership import OwnerRef
+from admission.integrations.registry import BY_FRAMEWORK
 from admission.kube import objects as o
 from admission.kube.client.rest import JSON_PATCH, PODS, WORKLOADS, ApiError
 from admission.kube.control.context import Context, Obj

@@ -1,5 +1,5 @@
 """Reading the owners up an object's controller-owner chain (the walk of
-:mod:`admission.integrations.framework.ownership`), for the reconciler and the webhooks.
+:mod:`admission.integrations.ownership`), for the reconciler and the webhooks.
 
 An owner of an enabled integration is read from its informer's store when there
 (objects that name a queue, or every object with ``manageJobsWithoutQueueName``);
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from admission.integrations.framework.ownership import REPLICA_SET, OwnerRef, stand_in
-from admission.integrations.framework.registry import BY_KIND, Frameworks
+from admission.integrations.ownership import REPLICA_SET, OwnerRef, stand_in
+from admission.integrations.registry import BY_KIND, Frameworks
 from admission.kube.client.rest import REPLICA_SETS, ApiError, KubeClient, Resource
 from admission.kube.watch.informer import Informer
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from admission.config.schema import Config, parse_config
-from admission.integrations.framework.registry import ALL, DEFAULT_FRAMEWORKS, INTEGRATIONS
+from admission.integrations.registry import ALL, DEFAULT_FRAMEWORKS, INTEGRATIONS
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "manifests" / "base" / "config" / "config.yaml"

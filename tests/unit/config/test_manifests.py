@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.integrations.framework.registry import INTEGRATIONS
+from admission.integrations.registry import INTEGRATIONS
 
 REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = REPO / "manifests"

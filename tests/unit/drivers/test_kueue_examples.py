@@ -23,7 +23,7 @@ from admission.cli.main import main
 from admission.cli.simulate import load_scenario, simulate_summary
 from admission.config.schema import listen_defaults, load_config
 from admission.drivers.loader import load_paths
-from admission.integrations.framework.registry import BY_FRAMEWORK
+from admission.integrations.registry import BY_FRAMEWORK
 from admission.sim.scenario import ScenarioError
 
 DATA = Path(__file__).resolve().parents[2] / "support" / "data"

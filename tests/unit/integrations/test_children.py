@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.framework.registry import INTEGRATIONS
 from admission.integrations.kinds.deployment import DEPLOYMENT
 from admission.integrations.kinds.job import JOB
 from admission.integrations.kinds.jobset import JOBSET
@@ -25,6 +24,7 @@ from admission.integrations.kinds.raycluster import RAYCLUSTER
 from admission.integrations.kinds.rayjob import RAYJOB
 from admission.integrations.kinds.statefulset import STATEFULSET
 from admission.integrations.kinds.trainjob import TRAINJOB
+from admission.integrations.registry import INTEGRATIONS
 from tests.support.integration_kit import meta, pod_template
 from tests.unit.integrations.test_integration_jobset import child_job, jobset
 from tests.unit.integrations.test_integration_leaderworkerset import lws

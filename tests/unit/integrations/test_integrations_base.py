@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.integrations.framework.fields import apply_merge_patch, merge_patch
-from admission.integrations.framework.registry import INTEGRATIONS, FrameworksError, frameworks
+from admission.integrations.registry import INTEGRATIONS, FrameworksError, frameworks
 
 json_values = st.recursive(
     st.one_of(st.booleans(), st.integers(-5, 5), st.text(max_size=3)),

@@ -24,11 +24,11 @@ import pytest
 from admission.integrations.framework.composition import compose
 from admission.integrations.framework.fields import get_path
 from admission.integrations.framework.interface import Integration
-from admission.integrations.framework.registry import INTEGRATIONS
 from admission.integrations.framework.requests import request_changes
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration, UpdateCheck
 from admission.integrations.kinds.pod import workload_for_group
 from admission.integrations.kinds.trainjob import TRAINJOB
+from admission.integrations.registry import INTEGRATIONS
 from admission.kube.objects import job_mismatch
 from queues.pods import pod_requests
 from tests.support.integration_kit import NS, meta, review

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from admission.config.schema import parse_config
-from admission.integrations.framework.ownership import (
+from admission.integrations.ownership import (
     ChainTooDeep,
     CyclicOwnership,
     OwnerNotFound,
@@ -24,7 +24,7 @@ from admission.integrations.framework.ownership import (
     OwnershipError,
     managed_ancestor,
 )
-from admission.integrations.framework.registry import Frameworks, frameworks
+from admission.integrations.registry import Frameworks, frameworks
 from admission.kube.client import rest as k
 from admission.kube.client.rest import ApiError
 from tests.support.integration_kit import NS, Q, lifecycle_objects, meta, pod_template, workload_of

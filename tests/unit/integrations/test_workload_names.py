@@ -10,9 +10,9 @@ import re
 import pytest
 
 from admission.integrations.framework.interface import Integration
-from admission.integrations.framework.registry import INTEGRATIONS
 from admission.integrations.framework.workload_names import MAX_WORKLOAD_NAME_LENGTH, workload_name
 from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
+from admission.integrations.registry import INTEGRATIONS
 
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 

@@ -234,7 +234,7 @@ def test_readyz_waits_for_the_model(tmp_path: Any) -> None:
 
 def test_every_kueue_path_is_served() -> None:
     """Kueue's paths: two per job integration of the registry, then the queue objects'."""
-    from admission.integrations.framework.registry import INTEGRATIONS
+    from admission.integrations.registry import INTEGRATIONS
 
     paths = {spec.path for spec in all_webhooks()}
     assert {"/mutate-batch-v1-job", "/validate-batch-v1-job", "/mutate--v1-pod",

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from admission.integrations.framework.registry import ALL, INTEGRATIONS, Frameworks
+from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review
 from webhooks.config import WebhookConfig
 from webhooks.view import InMemoryView

@@ -19,7 +19,7 @@ references up from the object:
 * a cycle, or more than 10 owners, is an error (the reconciler's ``JobNestingTooDeep``).
 
 Beyond Kueue, an owner covers a child only if its controller could have made it
-(``Integration.may_own``, :mod:`.children`): the walk stops at the first enabled
+(``Integration.may_own``, :mod:`admission.integrations.framework.children`): the walk stops at the first enabled
 integration's owner that disowns its child, so a Job written to name an admitted
 JobSet, or a pod naming a Deployment of 0 replicas, is queued on its own.
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from admission.integrations.framework.fields import controller_ref, meta_of
-from admission.integrations.framework.registry import BY_KIND, Frameworks
+from admission.integrations.registry import BY_KIND, Frameworks
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 MANAGED_OWNERS_CHAIN_LIMIT = 10
