@@ -34,6 +34,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from admission.cli import kueuectl_format as fmt
+from admission.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UsageError,
+    version,
+)
 from admission.kube.client import kueuectl_calls as api
 from queues.api.conditions import condition, is_true
 from queues.times import rfc3339_seconds
@@ -47,7 +55,6 @@ from .kueuectl_format import (
     workload_status,
 )
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
 DEPLOYMENT = ("quartermaster-system", "quartermaster-controller-manager", "manager")
 Obj = dict[str, Any]
 
@@ -58,11 +65,6 @@ RF_NAMES = ("resourceflavor", "resourceflavors", "rf")
 STATUSES = ("all", "pending", "quotareserved", "admitted", "finished")
 _STATUS_CHOICES = ", ".join(STATUSES)
 _STATUS_QUOTED = ", ".join(f'"{v}"' for v in STATUSES[:-1]) + f' or "{STATUSES[-1]}"'
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
-
-
-class UsageError(Exception):
-    """Bad flags or arguments (exit 2)."""
 
 
 # -- the verbs --------------------------------------------------------------------------------
@@ -456,8 +458,6 @@ async def cmd_resume(args: argparse.Namespace, session: api.UserApi) -> int:
 
 def client_version() -> str:
     """The installed package's version, as kubectl writes versions (``v0.1.0``)."""
-    from .main import version
-
     return f"v{version()}"
 
 

@@ -10,14 +10,13 @@ import json
 import sys
 from typing import Any
 
+from admission.cli.common import EXIT_BAD_INPUT, EXIT_OK, UsageError
 from admission.config.schema import ConfigError, load_config
 from admission.drivers.why import Explanation, explain, inputs_from_objects
 from admission.kube.client import kueuectl_calls as api
 from admission.serve.queueview import positions
 from queues.api.kinds import InputError
 from queues.quantity import format_quantity
-
-from .kueuectl import EXIT_BAD_INPUT, EXIT_OK, UsageError
 
 KINDS = (
     api.RESOURCE_FLAVORS,

@@ -1,8 +1,6 @@
 """The ``quartermaster`` command: ``plan``, ``simulate`` and ``serve``.
 
-Exit codes for every command (CLI.md): 0 success, 2 bad input (one paragraph on
-stderr naming the file, document and field), 1 internal error; 130 when stopped
-with Ctrl-C.
+Exit codes for every command are :mod:`.common`'s (CLI.md).
 """
 
 from __future__ import annotations
@@ -13,27 +11,21 @@ import sys
 from typing import Any
 
 from admission.cli import demo, operator
+from admission.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    PACKAGE,
+    BadInput,
+    version,
+    warn,
+    write_yaml,
+)
 from admission.cli.logs import add_log_level, configure_logging, webhooks_only_banner
 from queues.times import parse_rfc3339
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
-EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a command stopped by SIGINT
-PACKAGE = "quartermaster"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
-
-
-class BadInput(Exception):
-    """Input the user can fix; printed as one paragraph, exit code 2."""
-
-
-def version() -> str:
-    """The installed package's version (the source tree's when run uninstalled)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(PACKAGE)
-    except metadata.PackageNotFoundError:
-        return "0.0.0+source"
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -302,12 +294,6 @@ def _parse_time(text: str, flag: str) -> float:
         raise BadInput(f"{flag}: {text!r} is not an RFC 3339 time") from e
 
 
-def warn(command: str, lines: list[str]) -> None:
-    """Warnings on stderr, one line each; they never change the exit code (CLI.md)."""
-    for line in lines:
-        print(f"quartermaster {command}: warning: {line}", file=sys.stderr)
-
-
 def _load(args: argparse.Namespace, paths: list[str], config: Any) -> Any:
     from admission.drivers.loader import load_paths
 
@@ -388,13 +374,6 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(plan_table(doc, wide=fmt == "wide"))
     return EXIT_OK
-
-
-def write_yaml(doc: Any) -> None:
-    """A JSON document as YAML, keys in the JSON's order (what ``-o yaml`` prints)."""
-    import yaml
-
-    yaml.safe_dump(doc, sys.stdout, sort_keys=False, allow_unicode=True, width=1_000_000)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 The command of CLI.md: ``SCENARIO`` is a Kueue generator config or a trace (detected
 from the file), the bundled GPU-cluster day when omitted. Bad input (an unreadable
-or invalid scenario or configuration) raises ``admission.cli.main.BadInput`` (exit 2).
+or invalid scenario or configuration) raises ``admission.cli.common.BadInput`` (exit 2).
 A progress bar is drawn on stderr only when stdout is a terminal.
 """
 
@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from admission.cli.common import EXIT_OK, BadInput, warn, write_yaml
 from admission.config.schema import ConfigError, load_config
 from admission.sim.metrics import lower_bound, summarize, summary_table
 from admission.sim.placement import (
@@ -149,8 +150,6 @@ class ProgressBar:
 
 def run_simulate_command(args: argparse.Namespace) -> int:
     """The ``simulate`` subcommand (CLI.md); returns the exit code."""
-    from admission.cli.main import EXIT_OK, BadInput
-
     limits: dict[str, Any] = {}
     max_cycles = getattr(args, "max_cycles", None)
     if max_cycles is not None:
@@ -173,8 +172,6 @@ def run_simulate_command(args: argparse.Namespace) -> int:
         raise BadInput(str(e)) from e
     if args.report:
         _prepare_report_dir(args.report)
-    from admission.cli.main import warn
-
     warn("simulate", config.warnings)
     bar = ProgressBar(sys.stderr) if sys.stdout.isatty() else None
     summary, _ = simulate_summary(
@@ -197,8 +194,6 @@ def run_simulate_command(args: argparse.Namespace) -> int:
         json.dump(summary, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif fmt == "yaml":
-        from admission.cli.main import write_yaml
-
         write_yaml(summary)
     else:
         sys.stdout.write(summary_table(summary))
@@ -211,8 +206,6 @@ def run_simulate_command(args: argparse.Namespace) -> int:
 def _prepare_report_dir(path: str) -> None:
     """Create ``--report DIR`` before the run, so that a path that cannot hold the
     report is refused at once (exit 2, one line) and not after the whole simulation."""
-    from admission.cli.main import BadInput
-
     if os.path.exists(path) and not os.path.isdir(path):
         raise BadInput(f"--report {path}: exists and is not a directory")
     try:

@@ -47,7 +47,8 @@ from admission.kube.client.kueuectl_calls import UserApi
 
 from .apply import Applied, create_directory
 from .demo_jobs import RUN_SECONDS, SUBMIT_EVERY, run_jobs
-from .service import Service, ServiceOptions, listen_problem
+from .options import ServiceOptions
+from .service import Service, listen_problem
 from .visibility import GROUP as VISIBILITY_GROUP
 
 log = logging.getLogger("quartermaster.demo")

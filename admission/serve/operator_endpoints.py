@@ -7,12 +7,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from admission.kube.client.delegated_auth import DelegatedAuth
+from admission.kube.client.rest import KubeClient
+from admission.kube.controller import Controller
 
-if TYPE_CHECKING:
-    from .service import Service
+from .options import ServiceOptions
+
+
+class Service(Protocol):
+    """What the endpoints read of the running service (:class:`.service.Service`), and
+    where they record themselves and their bound ports."""
+
+    options: ServiceOptions
+    client: KubeClient | None
+    controller: Controller | None
+    certs_loaded: bool
+    ports: dict[str, int]
+    visibility: Any
+    dashboard: Any
+
 
 log = logging.getLogger("quartermaster.serve")
 VISIBILITY_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta1"

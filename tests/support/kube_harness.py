@@ -29,7 +29,8 @@ from admission.apiserver_double.jobcontroller import finish_patches
 from admission.config.schema import Config
 from admission.kube.client import rest as k
 from admission.kube.control.context import ControllerOptions
-from admission.serve.service import Service, ServiceOptions
+from admission.serve.options import ServiceOptions
+from admission.serve.service import Service
 from queues.api.conditions import is_true
 from tests.support.double_client import kube_client_config
 from webhooks.server.certs import ensure_cert_dir, read_cert_dir

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.cli.main import _parser, main, version
+from admission.cli.common import version
+from admission.cli.main import _parser, main
 from tests.unit.drivers.test_loader import CLUSTER_QUEUE, FLAVOR, LOCAL_QUEUE, workload_doc, write
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from admission.cli import main as cli_main
+from admission.cli.common import version
 from admission.cli.main import _parser, main
 from admission.kube.client import kueuectl_calls as api
 from admission.kube.client import rest as k
@@ -72,14 +73,14 @@ def test_version_prints_the_client_version_without_a_cluster(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     monkeypatch.setenv("HOME", str(tmp_path))
     code, out, err = run(capsys, "version")
-    assert (code, out) == (0, f"Client Version: v{cli_main.version()}\n")
+    assert (code, out) == (0, f"Client Version: v{version()}\n")
     assert "Traceback" not in err
     code, out, err = run(capsys, "version", "--client")
-    assert (code, out, err) == (0, f"Client Version: v{cli_main.version()}\n", "")
+    assert (code, out, err) == (0, f"Client Version: v{version()}\n", "")
     kubeconfig = tmp_path / "kc"
     kubeconfig.write_text(UNREACHABLE)
     code, out, err = run(capsys, "version", "--kubeconfig", str(kubeconfig))
-    assert (code, out) == (0, f"Client Version: v{cli_main.version()}\n")
+    assert (code, out) == (0, f"Client Version: v{version()}\n")
     assert err.startswith("no server version: Cannot connect to host 127.0.0.1:1")
 
 

@@ -297,7 +297,7 @@ def test_cert_manager_overlay_replaces_internal_certificate_management() -> None
 
 def test_cert_manager_overlay_drops_the_rights_only_internal_certificates_need() -> None:
     from admission.config.schema import parse_config
-    from admission.serve.service import cert_options
+    from admission.serve.options import cert_options
 
     objs = _kustomize(MANIFESTS / "overlays" / "cert-manager")
     base = _kustomize(BASE)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from admission.config.schema import parse_config
-from admission.serve.service import controller_options, run_service, selector_from_dict
+from admission.serve.options import controller_options, selector_from_dict
+from admission.serve.service import run_service
 
 
 def test_a_bad_configuration_file_exits_2_naming_the_field(
@@ -48,7 +49,7 @@ def test_controller_options_follow_the_kueue_configuration() -> None:
 
 
 def test_leader_election_follows_the_configuration() -> None:
-    from admission.serve.service import options_from_args
+    from admission.serve.options import options_from_args
 
     config = parse_config(
         {
