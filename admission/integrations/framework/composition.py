@@ -53,7 +53,7 @@ _FAKE_UID_NAMESPACE = uuid.UUID("6f1c1d0e-8a53-4b8e-9a52-7b1f4c0d9e21")
 
 
 def pod_set_model(
-    what: str,
+    kind_noun: str,
     ref: str,
     role: Role,
     *,
@@ -68,20 +68,22 @@ def pod_set_model(
         spec = {}
     elif not isinstance(spec, Mapping):
         raise IntegrationError(
-            f"{what} {ref}: {spec_field(role.path, 'spec')}: expected an object, got {type(spec).__name__}"
+            f"{kind_noun} {ref}: {spec_field(role.path, 'spec')}: expected an object, got {type(spec).__name__}"
         )
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise IntegrationError(
-            f"{what} {ref}: {spec_field(role.path, 'spec.containers')}: at least one container is required"
+            f"{kind_noun} {ref}: {spec_field(role.path, 'spec.containers')}: at least one container is required"
         )
     try:
         pod_set = podset_from_template(
             name=role.name, count=role.count, template=role.template, min_count=role.min_count
         )
     except (QuantityError, PodSpecError) as err:
-        raise IntegrationError(f"{what} {ref}: {spec_field(role.path, 'spec')}: {err}") from err
-    annotations = template_annotations(what, ref, role)
+        raise IntegrationError(
+            f"{kind_noun} {ref}: {spec_field(role.path, 'spec')}: {err}"
+        ) from err
+    annotations = template_annotations(kind_noun, ref, role)
     if annotations:
         try:
             pod_set.topology = topology_request_from_annotations(
@@ -96,7 +98,7 @@ def pod_set_model(
                 ),
             )
         except TopologyAnnotationError as err:
-            raise IntegrationError(f"{what} {ref}: {err}") from err
+            raise IntegrationError(f"{kind_noun} {ref}: {err}") from err
     return pod_set
 
 
@@ -112,39 +114,41 @@ def workload_model(
     """The Workload Kueue creates for ``obj`` (the engine's model): one podSet per
     role, queue from the ``queue-name`` label, priority from :func:`workload_priority`.
     Raises IntegrationError naming the object and the field on bad input."""
-    what = integration.what
+    kind_noun = integration.what
     if not isinstance(obj, Mapping):
-        raise IntegrationError(f"{what}: expected an object, got {type(obj).__name__}")
-    metadata = as_object(obj.get("metadata"), what, "<unknown>", "metadata")
+        raise IntegrationError(f"{kind_noun}: expected an object, got {type(obj).__name__}")
+    metadata = as_object(obj.get("metadata"), kind_noun, "<unknown>", "metadata")
     namespace = metadata.get("namespace") or "default"
     if not isinstance(namespace, str):
         raise IntegrationError(
-            f"{what} <unknown>: metadata.namespace: expected a string, got {namespace!r}"
+            f"{kind_noun} <unknown>: metadata.namespace: expected a string, got {namespace!r}"
         )
     obj_name = metadata.get("name")
     if not isinstance(obj_name, str) or not obj_name:
         raise IntegrationError(
-            f"{what} {namespace}/<unnamed>: metadata.name: required, got {obj_name!r}"
+            f"{kind_noun} {namespace}/<unnamed>: metadata.name: required, got {obj_name!r}"
         )
     ref = f"{namespace}/{obj_name}"
     for key, expected in (("kind", integration.kind), ("apiVersion", integration.api_version)):
         if key in obj and obj[key] != expected:
-            raise IntegrationError(f"{what} {ref}: {key}: expected {expected!r}, got {obj[key]!r}")
-    labels = string_map(metadata.get("labels"), what, ref, "metadata.labels")
-    annotations = string_map(metadata.get("annotations"), what, ref, "metadata.annotations")
+            raise IntegrationError(
+                f"{kind_noun} {ref}: {key}: expected {expected!r}, got {obj[key]!r}"
+            )
+    labels = string_map(metadata.get("labels"), kind_noun, ref, "metadata.labels")
+    annotations = string_map(metadata.get("annotations"), kind_noun, ref, "metadata.annotations")
     uid = metadata.get("uid")
     if uid is None or uid == "":
         uid = str(uuid.uuid5(_FAKE_UID_NAMESPACE, ref))
     elif not isinstance(uid, str):
-        raise IntegrationError(f"{what} {ref}: metadata.uid: expected a string, got {uid!r}")
-    creation_time = creation_time_of(metadata.get("creationTimestamp"), what, ref)
+        raise IntegrationError(f"{kind_noun} {ref}: metadata.uid: expected a string, got {uid!r}")
+    creation_time = creation_time_of(metadata.get("creationTimestamp"), kind_noun, ref)
     if roles is None:
         roles = integration.roles(obj)
     if not roles:
-        raise IntegrationError(f"{what} {ref}: spec: no podSets (nothing to run)")
+        raise IntegrationError(f"{kind_noun} {ref}: spec: no podSets (nothing to run)")
     pod_sets = [
         pod_set_model(
-            what,
+            kind_noun,
             ref,
             role,
             pod_index_label=integration.pod_index_label,
@@ -156,7 +160,7 @@ def workload_model(
     priority_class, kind, priority = workload_priority(
         labels=labels,
         priority_class_name=pc_name,
-        what=what,
+        kind_noun=kind_noun,
         ref=ref,
         workload_priority_classes=workload_priority_classes,
         priority_classes=priority_classes,
@@ -295,7 +299,7 @@ def workload_priority(
     *,
     labels: Mapping[str, str],
     priority_class_name: str,
-    what: str,
+    kind_noun: str,
     ref: str,
     workload_priority_classes: Mapping[str, PriorityClass],
     priority_classes: Mapping[str, PriorityClass],
@@ -309,7 +313,7 @@ def workload_priority(
         wpc = workload_priority_classes.get(wpc_name)
         if wpc is None:
             raise IntegrationError(
-                f'{what} {ref}: metadata.labels["{PRIORITY_CLASS_LABEL}"]: '
+                f'{kind_noun} {ref}: metadata.labels["{PRIORITY_CLASS_LABEL}"]: '
                 f"WorkloadPriorityClass {wpc_name!r} not found (WorkloadPriorityClassNotFound)"
             )
         return wpc.name, WORKLOAD_PRIORITY_CLASS, wpc.value
@@ -317,12 +321,12 @@ def workload_priority(
         pc = priority_classes.get(priority_class_name)
         if pc is None:
             raise IntegrationError(
-                f"{what} {ref}: {field_name}: PriorityClass {priority_class_name!r} not found"
+                f"{kind_noun} {ref}: {field_name}: PriorityClass {priority_class_name!r} not found"
             )
         return pc.name, POD_PRIORITY_CLASS, pc.value
     # Several global defaults can exist after a race; Kueue takes the lowest value.
     defaults = [pc for pc in priority_classes.values() if pc.global_default]
     if defaults:
-        pc = min(defaults, key=lambda p: (p.value, p.name))
+        pc = min(defaults, key=lambda default: (default.value, default.name))
         return pc.name, POD_PRIORITY_CLASS, pc.value
     return None, None, 0

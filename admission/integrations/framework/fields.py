@@ -113,38 +113,38 @@ def apply_merge_patch(obj: Any, patch: Any) -> Any:
     return out
 
 
-def as_object(value: Any, what: str, ref: str, where: str) -> Mapping[str, Any]:
+def as_object(value: Any, kind_noun: str, ref: str, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise IntegrationError(
-            f"{what} {ref}: {where}: expected an object, got {type(value).__name__}"
+            f"{kind_noun} {ref}: {where}: expected an object, got {type(value).__name__}"
         )
     return value
 
 
-def string_map(value: Any, what: str, ref: str, where: str) -> dict[str, str]:
+def string_map(value: Any, kind_noun: str, ref: str, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    for key, val in as_object(value, what, ref, where).items():
+    for key, val in as_object(value, kind_noun, ref, where).items():
         if not isinstance(key, str) or not isinstance(val, str):
             raise IntegrationError(
-                f"{what} {ref}: {where}: keys and values must be strings, got {key!r}: {val!r}"
+                f"{kind_noun} {ref}: {where}: keys and values must be strings, got {key!r}: {val!r}"
             )
         out[key] = val
     return out
 
 
-def count_field(value: Any, what: str, ref: str, where: str, *, default: int) -> int:
+def count_field(value: Any, kind_noun: str, ref: str, where: str, *, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT32_MAX:
         raise IntegrationError(
-            f"{what} {ref}: {where}: must be an integer between 0 and {_INT32_MAX}, got {value!r}"
+            f"{kind_noun} {ref}: {where}: must be an integer between 0 and {_INT32_MAX}, got {value!r}"
         )
     return value
 
 
-def template_at(obj: Mapping[str, Any], path: Path, what: str) -> Mapping[str, Any]:
+def template_at(obj: Mapping[str, Any], path: Path, kind_noun: str) -> Mapping[str, Any]:
     """The PodTemplateSpec at ``path`` (an object), IntegrationError when missing."""
     node: Any = obj
     for i, part in enumerate(path):
@@ -154,33 +154,35 @@ def template_at(obj: Mapping[str, Any], path: Path, what: str) -> Mapping[str, A
             or (isinstance(part, int) and part >= len(node))
             or (isinstance(part, str) and node.get(part) is None)
         ):
-            raise IntegrationError(f"{what} {ref_of(obj)}: {dotted(path[: i + 1])}: required")
+            raise IntegrationError(f"{kind_noun} {ref_of(obj)}: {dotted(path[: i + 1])}: required")
         node = node[part]
     if not isinstance(node, Mapping):
         raise IntegrationError(
-            f"{what} {ref_of(obj)}: {dotted(path)}: expected an object, got {type(node).__name__}"
+            f"{kind_noun} {ref_of(obj)}: {dotted(path)}: expected an object, got {type(node).__name__}"
         )
     return node
 
 
-def creation_time_of(value: Any, what: str, ref: str) -> float:
+def creation_time_of(value: Any, kind_noun: str, ref: str) -> float:
     where = "metadata.creationTimestamp"
     if value is None:
         return 0.0
     if isinstance(value, datetime):
         return aware_seconds(value)
     if not isinstance(value, str):
-        raise IntegrationError(f"{what} {ref}: {where}: expected an RFC 3339 string, got {value!r}")
+        raise IntegrationError(
+            f"{kind_noun} {ref}: {where}: expected an RFC 3339 string, got {value!r}"
+        )
     match = _RFC3339_RE.fullmatch(value)
     if match is None:
-        raise IntegrationError(f"{what} {ref}: {where}: not an RFC 3339 timestamp: {value!r}")
+        raise IntegrationError(f"{kind_noun} {ref}: {where}: not an RFC 3339 timestamp: {value!r}")
     tz = match["tz"]
     iso = f"{match['base']}T{match['time']}{'+00:00' if tz in 'Zz' else tz}"
     try:
         whole = parse_rfc3339(iso)
     except ValueError as err:
         raise IntegrationError(
-            f"{what} {ref}: {where}: not a valid timestamp: {value!r} ({err})"
+            f"{kind_noun} {ref}: {where}: not a valid timestamp: {value!r} ({err})"
         ) from err
     frac = float(f"0.{match['frac']}") if match["frac"] else 0.0
     return whole.timestamp() + frac

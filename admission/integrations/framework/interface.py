@@ -387,12 +387,12 @@ class Integration:
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
-def template_annotations(what: str, ref: str, role: Role) -> dict[str, str]:
+def template_annotations(kind_noun: str, ref: str, role: Role) -> dict[str, str]:
     tmeta = role.template.get("metadata")
     if not isinstance(tmeta, Mapping):
         return {}
     return string_map(
-        tmeta.get("annotations"), what, ref, spec_field(role.path, "metadata.annotations")
+        tmeta.get("annotations"), kind_noun, ref, spec_field(role.path, "metadata.annotations")
     )
 
 

@@ -93,16 +93,16 @@ def shape_errors(new_spec: Any, old_spec: Any, path: str) -> list[str]:
     new, old = spec_shape(new_spec), spec_shape(old_spec)
     errors: list[str] = []
     for key in sorted(set(new) | set(old)):
-        n, o = new.get(key), old.get(key)
-        if key in ("initContainers", "containers") and len(n or []) == len(o or []):
-            for i, (nc, oc) in enumerate(zip(n or [], o or [], strict=True)):
+        new_field, old_field = new.get(key), old.get(key)
+        if key in ("initContainers", "containers") and len(new_field or []) == len(old_field or []):
+            for i, (nc, oc) in enumerate(zip(new_field or [], old_field or [], strict=True)):
                 for field, value in (("resources.requests", nc["resources"]["requests"]),
                                      ("ports", nc["ports"])):  # fmt: skip
                     before = oc["resources"]["requests"] if field != "ports" else oc["ports"]
                     if value != before:
                         errors.append(immutable(f"{path}.{key}[{i}].{field}", value))
-        elif n != o:
-            errors.append(immutable(f"{path}.{key}", n))
+        elif new_field != old_field:
+            errors.append(immutable(f"{path}.{key}", new_field))
     return errors
 
 

@@ -79,17 +79,17 @@ class JobIntegration(Integration):
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         """One podSet ``main`` with count = min(parallelism, completions) and minCount
         from the ``job-min-parallelism`` annotation."""
-        what, ref = self.what, ref_of(obj)
-        meta = as_object(obj.get("metadata"), what, ref, "metadata")
-        annotations = string_map(meta.get("annotations"), what, ref, "metadata.annotations")
-        spec = as_object(obj.get("spec"), what, ref, "spec")
-        parallelism = count_field(spec.get("parallelism"), what, ref, "spec.parallelism", default=1)
+        kind_noun, ref = self.what, ref_of(obj)
+        meta = as_object(obj.get("metadata"), kind_noun, ref, "metadata")
+        annotations = string_map(meta.get("annotations"), kind_noun, ref, "metadata.annotations")
+        spec = as_object(obj.get("spec"), kind_noun, ref, "spec")
+        parallelism = count_field(spec.get("parallelism"), kind_noun, ref, "spec.parallelism", default=1)
         completions = count_field(
-            spec.get("completions"), what, ref, "spec.completions", default=parallelism
+            spec.get("completions"), kind_noun, ref, "spec.completions", default=parallelism
         )
         count = min(parallelism, completions)
         min_count = _min_count(annotations.get(JOB_MIN_PARALLELISM_ANNOTATION), count, ref)
-        template = template_at(obj, ("spec", "template"), what)
+        template = template_at(obj, ("spec", "template"), kind_noun)
         return [
             Role(
                 name=DEFAULT_POD_SET_NAME,

@@ -52,33 +52,39 @@ class JobSetIntegration(Integration):
     sub_group_index_label = "jobset.sigs.k8s.io/job-index"
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        what, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.what, ref_of(obj)
         spec = obj.get("spec")
         if not isinstance(spec, Mapping):
-            raise IntegrationError(f"{what} {ref}: spec: required")
+            raise IntegrationError(f"{kind_noun} {ref}: spec: required")
         rjobs = spec.get("replicatedJobs")
         if not isinstance(rjobs, list) or not rjobs:
-            raise IntegrationError(f"{what} {ref}: spec.replicatedJobs: at least one is required")
+            raise IntegrationError(
+                f"{kind_noun} {ref}: spec.replicatedJobs: at least one is required"
+            )
         roles = []
         for i, rj in enumerate(rjobs):
             where = f"spec.replicatedJobs[{i}]"
             if not isinstance(rj, Mapping):
-                raise IntegrationError(f"{what} {ref}: {where}: expected an object")
+                raise IntegrationError(f"{kind_noun} {ref}: {where}: expected an object")
             name = rj.get("name")
             if not isinstance(name, str) or not name:
-                raise IntegrationError(f"{what} {ref}: {where}.name: required")
-            replicas = count_field(rj.get("replicas"), what, ref, f"{where}.replicas", default=1)
-            job_spec = template_at(obj, ("spec", "replicatedJobs", i, "template", "spec"), what)
+                raise IntegrationError(f"{kind_noun} {ref}: {where}.name: required")
+            replicas = count_field(
+                rj.get("replicas"), kind_noun, ref, f"{where}.replicas", default=1
+            )
+            job_spec = template_at(
+                obj, ("spec", "replicatedJobs", i, "template", "spec"), kind_noun
+            )
             parallelism = count_field(
                 job_spec.get("parallelism"),
-                what,
+                kind_noun,
                 ref,
                 f"{where}.template.spec.parallelism",
                 default=1,
             )
             completions = count_field(
                 job_spec.get("completions"),
-                what,
+                kind_noun,
                 ref,
                 f"{where}.template.spec.completions",
                 default=parallelism,
@@ -88,7 +94,7 @@ class JobSetIntegration(Integration):
                 Role(
                     name=name,
                     count=replicas * min(parallelism, completions),
-                    template=template_at(obj, path, what),
+                    template=template_at(obj, path, kind_noun),
                     path=path,
                     sub_group_count=replicas,
                 )

@@ -44,16 +44,18 @@ class KubeflowIntegration(Integration):
     replica_types: ClassVar[tuple[str, ...]]
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        what, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.what, ref_of(obj)
         spec = obj.get("spec")
         specs = spec.get(self.replica_specs_field) if isinstance(spec, Mapping) else None
         where = f"spec.{self.replica_specs_field}"
         if not isinstance(specs, Mapping) or not specs:
-            raise IntegrationError(f"{what} {ref}: {where}: at least one replica type is required")
+            raise IntegrationError(
+                f"{kind_noun} {ref}: {where}: at least one replica type is required"
+            )
         unknown = sorted(set(specs) - set(self.replica_types))
         if unknown:
             raise IntegrationError(
-                f"{what} {ref}: {where}: unknown replica type(s) {unknown} "
+                f"{kind_noun} {ref}: {where}: unknown replica type(s) {unknown} "
                 f"(known: {', '.join(self.replica_types)})"
             )
         roles = []
@@ -62,16 +64,16 @@ class KubeflowIntegration(Integration):
             if rspec is None:
                 continue
             if not isinstance(rspec, Mapping):
-                raise IntegrationError(f"{what} {ref}: {where}.{rtype}: expected an object")
+                raise IntegrationError(f"{kind_noun} {ref}: {where}.{rtype}: expected an object")
             replicas = count_field(
-                rspec.get("replicas"), what, ref, f"{where}.{rtype}.replicas", default=1
+                rspec.get("replicas"), kind_noun, ref, f"{where}.{rtype}.replicas", default=1
             )
             path = ("spec", self.replica_specs_field, rtype, "template")
             roles.append(
                 Role(
                     name=rtype.lower(),
                     count=replicas,
-                    template=template_at(obj, path, what),
+                    template=template_at(obj, path, kind_noun),
                     path=path,
                 )
             )

@@ -175,12 +175,14 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
             return errors
         for t in ("leaderTemplate", "workerTemplate"):
             path = (*_LWT, t)
-            n, o = at(new, path), at(old, path)
+            new_template, old_template = at(new, path), at(old, path)
             where = "spec.leaderWorkerTemplate." + t
-            if (n is None) != (o is None):
-                errors.append(immutable(where, n))
-            elif n is not None:
-                errors += shape_errors(at(n, ("spec",)), at(o, ("spec",)), f"{where}.spec")
+            if (new_template is None) != (old_template is None):
+                errors.append(immutable(where, new_template))
+            elif new_template is not None:
+                errors += shape_errors(
+                    at(new_template, ("spec",)), at(old_template, ("spec",)), f"{where}.spec"
+                )
         try:
             before, after = self.size(old), self.size(new)
         except IntegrationError:  # a malformed size is the API server's to refuse

@@ -235,7 +235,7 @@ def role_key(pod: Mapping[str, Any]) -> str:
 def pod_set_names(pods: list[Obj]) -> dict[str, str]:
     """role key -> podSet name: the podset label's name; ``main`` when all pods are
     alike (and unnamed), else the shapes."""
-    keys = sorted({role_key(p) for p in pods})
+    keys = sorted({role_key(pod) for pod in pods})
     names = {k: k.removeprefix(_NAMED_ROLE) for k in keys if k.startswith(_NAMED_ROLE)}
     shapes = [k for k in keys if k not in names]
     if len(shapes) == 1 and not names:
@@ -271,8 +271,8 @@ def group_roles(pods: list[Obj]) -> list[tuple[Role, str]]:
     of the pod whose template it takes."""
     names = pod_set_names(pods)
     by_shape: dict[str, list[Obj]] = {}
-    for p in pods:
-        by_shape.setdefault(role_key(p), []).append(p)
+    for pod in pods:
+        by_shape.setdefault(role_key(pod), []).append(pod)
     out = []
     for shape, members in sorted(by_shape.items(), key=lambda kv: names[kv[0]]):
         role = Role(name=names[shape], count=len(members), template=_template(members[0]), path=())
@@ -305,7 +305,7 @@ def workload_for_group(
         pc_name, pc_kind, priority = workload_priority(
             labels=labels,
             priority_class_name=str((first.get("spec") or {}).get("priorityClassName") or ""),
-            what="pod",
+            kind_noun="pod",
             ref=ns_key(first),
             workload_priority_classes=workload_priority_classes,
             priority_classes=priority_classes,

@@ -33,46 +33,48 @@ from admission.integrations.framework.interface import Role
 HEAD = "head"
 
 
-def cluster_roles(what: str, obj: Mapping[str, Any], prefix: Path) -> list[Role]:
+def cluster_roles(kind_noun: str, obj: Mapping[str, Any], prefix: Path) -> list[Role]:
     """head + one role per worker group of the RayClusterSpec at ``prefix``."""
     ref = ref_of(obj)
     head_path = (*prefix, "headGroupSpec", "template")
-    roles = [Role(name=HEAD, count=1, template=template_at(obj, head_path, what), path=head_path)]
-    spec = template_at(obj, prefix, what)
+    roles = [
+        Role(name=HEAD, count=1, template=template_at(obj, head_path, kind_noun), path=head_path)
+    ]
+    spec = template_at(obj, prefix, kind_noun)
     groups = spec.get("workerGroupSpecs") or []
     where = dotted((*prefix, "workerGroupSpecs"))
     if not isinstance(groups, list):
-        raise IntegrationError(f"{what} {ref}: {where}: expected a list")
+        raise IntegrationError(f"{kind_noun} {ref}: {where}: expected a list")
     for i, group in enumerate(groups):
         if not isinstance(group, Mapping):
-            raise IntegrationError(f"{what} {ref}: {where}[{i}]: expected an object")
+            raise IntegrationError(f"{kind_noun} {ref}: {where}[{i}]: expected an object")
         name = group.get("groupName")
         if not isinstance(name, str) or not name:
-            raise IntegrationError(f"{what} {ref}: {where}[{i}].groupName: required")
-        replicas = desired_replicas(what, ref, group, f"{where}[{i}]")
+            raise IntegrationError(f"{kind_noun} {ref}: {where}[{i}].groupName: required")
+        replicas = desired_replicas(kind_noun, ref, group, f"{where}[{i}]")
         hosts = count_field(
-            group.get("numOfHosts"), what, ref, f"{where}[{i}].numOfHosts", default=1
+            group.get("numOfHosts"), kind_noun, ref, f"{where}[{i}].numOfHosts", default=1
         )
         path = (*prefix, "workerGroupSpecs", i, "template")
         roles.append(
             Role(
                 name=name.lower(),
                 count=replicas * max(hosts, 1),
-                template=template_at(obj, path, what),
+                template=template_at(obj, path, kind_noun),
                 path=path,
             )
         )
     return roles
 
 
-def desired_replicas(what: str, ref: str, group: Mapping[str, Any], where: str) -> int:
+def desired_replicas(kind_noun: str, ref: str, group: Mapping[str, Any], where: str) -> int:
     """The worker pods KubeRay runs for a group (its ``GetWorkerGroupDesiredReplicas``):
     ``replicas`` (1 when unset) clamped into [``minReplicas``, ``maxReplicas``], and
     ``maxReplicas`` when the bounds cross. ``replicas: 1, minReplicas: 6`` runs 6."""
-    replicas = count_field(group.get("replicas"), what, ref, f"{where}.replicas", default=1)
-    low = count_field(group.get("minReplicas"), what, ref, f"{where}.minReplicas", default=0)
+    replicas = count_field(group.get("replicas"), kind_noun, ref, f"{where}.replicas", default=1)
+    low = count_field(group.get("minReplicas"), kind_noun, ref, f"{where}.minReplicas", default=0)
     high = (
-        count_field(group.get("maxReplicas"), what, ref, f"{where}.maxReplicas", default=0)
+        count_field(group.get("maxReplicas"), kind_noun, ref, f"{where}.maxReplicas", default=0)
         if group.get("maxReplicas") is not None
         else None
     )

@@ -71,13 +71,13 @@ class StatefulSetIntegration(PodOwnerIntegration):
     workload_name_uses_uid = False
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        what, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.what, ref_of(obj)
         spec = obj.get("spec") or {}
-        replicas = count_field(spec.get("replicas"), what, ref, "spec.replicas", default=1)
+        replicas = count_field(spec.get("replicas"), kind_noun, ref, "spec.replicas", default=1)
         if replicas == 0:
-            raise IntegrationError(f"{what} {ref}: spec.replicas: 0 (nothing to run)")
+            raise IntegrationError(f"{kind_noun} {ref}: spec.replicas: 0 (nothing to run)")
         return [
-            Role(name="main", count=replicas, template=template_at(obj, _TEMPLATE, what),
+            Role(name="main", count=replicas, template=template_at(obj, _TEMPLATE, kind_noun),
                  path=_TEMPLATE)
         ]  # fmt: skip
 

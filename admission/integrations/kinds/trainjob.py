@@ -91,39 +91,39 @@ class TrainJobIntegration(Integration):
     # -- the runtime ---------------------------------------------------------------------
 
     def resolve(self, obj: Mapping[str, Any], lookup: ReferenceLookup) -> Mapping[str, Any]:
-        what, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.what, ref_of(obj)
         rref = (obj.get("spec") or {}).get("runtimeRef")
         if not isinstance(rref, Mapping) or not isinstance(rref.get("name"), str):
-            raise IntegrationError(f"{what} {ref}: spec.runtimeRef.name: required")
+            raise IntegrationError(f"{kind_noun} {ref}: spec.runtimeRef.name: required")
         kind = rref.get("kind") or CLUSTER_TRAINING_RUNTIMES.kind
         group = rref.get("apiGroup") or GROUP
         res = {r.kind: r for r in self.references}.get(kind)
         if res is None or group != GROUP:
             raise IntegrationError(
-                f"{what} {ref}: spec.runtimeRef: {group}/{kind} is not a training runtime"
+                f"{kind_noun} {ref}: spec.runtimeRef: {group}/{kind} is not a training runtime"
             )
         ns = str((obj.get("metadata") or {}).get("namespace") or "default")
         runtime = lookup(res, ns if res.namespaced else None, rref["name"])
         if runtime is None:
             where = f" in namespace {ns}" if res.namespaced else ""
             raise IntegrationError(
-                f"{what} {ref}: spec.runtimeRef: {kind} {rref['name']!r} not found{where}"
+                f"{kind_noun} {ref}: spec.runtimeRef: {kind} {rref['name']!r} not found{where}"
             )
         return {**obj, RUNTIME: {"kind": kind, "name": rref["name"],
                                  "spec": copy.deepcopy(runtime.get("spec") or {})}}  # fmt: skip
 
     def jobset_spec(self, obj: Mapping[str, Any]) -> Obj:
         """The spec of the JobSet the trainer builds for ``obj`` (resolved)."""
-        what, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.what, ref_of(obj)
         runtime = obj.get(RUNTIME)
         if not isinstance(runtime, Mapping):
-            raise IntegrationError(f"{what} {ref}: spec.runtimeRef: the runtime is not known")
+            raise IntegrationError(f"{kind_noun} {ref}: spec.runtimeRef: the runtime is not known")
         rspec = runtime.get("spec") or {}
         spec = copy.deepcopy(((rspec.get("template") or {}).get("spec")) or {})
         rjobs = spec.get("replicatedJobs")
         where = f"{runtime['kind']} {runtime['name']}: spec.template.spec.replicatedJobs"
         if not isinstance(rjobs, list) or not rjobs:
-            raise IntegrationError(f"{what} {ref}: {where}: at least one is required")
+            raise IntegrationError(f"{kind_noun} {ref}: {where}: at least one is required")
         by_name = {rj.get("name"): rj for rj in rjobs if isinstance(rj, dict)}
         for i, patch in enumerate((obj.get("spec") or {}).get("runtimePatches") or []):
             pjobs = ((((patch or {}).get("trainingRuntimeSpec") or {}).get("template") or {})
@@ -132,7 +132,7 @@ class TrainJobIntegration(Integration):
                 target = by_name.get(pj.get("name")) if isinstance(pj, Mapping) else None
                 if target is None:
                     raise IntegrationError(
-                        f"{what} {ref}: spec.runtimePatches[{i}]: replicated Job "
+                        f"{kind_noun} {ref}: spec.runtimePatches[{i}]: replicated Job "
                         f"{(pj or {}).get('name')!r} is not in the runtime's template"
                     )
                 _strategic_merge(target.setdefault("template", {}), pj.get("template") or {})
@@ -143,7 +143,7 @@ class TrainJobIntegration(Integration):
         launcher_as_node = isinstance(mpi, Mapping) and mpi.get("runLauncherAsNode") is True
         nodes = trainer.get("numNodes")
         if nodes is not None:
-            nodes = count_field(nodes, what, ref, "spec.trainer.numNodes", default=1)
+            nodes = count_field(nodes, kind_noun, ref, "spec.trainer.numNodes", default=1)
         for i, rj in enumerate(rjobs):
             if not isinstance(rj, dict):
                 continue
@@ -152,10 +152,10 @@ class TrainJobIntegration(Integration):
             is_trainer = labels.get(ANCESTOR_LABEL) == TRAINER_ANCESTOR
             job_spec = rj.setdefault("template", {}).setdefault("spec", {})
             # newRuntimeInfo: a Job's pods are its parallelism; the trainer's, the policy's nodes
-            count = count_field(job_spec.get("parallelism"), what, ref,
+            count = count_field(job_spec.get("parallelism"), kind_noun, ref,
                                 f"{rj_where}.template.spec.parallelism", default=1)  # fmt: skip
             if is_trainer and ml is not None:
-                count = count_field(ml.get("numNodes", 1), what, ref,
+                count = count_field(ml.get("numNodes", 1), kind_noun, ref,
                                     f"{runtime['kind']} {runtime['name']}: spec.mlPolicy.numNodes",
                                     default=1)  # fmt: skip
             if nodes is not None:  # the plugins' EnforceMLPolicy
@@ -185,7 +185,7 @@ class TrainJobIntegration(Integration):
     # -- podSets -------------------------------------------------------------------------
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        what, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.what, ref_of(obj)
         spec = self.jobset_spec(obj)
         runtime = obj[RUNTIME]
         root = f"{runtime['kind']} {runtime['name']}"
@@ -193,17 +193,21 @@ class TrainJobIntegration(Integration):
         for i, rj in enumerate(spec["replicatedJobs"]):
             where = f"{root}: spec.template.spec.replicatedJobs[{i}]"
             if not isinstance(rj, Mapping) or not isinstance(rj.get("name"), str):
-                raise IntegrationError(f"{what} {ref}: {where}.name: required")
-            replicas = count_field(rj.get("replicas"), what, ref, f"{where}.replicas", default=1)
+                raise IntegrationError(f"{kind_noun} {ref}: {where}.name: required")
+            replicas = count_field(
+                rj.get("replicas"), kind_noun, ref, f"{where}.replicas", default=1
+            )
             job_spec = ((rj.get("template") or {}).get("spec")) or {}
-            parallelism = count_field(job_spec.get("parallelism"), what, ref,
+            parallelism = count_field(job_spec.get("parallelism"), kind_noun, ref,
                                       f"{where}.template.spec.parallelism", default=1)  # fmt: skip
-            completions = count_field(job_spec.get("completions"), what, ref,
+            completions = count_field(job_spec.get("completions"), kind_noun, ref,
                                       f"{where}.template.spec.completions",
                                       default=parallelism)  # fmt: skip
             template = job_spec.get("template")
             if not isinstance(template, Mapping):
-                raise IntegrationError(f"{what} {ref}: {where}.template.spec.template: required")
+                raise IntegrationError(
+                    f"{kind_noun} {ref}: {where}.template.spec.template: required"
+                )
             roles.append(Role(
                 name=rj["name"], count=replicas * min(parallelism, completions),
                 template=template,
