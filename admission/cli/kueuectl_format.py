@@ -1,6 +1,6 @@
 """How the kueuectl verbs print: kubectl's tab writer and name printer, ages as
 ``HumanDuration``, a Workload's status as ``pkg/workload.Status``, and the extra
-columns of ``-o wide``."""
+columns of ``-o wide``; and the namespace a verb addresses."""
 
 from __future__ import annotations
 
@@ -164,3 +164,8 @@ def wide_resource_flavor(rf: Obj) -> list[Any]:
         for t in spec.get("nodeTaints") or []
     ]
     return [", ".join(taints), spec.get("topologyName", "")]
+
+
+def namespace_of(args: Any, session: Any) -> str:
+    """The namespace a verb addresses: ``-n``, else the kubeconfig context's."""
+    return args.namespace or session.namespace
