@@ -32,8 +32,9 @@ from admission.kube.client.ratelimit import ShareCredit
 from admission.kube.client.rest import WORKLOADS, ApiError, KubeClient
 from admission.kube.control.context import Context, ControllerOptions, WorkQueue, Writer
 from admission.kube.control.metrics import Metrics
+from admission.kube.control.workloads import owner_of
 from admission.kube.reconcilers.admit import Applier
-from admission.kube.reconcilers.job_workloads import JobReconciler, owner_of
+from admission.kube.reconcilers.job_workloads import JobReconciler
 from admission.kube.reconcilers.notices import Notices
 from admission.kube.reconcilers.pod_groups import PodGroupReconciler
 from admission.kube.reconcilers.podsready import PodsReadyWatcher

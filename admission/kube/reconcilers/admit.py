@@ -32,7 +32,7 @@ from admission.kube import objects as o
 from admission.kube.client.ratelimit import low_priority
 from admission.kube.client.rest import WORKLOADS, ApiError
 from admission.kube.control.context import Abandon, Context, Obj
-from admission.kube.reconcilers.job_workloads import enqueue_owner, evict
+from admission.kube.control.workloads import enqueue_owner, evict
 from admission.kube.reconcilers.notices import Notices
 from queues.api.conditions import condition
 from queues.backoff import BackoffPolicy

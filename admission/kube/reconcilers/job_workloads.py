@@ -32,13 +32,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
 
 from admission.integrations.framework.composition import (
-    JOB_UID_LABEL,
-    OWNER_GVK_ANNOTATION,
     compose,
 )
 from admission.integrations.framework.fields import IntegrationError, set_path
@@ -49,7 +45,6 @@ from admission.integrations.framework.podset_info import (
     original_info,
     tas_info,
 )
-from admission.integrations.kinds.pod import is_group_workload
 from admission.integrations.ownership import (
     OwnerRef,
     OwnershipError,
@@ -59,6 +54,14 @@ from admission.integrations.ownership import (
 from admission.kube import objects as o
 from admission.kube.client.rest import WORKLOADS, ApiError, Resource, resource_of
 from admission.kube.control.context import Context, Obj
+from admission.kube.control.workloads import (
+    ComposeErrors,
+    create_workload,
+    delete_workload,
+    evict,
+    finish_eviction,
+    owner_of,
+)
 from admission.kube.reconcilers.prebuilt import PrebuiltWorkloads, prebuilt_name
 from admission.kube.watch.owners import OwnerReader
 from queues.api.conditions import is_true
@@ -66,108 +69,6 @@ from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import HOLD_AND_DRAIN, Workload
 
 log = logging.getLogger("quartermaster.kube.jobs")
-
-
-class ComposeErrors:
-    """Objects whose Workload cannot be built: each error logged and recorded once."""
-
-    def __init__(self, ctx: Context, what: str) -> None:
-        self.ctx = ctx
-        self.what = what
-        self._last: dict[str, str] = {}
-
-    def report(
-        self, key: str, obj: Obj, err: Exception, *, reason: str = "ErrWorkloadCompose"
-    ) -> None:
-        if self._last.get(key) != str(err):
-            self._last[key] = str(err)
-            log.warning("cannot build a Workload for %s %s: %s", self.what, key, err)
-            self.ctx.record_event(obj, "Warning", reason, str(err))
-
-    def clear(self, key: str) -> None:
-        self._last.pop(key, None)
-
-
-async def create_workload(
-    ctx: Context, wkey: str, body: Obj, *, owner: Obj, errors: ComposeErrors
-) -> None:
-    """Create the Workload ``body`` for ``owner``; a conflict means it exists already
-    (the informer delivers it), a refusal is recorded on the owner."""
-    ns, _ = o.split_key(wkey)
-    try:
-        created = await ctx.client.create(WORKLOADS, body, namespace=ns)
-    except ApiError as err:
-        if err.conflict:
-            return
-        ctx.metrics.api_writes.labels("create-workload", "error").inc()
-        log.warning("creating Workload %s for %s %s failed: %s", wkey, errors.what,
-                    o.ns_key(owner), err)  # fmt: skip
-        if err.retryable:
-            raise
-        ctx.record_event(owner, "Warning", "ErrWorkloadCompose", err.message)
-        return
-    ctx.metrics.api_writes.labels("create-workload", "ok").inc()
-    created.setdefault("apiVersion", WORKLOADS.api_version)
-    created.setdefault("kind", WORKLOADS.kind)
-    ctx.writer.remember(WORKLOADS, wkey, created)
-    ctx.sync.workload(wkey, created)
-    ctx.record_event(owner, "Normal", "CreatedWorkload", f"Created Workload: {wkey}")
-
-
-async def delete_workload(ctx: Context, wkey: str, wl: Obj, *, why: str) -> None:
-    """Delete a Workload whose job is gone (uid-pinned: never a newer namesake)."""
-    ns, name = o.split_key(wkey)
-    try:
-        await ctx.client.delete(
-            WORKLOADS, name, namespace=ns, uid=str(o.meta(wl).get("uid") or "") or None
-        )
-    except ApiError as err:
-        if not (err.not_found or err.conflict):
-            raise
-    log.info("deleted Workload %s: %s", wkey, why)
-    ctx.sync.workload(wkey, None)
-
-
-def owner_of(ctx: Context, wl: Mapping[str, Any] | None) -> tuple[Integration, str, str] | None:
-    """(integration, object key, uid) of the Workload's controlling job object, if it
-    is of an enabled integration; else, from the ``job-uid`` label and the owner-kind
-    annotation, (integration, "", uid) for a Workload whose owner reference is gone."""
-    frameworks = ctx.options.frameworks
-    meta = o.meta(wl)
-    ns = meta.get("namespace") or "default"
-    for ref in meta.get("ownerReferences") or []:
-        if not isinstance(ref, dict) or not ref.get("controller"):
-            continue
-        integ = _integration_of(frameworks, str(ref.get("apiVersion") or ""), ref.get("kind"))
-        if integ is not None:
-            return integ, sys.intern(f"{ns}/{ref.get('name')}"), str(ref.get("uid") or "")
-    uid = str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
-    if uid:
-        gvk = str((meta.get("annotations") or {}).get(OWNER_GVK_ANNOTATION) or "batch/v1, Kind=Job")
-        api_version, _, kind = gvk.partition(", Kind=")
-        integ = _integration_of(frameworks, api_version, kind or "Job")
-        if integ is not None:
-            return integ, "", uid
-    return None
-
-
-def _integration_of(frameworks: Any, api_version: str, kind: Any) -> Integration | None:
-    """The enabled object integration of ``kind`` in ``api_version``'s group (any version)."""
-    group = api_version.rpartition("/")[0] if "/" in api_version else ""
-    for integ in frameworks.integrations():
-        if integ.reconciler == "object" and integ.kind == kind and integ.resource.group == group:
-            return integ
-    return None
-
-
-def enqueue_owner(ctx: Context, wkey: str, wl: Mapping[str, Any] | None) -> None:
-    """Queue what starts or stops the job of Workload ``wkey``: its job object or its
-    pod group (a standalone Workload has nothing to start)."""
-    owner = owner_of(ctx, wl)
-    if owner is not None and owner[1]:
-        ctx.enqueue(owner[0].what, owner[1])
-    elif is_group_workload(wl):
-        ctx.enqueue("podgroup", wkey)
 
 
 class JobReconciler:
@@ -603,119 +504,3 @@ def drained_queue(ctx: Context, wl: Obj) -> str | None:
     if lq is not None and lq.stop_policy == HOLD_AND_DRAIN:
         return "LocalQueue"
     return None
-
-
-def runs_nothing(wl: Obj) -> bool:
-    """A standalone Workload (no owner, no job-uid label or owner annotation, not a pod
-    group): nothing runs on its admission that has to be stopped first, so an eviction
-    can release its quota in the same write (one request instead of two)."""
-    meta = o.meta(wl)
-    return (
-        not meta.get("ownerReferences")
-        and not (meta.get("labels") or {}).get(JOB_UID_LABEL)
-        and not (meta.get("annotations") or {}).get(OWNER_GVK_ANNOTATION)
-        and not is_group_workload(wl)
-    )
-
-
-async def evict(
-    ctx: Context,
-    wkey: str,
-    *,
-    reason: str,
-    message: str,
-    preempted_reason: str | None = None,
-    requeue_state: Obj | None = None,
-    deactivate: bool = False,
-    also: Callable[[Obj], Obj] | None = None,
-) -> bool:
-    """Write Evicted=True (the admission stays until the job is inactive; a standalone
-    Workload's is cleared in the same write). Nothing is written for a Workload that
-    finished or lost its quota meanwhile, and then nothing is released either: an
-    ``Evicted=True`` on a copy without quota is an earlier eviction's (the workload was
-    queued again since, and may be being admitted), not this one's."""
-    now = ctx.clock()
-    held: dict[str, str] = {}  # the ClusterQueue it held quota in (the write may clear it)
-
-    def compute(w: Obj) -> Obj | None:
-        held.clear()
-        if not o.has_quota(w) or is_true(w, o.EVICTED) or o.is_finished(w):
-            return None
-        held["cq"] = str((o.admission_of(w) or {}).get("clusterQueue", ""))
-        status = o.evicted_status(
-            w, reason=reason, message=message, now=now, preempted_reason=preempted_reason
-        )
-        if also is not None:  # e.g. the end of a preemption notice (admission.kube.reconcilers.notices)
-            status = also(status)
-        if requeue_state is not None:
-            status["requeueState"] = requeue_state
-        if runs_nothing(w) and not deactivate:  # deactivation releases after spec.active lands
-            evicted = {**w, "status": {**(w.get("status") or {}), **status}}
-            status = o.cleared_status(evicted, now=now, requeue_state=requeue_state)
-        return status
-
-    try:
-        new = await ctx.writer.update_status(wkey, compute)
-    except ApiError as err:
-        log.warning("evicting %s failed: %s", wkey, err)
-        ctx.metrics.api_writes.labels("evict", "error").inc()
-        ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))  # a later cycle may retry
-        return False
-    wrote = bool(held)  # compute returned a status, and it was written
-    if new is None or not is_true(new, o.EVICTED) or not (wrote or o.has_quota(new)):
-        ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))
-        return False
-    if o.has_quota(new):
-        ctx.sync.apply(lambda: ctx.cache.mark_evicting(wkey))
-    else:
-        _released(ctx, wkey, new)
-    why = f"{reason} ({preempted_reason})" if preempted_reason else reason
-    log.info("evicted %s from ClusterQueue %s: %s: %s", wkey, held.get("cq", ""), why, message)
-    ctx.metrics.evicted_total.labels(held.get("cq", ""), reason).inc()
-    ctx.metrics.api_writes.labels("evict", "ok").inc()
-    ctx.record_event(new, "Normal", f"EvictedDueTo{reason}", message)
-    if deactivate:
-        ns, name = o.split_key(wkey)
-        try:
-            new = await ctx.client.patch(WORKLOADS, name, {"spec": {"active": False}}, namespace=ns)
-            ctx.writer.remember(WORKLOADS, wkey, new)
-        except ApiError as err:
-            log.warning("deactivating %s failed: %s", wkey, err)
-    owner = owner_of(ctx, new)
-    if owner is not None and owner[1]:
-        ctx.enqueue(owner[0].what, owner[1])
-    else:
-        ctx.enqueue("wl", wkey)
-    return True
-
-
-async def finish_eviction(ctx: Context, wkey: str) -> None:
-    """The evicted workload's job is inactive: clear the admission, release the quota."""
-    now = ctx.clock()
-    try:
-        new = await ctx.writer.update_status(
-            wkey,
-            lambda w: (
-                o.cleared_status(w, now=now)
-                if o.has_quota(w) and not o.is_finished(w)  # a finished one keeps it
-                else None
-            ),
-        )
-    except ApiError as err:
-        log.warning("clearing the admission of %s failed: %s", wkey, err)
-        raise
-    if new is None or o.has_quota(new):
-        return
-    _released(ctx, wkey, new)
-    ctx.metrics.api_writes.labels("clear-admission", "ok").inc()
-
-
-def _released(ctx: Context, wkey: str, new: Obj) -> None:
-    """The admission is cleared in the API: release the quota, requeue the workload."""
-
-    def release() -> None:
-        ctx.cache.evicted(wkey)
-        ctx.sync.workload(wkey, new)
-
-    ctx.sync.apply(release)
-    ctx.wake()

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from admission.engine.preemption.checkpoint import LostWork
 from admission.kube import objects as o
 from admission.kube.client.rest import PODS, WORKLOADS, ApiError, resource_of
-from admission.kube.reconcilers.job_workloads import evict, owner_of
+from admission.kube.control.workloads import evict, owner_of
 from admission.kube.reconcilers.topology_nodes import BOUND_PODS
 from queues.api.conditions import condition, conditions, is_true
 from queues.api.progress import (

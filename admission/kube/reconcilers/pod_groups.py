@@ -79,14 +79,14 @@ from admission.integrations.registry import BY_FRAMEWORK
 from admission.kube import objects as o
 from admission.kube.client.rest import JSON_PATCH, PODS, WORKLOADS, ApiError
 from admission.kube.control.context import Context, Obj
-from admission.kube.reconcilers.job_workloads import (
+from admission.kube.control.tas_ungate import topology_domains
+from admission.kube.control.workloads import (
     ComposeErrors,
-    JobReconciler,
     create_workload,
     delete_workload,
     finish_eviction,
 )
-from admission.kube.reconcilers.tas_ungate import topology_domains
+from admission.kube.reconcilers.job_workloads import JobReconciler
 from admission.kube.watch.grouped_pods import GroupedPods
 from queues.api.conditions import is_true
 from queues.api.labels import POD_SUSPENDING_PARENT

@@ -18,7 +18,7 @@ from admission.config.schema import Config, parse_duration
 from admission.kube import objects as o
 from admission.kube.client.rest import resource_of
 from admission.kube.control.context import Context, PodsReadyOptions
-from admission.kube.reconcilers.job_workloads import evict, owner_of
+from admission.kube.control.workloads import evict, owner_of
 
 log = logging.getLogger("quartermaster.kube.podsready")
 

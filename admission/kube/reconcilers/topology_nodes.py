@@ -41,7 +41,8 @@ from admission.integrations.kinds.pod import ungate_patch
 from admission.kube import objects as o
 from admission.kube.client.rest import JSON_PATCH, PODS, ApiError
 from admission.kube.control.context import Context
-from admission.kube.reconcilers.tas_ungate import topology_domains
+from admission.kube.control.tas_ungate import topology_domains
+from admission.kube.control.workloads import evict
 from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.informer import DELETED
 from queues.api.conditions import condition, is_true
@@ -244,8 +245,6 @@ class TopologyWatch:
         ungater then gives the replacement pods the new hosts. With no room there, or
         with two of its nodes failed at once, the workload is evicted with reason
         ``NodeFailures`` (Kueue's messages) and queued again."""
-        from admission.kube.reconcilers.job_workloads import evict
-
         ctx = self.ctx
         if ctx.writer.workload(wkey) is None:
             return
@@ -369,7 +368,7 @@ class TopologyUngater:
     """Kueue's TopologyUngater for the job kinds (Job, JobSet, the Kubeflow and Ray
     kinds …): their started templates carry the topology gate and the Workload
     annotation (``integrations.base.tas_info``), so every pod they create waits; each is
-    ungated, once, with its assigned domain's node selector (:mod:`.tas_ungate`), so
+    ungated, once, with its assigned domain's node selector (:mod:`admission.kube.control.tas_ungate`), so
     the kube-scheduler puts it inside the domain placement charged. Pod groups ungate
     their own pods (:mod:`.podgroups`), with the same assignment.
 

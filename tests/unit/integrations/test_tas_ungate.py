@@ -9,7 +9,7 @@ from admission.integrations.framework.fields import apply_merge_patch
 from admission.integrations.framework.podset_info import PodSetInfo, original_info, tas_info
 from admission.integrations.kinds.job import JOB
 from admission.integrations.kinds.jobset import JOBSET
-from admission.kube.reconcilers.tas_ungate import topology_domains
+from admission.kube.control.tas_ungate import topology_domains
 from queues.api.topology_assignment import to_v1beta2
 from queues.model import TopologyAssignment
 

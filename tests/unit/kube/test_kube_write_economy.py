@@ -19,7 +19,7 @@ from admission.kube import objects as o
 from admission.kube.client import rest as k
 from admission.kube.client.ratelimit import TokenBucket
 from admission.kube.control.context import ControllerOptions
-from admission.kube.reconcilers.job_workloads import finish_eviction
+from admission.kube.control.workloads import finish_eviction
 from queues.api.conditions import condition, is_true
 from tests.support.kube_harness import (
     SA_USERNAME,
