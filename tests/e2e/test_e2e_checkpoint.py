@@ -17,6 +17,7 @@ from typing import Any
 
 from admission.config.schema import parse_config
 from admission.kube.client import rest as k
+from queues.api.conditions import condition
 from queues.api.progress import (
     CHECKPOINT_ANNOTATION,
     DEADLINE_ANNOTATION,
@@ -50,7 +51,9 @@ OBJECTS = [
 
 
 def _condition(obj: dict | None, kind: str) -> dict:
-    return next(c for c in (obj or {}).get("status", {}).get("conditions", []) if c["type"] == kind)
+    c = condition(obj, kind)
+    assert c is not None, f"no {kind} condition"
+    return c
 
 
 def test_a_noticed_job_that_checkpoints_is_evicted_at_once_the_other_at_its_deadline(
