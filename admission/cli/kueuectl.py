@@ -318,11 +318,11 @@ def add_commands(sub: Any) -> None:
             p.add_argument("-A", "--all-namespaces", action="store_true",
                            help="list across all namespaces")  # fmt: skip
 
-    for verb, run, what in (
+    for verb, run, summary in (
         ("stop", cmd_stop, "put a ClusterQueue, LocalQueue or Workload on hold"),
         ("resume", cmd_resume, "resume a held ClusterQueue, LocalQueue or Workload"),
     ):
-        vp = sub.add_parser(verb, help=what)
+        vp = sub.add_parser(verb, help=summary)
         vsub = vp.add_subparsers(dest="kind", required=True, metavar="KIND")
         for names, target in ((CQ_NAMES, "ClusterQueue"), (LQ_NAMES, "LocalQueue"),
                               (WL_NAMES, "Workload")):  # fmt: skip

@@ -71,8 +71,8 @@ def workload_status(wl: Obj) -> str:
 
 def print_objects(out: TextIO, objs: list[Obj], fmt: str, *, list_kind: str) -> None:
     if fmt == "name":
-        for o in objs:
-            out.write(name_of(o) + "\n")
+        for obj in objs:
+            out.write(name_of(obj) + "\n")
         return
     doc: Any = (
         objs[0]

@@ -17,10 +17,10 @@ same in-memory model the scheduler uses — never by polling the API server:
   then, whenever the model changed (informer events and scheduling decisions,
   coalesced), a ``delta`` event with only the tree rows that changed, the totals and
   the recent events (a full ``summary`` again when the tree's shape changed or a slow
-  client missed an update). At 1,000 ClusterQueues a summary is ~1.2 MB of JSON and
-  ~40 ms of CPU on the event loop the webhooks share (``python -m bench
-  dashboard-scale``): a delta is a few KB, and pushes are spaced so that building them
-  takes at most a tenth of the loop's CPU (``PUSH_LOOP_SHARE``), at most 1 s apart.
+  client missed an update). A summary of a large tree is costly to build on the event
+  loop the webhooks share (``python -m bench dashboard-scale`` measures it): a delta is
+  a few KB, and pushes are spaced so that building them takes at most a tenth of the
+  loop's CPU (``PUSH_LOOP_SHARE``), at most 1 s apart.
 
 The page renders only the rows in view (virtualised lists) and pages the pending list
 from the server, so 1,000 ClusterQueues and 50,000 pending workloads stay readable:

@@ -373,8 +373,8 @@ def _peer_cert(request: web.Request) -> bytes | None:
 
 
 def _load_chain(ctx: ssl.SSLContext, cert_dir: str) -> None:
-    d = Path(cert_dir)
-    ctx.load_cert_chain(str(d / "tls.crt"), str(d / "tls.key"))
+    directory = Path(cert_dir)
+    ctx.load_cert_chain(str(directory / "tls.crt"), str(directory / "tls.key"))
 
 
 def _server_context(cert_dir: str) -> ssl.SSLContext:

@@ -1,29 +1,18 @@
 """The webhook port's listener: which TCP connections get a TLS handshake, and when.
 
-asyncio's own TLS server (``loop.create_server(ssl=...)``) does the handshake of every
-connection it accepts before any code of ours sees it, accepts up to ``backlog``
-connections per wake-up and runs all their handshakes in the same loop iteration. Under
-2,000 idle TLS connections that reconnect as the idle timeout closes them (bench
-``stress``) that meant:
+The listening socket is read by us rather than by asyncio's TLS server, which would
+handshake every connection it accepts before any code of ours sees it, and run all the
+handshakes of one wake-up back to back on the event loop. Here each accepted
+connection is admitted or refused by its *source address* before any TLS work: beyond
+``max_connections_per_source`` from one address, or ``max_connections`` in all when no
+idle connection of another source gives way to it (:mod:`webhooks.server.connections`),
+it is closed at once (an RST, a few microseconds). At most ``accept_batch`` connections
+are accepted per wake-up, so a burst's handshakes are spread over loop iterations and
+the API server's reviews, ``/healthz`` and the Lease renewal do not wait behind them; a
+handshake must finish within ``handshake_timeout``.
 
-* a connection over the cap was refused only *after* its handshake (~0.5 ms of CPU on
-  the event loop each), and the attacker reconnected at once: refusing was the attack;
-* a burst of a thousand handshakes ran back to back in one loop iteration, so the
-  AdmissionReview of the API server's established connection, ``/healthz`` and the
-  Lease renewal all waited behind it (event-loop lag of seconds).
-
-Here the listening socket is read by us. Each accepted connection is admitted or refused
-by its *source address* before any TLS work: beyond ``max_connections_per_source`` from
-one address, or ``max_connections`` in all when no idle connection of another source
-gives way to it (:mod:`webhooks.server.connections`), it is closed at once (an RST, a few
-microseconds). At most ``accept_batch`` connections are accepted per wake-up, so a
-burst's handshakes are spread over loop iterations instead of filling one; a handshake
-must finish within ``handshake_timeout``.
-
-Handshakes are not otherwise rationed: a limit on concurrent handshakes was tried and
-is a trap — a slot is held while the server *waits* for the client (its ClientHello,
-its Finished), so a few silent connections, or a busy API server's slow side of the
-handshake, held every slot and starved all the others until they timed out.
+Handshakes are not otherwise rationed: a slot held for a handshake is held while the
+server waits for the client, so a few silent connections could hold every slot.
 
 In a cluster the API server's connections come from the control plane's addresses and a
 hostile pod's from its own (the NetworkPolicy refuses them first where it is enforced);
