@@ -9,6 +9,7 @@ from typing import Any
 from admission.kube.client import rest as k
 from admission.kube.control.context import ControllerOptions, PodsReadyOptions
 from admission.kube.objects import rfc3339
+from queues.api.conditions import condition
 from tests.support.kube_harness import (
     admitted,
     cluster_queue,
@@ -27,10 +28,6 @@ OBJECTS = [
     cluster_queue("cq", {"f": {"cpu": 8}}),
     local_queue("team-a", "lq", "cq"),
 ]
-
-
-def condition(obj: dict, type_: str) -> dict:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
 
 
 def test_a_gang_not_ready_in_time_is_evicted_requeued_with_backoff_then_deactivated(
