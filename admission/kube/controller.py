@@ -28,8 +28,9 @@ from admission.engine.cache import Cache
 from admission.engine.scheduler import CycleResult, Scheduler
 from admission.integrations.framework.interface import Integration
 from admission.kube import objects as o
+from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import ShareCredit
-from admission.kube.client.rest import WORKLOADS, ApiError, KubeClient
+from admission.kube.client.rest import WORKLOADS, KubeClient
 from admission.kube.control.context import Context, ControllerOptions, WorkQueue, Writer
 from admission.kube.control.metrics import Metrics
 from admission.kube.control.workloads import owner_of

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from admission.kube.client.rest import SECRETS, ApiError, KubeClient
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import SECRETS, KubeClient
 from webhooks.server.certs import (
     CertBundle,
     CertError,

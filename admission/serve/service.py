@@ -34,6 +34,7 @@ from aiohttp import web
 
 from admission.config.schema import ConfigError, load_config
 from admission.engine.cache import Cache
+from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import TokenBucket
 from admission.kube.client.rest import (
     API_SERVICES,
@@ -42,7 +43,6 @@ from admission.kube.client.rest import (
     PODS,
     QUEUE_WATCHED,
     VALIDATING_WEBHOOKS,
-    ApiError,
     KubeClient,
     KubeconfigError,
     resource_of,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.kube.client import rest as k
+from admission.kube.client.errors import ApiError
 from admission.kube.control.context import ControllerOptions
 from tests.support.kube_harness import (
     SA_USERNAME,
@@ -338,7 +339,7 @@ def test_transient_admission_write_errors_do_not_cost_a_workload_its_place(
 def test_with_the_service_down_only_queued_pods_are_refused(tmp_path: Path, backend: Any) -> None:
     """The Pod webhooks select pods that name a LocalQueue: when no replica answers,
     pods elsewhere (ingress, monitoring, CronJobs) are still created."""
-    from admission.kube.client.rest import ApiError
+    from admission.kube.client.errors import ApiError
 
     def pod(name: str, **labels: str) -> dict[str, Any]:
         return {
@@ -539,7 +540,8 @@ def test_only_the_service_may_change_the_status_of_a_jobs_workload(
 ) -> None:
     """Issue 13's quota escape: anyone with workloads/status set Finished=True on a
     running Job's Workload and got its quota released while the pods kept running."""
-    from admission.kube.client.rest import JSON_PATCH, ApiError
+    from admission.kube.client.errors import ApiError
+    from admission.kube.client.rest import JSON_PATCH
 
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
@@ -579,7 +581,7 @@ def test_real_server_fences_the_service_identity_to_the_changes_it_makes(
     """manifests/base/admission-policy.yaml (ValidatingAdmissionPolicy, evaluated by
     kube-apiserver; the double does not model it): the service account may not swap a
     pod's image or rewrite its webhooks' rules, though RBAC lets it patch both."""
-    from admission.kube.client.rest import ApiError
+    from admission.kube.client.errors import ApiError
 
     async def main() -> None:
         async with stack(tmp_path, backend=real_cluster, objects=BASE) as s:
@@ -725,7 +727,7 @@ def test_the_visibility_api_services_trust_the_service_ca_and_are_repaired(
             try:
                 await s.user.patch(k.API_SERVICES, name, {"spec": {"insecureSkipTLSVerify": True}})
                 raise AssertionError("insecureSkipTLSVerify next to a caBundle was accepted")
-            except k.ApiError as err:
+            except ApiError as err:
                 assert err.status == 422, err
                 assert "may not be true if caBundle is present" in err.message, err
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from admission.kube.client import rest as k
-from admission.kube.client.rest import ApiError
+from admission.kube.client.errors import ApiError
 from tests.support.kube_harness import (
     admitted,
     cluster_queue,

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from admission.kube.client import rest as k
-from admission.kube.client.rest import JSON_PATCH, ApiError
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import JSON_PATCH
 from admission.kube.control.context import ControllerOptions
 from tests.support.integration_kit import (
     NS,

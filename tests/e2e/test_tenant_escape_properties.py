@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission.kube.client import rest as k
-from admission.kube.client.rest import JSON_PATCH, ApiError
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import JSON_PATCH
 from tests.e2e.test_e2e_tenant_escapes import CASES, GATE, forged_pod, queued_pod
 from tests.support.integration_kit import NS, KindCase, crds_of, meta
 from tests.support.kube_harness import (

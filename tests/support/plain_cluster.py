@@ -17,7 +17,7 @@ import aiohttp
 from admission.config.schema import Config, load_config
 from admission.integrations.kinds.jobset import JOBSET
 from admission.kube.client import rest as k
-from admission.kube.client.rest import ApiError
+from admission.kube.client.errors import ApiError
 from tests.support.integration_kit import NS, meta, pod_template, workload_of
 from tests.support.kube_harness import (
     Stack,

@@ -37,11 +37,11 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import (
     CONFIG_MAPS,
     SUBJECT_ACCESS_REVIEWS,
     TOKEN_REVIEWS,
-    ApiError,
     KubeClient,
 )
 

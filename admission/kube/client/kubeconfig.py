@@ -13,8 +13,10 @@ import os
 from typing import Any
 
 import yaml
+from kubernetes.aio import config as kube_config
+from kubernetes.aio.client import Configuration
 
-__all__ = ["KubeconfigError", "check_kubeconfig"]
+__all__ = ["KubeconfigError", "check_kubeconfig", "load_configuration"]
 
 _LISTS = ("clusters", "contexts", "users")
 
@@ -56,3 +58,29 @@ def check_kubeconfig(path: str, *, flag: str = "--kubeconfig") -> dict[str, Any]
                 "(each with a name)"
             )
     return doc
+
+
+async def load_configuration(
+    configuration: Configuration, *, kubeconfig: str | None, context: str | None
+) -> None:
+    if kubeconfig is not None:
+        check_kubeconfig(kubeconfig)
+        await kube_config.load_kube_config(
+            config_file=kubeconfig,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+        return
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    except kube_config.ConfigException:
+        paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        present = [p for p in paths.split(os.pathsep) if p and os.path.isfile(p)]
+        if not present:
+            raise FileNotFoundError("no such file") from None
+        for path in present:
+            check_kubeconfig(path, flag="")
+        await kube_config.load_kube_config(
+            context=context, client_configuration=configuration, persist_config=False
+        )

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from kubernetes.aio import config as kube_config
 
+from admission.kube.client.errors import ApiError
 from admission.kube.client.kubeconfig import KubeconfigError, check_kubeconfig
 from admission.kube.client.rest import (
     CLUSTER_QUEUES,
@@ -31,7 +32,6 @@ from admission.kube.client.rest import (
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
     WRITE_QUERY,
-    ApiError,
     KubeClient,
     Obj,
     Resource,

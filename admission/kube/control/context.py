@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from admission.integrations.registry import ALL, Frameworks
 from admission.kube import objects as o
-from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, ApiError, KubeClient, Resource
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, KubeClient, Resource
 from admission.kube.watch.informer import Informer, newer, rv_at_least
 from queues.backoff import BackoffPolicy
 from queues.model import LabelSelector

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from admission.kube import objects as o
-from admission.kube.client.rest import LEASES, ApiError, KubeClient
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import LEASES, KubeClient
 
 log = logging.getLogger("quartermaster.kube.leader")
 

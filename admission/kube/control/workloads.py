@@ -19,7 +19,8 @@ from admission.integrations.framework.composition import (
 from admission.integrations.framework.interface import Integration
 from admission.integrations.kinds.pod import is_group_workload
 from admission.kube import objects as o
-from admission.kube.client.rest import WORKLOADS, ApiError
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import WORKLOADS
 from admission.kube.control.context import Context, Obj
 from queues.api.conditions import is_true
 

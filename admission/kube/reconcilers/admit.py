@@ -29,8 +29,9 @@ from typing import Any
 from admission.engine.cache import PendingStatus
 from admission.engine.scheduler import AdmittedDecision, PreemptedDecision
 from admission.kube import objects as o
+from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority
-from admission.kube.client.rest import WORKLOADS, ApiError
+from admission.kube.client.rest import WORKLOADS
 from admission.kube.control.context import Abandon, Context, Obj
 from admission.kube.control.workloads import enqueue_owner, evict
 from admission.kube.reconcilers.notices import Notices

@@ -28,14 +28,8 @@ import logging
 import random
 from collections.abc import Callable, Iterable
 
-from admission.kube.client.rest import (
-    MERGE_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    ApiError,
-    KubeClient,
-    Obj,
-    Resource,
-)
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient, Obj, Resource
 from admission.kube.watch.informer import DELETED, Informer
 
 log = logging.getLogger("quartermaster.kube.cabundle")

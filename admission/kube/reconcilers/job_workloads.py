@@ -52,7 +52,8 @@ from admission.integrations.ownership import (
     managed_ancestor_async,
 )
 from admission.kube import objects as o
-from admission.kube.client.rest import WORKLOADS, ApiError, Resource, resource_of
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import WORKLOADS, Resource, resource_of
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.workloads import (
     ComposeErrors,

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from admission.engine.preemption.checkpoint import LostWork
 from admission.kube import objects as o
-from admission.kube.client.rest import PODS, WORKLOADS, ApiError, resource_of
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import PODS, WORKLOADS, resource_of
 from admission.kube.control.workloads import evict, owner_of
 from admission.kube.reconcilers.topology_nodes import BOUND_PODS
 from queues.api.conditions import condition, conditions, is_true

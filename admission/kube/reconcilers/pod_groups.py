@@ -77,7 +77,8 @@ from admission.integrations.kinds.pod import (
 from admission.integrations.ownership import OwnerRef
 from admission.integrations.registry import BY_FRAMEWORK
 from admission.kube import objects as o
-from admission.kube.client.rest import JSON_PATCH, PODS, WORKLOADS, ApiError
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import JSON_PATCH, PODS, WORKLOADS
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.tas_ungate import topology_domains
 from admission.kube.control.workloads import (

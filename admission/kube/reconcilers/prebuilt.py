@@ -25,7 +25,8 @@ from admission.integrations.framework.composition import JOB_UID_LABEL
 from admission.integrations.framework.fields import controller_ref
 from admission.integrations.framework.interface import Integration
 from admission.kube import objects as o
-from admission.kube.client.rest import WORKLOADS, ApiError
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import WORKLOADS
 from admission.kube.control.context import Context, Obj
 from queues.api.conditions import conditions
 from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL

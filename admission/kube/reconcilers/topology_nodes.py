@@ -39,7 +39,8 @@ from admission.engine.tas.nodes import NodeInputError, node_from_object, pod_usa
 from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.pod import ungate_patch
 from admission.kube import objects as o
-from admission.kube.client.rest import JSON_PATCH, PODS, ApiError
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import JSON_PATCH, PODS
 from admission.kube.control.context import Context
 from admission.kube.control.tas_ungate import topology_domains
 from admission.kube.control.workloads import evict

@@ -27,7 +27,8 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.kube.client.rest import ApiError, KubeClient, Obj, Resource
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import KubeClient, Obj, Resource
 from admission.kube.client.unreachable import outage_of
 from admission.kube.watch.slim import PackedStore, Slimmer, WorkloadSlimmer
 from queues.backoff import BackoffPolicy

@@ -19,7 +19,8 @@ from admission.drivers.loader import load_documents
 from admission.integrations.kinds.statefulset import STATEFULSET
 from admission.kube import objects as o
 from admission.kube.client import rest as k
-from admission.kube.client.rest import ApiError, Resource
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import Resource
 from queues.model import Admission, Workload
 from tests.support.integration_kit import (
     NS,

@@ -27,7 +27,7 @@ from admission.integrations.kinds.trainjob import (
     TRAINING_RUNTIMES,
     TRAINJOB,
 )
-from admission.kube.client.rest import ApiError
+from admission.kube.client.errors import ApiError
 from queues.model import ResourceFlavor
 from tests.support.integration_kit import (
     NS,

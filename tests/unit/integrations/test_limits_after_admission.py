@@ -169,7 +169,8 @@ def test_a_statefulset_limit_raise_is_refused_by_the_server(tmp_path: Path, back
     managed StatefulSet's cpu limit, and the set keeps its template."""
     from admission.integrations.kinds.statefulset import STATEFULSET
     from admission.kube.client import rest as k
-    from admission.kube.client.rest import ApiError, resource_of
+    from admission.kube.client.errors import ApiError
+    from admission.kube.client.rest import resource_of
     from tests.support.kube_harness import cluster_queue, flavor, local_queue, namespace, stack
 
     sts = _limits_only(STATEFULSET, BUILDERS["statefulset"](), "1")

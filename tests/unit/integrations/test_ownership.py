@@ -26,7 +26,7 @@ from admission.integrations.ownership import (
 )
 from admission.integrations.registry import Frameworks, frameworks
 from admission.kube.client import rest as k
-from admission.kube.client.rest import ApiError
+from admission.kube.client.errors import ApiError
 from tests.support.integration_kit import NS, Q, lifecycle_objects, meta, pod_template, workload_of
 from tests.support.kube_harness import admitted, eventually, stack
 from tests.unit.integrations.test_integration_jobset import CASE, jobset

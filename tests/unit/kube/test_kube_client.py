@@ -12,7 +12,8 @@ import yaml
 
 from admission.apiserver_double import running_apiserver
 from admission.kube.client import rest as k
-from admission.kube.client.rest import API_CALLS, ApiError, UndeclaredCall
+from admission.kube.client.errors import ApiError, UndeclaredCall
+from admission.kube.client.rest import API_CALLS
 from admission.kube.watch.informer import Backoff, Informer
 from tests.support.double_client import kube_client_config
 

@@ -8,6 +8,7 @@ import contextlib
 from pathlib import Path
 
 from admission.kube.client import rest as k
+from admission.kube.client.errors import ApiError
 from tests.support.kube_harness import admitted, eventually, stack
 from tests.unit.kube.test_kube_write_economy import NS, create, objects, shut, standalone
 
@@ -30,7 +31,7 @@ def test_a_read_waiting_for_the_budget_does_not_hold_back_decisions(tmp_path: Pa
                 what="the admission is decided and waits",
             )
             gate.open()
-            with contextlib.suppress(k.ApiError):
+            with contextlib.suppress(ApiError):
                 await read  # 404: the read was only something to wait
             await eventually(lambda: admitted(s.get("workloads", "w0", NS)), what="w0 admitted")
 

@@ -20,6 +20,7 @@ import pytest
 from admission.cli.logs import LEVEL_ENV, log_level
 from admission.cli.main import _parser
 from admission.kube.client import rest as k
+from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import KubeClient
 from admission.kube.client.unreachable import Outage, transport_reason
 from admission.kube.watch.informer import Informer
@@ -164,7 +165,7 @@ def test_a_refused_connection_is_said_in_aiohttps_words_not_its_repr() -> None:
         client = await KubeClient.connect(kubeconfig=None, configuration=_dead_configuration())
         try:
             await client.list(k.NAMESPACES)
-        except k.ApiError as err:
+        except ApiError as err:
             return str(err)
         finally:
             await client.close()
