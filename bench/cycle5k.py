@@ -122,7 +122,7 @@ def _percentile(sorted_values: list[float], p: float) -> float:
 
 
 def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
-    from admission.config.schema import parse_config
+    from admission.config.load import parse_config
     from admission.engine.cache import Cache
     from queues import model as m
     from queues.api.kinds import parse_model

@@ -329,7 +329,8 @@ def run() -> dict[str, Any]:
     seed = int(os.environ.get("QM_INVARIANTS_SEED", SEED))
     strict = os.environ.get("QM_INVARIANTS_STRICT") == "1"
     if strict:
-        from admission.config.schema import ConfigError, parse_config
+        from admission.config.load import parse_config
+        from admission.config.schema import ConfigError
 
         try:
             parse_config(_config(strict))

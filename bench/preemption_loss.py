@@ -39,7 +39,7 @@ POLICIES: dict[str, dict[str, Any] | None] = {
 
 def run_policy(section: dict[str, Any] | None, path: Path = SCENARIO) -> dict[str, Any]:
     from admission.cli.simulate import load_scenario, simulate_summary
-    from admission.config.schema import parse_config
+    from admission.config.load import parse_config
 
     config = parse_config({"progressAwarePreemption": section} if section is not None else {})
     summary, _ = simulate_summary(load_scenario(str(path)), config=config)

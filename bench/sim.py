@@ -100,7 +100,7 @@ def policy_variants(name: str) -> dict[str, Any]:
     import tempfile
 
     from admission.cli.simulate import load_scenario, simulate_summary
-    from admission.config.schema import parse_config
+    from admission.config.load import parse_config
 
     text = (scenario_dir() / f"{name}.yaml").read_text()
     out: dict[str, Any] = {}

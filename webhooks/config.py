@@ -36,7 +36,8 @@ def impact_deadline_of(config: Any) -> float:
     raw = section.get("impactDeadline")
     if raw is None:
         return DEFAULT_IMPACT_DEADLINE
-    from admission.config.schema import ConfigError, parse_duration
+    from admission.config.durations import parse_duration
+    from admission.config.schema import ConfigError
 
     try:
         seconds = parse_duration(raw)

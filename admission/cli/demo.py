@@ -72,7 +72,8 @@ def register(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from admission.config.schema import ConfigError, load_config
+    from admission.config.load import load_config
+    from admission.config.schema import ConfigError
     from admission.serve.demo import EXIT_BAD_INPUT, DemoOptions, run_demo
 
     logging.basicConfig(

@@ -11,7 +11,8 @@ import sys
 from typing import Any
 
 from admission.cli.common import EXIT_BAD_INPUT, EXIT_OK, UsageError
-from admission.config.schema import ConfigError, load_config
+from admission.config.load import load_config
+from admission.config.schema import ConfigError
 from admission.drivers.why import Explanation, explain, inputs_from_objects
 from admission.kube.client import kueuectl_calls as api
 from admission.serve.queueview import positions

@@ -314,7 +314,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from admission.config.schema import ConfigError, load_config
+    from admission.config.load import load_config
+    from admission.config.schema import ConfigError
     from admission.drivers.lint import input_warnings
     from admission.drivers.loader import LoadError, merge
     from admission.drivers.plan import (
@@ -388,7 +389,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _listen_flags(args: argparse.Namespace) -> None:
     """Ports, host and certificate directory: the flag, else the Configuration's, else
     the built-in default (a broken configuration is reported by the command itself)."""
-    from admission.config.schema import ConfigError, ListenDefaults, listen_defaults, load_config
+    from admission.config.listen import ListenDefaults, listen_defaults
+    from admission.config.load import load_config
+    from admission.config.schema import ConfigError
 
     try:
         defaults = listen_defaults(load_config(args.config))
@@ -404,7 +407,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.webhooks_only:
         if not args.paths:
             raise BadInput("serve --webhooks-only: at least one -f PATH is required")
-        from admission.config.schema import ConfigError, load_config
+        from admission.config.load import load_config
+        from admission.config.schema import ConfigError
         from admission.drivers.loader import LoadError
         from queues.api.kinds import InputError
         from webhooks.config import WebhookConfig

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from admission.cli.common import EXIT_OK, BadInput, warn, write_yaml
-from admission.config.schema import ConfigError, load_config
+from admission.config.load import load_config
+from admission.config.schema import ConfigError
 from admission.sim.metrics import lower_bound, summarize, summary_table
 from admission.sim.placement import (
     FragmentationProbe,

@@ -1,106 +1,62 @@
-"""The service configuration file (Kueue's ``Configuration`` plus our extensions).
+"""The configuration file's schema: Kueue's whole ``config.kueue.x-k8s.io``
+``Configuration`` (v1beta2, and v1beta1's spellings) plus this project's extensions, and
+``Config``, the parsed file the commands and the engine factory read.
 
-The same file is taken by ``plan --config``, ``simulate --config`` and
-``serve --config``. It is Kueue's whole ``config.kueue.x-k8s.io`` ``Configuration``
-(v1beta2, and v1beta1's spellings): a Kueue user's file loads unchanged. Field names
-are Kueue's. Unknown fields are an error naming the path. This project's extensions
-are off by default (Kueue's behaviour):
+Field names are Kueue's and unknown fields are an error naming the path, so a Kueue
+user's file loads unchanged. The extensions are off by default (Kueue's behaviour):
 
 * ``cohortCredits``: usage-based credits between ClusterQueues and Cohorts.
 * ``reserveEvictingCapacity: true`` (strict mode): capacity held by workloads being
-  evicted is usable only by the preemptors waiting for it, until the eviction finishes.
-  By default, as in Kueue, later heads of the cycle that issues a preemption may use
-  what the victims will free although the victims hold it until their Jobs stop, so
-  admitted plus evicting workloads may exceed a quota for that long; in strict mode
-  they never do (docs/semantics.md §4.7).
+  evicted is usable only by the preemptors waiting for it, until the eviction finishes,
+  so admitted plus evicting workloads never exceed a quota (docs/semantics.md §4.7).
 * ``parkUntilFeasible: true`` (deficit-bounded parking): a head parked because it can
   neither fit nor preempt carries how much quota must be released, and where, before it
-  could be admitted, and only such releases wake it (``admission.engine.preemption.feasibility``);
-  Kueue wakes every parked head of a cohort tree on any release in it. Kueue's rules
-  decide, in fewer nominations (the timing of decisions can differ: docs/semantics.md
-  §4.3). Not with ``fairSharing`` or ``admissionFairSharing`` (a warning says so;
-  heads are then parked as Kueue parks them).
+  could be admitted, and only such releases wake it
+  (``admission.engine.preemption.feasibility``; docs/semantics.md §4.3). Not with
+  ``fairSharing`` or ``admissionFairSharing`` (a warning says so).
+* ``progressAwarePreemption``: checkpoint-aware victims, notice windows, minimum runtime
+  and requeue policies after preemption.
 
-Every field Kueue defines is parsed; the ones Quartermaster does not implement (yet)
-are listed in ``Config.warnings`` ("... has no effect"), which the commands print on
-stderr. ``resources`` (excluded prefixes and resource transformations) is turned into
-the ``queues.transformations.ResourceTransformer`` the engine's cache applies.
+``resources`` (excluded prefixes and resource transformations) becomes the
+``queues.transformations.ResourceTransformer`` the engine's cache applies.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Any, Literal
 
-import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
-from admission.integrations.registry import (
-    BY_FRAMEWORK,
-    Frameworks,
-    FrameworksError,
-    frameworks,
+from admission.config.durations import Duration, parse_duration
+from admission.engine.build import EnginePolicy, build_scheduler
+from admission.engine.cache import Cache
+from admission.engine.preemption.checkpoint import (
+    DEFAULT_LOST_WORK_RESOURCES,
+    MAX_NOTICE_SECONDS,
+    ProgressPolicy,
+    QueuePolicy,
+    RequeuePolicy,
 )
+from admission.engine.scheduler import Scheduler
+from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
+from admission.integrations.registry import BY_FRAMEWORK, Frameworks, frameworks
 from queues.quantity import QuantityError, parse_quantity
 from queues.transformations import REPLACE, RETAIN, ResourceTransformation, ResourceTransformer
 
-if TYPE_CHECKING:
-    from admission.engine.cache import Cache
-    from admission.engine.preemption.checkpoint import ProgressPolicy, QueuePolicy, RequeuePolicy
-    from admission.engine.scheduler import Scheduler
-
 STRATEGIES = tuple(str(s) for s in DEFAULT_FAIR_SHARING_STRATEGIES)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ConfigError(ValueError):
     """A configuration file that is not valid; the message names the field."""
-
-
-def parse_duration(text: str | int | float) -> float:
-    """A Go duration ("5m", "1h30m", "90s", "0") in seconds."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a duration")
-    if isinstance(text, int | float):
-        if text < 0:
-            raise ValueError(f"{text!r} is negative")
-        return float(text)
-    s = text.strip()
-    if s == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise ValueError(f"{text!r} is not a duration like 5m, 1h30m or 90s")
-    return total
-
-
-def _checked_duration(v: str | float) -> str | float:
-    parse_duration(v)
-    return v
-
-
-Duration = Annotated[str | float, AfterValidator(_checked_duration)]
-"""A Go duration field ("30m", "1h30m", "90s", or seconds): refused, naming the field,
-when it does not parse, so that a typo is caught when the file is read and not when
-the value is first used."""
 
 
 class _Strict(BaseModel):
@@ -191,8 +147,6 @@ class RequeueAfterPreemption(_Strict):
         return self
 
     def policy(self) -> RequeuePolicy:
-        from admission.engine.preemption.checkpoint import RequeuePolicy
-
         return RequeuePolicy(
             backoff_base=float(self.backoffBaseSeconds),
             backoff_max=float(self.backoffMaxSeconds),
@@ -201,8 +155,6 @@ class RequeueAfterPreemption(_Strict):
 
 
 def _bounded_window(v: str | float | None) -> str | float | None:
-    from admission.engine.preemption.checkpoint import MAX_NOTICE_SECONDS
-
     if v is not None and parse_duration(v) > MAX_NOTICE_SECONDS:
         raise ValueError(f"{v!r} is longer than the bound of {MAX_NOTICE_SECONDS / 3600:g}h")
     return v
@@ -235,8 +187,6 @@ class QueueProgress(_Strict):
         return v
 
     def resolve(self, base: QueuePolicy) -> QueuePolicy:
-        from admission.engine.preemption.checkpoint import QueuePolicy
-
         return QueuePolicy(
             notice=parse_duration(self.noticeWindow)
             if self.noticeWindow is not None
@@ -285,12 +235,6 @@ class ProgressAwarePreemption(QueueProgress):
         return v
 
     def policy(self) -> ProgressPolicy:
-        from admission.engine.preemption.checkpoint import (
-            DEFAULT_LOST_WORK_RESOURCES,
-            ProgressPolicy,
-            QueuePolicy,
-        )
-
         default = self.resolve(QueuePolicy())
         return ProgressPolicy(
             victim_order=self.victimOrder,
@@ -602,244 +546,21 @@ class Config:
         section = self.doc.integrations
         return frameworks(section.registry_section() if section is not None else None)
 
+    def engine_policy(self) -> EnginePolicy:
+        """The settings of the engine this configuration enables."""
+        fs = self.fair_sharing
+        return EnginePolicy(
+            fair_sharing=tuple(fs.preemptionStrategies) if fs is not None else None,
+            admission_fair_sharing=self.admission_fair_sharing,
+            cohort_credits=self.cohort_credits,
+            progress=self.progress,
+            park_until_feasible=self.doc.parkUntilFeasible,
+            reserve_evicting_capacity=self.doc.reserveEvictingCapacity,
+            evaluated_at=self.now,
+        )
+
     def make_scheduler(
         self, cache: Cache, *, clock: Callable[[], float], explain: bool = True
     ) -> Scheduler:
         """A scheduler wired with the features this configuration enables."""
-        return build_scheduler(self, cache, clock=clock, explain=explain)
-
-
-def build_scheduler(
-    config: Config, cache: Cache, *, clock: Callable[[], float], explain: bool = True
-) -> Scheduler:
-    """A scheduler with fair sharing, admission fair sharing and credits as configured:
-    the one factory behind ``plan``, ``simulate``, ``serve`` and the what-if.
-
-    Every policy object is built here, once, and handed to ``Scheduler(...)``; nothing
-    is changed on the scheduler afterwards. ``explain=False`` skips the numeric pending
-    messages (the simulator, which never shows them)."""
-    from admission.engine.ordering import EntryOrder, classical_order, credit_order
-    from admission.engine.preemption.checkpoint import ProgressAware
-    from admission.engine.preemption.classical import Preemptor
-    from admission.engine.preemption.fair_sharing import FairPreemptor, Tournament, parse_strategies
-    from admission.engine.scheduler import Scheduler
-    from admission.engine.usage import UsageTracker
-
-    tracker: UsageTracker | None = None
-    if config.admission_fair_sharing is not None or config.cohort_credits is not None:
-        tracker = UsageTracker(
-            cache,
-            admission_fair_sharing=config.admission_fair_sharing,
-            cohort_credits=config.cohort_credits,
-            evaluated_at=config.now,
-            now=config.now if config.now is not None else clock(),
-        )
-    policy = config.progress
-    progress = ProgressAware(cache, policy, clock) if policy is not None else None
-    fs = config.fair_sharing
-    if config.doc.parkUntilFeasible and fs is None and config.admission_fair_sharing is None:
-        from admission.engine.preemption.feasibility import blocking
-
-        cache.enable_bounded_parking(blocking)
-    preemptor: Preemptor
-    order: EntryOrder
-    if fs is not None:
-        preemptor = FairPreemptor(
-            cache,
-            strategies=parse_strategies(fs.preemptionStrategies),
-            tracker=tracker,
-            progress=progress,
-        )
-        order = Tournament(tracker=tracker)
-    else:
-        preemptor = Preemptor(cache, tracker=tracker, progress=progress)
-        if tracker is not None and config.cohort_credits is not None:
-            order = credit_order(tracker)
-        else:
-            order = classical_order
-    return Scheduler(
-        cache,
-        clock=clock,
-        preemptor=preemptor,
-        order=order,
-        usage=tracker,
-        explain=explain,
-        progress=progress,
-        reserve_evicting_capacity=config.doc.reserveEvictingCapacity,
-    )
-
-
-def load_config(path: str | None) -> Config:
-    if path is None:
-        return Config()
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read configuration: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
-    return parse_config(doc or {}, source=path)
-
-
-def parse_config(doc: Any, *, source: str = "configuration") -> Config:
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{source}: the configuration must be a mapping")
-    api = doc.get("apiVersion")
-    if api is not None and api not in (
-        "config.kueue.x-k8s.io/v1beta2",
-        "config.kueue.x-k8s.io/v1beta1",
-    ):
-        raise ConfigError(f"{source}: apiVersion: unsupported {api!r}")
-    kind = doc.get("kind")
-    if kind is not None and kind != "Configuration":
-        raise ConfigError(f"{source}: kind: expected Configuration, got {kind!r}")
-    try:
-        parsed = ConfigurationDoc.model_validate(doc)
-        try:
-            if parsed.integrations is not None:
-                frameworks(parsed.integrations.registry_section())
-        except FrameworksError as e:
-            raise ConfigError(f"{source}: {e}") from e
-        for name in ("admissionFairSharing", "cohortCredits"):
-            section = getattr(parsed, name)
-            if section is not None:
-                try:
-                    section.sampling()
-                except ValueError as e:
-                    raise ConfigError(f"{source}: {name}.usageSamplingInterval: {e}") from e
-    except ValidationError as e:
-        err = e.errors()[0]
-        path = ".".join(str(p) for p in err["loc"])
-        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-        if err["type"] == "bool_type":  # a quoted "yes" or "true" is not read as true
-            msg = f"must be a boolean (true or false, unquoted), got {err['input']!r}"
-        msg = msg.removeprefix("Value error, ")
-        raise ConfigError(f"{source}: {path}: {msg}") from e
-    resources = parsed.resources.transformer() if parsed.resources else ResourceTransformer()
-    warnings = [f"{source}: {w}" for w in unimplemented(parsed)]
-    return Config(doc=parsed, warnings=warnings, resources=resources)
-
-
-def unimplemented(doc: ConfigurationDoc) -> list[str]:
-    """ "<field>: has no effect ..." for every field set that Quartermaster does not act on.
-
-    Kueue's defaults count as unset: a field written with the value Kueue would use
-    anyway changes nothing here either.
-    """
-    out: list[str] = []
-
-    def no_effect(path: str, why: str) -> None:
-        out.append(f"{path}: has no effect ({why})")
-
-    if doc.controller is not None:
-        no_effect("controller", "Quartermaster reconciles on one event loop, not per kind")
-    fair = doc.fairSharing is not None and doc.fairSharing.enable is not False
-    if doc.parkUntilFeasible and (fair or doc.admissionFairSharing is not None):
-        no_effect(
-            "parkUntilFeasible",
-            "not with fairSharing or admissionFairSharing: their preemption is not bounded "
-            "by quota alone, so heads are parked as Kueue parks them",
-        )
-    if doc.pprofBindAddress not in (None, "", "0"):
-        no_effect("pprofBindAddress", "no pprof; send SIGUSR1 for every thread's stack")
-    if doc.tls is not None:
-        no_effect("tls", "the webhook server uses Python's TLS defaults")
-    if doc.multiKueue is not None:
-        no_effect("multiKueue", "MultiKueue is not implemented")
-    for gate in sorted(doc.featureGates or {}):
-        no_effect(f"featureGates.{gate}", "Quartermaster has no feature gates")
-    if doc.objectRetentionPolicies is not None:
-        no_effect("objectRetentionPolicies", "Workloads are not deleted automatically")
-    if doc.visibilityServer is not None:
-        no_effect("visibilityServer", "not implemented")
-    if doc.queueVisibility is not None:
-        no_effect("queueVisibility", "removed in Kueue v1beta2")
-    m = doc.metrics
-    if m is not None:
-        if m.bindAddress is not None and _port_of(m.bindAddress) is None:
-            no_effect("metrics.bindAddress", f"{m.bindAddress!r}: metrics are always served")
-        if m.enableClusterQueueResources is False:
-            no_effect(
-                "metrics.enableClusterQueueResources",
-                "ClusterQueue resource metrics are always reported",
-            )
-        if m.customLabels:
-            no_effect("metrics.customLabels", "not implemented")
-        if m.localQueueMetrics is not None:
-            no_effect("metrics.localQueueMetrics", "not implemented")
-    h = doc.health
-    if h is not None:
-        if h.healthProbeBindAddress is not None and _port_of(h.healthProbeBindAddress) is None:
-            no_effect("health.healthProbeBindAddress", "health probes are always served")
-        for name, default in (
-            ("readinessEndpointName", "readyz"),
-            ("livenessEndpointName", "healthz"),
-        ):
-            value = getattr(h, name)
-            if value not in (None, default):
-                no_effect(f"health.{name}", f"the endpoint is /{default}")
-    w = doc.waitForPodsReady
-    if w is not None:
-        if w.blockAdmission:
-            no_effect("waitForPodsReady.blockAdmission", "admission is never blocked")
-        if w.recoveryTimeout is not None:
-            no_effect("waitForPodsReady.recoveryTimeout", "not implemented")
-    i = doc.integrations
-    if i is not None:
-        other = i.unregistered()
-        if other:
-            no_effect(
-                "integrations.frameworks",
-                f"{', '.join(other)}: Quartermaster has integrations for "
-                f"{', '.join(sorted(BY_FRAMEWORK))}",
-            )
-        if i.labelKeysToCopy:
-            no_effect("integrations.labelKeysToCopy", "labels are not copied to Workloads")
-        if i.podOptions is not None:
-            no_effect("integrations.podOptions", "use managedJobsNamespaceSelector")
-    r = doc.resources
-    if r is not None:
-        if r.quotaCheckStrategy == "IgnoreUndeclared":
-            no_effect(
-                "resources.quotaCheckStrategy",
-                "IgnoreUndeclared is not implemented: every resource is checked",
-            )
-        if r.deviceClassMappings:
-            no_effect(
-                "resources.deviceClassMappings", "dynamic resource allocation is not implemented"
-            )
-    return out
-
-
-def _port_of(address: str) -> int | None:
-    """The port of a Go listen address (":8080", "127.0.0.1:8080"); None for "0" or ""."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        return None
-    return int(port)
-
-
-@dataclass(frozen=True, slots=True)
-class ListenDefaults:
-    """Where ``serve`` listens when no flag says: from ``webhook``, ``metrics``, ``health``."""
-
-    webhook_port: int = 9443
-    metrics_port: int = 8080
-    health_port: int = 8081
-    cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
-    host: str = "0.0.0.0"
-
-
-def listen_defaults(config: Config) -> ListenDefaults:
-    doc = config.doc
-    base = ListenDefaults()
-    web, met, hea = doc.webhook, doc.metrics, doc.health
-    return ListenDefaults(
-        webhook_port=(web.port if web and web.port else base.webhook_port),
-        metrics_port=(_port_of(met.bindAddress or "") if met else None) or base.metrics_port,
-        health_port=(_port_of(hea.healthProbeBindAddress or "") if hea else None)
-        or base.health_port,
-        cert_dir=(web.certDir if web and web.certDir else base.cert_dir),
-        host=(web.host if web and web.host else base.host),
-    )
+        return build_scheduler(self.engine_policy(), cache, clock=clock, explain=explain)

@@ -8,9 +8,9 @@ ordering the heads, and :mod:`.usage` tracking decayed usage for admission fair 
 and credits; :mod:`.topology` places the podSets of topology-aware flavors. The words
 it decides with are in :mod:`.vocabulary`, the messages it
 writes in :mod:`.messages`. Every driver (``plan``, ``simulate``, ``serve``, the
-webhook's what-if) runs this same code, built by ``admission.config.schema.build_scheduler``.
+webhook's what-if) runs this same code, built by :mod:`.build` from a plain policy.
 
 The modules are layers, each importing only those below it (import-linter contract
-``engine-layers``): scheduler → fair_sharing → ordering → preemption → usage | flavors
+``engine-layers``): build → scheduler → fair_sharing → ordering → preemption → usage | flavors
 | checkpoint → cache | snapshot → topology | progress → messages → vocabulary.
 """

@@ -5,7 +5,7 @@ to an iterator over them. Kueue's classical iterator sorts once
 (:func:`classical_order`); with cohort credits the sort key gains the credit between
 borrowers (:func:`credit_order`); fair sharing replaces the sort with a tournament that
 is re-run after every entry (:class:`admission.engine.preemption.fair_sharing.Tournament`). The
-configuration picks one, once (``admission.config.schema.build_scheduler``).
+configuration picks one, once (``admission.engine.build.build_scheduler``).
 """
 
 from __future__ import annotations

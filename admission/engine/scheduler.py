@@ -148,7 +148,7 @@ class Scheduler:
     Everything that changes what a cycle decides is a keyword-only argument, fixed for
     the scheduler's life (Kueue's ``scheduler.New(..., WithFairSharing(...),
     WithClock(...))``): the preemption strategy, the entry order, the usage tracker
-    (admission fair sharing and credits) and the clock. ``admission.config.schema.build_scheduler``
+    (admission fair sharing and credits) and the clock. ``admission.engine.build.build_scheduler``
     is the one factory that picks them from a configuration; the defaults are Kueue's
     classical behaviour.
     """

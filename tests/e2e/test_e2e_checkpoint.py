@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from admission.config.schema import parse_config
+from admission.config.load import parse_config
 from admission.kube.client import rest as k
 from queues.api.conditions import condition
 from queues.api.progress import (

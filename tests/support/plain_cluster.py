@@ -14,7 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from admission.config.schema import Config, load_config
+from admission.config.load import load_config
+from admission.config.schema import Config
 from admission.integrations.kinds.jobset import JOBSET
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError

@@ -439,7 +439,7 @@ def run_scenario_spec(spec: dict[str, Any], tmp: Path) -> None:
 def check_left(spec: dict[str, Any], objs: Path, tmp: Path, expect: dict[str, Any]) -> None:
     """Kueue's wantLeft / wantInadmissibleLeft: which pending workloads are still in
     each ClusterQueue's heap, and which are parked, after the same plan run."""
-    from admission.config.schema import load_config
+    from admission.config.load import load_config
     from admission.drivers.loader import load_paths
     from admission.drivers.plan import run_plan
 

@@ -17,7 +17,7 @@ Enabled by ``fairSharing`` in the configuration (docs/semantics.md §4.8):
   share after admission is lower than b's.
 
 The strategies are parsed once (:func:`parse_strategies`, Kueue's ``parseStrategies``)
-into rule functions; ``admission.config.schema.build_scheduler`` wires all of this in.
+into rule functions; ``admission.engine.build.build_scheduler`` wires all of this in.
 """
 
 from __future__ import annotations

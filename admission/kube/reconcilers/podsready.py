@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from admission.config.schema import Config, parse_duration
+from admission.config.durations import parse_duration
+from admission.config.schema import Config
 from admission.kube import objects as o
 from admission.kube.client.rest import resource_of
 from admission.kube.control.context import Context, PodsReadyOptions

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from admission.config.schema import ConfigError, parse_config
+from admission.config.load import parse_config
+from admission.config.schema import ConfigError
 
 BASE = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration"}
 

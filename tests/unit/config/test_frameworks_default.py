@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from admission.config.schema import Config, parse_config
+from admission.config.load import parse_config
+from admission.config.schema import Config
 from admission.integrations.registry import ALL, DEFAULT_FRAMEWORKS, INTEGRATIONS
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -296,7 +296,7 @@ def test_cert_manager_overlay_replaces_internal_certificate_management() -> None
 
 
 def test_cert_manager_overlay_drops_the_rights_only_internal_certificates_need() -> None:
-    from admission.config.schema import parse_config
+    from admission.config.load import parse_config
     from admission.serve.options import cert_options
 
     objs = _kustomize(MANIFESTS / "overlays" / "cert-manager")
@@ -578,7 +578,7 @@ def test_configuration_names_the_service_and_secret_of_the_install() -> None:
 def test_configuration_files_are_accepted_by_the_config_loader() -> None:
     if importlib.util.find_spec("admission.config.schema") is None:
         pytest.skip("admission.config.schema is not available")
-    from admission.config.schema import load_config
+    from admission.config.load import load_config
 
     load_config(str(BASE / "config" / "config.yaml"))
     load_config(str(MANIFESTS / "overlays" / "cert-manager" / "config.yaml"))

@@ -21,7 +21,8 @@ import yaml
 
 from admission.cli.main import main
 from admission.cli.simulate import load_scenario, simulate_summary
-from admission.config.schema import listen_defaults, load_config
+from admission.config.listen import listen_defaults
+from admission.config.load import load_config
 from admission.drivers.loader import load_paths
 from admission.integrations.registry import BY_FRAMEWORK
 from admission.sim.scenario import ScenarioError

@@ -12,7 +12,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.config.schema import build_scheduler, parse_config
+from admission.config.load import parse_config
+from admission.engine.build import build_scheduler
 from admission.engine.cache import Cache
 from queues.model import LocalQueue, ResourceFlavor
 from tests.unit.engine.test_engine_properties import FLAVORS, violations, world
@@ -38,7 +39,7 @@ def test_notice_windows_never_over_admit(w: tuple, data: st.DataObject) -> None:
     lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
     cache = Cache(flavors=flavors, cluster_queues=cqs, cohorts=cohorts, local_queues=lqs)
     now = [1000.0]
-    sched = build_scheduler(config, cache, clock=lambda: now[0])
+    sched = build_scheduler(config.engine_policy(), cache, clock=lambda: now[0])
     book = cache.progress
     submitted: set[str] = set()
     finished: set[str] = set()

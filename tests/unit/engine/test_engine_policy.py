@@ -1,7 +1,7 @@
 """The scheduler's policy is passed in once, by the one factory (issue 12, "The shape").
 
 ``Scheduler(...)`` takes its preemption strategy, entry order, usage tracker and clock
-as keyword-only arguments and never lets them change; ``admission.config.schema.build_scheduler``
+as keyword-only arguments and never lets them change; ``admission.engine.build.build_scheduler``
 picks them from a configuration, and every driver (plan, what-if, simulate, serve and
 the webhook's impact warnings through the what-if) gets its scheduler from it.
 """
@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 import admission.config.schema as config_module
-from admission.config.schema import ConfigError, build_scheduler, parse_config
+from admission.config.load import parse_config
+from admission.config.schema import ConfigError
+from admission.engine.build import build_scheduler
 from admission.engine.cache import Cache
 from admission.engine.ordering import classical_order
 from admission.engine.preemption.classical import Preemptor
@@ -55,7 +57,7 @@ def _config(doc: dict[str, Any]) -> config_module.Config:
 
 
 def test_the_factory_builds_the_classical_policy_by_default() -> None:
-    sched = build_scheduler(_config({}), make_cache(cq("cq", 1)), clock=lambda: 0.0)
+    sched = build_scheduler(_config({}).engine_policy(), make_cache(cq("cq", 1)), clock=lambda: 0.0)
     assert type(sched.preemptor) is Preemptor
     assert sched.order is classical_order
     assert sched.usage is None
@@ -63,7 +65,7 @@ def test_the_factory_builds_the_classical_policy_by_default() -> None:
 
 def test_the_factory_builds_fair_sharing_with_parsed_strategies() -> None:
     cfg = _config({"fairSharing": {"preemptionStrategies": ["LessThanInitialShare"]}})
-    sched = build_scheduler(cfg, make_cache(cq("cq", 1)), clock=lambda: 0.0)
+    sched = build_scheduler(cfg.engine_policy(), make_cache(cq("cq", 1)), clock=lambda: 0.0)
     assert isinstance(sched.preemptor, FairPreemptor)
     assert isinstance(sched.order, Tournament)
     assert sched.preemptor._strategies == (less_than_initial_share,)
@@ -71,7 +73,7 @@ def test_the_factory_builds_fair_sharing_with_parsed_strategies() -> None:
 
 def test_the_factory_builds_one_tracker_for_order_and_preemption() -> None:
     cfg = _config({"cohortCredits": {"usageHalfLifeTime": "1h"}})
-    sched = build_scheduler(cfg, make_cache(cq("cq", 1)), clock=lambda: 0.0)
+    sched = build_scheduler(cfg.engine_policy(), make_cache(cq("cq", 1)), clock=lambda: 0.0)
     assert sched.usage is not None
     assert sched.preemptor.tracker is sched.usage
     assert sched.order is not classical_order  # credits order borrowers

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from admission.config.schema import Config, parse_config
-from admission.config.schema import build_scheduler as configure
+from admission.config.load import parse_config
+from admission.config.schema import Config
+from admission.engine.build import build_scheduler as configure
 from admission.engine.cache import Cache
 from admission.engine.preemption.fair_sharing import FairPreemptor, _almost_lcas, parse_strategies
 from admission.engine.snapshot import Snapshot
@@ -519,7 +520,9 @@ def test_siblings_credits_add_up_to_the_pools_unused_capacity_over_the_window(
     cqs, cohorts = world
     cache = _cache(cqs, cohorts)
     now = [0.0]
-    sched = configure(_credits_config(half_life, weights), cache, clock=lambda: now[0])
+    sched = configure(
+        _credits_config(half_life, weights).engine_policy(), cache, clock=lambda: now[0]
+    )
     tracker = sched.usage
     assert tracker is not None
     tau = window(half_life)
@@ -580,7 +583,9 @@ def test_credits_add_up_to_zero_when_the_pool_was_always_full(
     cache = _cache(cqs, cohorts)
     now = [0.0]
     half_life = 3600.0
-    sched = configure(_credits_config(half_life, weights), cache, clock=lambda: now[0])
+    sched = configure(
+        _credits_config(half_life, weights).engine_policy(), cache, clock=lambda: now[0]
+    )
     tracker = sched.usage
     assert tracker is not None
     names = sorted(cqs)
@@ -641,7 +646,7 @@ def test_credits_add_up_to_zero_when_full_with_a_lending_limit() -> None:
     }
     cache = _cache(cqs, {"root": Cohort(name="root")})
     now = [0.0]
-    sched = configure(_credits_config(3600.0, {}), cache, clock=lambda: now[0])
+    sched = configure(_credits_config(3600.0, {}).engine_policy(), cache, clock=lambda: now[0])
     for i, cq in enumerate(sorted(cqs)):
         cache.add_workload(_pending(cq, f"full{i}", {"cpu": 10_000}))
         sched.schedule()

@@ -14,7 +14,8 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.config.schema import build_scheduler, parse_config
+from admission.config.load import parse_config
+from admission.engine.build import build_scheduler
 from admission.engine.cache import Cache
 from admission.engine.ordering import Entry
 from admission.engine.preemption.classical import Preemptor
@@ -176,7 +177,9 @@ def play_bounded(cqs: dict, cohorts: dict, ops: list, *, check: bool) -> list[tu
     flavors = {f: ResourceFlavor(name=f) for f in FLAVORS}
     lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
     cache = Cache(flavors=flavors, cluster_queues=cqs, cohorts=cohorts, local_queues=lqs)
-    sched = build_scheduler(parse_config({"parkUntilFeasible": True}), cache, clock=lambda: 0.0)
+    sched = build_scheduler(
+        parse_config({"parkUntilFeasible": True}).engine_policy(), cache, clock=lambda: 0.0
+    )
     assert cache.wake_index is not None
     log: list[tuple] = []
     seq = 0
@@ -380,7 +383,7 @@ def _pool(*, reclaim: str = "Never") -> tuple[Scheduler, Scheduler]:
             local_queues=lqs,
         )
         config = parse_config({"parkUntilFeasible": bounded})
-        out.append((cache, build_scheduler(config, cache, clock=lambda: 0.0)))
+        out.append((cache, build_scheduler(config.engine_policy(), cache, clock=lambda: 0.0)))
     return out[0][1], out[1][1]
 
 
@@ -508,7 +511,9 @@ def test_an_admission_it_could_preempt_wakes_a_parked_head_in_time() -> None:
             "ns-solo/lq": LocalQueue(namespace="ns-solo", name="lq", cluster_queue="solo")
         },
     )
-    sched = build_scheduler(parse_config({"parkUntilFeasible": True}), cache, clock=lambda: 0.0)
+    sched = build_scheduler(
+        parse_config({"parkUntilFeasible": True}).engine_policy(), cache, clock=lambda: 0.0
+    )
     cache.add_workload(_prio("solo", "hi0", 1, 0.0, 5))
     cache.add_workload(_prio("solo", "hi1", 1, 1.0, 5))
     assert _drain(sched) == 2
@@ -529,15 +534,17 @@ def test_an_admission_it_could_preempt_wakes_a_parked_head_in_time() -> None:
 
 def test_park_until_feasible_is_off_by_default_and_has_no_effect_with_fair_sharing() -> None:
     cache, _ = _filled((_pool()[0].cache.cluster_queues, {"pool": Cohort(name="pool")}, []))
-    build_scheduler(parse_config({}), cache, clock=lambda: 0.0)
+    build_scheduler(parse_config({}).engine_policy(), cache, clock=lambda: 0.0)
     assert cache.wake_index is None
     config = parse_config({"parkUntilFeasible": True, "fairSharing": {}})
     assert any(
         w.startswith("configuration: parkUntilFeasible: has no effect") for w in config.warnings
     )
-    build_scheduler(config, cache, clock=lambda: 0.0)
+    build_scheduler(config.engine_policy(), cache, clock=lambda: 0.0)
     assert cache.wake_index is None
-    build_scheduler(parse_config({"parkUntilFeasible": True}), cache, clock=lambda: 0.0)
+    build_scheduler(
+        parse_config({"parkUntilFeasible": True}).engine_policy(), cache, clock=lambda: 0.0
+    )
     assert cache.wake_index is not None
     assert not parse_config({"parkUntilFeasible": True}).warnings
 

@@ -19,7 +19,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from admission.config.schema import ConfigError, build_scheduler, parse_config
+from admission.config.load import parse_config
+from admission.config.schema import ConfigError
+from admission.engine.build import build_scheduler
 from admission.engine.cache import Cache
 from queues.model import (
     ClusterQueue,
@@ -72,7 +74,7 @@ def run(
     lqs = {f"ns-{n}/lq": LocalQueue(namespace=f"ns-{n}", name="lq", cluster_queue=n) for n in cqs}
     cache = Cache(flavors=flavors, cluster_queues=cqs, cohorts=cohorts, local_queues=lqs)
     config = parse_config({**POLICIES[policy], "reserveEvictingCapacity": strict})
-    sched = build_scheduler(config, cache, clock=lambda: 0.0)
+    sched = build_scheduler(config.engine_policy(), cache, clock=lambda: 0.0)
     assert sched.reserve_evicting_capacity is strict
     evicting: list[tuple[int, str]] = []  # (cycle it finishes at, key)
     seq = cycles = preempted = 0
@@ -227,7 +229,7 @@ def _evicting_world(strict: bool) -> tuple[Cache, dict]:
     cache.add_workload(workload("c-new", "cq-c", 3, created=3))
     cache.add_workload(workload("b-new", "cq-b", 3, priority=5, created=3))
     config = parse_config({"reserveEvictingCapacity": strict})
-    return cache, {"sched": build_scheduler(config, cache, clock=lambda: 0.0)}
+    return cache, {"sched": build_scheduler(config.engine_policy(), cache, clock=lambda: 0.0)}
 
 
 def test_kueue_mode_holds_more_than_the_cohort_while_a_victim_is_evicted() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from admission.config.schema import parse_config
+from admission.config.load import parse_config
 from admission.integrations.ownership import (
     ChainTooDeep,
     CyclicOwnership,

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from admission.config.schema import ConfigError, parse_config
+from admission.config.load import parse_config
+from admission.config.schema import ConfigError
 from admission.kube.client import rest as k
 from admission.kube.client.ratelimit import TokenBucket, low_priority
 from tests.support.kube_harness import (

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from admission.cli.main import main
-from admission.config.schema import ConfigError, parse_config
+from admission.config.load import parse_config
+from admission.config.schema import ConfigError
 from queues.api.progress import (
     CHECKPOINT_ANNOTATION,
     CHECKPOINTED_CONDITION,

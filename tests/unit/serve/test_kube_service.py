@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from admission.config.schema import parse_config
+from admission.config.load import parse_config
 from admission.serve.options import controller_options, selector_from_dict
 from admission.serve.service import run_service
 

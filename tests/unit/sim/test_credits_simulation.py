@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from admission.cli.simulate import load_scenario, simulate_summary
-from admission.config.schema import parse_config
+from admission.config.load import parse_config
 
 HALF = 3600  # seconds
 

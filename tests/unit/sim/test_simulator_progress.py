@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from admission.cli.simulate import load_scenario, simulate_summary
-from admission.config.schema import parse_config
+from admission.config.load import parse_config
 from admission.sim.progress import checkpoint_offset
 from admission.sim.scenario import US_PER_S, ScenarioError
 from admission.sim.trace import load_trace

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.config.schema import load_config
+from admission.config.load import load_config
 from admission.drivers.loader import load_paths
 from tests.support.scenario_runner import expand_workload, run_plan_cli
 from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review
@@ -375,7 +375,7 @@ def test_the_engine_what_if_on_a_backlog_gives_up_at_the_deadline(tmp_path: Path
 
 
 def test_the_impact_deadline_comes_from_the_configuration() -> None:
-    from admission.config.schema import parse_config
+    from admission.config.load import parse_config
 
     cfg = parse_config({"webhook": {"impactDeadline": "750ms"}})
     assert WebhookConfig.from_config(cfg).impact_deadline == 0.75
