@@ -206,7 +206,15 @@ def run_simulate_command(args: argparse.Namespace) -> int:
 
 def _prepare_report_dir(path: str) -> None:
     """Create ``--report DIR`` before the run, so that a path that cannot hold the
-    report is refused at once (exit 2, one line) and not after the whole simulation."""
+    report, or a missing ``[report]`` extra, is refused at once (exit 2, one line) and
+    not after the whole simulation."""
+    try:
+        import matplotlib  # noqa: F401  (the report's charts; an optional extra)
+    except ImportError:
+        raise BadInput(
+            "--report needs matplotlib, which is not installed: "
+            "pip install 'quartermaster[report]'"
+        ) from None
     if os.path.exists(path) and not os.path.isdir(path):
         raise BadInput(f"--report {path}: exists and is not a directory")
     try:

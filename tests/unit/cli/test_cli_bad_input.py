@@ -7,6 +7,7 @@ the field, before anything runs.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,21 @@ def test_simulate_report_at_a_path_that_cannot_be_created_is_refused(
     assert code == 2
     assert out == ""
     assert f"--report {blocker / 'report'}: cannot create the directory" in one_line(err)
+
+
+def test_simulate_report_without_matplotlib_says_how_to_install_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    target = tmp_path / "report"
+    code, out, err = run(capsys, "simulate", "--report", str(target), "-o", "json")
+    assert code == 2
+    assert out == ""
+    assert one_line(err) == (
+        "quartermaster simulate: --report needs matplotlib, which is not installed: "
+        "pip install 'quartermaster[report]'"
+    )
+    assert not target.exists()
 
 
 # -- durations in the Configuration -------------------------------------------------------------
