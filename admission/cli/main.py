@@ -316,8 +316,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from admission.config.load import load_config
     from admission.config.schema import ConfigError
+    from admission.drivers.documents import LoadError
+    from admission.drivers.inputs import merge
     from admission.drivers.lint import input_warnings
-    from admission.drivers.loader import LoadError, merge
     from admission.drivers.plan import (
         plan_json,
         plan_json_text,
@@ -409,7 +410,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise BadInput("serve --webhooks-only: at least one -f PATH is required")
         from admission.config.load import load_config
         from admission.config.schema import ConfigError
-        from admission.drivers.loader import LoadError
+        from admission.drivers.documents import LoadError
         from queues.api.kinds import InputError
         from webhooks.config import WebhookConfig
         from webhooks.server.entry import serve_webhooks_only

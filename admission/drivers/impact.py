@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from admission.config.schema import Config
-from admission.drivers.loader import Inputs
+from admission.drivers.inputs import Inputs
 from admission.drivers.whatif import snapshot, what_if, with_now
 from admission.engine.cache import Cache
 from admission.engine.vocabulary import PendingReason

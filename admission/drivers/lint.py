@@ -10,7 +10,7 @@ even when no workload is affected (CLI.md: warnings never change the exit code).
 
 from __future__ import annotations
 
-from admission.drivers.loader import Inputs
+from admission.drivers.inputs import Inputs
 from queues.tree import CohortTree
 
 __all__ = ["input_warnings"]

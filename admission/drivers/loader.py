@@ -21,7 +21,8 @@ module is the file side of that, with kubectl's habits:
 Job objects (batch/v1 Jobs and every other kind of ``admission.integrations.registry``
 with one Workload per object) become Workloads the way Kueue's job controllers build
 them; objects of an integration the Configuration does not enable are not managed and
-are left out, with a warning. Everything ends in an ``Inputs``.
+are left out, with a warning. Everything ends in an ``Inputs`` (:mod:`.inputs`); the
+files and streams are read into documents by :mod:`.documents`.
 
 Any bad input stops the load with a ``LoadError``: one paragraph naming the file, the
 0-based document index (and the item of a List), the object and the field. A loader
@@ -33,19 +34,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-import yaml
-
 from admission.drivers import strict
-from admission.drivers.loader_blocks import NotPlain, block_documents
+from admission.drivers.documents import (
+    STDIN,
+    STDIN_LABEL,
+    LoadError,
+    document_label,
+    documents_of,
+    json_type,
+    sources,
+)
+from admission.drivers.inputs import GeneratedName, Inputs, default_namespaces, store
 from admission.drivers.pod_resources import quantity_problems
 from admission.drivers.unqueued import NotQueued
-from admission.engine.tas.domains import Node, PodUsage
 from admission.engine.tas.nodes import NodeInputError, node_from_object, pod_usage_from_object
 from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.composition import workload_model
@@ -56,36 +61,11 @@ from queues.api import kinds as api
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.memo import ContentMemo, content_key
 from queues.model import (
-    ClusterQueue,
-    Cohort,
     LocalQueue,
-    Namespace,
-    PriorityClass,
-    ResourceFlavor,
-    Topology,
     Workload,
 )
 
-__all__ = [
-    "GeneratedName",
-    "Inputs",
-    "LoadError",
-    "NotPlain",
-    "STDIN",
-    "default_namespaces",
-    "load_documents",
-    "load_paths",
-    "merge",
-    "plain_yaml_documents",
-]
-
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-FILE_SUFFIXES = (".yaml", ".yml", ".json")
-YAML_SUFFIXES = FILE_SUFFIXES  # kept for callers of the old name
-STDIN = "-"
 CONFIG_GROUP = "config.kueue.x-k8s.io"
-STDIN_LABEL = "<stdin>"
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
 
 # The API server's name generator (k8s.io/apiserver/pkg/storage/names): the prefix cut to
 # 58 characters, then five characters of an alphabet without vowels and look-alikes.
@@ -137,84 +117,6 @@ _READ_GROUP_KINDS = frozenset(
 )
 
 
-class LoadError(Exception):
-    """Input that cannot be loaded. The message is one paragraph naming where and what."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        file: str = "",
-        document: int | None = None,
-        kind: str = "",
-        name: str = "",
-        path: str = "",
-        item: int | None = None,
-    ) -> None:
-        self.file = file
-        self.document = document
-        self.item = item
-        self.kind = kind
-        self.name = name
-        self.path = path
-        self.detail = message
-        where = [part for part in (file, _doc(document, item)) if part]
-        what = " ".join(part for part in (kind, name) if part)
-        parts = [*where, what, path, message]
-        super().__init__(": ".join(part for part in parts if part))
-
-
-def _doc(index: int | None, item: int | None = None) -> str:
-    if index is None:
-        return ""
-    return f"document {index}" + ("" if item is None else f" items[{item}]")
-
-
-@dataclass(frozen=True, slots=True)
-class GeneratedName:
-    """A name given to an object that had only ``metadata.generateName``."""
-
-    where: str  # "file document N"
-    kind: str
-    generate_name: str
-    name: str  # namespace/name for namespaced kinds
-
-
-@dataclass
-class Inputs:
-    """Everything read from the input files, as engine objects, keyed by name.
-
-    ``local_queues`` and workload keys are ``namespace/name``. ``namespaces`` holds the
-    Namespace documents given, or (``namespaces_given`` false) one per namespace used by
-    a LocalQueue or Workload, labelled only ``kubernetes.io/metadata.name=<name>``.
-    Finished workloads are left out (their keys are in ``finished_workloads``).
-    ``warnings`` are one line each (skipped kinds); ``generated_names`` the names given
-    for ``generateName``.
-    """
-
-    flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
-    cluster_queues: dict[str, ClusterQueue] = field(default_factory=dict)
-    cohorts: dict[str, Cohort] = field(default_factory=dict)
-    local_queues: dict[str, LocalQueue] = field(default_factory=dict)
-    workload_priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
-    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
-    namespaces: dict[str, Namespace] = field(default_factory=dict)
-    topologies: dict[str, Topology] = field(default_factory=dict)
-    nodes: dict[str, Node] = field(default_factory=dict)
-    pods: dict[str, PodUsage] = field(default_factory=dict)
-    """Bound, running pods not placed by TAS (their requests use their nodes)."""
-    workloads: list[Workload] = field(default_factory=list)
-    namespaces_given: bool = False
-    finished_workloads: set[str] = field(default_factory=set)
-    """Keys of the Finished workloads left out (an overlay's finish its base's ones)."""
-    warnings: list[str] = field(default_factory=list)
-    generated_names: list[GeneratedName] = field(default_factory=list)
-    not_queued: list[NotQueued] = field(default_factory=list)
-    """Jobs no queue manages, with why (:mod:`.unqueued`)."""
-    references: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict)
-    """Objects job kinds take podSets from (a TrainingRuntime), by (plural, namespace, name)."""
-
-
 @dataclass(slots=True)
 class _Origin:
     """Where a document came from: file, index in the file (and in a List), position."""
@@ -225,7 +127,7 @@ class _Origin:
     item: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.file} {_doc(self.document, self.item)}"
+        return f"{self.file} {document_label(self.document, self.item)}"
 
     def error(self, message: str, *, kind: str = "", name: str = "", path: str = "") -> LoadError:
         return LoadError(
@@ -275,8 +177,8 @@ def _read_paths(
     input are never all held at once."""
     for path in paths:
         found = 0
-        for file, text in _sources(path, recursive=recursive, stdin=stdin):
-            for index, doc in _documents_of(file, text):
+        for file, text in sources(path, recursive=recursive, stdin=stdin):
+            for index, doc in documents_of(file, text):
                 yield file, index, doc
                 found += 1
         if not found:
@@ -390,7 +292,7 @@ def _unwrap(file: str, index: int, doc: Any, position: int) -> Iterator[tuple[_O
             return
         if not isinstance(items, list):
             raise LoadError(
-                f"must be of type array, got {_json_type(items)}",
+                f"must be of type array, got {json_type(items)}",
                 file=file,
                 document=index,
                 kind=str(doc.get("kind")),
@@ -400,7 +302,7 @@ def _unwrap(file: str, index: int, doc: Any, position: int) -> Iterator[tuple[_O
             origin = _Origin(file, index, position + i, item=i)
             if not isinstance(item, dict):
                 raise origin.error(
-                    f"is not a mapping (got {_json_type(item)}); every item must be a "
+                    f"is not a mapping (got {json_type(item)}); every item must be a "
                     "Kubernetes object"
                 )
             yield origin, item
@@ -602,293 +504,6 @@ def _job_workloads(
         raise origin.error(message, kind=integration.kind, name=name) from None
 
 
-_NotPlain = NotPlain
-
-
-def _plain_scalars(loader: Any) -> Callable[[str], Any]:
-    """The value of a plain scalar as the full loader makes it (YAML 1.1 resolver and
-    safe constructors), once per distinct text: they repeat a lot (kinds, API versions,
-    images). A merge key or a value without a safe constructor (``=``) is the full
-    loader's to report."""
-    cache: dict[str, Any] = {}
-    constructors = loader.yaml_constructors
-    str_tag = "tag:yaml.org,2002:str"
-    miss = _NO_KEY
-
-    def plain(value: str) -> Any:
-        got = cache.get(value, miss)
-        if got is not miss:
-            return got
-        tag = loader.resolve(yaml.ScalarNode, value, (True, False))
-        if tag == str_tag:
-            obj: Any = value
-        else:
-            construct = constructors.get(tag)
-            if construct is None or tag == "tag:yaml.org,2002:merge":
-                raise _NotPlain
-            try:
-                obj = construct(loader, yaml.ScalarNode(tag, value))
-            except (ValueError, OverflowError):  # "2001-13-45": a timestamp, but no date
-                raise _NotPlain from None
-        cache[value] = obj
-        return obj
-
-    return plain
-
-
-def _block_documents(text: str) -> Iterator[Any]:
-    """The documents of a block-style stream, read line by line (``loader_blocks``)."""
-    loader = _SafeLoader("")
-    try:
-        yield from block_documents(text, _plain_scalars(loader))
-    finally:
-        loader.dispose()
-
-
-def plain_yaml_documents(text: str) -> list[Any]:
-    """Every document of a YAML stream (``None`` for an empty one) read by the fast
-    paths, the values ``yaml.safe_load_all`` gives; ``NotPlain`` when the text needs the
-    full loader (which then also words any syntax error)."""
-    try:
-        return list(_block_documents(text))
-    except _NotPlain:
-        return list(_fast_documents(text))
-
-
-def _fast_documents(text: str) -> Iterator[Any]:
-    """Every document of a YAML stream, built straight from libyaml's events, one at a
-    time (a caller that converts and drops each one never holds them all).
-
-    The same values as ``yaml.safe_load_all`` for the plain YAML Kubernetes manifests
-    are made of, without composing a node graph first: plain scalars are resolved
-    once per distinct value, quoted ones are strings. Anything else (anchors, aliases,
-    tags, merge keys) raises ``_NotPlain``, and the caller reads on with the full
-    loader from the first document not yet given; so do syntax errors, so that their
-    messages come from one place.
-    """
-    loader = _SafeLoader(text)
-    plain = _plain_scalars(loader)
-
-    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
-    mapping_start, sequence_start = yaml.MappingStartEvent, yaml.SequenceStartEvent
-    mapping_end, sequence_end = yaml.MappingEndEvent, yaml.SequenceEndEvent
-    document_end, stream_end = yaml.DocumentEndEvent, yaml.StreamEndEvent
-    next_event = loader.get_event
-    no_key = _NO_KEY
-    # The container being built, its pending key (mappings; _NO_KEY: none yet) and
-    # whether it is a list; the enclosing ones wait on the stack.
-    stack: list[tuple[Any, Any, bool]] = []
-    container: Any = None
-    key: Any = no_key
-    is_list = False
-    try:
-        while True:
-            ev = next_event()
-            cls = type(ev)
-            if cls is scalar_event:
-                if ev.anchor is not None or ev.tag is not None:
-                    raise _NotPlain
-                value: Any = ev.value
-                if ev.implicit[0]:
-                    value = plain(value)
-            elif cls is mapping_start or cls is sequence_start:
-                if ev.anchor is not None or (ev.tag is not None and ev.tag != "!"):
-                    raise _NotPlain
-                stack.append((container, key, is_list))
-                is_list = cls is sequence_start
-                container, key = ([] if is_list else {}), no_key
-                continue
-            elif cls is mapping_end or cls is sequence_end:
-                value = container
-                container, key, is_list = stack.pop()
-            elif cls is document_end:
-                doc, container = container, None
-                yield doc
-                continue
-            elif cls is stream_end:
-                return
-            elif cls is alias_event:
-                raise _NotPlain
-            else:  # stream and document starts
-                continue
-            if not stack:  # the document's root
-                container = value
-            elif is_list:
-                container.append(value)
-            elif key is no_key:
-                try:
-                    hash(value)
-                except TypeError:
-                    raise _NotPlain from None
-                key = value
-            else:
-                container[key] = value
-                key = no_key
-    except yaml.YAMLError:
-        raise _NotPlain from None
-    finally:
-        loader.dispose()
-
-
-_NO_KEY = object()
-
-
-def _sources(path: str, *, recursive: bool, stdin: TextIO | None) -> Iterator[tuple[str, str]]:
-    """(file label, text) of every file a ``-f`` path names, in kubectl's order."""
-    if path == STDIN:
-        stream = stdin if stdin is not None else sys.stdin
-        try:
-            yield STDIN_LABEL, stream.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LoadError(f"cannot read: {exc}", file=STDIN_LABEL) from None
-        return
-    if os.path.isdir(path):
-        for file in _directory_files(path, recursive=recursive):
-            yield file, _read(file)
-    elif os.path.isfile(path):
-        yield path, _read(path)
-    elif os.path.exists(path):
-        raise LoadError("not a regular file or directory", file=path)
-    else:
-        raise LoadError("no such file or directory", file=path)
-
-
-def _directory_files(path: str, *, recursive: bool) -> Iterator[str]:
-    """``*.yaml``, ``*.yml`` and ``*.json`` files, by name; subdirectories in place."""
-    try:
-        entries = sorted(os.listdir(path))
-    except OSError as exc:
-        raise LoadError(f"cannot read: {exc.strerror}", file=path) from None
-    for name in entries:
-        full = os.path.join(path, name)
-        if os.path.isdir(full):
-            if recursive:
-                yield from _directory_files(full, recursive=True)
-        elif name.endswith(FILE_SUFFIXES) and os.path.isfile(full):
-            yield full
-
-
-def _read(file: str) -> str:
-    try:
-        with open(file, encoding="utf-8") as stream:
-            return stream.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LoadError(f"cannot read: {exc}", file=file) from None
-
-
-def _documents(file: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Non-empty documents of a file with their 0-based index in the file."""
-    return _documents_of(file, _read(file))
-
-
-def _documents_of(file: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Non-empty documents of a YAML or JSON stream with their 0-based index."""
-    if file.endswith(".json") or text.lstrip().startswith("{"):
-        for index, doc in enumerate(_json_documents(file, text)):
-            if doc is not None:
-                yield index, _mapping(doc, file, index)
-        return
-    given = 0  # documents a fast path gave (the next path resumes after them)
-    for fast in (_block_documents, _fast_documents):
-        try:
-            for index, doc in enumerate(fast(text)):
-                if index < given:
-                    continue
-                given = index + 1
-                if doc is not None:
-                    yield index, _mapping(doc, file, index)
-            return
-        except _NotPlain:
-            pass
-    for index, doc in _yaml_documents(file, text):
-        if index >= given:
-            yield index, doc
-
-
-def _mapping(doc: Any, file: str, index: int) -> dict[str, Any]:
-    if not isinstance(doc, dict):
-        raise LoadError(
-            f"is not a mapping (got {_json_type(doc)}); every document must be a Kubernetes object",
-            file=file,
-            document=index,
-        )
-    return doc
-
-
-def _json_documents(file: str, text: str) -> list[Any]:
-    """The values of a JSON stream (one object, or several one after the other)."""
-    decoder = json.JSONDecoder()
-    docs: list[Any] = []
-    pos = 0
-    end = len(text)
-    while True:
-        while pos < end and text[pos].isspace():
-            pos += 1
-        if pos >= end:
-            return docs
-        try:
-            doc, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise LoadError(
-                f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                file=file,
-                document=len(docs),
-            ) from None
-        docs.append(doc)
-
-
-def _yaml_documents(file: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    index = 0
-    loader = _SafeLoader(text)
-    try:
-        while loader.check_data():
-            doc = loader.get_data()
-            if doc is not None:
-                yield index, _mapping(doc, file, index)
-            index += 1
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = ""
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-            index = _document_at(text, mark.line)  # the scanner reads ahead of the index
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise LoadError(f"invalid YAML{where}: {problem}", file=file, document=index) from None
-    except (ValueError, OverflowError) as exc:  # a scalar its constructor refuses
-        raise LoadError(f"invalid YAML: {exc}", file=file, document=index) from None
-    finally:
-        loader.dispose()
-
-
-_DOCUMENT_START = re.compile(r"^---(\s|$)")
-
-
-def _document_at(text: str, line: int) -> int:
-    """The 0-based index of the document that contains ``line`` (0-based) of ``text``."""
-    index = 0
-    content_seen = False
-    for current in text.splitlines()[: line + 1]:
-        if _DOCUMENT_START.match(current):
-            if content_seen:
-                index += 1
-            content_seen = True  # an explicit start opens a document, even if it stays empty
-        elif current.strip() and not current.lstrip().startswith(("#", "%")):
-            content_seen = True
-    return index
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return type(value).__name__
-
-
 def _identify(doc: dict[str, Any], origin: _Origin) -> tuple[str, str]:
     """Kind and display name of a document of a kind read, once it has its name."""
     kind: str = doc["kind"]
@@ -975,79 +590,3 @@ def _parse(doc: dict[str, Any], origin: _Origin, inputs: Inputs) -> api.ModelObj
             "admits its workloads only once they pass, plan shows their quota reservation"
         )
     return model
-
-
-def store(inputs: Inputs, obj: api.ModelObject) -> None:
-    """File a parsed queue object (not a Workload) in its table of ``inputs``."""
-    if isinstance(obj, ResourceFlavor):
-        inputs.flavors[obj.name] = obj
-    elif isinstance(obj, ClusterQueue):
-        inputs.cluster_queues[obj.name] = obj
-    elif isinstance(obj, Cohort):
-        inputs.cohorts[obj.name] = obj
-    elif isinstance(obj, LocalQueue):
-        inputs.local_queues[obj.key] = obj
-    elif isinstance(obj, PriorityClass):
-        if obj.kind == "PriorityClass":
-            inputs.priority_classes[obj.name] = obj
-        else:
-            inputs.workload_priority_classes[obj.name] = obj
-    elif isinstance(obj, Namespace):
-        inputs.namespaces[obj.name] = obj
-        inputs.namespaces_given = True
-    elif isinstance(obj, Topology):
-        inputs.topologies[obj.name] = obj
-    else:  # pragma: no cover - workloads are collected by the caller
-        raise TypeError(f"unexpected object {obj!r}")
-
-
-# --------------------------------------------------------------------------------------
-# Namespaces and merging
-# --------------------------------------------------------------------------------------
-
-
-def default_namespaces(inputs: Inputs) -> dict[str, Namespace]:
-    """One Namespace per namespace a LocalQueue or Workload uses, as the API server makes it."""
-    names = {lq.namespace for lq in inputs.local_queues.values()}
-    names.update(wl.namespace for wl in inputs.workloads)
-    return {n: Namespace(name=n, labels={NAMESPACE_NAME_LABEL: n}) for n in sorted(names)}
-
-
-def merge(base: Inputs, overlay: Inputs) -> Inputs:
-    """``base`` with ``overlay``'s objects added, replacing those of the same kind and name.
-
-    The result is what loading both sets of files would give if the overlay's objects
-    replaced the base's: a Workload the overlay gives as Finished is removed; explicit
-    Namespaces of either side are kept (the overlay's winning); when neither side gives
-    any, namespaces are derived from the merged LocalQueues and Workloads. Neither
-    argument is modified.
-    """
-    workloads = {wl.key: wl for wl in base.workloads}
-    workloads.update((wl.key, wl) for wl in overlay.workloads)
-    for key in overlay.finished_workloads:
-        workloads.pop(key, None)
-    merged = Inputs(
-        flavors={**base.flavors, **overlay.flavors},
-        cluster_queues={**base.cluster_queues, **overlay.cluster_queues},
-        cohorts={**base.cohorts, **overlay.cohorts},
-        local_queues={**base.local_queues, **overlay.local_queues},
-        workload_priority_classes={
-            **base.workload_priority_classes,
-            **overlay.workload_priority_classes,
-        },
-        priority_classes={**base.priority_classes, **overlay.priority_classes},
-        topologies={**base.topologies, **overlay.topologies},
-        nodes={**base.nodes, **overlay.nodes},
-        pods={**base.pods, **overlay.pods},
-        workloads=list(workloads.values()),
-        namespaces_given=base.namespaces_given or overlay.namespaces_given,
-        finished_workloads=(base.finished_workloads - workloads.keys())
-        | overlay.finished_workloads,
-    )
-    if merged.namespaces_given:
-        for side in (base, overlay):
-            if side.namespaces_given:
-                merged.namespaces.update(side.namespaces)
-    else:
-        merged.namespaces = default_namespaces(merged)
-    return merged

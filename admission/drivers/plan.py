@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from admission.config.schema import Config
-from admission.drivers.loader import Inputs
+from admission.drivers.inputs import Inputs
 from admission.engine import messages
 from admission.engine.cache import Cache, PendingStatus
 from admission.engine.preemption.checkpoint import RequeueDecision

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from admission.config.schema import Config
-from admission.drivers.loader import Inputs
+from admission.drivers.inputs import Inputs
 from admission.drivers.plan import PlanResult, run_plan
 from admission.engine.cache import Cache
 from queues.model import ClusterQueue, Cohort, LocalQueue, Namespace, ResourceFlavor, Workload

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from admission.config.schema import Config
-from admission.drivers.loader import Inputs, default_namespaces, store
+from admission.drivers.inputs import Inputs, default_namespaces, store
 from admission.drivers.plan import PlanResult, run_plan
 from queues.api import kinds as api
 from queues.model import (

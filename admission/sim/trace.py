@@ -53,13 +53,10 @@ from typing import Any
 import orjson
 import yaml
 
-from admission.drivers.loader import (
-    Inputs,
-    LoadError,
-    NotPlain,
-    load_documents,
-    plain_yaml_documents,
-)
+from admission.drivers.documents import LoadError, plain_yaml_documents
+from admission.drivers.inputs import Inputs
+from admission.drivers.loader import load_documents
+from admission.drivers.loader_blocks import NotPlain
 from admission.integrations.framework.composition import workload_model
 from admission.integrations.framework.fields import IntegrationError
 from admission.integrations.registry import BY_KIND, INTEGRATIONS

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from admission.drivers.impact import impact_of_edit
-from admission.drivers.loader import Inputs, load_paths
+from admission.drivers.inputs import Inputs
+from admission.drivers.loader import load_paths
 from admission.drivers.plan import run_plan
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"

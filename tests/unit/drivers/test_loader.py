@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from admission.drivers.loader import Inputs, LoadError, load_paths, merge
+from admission.drivers.documents import LoadError
+from admission.drivers.inputs import Inputs, merge
+from admission.drivers.loader import load_paths
 from queues import model as m
 
 FLAVOR = """
@@ -373,12 +375,13 @@ FAST_PATH_SAMPLES = [
 def test_fast_yaml_path_matches_safe_load_all(text: str, tmp_path: Path) -> None:
     import yaml
 
-    from admission.drivers.loader import _documents, _fast_documents, _NotPlain
+    from admission.drivers.documents import _documents, _fast_documents
+    from admission.drivers.loader_blocks import NotPlain
 
     want = list(yaml.safe_load_all(text))
     try:
         assert list(_fast_documents(text)) == want
-    except _NotPlain:
+    except NotPlain:
         pass  # falls back to the full loader, checked below
     f = tmp_path / "x.yaml"
     f.write_text(text)
@@ -390,7 +393,7 @@ def test_a_syntax_error_after_good_documents_names_its_document(tmp_path: Path) 
     """Documents are read one at a time: the fast path has given the first one when it
     meets the error; the full loader, which words the error, resumes after it (nothing
     is given twice) and names the document."""
-    from admission.drivers.loader import LoadError, _documents
+    from admission.drivers.documents import LoadError, _documents
 
     f = tmp_path / "x.yaml"
     f.write_text("a: 1\n---\nb: [1, 2\n")

@@ -18,8 +18,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.drivers.loader import LoadError, _block_documents, _documents, _NotPlain
-from admission.drivers.loader_blocks import _lines
+from admission.drivers.documents import LoadError, _block_documents, _documents
+from admission.drivers.loader_blocks import NotPlain, _lines
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -45,7 +45,7 @@ def check(text: str) -> bool:
     want = _libyaml(text)
     try:
         got = list(_block_documents(text))
-    except _NotPlain:
+    except NotPlain:
         return False
     assert not isinstance(want, Exception), f"accepted what libyaml refuses ({want!r}):\n{text}"
     assert _typed(got) == _typed(want), text

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from admission.drivers.loader import LoadError, load_paths
+from admission.drivers.documents import LoadError
+from admission.drivers.loader import load_paths
 from tests.unit.drivers.test_loader import (
     CLUSTER_QUEUE,
     FLAVOR,

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from admission.drivers import strict
-from admission.drivers.loader import LoadError, load_paths
+from admission.drivers.documents import LoadError
+from admission.drivers.loader import load_paths
 from tests.unit.drivers.test_loader import LOCAL_QUEUE, workload_doc, write
 
 ROOT = Path(__file__).resolve().parents[3]

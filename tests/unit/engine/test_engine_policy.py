@@ -119,7 +119,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[Scheduler]:
 
 
 def _inputs() -> Any:
-    from admission.drivers.loader import Inputs
+    from admission.drivers.inputs import Inputs
 
     cache_cq = cq("cq", 4)
     lqs = make_cache(cache_cq).local_queues
