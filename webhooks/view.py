@@ -85,7 +85,7 @@ class InMemoryView:
 
     @classmethod
     def from_inputs(cls, inputs: Any) -> InMemoryView:
-        """Build from ``admission.drivers.loader.Inputs`` (or anything with the same attributes)."""
+        """Build from ``admission.drivers.inputs.Inputs`` (or anything with the same attributes)."""
         return cls(
             cluster_queues=_keyed(getattr(inputs, "cluster_queues", None), "cluster_queues"),
             cohorts=_keyed(getattr(inputs, "cohorts", None), "cohorts"),
