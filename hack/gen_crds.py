@@ -40,7 +40,8 @@ for _path in (str(REPO), str(HACK)):  # run as `python hack/gen_crds.py`, or loa
 
 from crd_structural import METADATA, structural_problems  # noqa: E402
 
-from queues.api import kinds as api, topology as topology_api  # noqa: E402
+from queues.api import kinds as api  # noqa: E402
+from queues.api import topology as topology_api  # noqa: E402
 from queues.api.fields import QUANTITY_PATTERN, KubeJsonSchema, KubeModel  # noqa: E402
 
 GROUP = "kueue.x-k8s.io"

@@ -33,7 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from admission.config.load import load_config
-from admission.config.schema import Config, ConfigError
+from admission.config.schema import ConfigError
 from admission.engine.cache import Cache
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import TokenBucket
