@@ -13,6 +13,7 @@ beside this file for what it models and what not.  Entry points:
 
 from .admission import UserInfo
 from .certs import ServingCert, make_serving_cert
+from .crds import default_resources
 from .errors import ApiError
 from .fixture import (
     ApiServerThread,
@@ -23,7 +24,7 @@ from .fixture import (
     write_kubeconfig,
 )
 from .hooks import FaultRule, RecordedRequest
-from .resources import BUILTIN_RESOURCES, ResourceType, default_resources
+from .resources import BUILTIN_RESOURCES, ResourceType
 from .server import ADMIN_TOKEN, DEFAULT_NAMESPACES, ApiServer
 
 __all__ = [

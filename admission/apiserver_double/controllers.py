@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .store import StaleWrite, WatchEvent
+from .store import StaleWrite, Store, WatchEvent
 from .strategy import now_rfc3339
 
 if TYPE_CHECKING:
-    from .operations import Operations
-    from .resources import ResourceType
+    from .resources import Registry, ResourceType
 
 Obj = dict[str, Any]
 ORPHAN = "orphan"
@@ -38,10 +37,28 @@ FOREGROUND = "foregroundDeletion"
 NAMESPACE_FINALIZER = "kubernetes"
 
 
+class RemoveOrMark(Protocol):
+    """The API's delete path as the loops use it (``Operations.remove_or_mark``):
+    remove ``old`` or mark it deleted, following ``policy``."""
+
+    def __call__(
+        self, rt: ResourceType, old: Obj, *, policy: str, grace: int | None = None
+    ) -> object: ...
+
+
 class Controllers:
-    def __init__(self, ops: Operations, *, delay: float = 0.01, kubelet_delay: float = 0.05):
-        self.ops = ops
-        self.store = ops.store
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        remove_or_mark: RemoveOrMark,
+        *,
+        delay: float = 0.01,
+        kubelet_delay: float = 0.05,
+    ):
+        self.store = store
+        self.registry = registry
+        self.remove_or_mark = remove_or_mark
         self.delay = delay
         self.kubelet_delay = kubelet_delay
         self.gone: set[str] = set()  # uids of removed objects
@@ -50,7 +67,7 @@ class Controllers:
         self._namespaces: set[str] = set()
         self._pods: dict[tuple[str, str], float] = {}  # terminating bound pods -> due time
         self._handle: asyncio.Handle | None = None
-        self._types = {rt.key: rt for rt in ops.registry}
+        self._types = {rt.key: rt for rt in registry}
         self.store.listeners.append(self._on_event)
 
     # -- triggers -------------------------------------------------------------------------
@@ -142,7 +159,7 @@ class Controllers:
                 for dep_rt, dep in dependents:
                     pending = True
                     if not dep["metadata"].get("deletionTimestamp"):
-                        self.ops.remove_or_mark(dep_rt, dep, policy="Background")
+                        self.remove_or_mark(dep_rt, dep, policy="Background")
                         changed = True
                 if pending:
                     continue
@@ -173,7 +190,7 @@ class Controllers:
                 refs = dep["metadata"].get("ownerReferences") or []
                 if all(r.get("uid") in self.gone for r in refs):
                     if not dep["metadata"].get("deletionTimestamp"):
-                        self.ops.remove_or_mark(rt, dep, policy="Background")
+                        self.remove_or_mark(rt, dep, policy="Background")
                 else:
                     self._drop_refs(rt, dep, self.gone)
         return changed
@@ -187,13 +204,13 @@ class Controllers:
                 self._namespaces.discard(name)
                 continue
             left = 0
-            for rt in self.ops.registry:
+            for rt in self.registry:
                 if not rt.namespaced:
                     continue
                 for obj in self.store.list(rt, name):
                     left += 1
                     if not obj["metadata"].get("deletionTimestamp"):
-                        self.ops.remove_or_mark(rt, obj, policy="Background")
+                        self.remove_or_mark(rt, obj, policy="Background")
                         changed = True
             if left:
                 continue

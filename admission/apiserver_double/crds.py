@@ -17,14 +17,12 @@ import copy
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from .errors import FieldError, GoValue, invalid_errors
-
-if TYPE_CHECKING:
-    from .resources import ResourceType
+from .resources import BUILTIN_RESOURCES, ResourceType
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -104,14 +102,18 @@ def custom_resources(directory: Path = CRD_DIR) -> tuple[ResourceType, ...]:
     return _checked(directory, _mtimes(directory))
 
 
+def default_resources() -> tuple[ResourceType, ...]:
+    """The built-in kinds plus the custom resources of ``manifests/crd/`` and of the
+    job kinds' test CRDs in ``tests/support/crds/`` (checked): what a default double serves."""
+    return BUILTIN_RESOURCES + custom_resources() + custom_resources(TEST_CRD_DIR)
+
+
 @cache
 def _checked(directory: Path, stamp: tuple[tuple[str, float], ...]) -> tuple[ResourceType, ...]:
     return resource_types(_load(directory, stamp))
 
 
 def resource_type(crd: Obj) -> ResourceType:
-    from .resources import ResourceType
-
     spec = crd["spec"]
     names = spec["names"]
     versions = spec["versions"]

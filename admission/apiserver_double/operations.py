@@ -78,7 +78,7 @@ class Operations:
         self.registry = registry
         self.dispatcher = dispatcher
         self._namespaces = registry.resolve("namespaces")
-        self.controllers = Controllers(self)
+        self.controllers = Controllers(store, registry, self.remove_or_mark)
 
     # -- create -------------------------------------------------------------------------
 

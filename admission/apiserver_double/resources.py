@@ -256,14 +256,6 @@ class Registry:
         }
 
 
-def default_resources() -> tuple[ResourceType, ...]:
-    """The built-in kinds plus the custom resources of ``manifests/crd/`` and of the
-    job kinds' test CRDs in ``tests/support/crds/`` (checked): what a default double serves."""
-    from .crds import TEST_CRD_DIR, custom_resources
-
-    return BUILTIN_RESOURCES + custom_resources() + custom_resources(TEST_CRD_DIR)
-
-
 def registry_with(extra: Iterable[ResourceType] = ()) -> Registry:
     """The built-in kinds plus ``extra`` types (for tests that need another kind served
     without a CRD object); custom resources come from installed CRDs (.crdstate)."""
