@@ -27,7 +27,7 @@ from collections.abc import Callable
 from admission.engine.cache import Cache
 from admission.engine.scheduler import CycleResult, Scheduler
 from admission.integrations.framework.interface import Integration
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import ShareCredit
 from admission.kube.client.rest import WORKLOADS, KubeClient
@@ -137,7 +137,7 @@ class Controller:
         self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}
         # Read-only watchers of every informer event after the cache saw it (the
         # dashboard): (resource plural, event, key, new, old).
-        self.observers: list[Callable[[str, str, str, o.Obj | None, o.Obj | None], None]] = []
+        self.observers: list[Callable[[str, str, str, kobj.Obj | None, kobj.Obj | None], None]] = []
         for plural, inf in informers.items():
             inf.handler = self._observed(plural, self._handler(plural))
 
@@ -159,16 +159,16 @@ class Controller:
         return (kind, key)
 
     def _observed(
-        self, plural: str, handler: Callable[[str, str, o.Obj | None, o.Obj | None], None]
-    ) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
-        def handle(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+        self, plural: str, handler: Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]
+    ) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
+        def handle(event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None) -> None:
             handler(event, key, new, old)
             for observer in self.observers:
                 observer(plural, event, key, new, old)
 
         return handle
 
-    def _handler(self, plural: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
+    def _handler(self, plural: str) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
         if plural == "workloads":
             return self._on_workload
         if plural == "pods":
@@ -180,7 +180,7 @@ class Controller:
                 notices, on_pod = self.notices, self.topology.on_pod
 
                 def on_bound_pod(
-                    event: str, key: str, new: o.Obj | None, old: o.Obj | None
+                    event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None
                 ) -> None:
                     on_pod(event, key, new, old)
                     notices.on_pod(key, None if event == DELETED else new, old)
@@ -199,7 +199,9 @@ class Controller:
             return self._on_reference(referencing)
         kind = KIND_OF_PLURAL[plural]
 
-        def on_queue_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+        def on_queue_object(
+            event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None
+        ) -> None:
             self.sync.queue_object(kind, key, None if event == DELETED else new)
             if kind in ("ClusterQueue", "LocalQueue") and event != DELETED:
                 self._drain_if_stopped(kind, key, new)
@@ -208,18 +210,20 @@ class Controller:
 
     def _on_reference(
         self, referencing: list[Integration]
-    ) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
+    ) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
         """An object other objects take podSets from changed (a TrainingRuntime): their
         Workloads are built from it, so reconcile every object of the kinds that refer."""
 
-        def on_reference(_event: str, _key: str, _new: o.Obj | None, _old: o.Obj | None) -> None:
+        def on_reference(
+            _event: str, _key: str, _new: kobj.Obj | None, _old: kobj.Obj | None
+        ) -> None:
             for integ in referencing:
                 for key in list(self.informers[integ.resource.plural].store):
                     self.enqueue(integ.what, key)
 
         return on_reference
 
-    def _drain_if_stopped(self, kind: str, key: str, obj: o.Obj | None) -> None:
+    def _drain_if_stopped(self, kind: str, key: str, obj: kobj.Obj | None) -> None:
         """``stopPolicy: HoldAndDrain`` on a queue: reconcile each workload it admitted,
         which evicts it (``jobs.drained_queue``)."""
         if ((obj or {}).get("spec") or {}).get("stopPolicy") != HOLD_AND_DRAIN:
@@ -228,7 +232,7 @@ class Controller:
         if kind == "ClusterQueue":
             keys = list(cache.by_cq.get(key, ()))
         else:
-            ns, name = o.split_key(key)
+            ns, name = kobj.split_key(key)
             keys = [
                 k
                 for k in cache.admitted
@@ -239,7 +243,9 @@ class Controller:
         for wkey in keys:
             self.enqueue("wl", wkey)
 
-    def _on_workload(self, event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+    def _on_workload(
+        self, event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None
+    ) -> None:
         if event == DELETED:
             self.writer.forget_object(WORKLOADS, key)
             self.applier.pending_written.pop(key, None)
@@ -261,10 +267,10 @@ class Controller:
             if admitted_by_tas(new) and not self.podgroups.owns(key):
                 self.enqueue("tasungate", key)
 
-    def _on_object(self, what: str) -> Callable[[str, str, o.Obj | None, o.Obj | None], None]:
+    def _on_object(self, what: str) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
         res = self.jobs.resources[what]
 
-        def on_object(event: str, key: str, new: o.Obj | None, old: o.Obj | None) -> None:
+        def on_object(event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None) -> None:
             if event == DELETED:
                 self.writer.forget_object(res, key)
                 for wkey in self.ctx.job_index.pop((what, key)):

@@ -16,7 +16,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client import rest as k
 from queues.api.conditions import is_true
 from tests.support.kube_harness import Stack, admitted, eventually, stack
@@ -70,7 +70,7 @@ def test_a_victim_whose_admission_is_in_flight_is_evicted_after_it_lands(
             await s.user.create(k.WORKLOADS, standalone("h1", priority=100), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "h1", NS)), what="h1 admitted")
             w = s.get("workloads", "w", NS)
-            assert w is not None and not o.has_quota(w) and is_true(w, o.EVICTED)
+            assert w is not None and not kobj.has_quota(w) and is_true(w, kobj.EVICTED)
             hold = HeldAdmission(s, "w")
             await mark_finished(s, "h1")  # w is admitted again: its write is held on the wire
             await eventually(lambda: hold.held.is_set(), what="w's admission is being written")
@@ -85,7 +85,7 @@ def test_a_victim_whose_admission_is_in_flight_is_evicted_after_it_lands(
             hold.release()
             await eventually(lambda: admitted(s.get("workloads", "h2", NS)), what="h2 admitted")
             w = s.get("workloads", "w", NS)
-            assert w is not None and not o.has_quota(w), "w was evicted after it landed"
+            assert w is not None and not kobj.has_quota(w), "w was evicted after it landed"
             assert checker.violations == []
 
     asyncio.run(main())

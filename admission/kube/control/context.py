@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from admission.integrations.registry import ALL, Frameworks
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, KubeClient, Resource
 from admission.kube.watch.informer import Informer, newer, rv_at_least
@@ -199,7 +199,7 @@ class Writer:
         mine = self.latest.get((res.plural, key))
         if mine is None:
             return stored
-        if stored is not None and rv_at_least(stored, o.rv(mine)):
+        if stored is not None and rv_at_least(stored, kobj.rv(mine)):
             del self.latest[(res.plural, key)]
             return stored
         return newer(stored, mine)  # stored None: not delivered yet (deletions drop `mine`)
@@ -220,7 +220,7 @@ class Writer:
     # -- writes ---------------------------------------------------------------------------------
 
     async def reread(self, key: str) -> Obj | None:
-        ns, name = o.split_key(key)
+        ns, name = kobj.split_key(key)
         try:
             obj = await self.client.get(WORKLOADS, name, namespace=ns)
         except ApiError as err:
@@ -242,7 +242,7 @@ class Writer:
             current = self.workload(key)
             if current is None:
                 break  # deleted, or never delivered: ask the server
-            if o.rv(current) != o.rv(stale):
+            if kobj.rv(current) != kobj.rv(stale):
                 return current
         return await self.reread(key)
 
@@ -259,7 +259,7 @@ class Writer:
         ``compute`` may raise :class:`Abandon`. Raises :class:`ApiError` on other
         failures (409 after ``attempts``).
         """
-        ns, name = o.split_key(key)
+        ns, name = kobj.split_key(key)
         reread: Obj | None = None
         for attempt in range(attempts):
             async with self.client.turn():
@@ -269,7 +269,7 @@ class Writer:
                 status = compute(obj)
                 if status is None:
                     return obj
-                body = {"metadata": {"resourceVersion": o.rv(obj)}, "status": status}
+                body = {"metadata": {"resourceVersion": kobj.rv(obj)}, "status": status}
                 try:
                     new = await self.client.patch(
                         WORKLOADS,
@@ -300,7 +300,7 @@ class Writer:
         self, res: Resource, key: str, body: Obj, *, subresource: str | None = None
     ) -> Obj | None:
         """Merge-patch a job object; the written object (remembered), None when gone."""
-        ns, name = o.split_key(key)
+        ns, name = kobj.split_key(key)
         try:
             new = await self.client.patch(
                 res, name, body, namespace=ns, subresource=subresource, content_type=MERGE_PATCH

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import LEASES, KubeClient
 
@@ -77,7 +77,7 @@ class LeaderElector:
         )
 
     def _spec(self, acquire_time: str | None, transitions: int) -> dict[str, Any]:
-        now = o.micro_time(self.wall())
+        now = kobj.micro_time(self.wall())
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.lease_duration),
@@ -204,7 +204,7 @@ class LeaderElector:
                 return False
             spec["holderIdentity"] = ""
             spec["leaseDurationSeconds"] = 1
-            spec["renewTime"] = o.micro_time(self.wall())
+            spec["renewTime"] = kobj.micro_time(self.wall())
             try:
                 await self.client.replace(
                     LEASES, self.name, {**lease, "spec": spec}, namespace=self.namespace

@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from admission.engine.tas.domains import HOSTNAME
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from queues.api.labels import POD_INDEX_OFFSET, TOPOLOGY_GATE
 from queues.api.topology_assignment import AssignmentFormError, from_v1beta2
 
@@ -62,7 +62,7 @@ def _ranks_window(wl: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     leader) takes ranks 0…n-1, the larger one follows (Kueue's rankOffsets/maxRank)."""
     requests = _requests(wl)
     groups: dict[str, list[tuple[str, int]]] = {}
-    for i, psa in enumerate((o.admission_of(wl) or {}).get("podSetAssignments") or []):
+    for i, psa in enumerate((kobj.admission_of(wl) or {}).get("podSetAssignments") or []):
         name = str(psa.get("name", "main"))
         group = (requests.get(name) or {}).get("podSetGroupName") or str(i)
         groups.setdefault(group, []).append((name, int(psa.get("count") or 0)))
@@ -148,7 +148,7 @@ def topology_domains(
     out: dict[str, dict[str, str]] = {}
     requests = _requests(wl)
     windows = _ranks_window(wl)
-    for psa in (o.admission_of(wl) or {}).get("podSetAssignments") or []:
+    for psa in (kobj.admission_of(wl) or {}).get("podSetAssignments") or []:
         wire = psa.get("topologyAssignment") if isinstance(psa, dict) else None
         if not wire:
             continue
@@ -157,7 +157,7 @@ def topology_domains(
             ta = from_v1beta2(wire)
         except AssignmentFormError as err:
             log.error("workload %s podSet %s: unreadable topologyAssignment: %s",
-                      o.ns_key(wl), name, err)  # fmt: skip
+                      kobj.ns_key(wl), name, err)  # fmt: skip
             continue
         mine = sorted((p for p in pods if role(p) == name and not _terminated(p)), key=_age)
         first, end = windows.get(name, (0, int(psa.get("count") or 0)))
@@ -167,7 +167,7 @@ def topology_domains(
                 try:
                     shift = int(raw)
                 except ValueError:
-                    log.error("pod %s: %s=%r is not an integer", o.ns_key(mine[0]),
+                    log.error("pod %s: %s=%r is not an integer", kobj.ns_key(mine[0]),
                               POD_INDEX_OFFSET, raw)  # fmt: skip
                     continue
                 first, end = first + shift, end + shift
@@ -179,7 +179,7 @@ def topology_domains(
             selector = dict(zip(ta.levels, values, strict=True))
             if unhealthy and ta.levels[-1] == HOSTNAME and values[-1] in unhealthy:
                 continue  # its node awaits a replacement: ungated onto the new one
-            out[o.ns_key(pod)] = selector
+            out[kobj.ns_key(pod)] = selector
     return out
 
 

@@ -18,7 +18,7 @@ from admission.integrations.framework.composition import (
 )
 from admission.integrations.framework.interface import Integration
 from admission.integrations.kinds.pod import is_group_workload
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import WORKLOADS
 from admission.kube.control.context import Context, Obj
@@ -52,7 +52,7 @@ async def create_workload(
 ) -> None:
     """Create the Workload ``body`` for ``owner``; a conflict means it exists already
     (the informer delivers it), a refusal is recorded on the owner."""
-    ns, _ = o.split_key(wkey)
+    ns, _ = kobj.split_key(wkey)
     try:
         created = await ctx.client.create(WORKLOADS, body, namespace=ns)
     except ApiError as err:
@@ -60,7 +60,7 @@ async def create_workload(
             return
         ctx.metrics.api_writes.labels("create-workload", "error").inc()
         log.warning("creating Workload %s for %s %s failed: %s", wkey, errors.what,
-                    o.ns_key(owner), err)  # fmt: skip
+                    kobj.ns_key(owner), err)  # fmt: skip
         if err.retryable:
             raise
         ctx.record_event(owner, "Warning", "ErrWorkloadCompose", err.message)
@@ -75,10 +75,10 @@ async def create_workload(
 
 async def delete_workload(ctx: Context, wkey: str, wl: Obj, *, why: str) -> None:
     """Delete a Workload whose job is gone (uid-pinned: never a newer namesake)."""
-    ns, name = o.split_key(wkey)
+    ns, name = kobj.split_key(wkey)
     try:
         await ctx.client.delete(
-            WORKLOADS, name, namespace=ns, uid=str(o.meta(wl).get("uid") or "") or None
+            WORKLOADS, name, namespace=ns, uid=str(kobj.meta(wl).get("uid") or "") or None
         )
     except ApiError as err:
         if not (err.not_found or err.conflict):
@@ -92,7 +92,7 @@ def owner_of(ctx: Context, wl: Mapping[str, Any] | None) -> tuple[Integration, s
     is of an enabled integration; else, from the ``job-uid`` label and the owner-kind
     annotation, (integration, "", uid) for a Workload whose owner reference is gone."""
     frameworks = ctx.options.frameworks
-    meta = o.meta(wl)
+    meta = kobj.meta(wl)
     ns = meta.get("namespace") or "default"
     for ref in meta.get("ownerReferences") or []:
         if not isinstance(ref, dict) or not ref.get("controller"):
@@ -133,7 +133,7 @@ def runs_nothing(wl: Obj) -> bool:
     """A standalone Workload (no owner, no job-uid label or owner annotation, not a pod
     group): nothing runs on its admission that has to be stopped first, so an eviction
     can release its quota in the same write (one request instead of two)."""
-    meta = o.meta(wl)
+    meta = kobj.meta(wl)
     return (
         not meta.get("ownerReferences")
         and not (meta.get("labels") or {}).get(JOB_UID_LABEL)
@@ -163,19 +163,21 @@ async def evict(
 
     def compute(w: Obj) -> Obj | None:
         held.clear()
-        if not o.has_quota(w) or is_true(w, o.EVICTED) or o.is_finished(w):
+        if not kobj.has_quota(w) or is_true(w, kobj.EVICTED) or kobj.is_finished(w):
             return None
-        held["cq"] = str((o.admission_of(w) or {}).get("clusterQueue", ""))
-        status = o.evicted_status(
+        held["cq"] = str((kobj.admission_of(w) or {}).get("clusterQueue", ""))
+        status = kobj.evicted_status(
             w, reason=reason, message=message, now=now, preempted_reason=preempted_reason
         )
-        if also is not None:  # e.g. the end of a preemption notice (admission.kube.reconcilers.notices)
+        if (
+            also is not None
+        ):  # e.g. the end of a preemption notice (admission.kube.reconcilers.notices)
             status = also(status)
         if requeue_state is not None:
             status["requeueState"] = requeue_state
         if runs_nothing(w) and not deactivate:  # deactivation releases after spec.active lands
             evicted = {**w, "status": {**(w.get("status") or {}), **status}}
-            status = o.cleared_status(evicted, now=now, requeue_state=requeue_state)
+            status = kobj.cleared_status(evicted, now=now, requeue_state=requeue_state)
         return status
 
     try:
@@ -186,10 +188,10 @@ async def evict(
         ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))  # a later cycle may retry
         return False
     wrote = bool(held)  # compute returned a status, and it was written
-    if new is None or not is_true(new, o.EVICTED) or not (wrote or o.has_quota(new)):
+    if new is None or not is_true(new, kobj.EVICTED) or not (wrote or kobj.has_quota(new)):
         ctx.sync.apply(lambda: ctx.cache.unmark_evicting(wkey))
         return False
-    if o.has_quota(new):
+    if kobj.has_quota(new):
         ctx.sync.apply(lambda: ctx.cache.mark_evicting(wkey))
     else:
         _released(ctx, wkey, new)
@@ -199,7 +201,7 @@ async def evict(
     ctx.metrics.api_writes.labels("evict", "ok").inc()
     ctx.record_event(new, "Normal", f"EvictedDueTo{reason}", message)
     if deactivate:
-        ns, name = o.split_key(wkey)
+        ns, name = kobj.split_key(wkey)
         try:
             new = await ctx.client.patch(WORKLOADS, name, {"spec": {"active": False}}, namespace=ns)
             ctx.writer.remember(WORKLOADS, wkey, new)
@@ -220,15 +222,15 @@ async def finish_eviction(ctx: Context, wkey: str) -> None:
         new = await ctx.writer.update_status(
             wkey,
             lambda w: (
-                o.cleared_status(w, now=now)
-                if o.has_quota(w) and not o.is_finished(w)  # a finished one keeps it
+                kobj.cleared_status(w, now=now)
+                if kobj.has_quota(w) and not kobj.is_finished(w)  # a finished one keeps it
                 else None
             ),
         )
     except ApiError as err:
         log.warning("clearing the admission of %s failed: %s", wkey, err)
         raise
-    if new is None or o.has_quota(new):
+    if new is None or kobj.has_quota(new):
         return
     _released(ctx, wkey, new)
     ctx.metrics.api_writes.labels("clear-admission", "ok").inc()

@@ -28,7 +28,7 @@ from typing import Any
 
 from admission.engine.cache import PendingStatus
 from admission.engine.scheduler import AdmittedDecision, PreemptedDecision
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority
 from admission.kube.client.rest import WORKLOADS
@@ -158,15 +158,20 @@ class Applier:
         obj = ctx.writer.workload(key)
         if obj is None:
             return False
-        gen = o.generation(obj)
+        gen = kobj.generation(obj)
         now = ctx.clock()
 
         def compute(w: Obj) -> Obj:
-            if o.has_quota(w) or o.is_finished(w) or not o.is_active(w) or o.deleting(w):
+            if (
+                kobj.has_quota(w)
+                or kobj.is_finished(w)
+                or not kobj.is_active(w)
+                or kobj.deleting(w)
+            ):
                 raise Abandon
-            if o.generation(w) != gen:
+            if kobj.generation(w) != gen:
                 raise Abandon  # the spec changed since the decision was made
-            return o.admission_status(w, d.admission, now=now)
+            return kobj.admission_status(w, d.admission, now=now)
 
         try:
             new = await ctx.writer.update_status(key, compute, attempts=2)
@@ -181,7 +186,7 @@ class Applier:
                     self._refused[key] = True
                 return False
             return await self._verify(key, d, err)
-        if new is None or not o.has_quota(new):
+        if new is None or not kobj.has_quota(new):
             return False
         # the spec this admission was decided on: a later spec change is re-read
         ctx.sync.admitted_gen[key] = gen
@@ -198,9 +203,9 @@ class Applier:
                 await asyncio.sleep(delay)
                 delay = min(2.0, delay * 2)
                 continue
-            if obj is None or not o.has_quota(obj):
+            if obj is None or not kobj.has_quota(obj):
                 return False
-            adm = o.admission_of(obj) or {}
+            adm = kobj.admission_of(obj) or {}
             if adm.get("clusterQueue") == d.cluster_queue:
                 ctx.writer.remember(WORKLOADS, key, obj)
                 return True
@@ -337,13 +342,13 @@ class Applier:
         newer = self.pending.pop(key, None)
         if newer is not None:
             status = newer[0]
-        if o.has_quota(w) or o.is_finished(w) or key in ctx.cache.admitted:
+        if kobj.has_quota(w) or kobj.is_finished(w) or key in ctx.cache.admitted:
             return None, ""  # admitted (or being admitted) while it waited
         if key in ctx.sync.inflight:
             return None, ""
         now = ctx.clock()
         kind = PENDING_REASON
-        current = condition(w, o.QUOTA_RESERVED) or {}
+        current = condition(w, kobj.QUOTA_RESERVED) or {}
         if current.get("status") == "False" and current.get("reason") == status.reason:
             # only the message moved: at most every pending_refresh per workload, counting
             # from our last pending write or from the eviction that set the condition,
@@ -356,7 +361,7 @@ class Applier:
             ):
                 return None, ""
             kind = PENDING_MESSAGE
-        body = o.pending_status(w, reason=status.reason, message=status.message, now=now)
+        body = kobj.pending_status(w, reason=status.reason, message=status.message, now=now)
         return body, kind
 
 

@@ -51,7 +51,7 @@ from admission.integrations.ownership import (
     controller_ref,
     managed_ancestor_async,
 )
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import WORKLOADS, Resource, resource_of
 from admission.kube.control.context import Context, Obj
@@ -98,7 +98,7 @@ class JobReconciler:
         opts = self.ctx.options
         if integ.skip(obj):
             return False
-        ns = o.meta(obj).get("namespace") or "default"
+        ns = kobj.meta(obj).get("namespace") or "default"
         if ns in opts.excluded_namespaces:
             return False
         if opts.managed_namespaces is not None:
@@ -106,7 +106,7 @@ class JobReconciler:
             have = {"kubernetes.io/metadata.name": ns, **(labels.labels if labels else {})}
             if not opts.managed_namespaces.matches(have):
                 return False
-        if (o.meta(obj).get("labels") or {}).get(QUEUE_NAME_LABEL):
+        if (kobj.meta(obj).get("labels") or {}).get(QUEUE_NAME_LABEL):
             return True
         return opts.manage_jobs_without_queue_name
 
@@ -158,9 +158,9 @@ class JobReconciler:
         if parent is None or parent.reconciler != "object":
             return  # an external framework's (its controller decides), or a pod owner's
         wl = self.ctx.writer.workload(
-            f"{o.meta(ancestor).get('namespace') or 'default'}/{parent.workload_name(ancestor)}"
+            f"{kobj.meta(ancestor).get('namespace') or 'default'}/{parent.workload_name(ancestor)}"
         )
-        if wl is not None and not o.is_finished(wl) and is_true(wl, o.ADMITTED):
+        if wl is not None and not kobj.is_finished(wl) and is_true(wl, kobj.ADMITTED):
             return
         patch: Obj = {}
         set_path(patch, integ.suspend_path, True)
@@ -172,7 +172,7 @@ class JobReconciler:
 
     def workload_key(self, integ: Integration, obj: Obj) -> str:
         name = prebuilt_name(obj) or integ.workload_name(obj)
-        return sys.intern(f"{o.meta(obj).get('namespace') or 'default'}/{name}")
+        return sys.intern(f"{kobj.meta(obj).get('namespace') or 'default'}/{name}")
 
     def _compose(self, integ: Integration, key: str, obj: Obj) -> tuple[Workload, Obj] | None:
         """The Workload for ``obj``: (model, API body); None (reported) on bad input."""
@@ -223,7 +223,7 @@ class JobReconciler:
         if finished is not None:
             await self._finish(wkey, wl, succeeded=finished.succeeded, message=finished.message)
             return
-        if wl is None or o.deleting(wl):
+        if wl is None or kobj.deleting(wl):
             if not integ.is_suspended(obj):
                 await self._stop(integ, key, obj, originals=None)
             if wl is None:
@@ -233,18 +233,18 @@ class JobReconciler:
             return
         originals = [original_info(ps) for ps in (wl.get("spec") or {}).get("podSets") or []]
         if (
-            o.has_quota(wl)
-            and not is_true(wl, o.EVICTED)
-            and o.is_active(wl)
+            kobj.has_quota(wl)
+            and not is_true(wl, kobj.EVICTED)
+            and kobj.is_active(wl)
             and wkey not in ctx.sync.inflight
             and await self._evict_if_changed(integ, key, obj, wkey, wl)
         ):
             return
         running = (
-            o.has_quota(wl)
-            and is_true(wl, o.ADMITTED)
-            and not is_true(wl, o.EVICTED)
-            and o.is_active(wl)
+            kobj.has_quota(wl)
+            and is_true(wl, kobj.ADMITTED)
+            and not is_true(wl, kobj.EVICTED)
+            and kobj.is_active(wl)
         )
         if running:
             if integ.is_suspended(obj):
@@ -252,8 +252,8 @@ class JobReconciler:
             return
         if integ.stop_step(obj, originals) is not None:
             obj = await self._stop(integ, key, obj, originals=originals) or obj
-        if o.has_quota(wl) and wkey not in ctx.sync.inflight:
-            if (is_true(wl, o.EVICTED) or not o.is_active(wl)) and not integ.is_active(obj):
+        if kobj.has_quota(wl) and wkey not in ctx.sync.inflight:
+            if (is_true(wl, kobj.EVICTED) or not kobj.is_active(wl)) and not integ.is_active(obj):
                 await finish_eviction(ctx, wkey)
             return
         if wkey not in ctx.sync.inflight and not prebuilt:  # a prebuilt one is not rewritten
@@ -275,10 +275,10 @@ class JobReconciler:
             for r in (wl.get("status") or {}).get("reclaimablePods") or []
             if isinstance(r, dict)
         ]
-        if sorted(want, key=str) == sorted(have, key=str) or o.is_finished(wl):
+        if sorted(want, key=str) == sorted(have, key=str) or kobj.is_finished(wl):
             return False
         new = await self.ctx.writer.update_status(
-            wkey, lambda w: None if o.is_finished(w) else {"reclaimablePods": want or None}
+            wkey, lambda w: None if kobj.is_finished(w) else {"reclaimablePods": want or None}
         )
         if new is None:
             return False
@@ -294,11 +294,11 @@ class JobReconciler:
         Workload is evicted, the object suspended and restored, and once stopped the
         pending Workload takes the object's new shape and queues again."""
         sig = (
-            str(o.meta(obj).get("uid")),
-            o.generation(obj),
-            str(o.meta(wl).get("uid")),
-            o.generation(wl),
-            o.references_key(integ, obj),  # a TrainJob's runtime edited after its start
+            str(kobj.meta(obj).get("uid")),
+            kobj.generation(obj),
+            str(kobj.meta(wl).get("uid")),
+            kobj.generation(wl),
+            kobj.references_key(integ, obj),  # a TrainJob's runtime edited after its start
         )
         if self._equivalent.get((integ.what, key)) == sig:
             return False
@@ -306,7 +306,7 @@ class JobReconciler:
         if composed is None:  # reported on the object; running, it is counted on nothing
             why: str | None = "it no longer makes a valid Workload (its events say why)"
         else:
-            why = o.job_mismatch(wl, composed[1], started=not integ.is_suspended(obj))
+            why = kobj.job_mismatch(wl, composed[1], started=not integ.is_suspended(obj))
         if why is None:
             self._equivalent[(integ.what, key)] = sig
             return False
@@ -323,7 +323,7 @@ class JobReconciler:
         inf = self.ctx.informers.get(self.resources[integ.what].plural)
         if inf is None or inf.slimmer is None:
             return obj
-        whole = await inf.full(key, at_least=o.rv(obj))
+        whole = await inf.full(key, at_least=kobj.rv(obj))
         return self.resolved(integ, key, whole) if whole is not None else None
 
     async def _create(self, integ: Integration, key: str, obj: Obj, wkey: str) -> None:
@@ -341,17 +341,17 @@ class JobReconciler:
         composed = self._compose(integ, key, obj)
         if composed is None:
             return
-        drift = o.workload_spec_drift(wl, composed[1])
+        drift = kobj.workload_spec_drift(wl, composed[1])
         if drift is None:
             return
-        if o.carries_slim_template(drift):  # a changed template is written whole
+        if kobj.carries_slim_template(drift):  # a changed template is written whole
             whole = await self._whole(integ, key, obj)
             composed = self._compose(integ, key, whole) if whole is not None else None
-            drift = o.workload_spec_drift(wl, composed[1]) if composed is not None else None
+            drift = kobj.workload_spec_drift(wl, composed[1]) if composed is not None else None
             if drift is None:
                 return
-        ns, name = o.split_key(wkey)
-        drift["metadata"] = {"resourceVersion": o.rv(wl)}
+        ns, name = kobj.split_key(wkey)
+        drift["metadata"] = {"resourceVersion": kobj.rv(wl)}
         try:
             new = await self.ctx.client.patch(WORKLOADS, name, drift, namespace=ns)
         except ApiError as err:
@@ -364,23 +364,23 @@ class JobReconciler:
     def admitted_infos(self, wl: Obj) -> list[PodSetInfo] | None:
         """Each podSet's PodSetInfo from the Workload's admission (None: a flavor is
         not known yet)."""
-        adm = o.admission_of(wl)
+        adm = kobj.admission_of(wl)
         infos = []
         for ps in (wl.get("spec") or {}).get("podSets") or []:
             name = str(ps.get("name") or "main")
-            names = o.flavors_of(adm, name)
+            names = kobj.flavors_of(adm, name)
             flavors = [self.ctx.sync.flavors[n] for n in names if n in self.ctx.sync.flavors]
             if len(flavors) != len(names):
                 log.warning(
-                    "workload %s: flavor(s) %s not found; not started yet", o.ns_key(wl), names
+                    "workload %s: flavor(s) %s not found; not started yet", kobj.ns_key(wl), names
                 )
                 return None
-            count = o.running_count(wl, name)
+            count = kobj.running_count(wl, name)
             info = flavor_info(
                 name, count if count is not None else int(ps.get("count") or 0), flavors
             )
-            if o.topology_assignment_of(adm, name) is not None:
-                tas_info(info, wl_name=o.meta(wl).get("name") or "", pod_set=ps)
+            if kobj.topology_assignment_of(adm, name) is not None:
+                tas_info(info, wl_name=kobj.meta(wl).get("name") or "", pod_set=ps)
             infos.append(info)
         return infos
 
@@ -397,7 +397,7 @@ class JobReconciler:
         new = await self._patch(integ, key, patch)
         if new is not None:
             ctx.metrics.api_writes.labels("start-job", "ok").inc()
-            cq = (o.admission_of(wl) or {}).get("clusterQueue", "")
+            cq = (kobj.admission_of(wl) or {}).get("clusterQueue", "")
             ctx.record_event(obj, "Normal", "Started", f"Admitted by clusterQueue {cq}")
 
     async def _stop(
@@ -434,21 +434,21 @@ class JobReconciler:
         """Finished=True, then the quota is released at once (not when the informer
         delivers it): the API never shows the quota free while the Workload holds it."""
         ctx = self.ctx
-        if wl is None or o.is_finished(wl) or wkey in ctx.sync.inflight:
+        if wl is None or kobj.is_finished(wl) or wkey in ctx.sync.inflight:
             return
         now = ctx.clock()
         new = await ctx.writer.update_status(
             wkey,
             lambda w: (
                 None
-                if o.is_finished(w)
-                else o.finished_status(w, succeeded=succeeded, now=now, message=message)
+                if kobj.is_finished(w)
+                else kobj.finished_status(w, succeeded=succeeded, now=now, message=message)
             ),
         )
-        if new is None or not o.is_finished(new):
+        if new is None or not kobj.is_finished(new):
             return
         ctx.sync.workload(wkey, new)
-        cq = (o.admission_of(new) or {}).get("clusterQueue")
+        cq = (kobj.admission_of(new) or {}).get("clusterQueue")
         if cq:
             ctx.metrics.finished_total.labels(cq).inc()
         ctx.record_event(new, "Normal", "FinishedWorkload", "Workload finished")
@@ -461,7 +461,7 @@ class JobReconciler:
     async def reconcile_workload(self, wkey: str) -> None:
         ctx = self.ctx
         wl = ctx.writer.workload(wkey)
-        if wl is None or o.deleting(wl) or o.is_finished(wl):
+        if wl is None or kobj.deleting(wl) or kobj.is_finished(wl):
             return
         owner = owner_of(ctx, wl)
         job_key: str | None = None
@@ -472,24 +472,24 @@ class JobReconciler:
                 return  # cannot tell an orphan from a job not listed yet
             job = self.current(integ.what, job_key) if job_key else None
             if job is None and not job_key:
-                job = next((j for j in inf.store.values() if o.meta(j).get("uid") == uid), None)
-                job_key = o.ns_key(job) if job is not None else None
-            if job is None or o.meta(job).get("uid") != uid:
+                job = next((j for j in inf.store.values() if kobj.meta(j).get("uid") == uid), None)
+                job_key = kobj.ns_key(job) if job is not None else None
+            if job is None or kobj.meta(job).get("uid") != uid:
                 await delete_workload(ctx, wkey, wl, why="its job is gone")
                 return
-        if not o.has_quota(wl) or wkey in ctx.sync.inflight:
+        if not kobj.has_quota(wl) or wkey in ctx.sync.inflight:
             return
-        if not o.is_active(wl) and not is_true(wl, o.EVICTED):
+        if not kobj.is_active(wl) and not is_true(wl, kobj.EVICTED):
             await evict(ctx, wkey, reason="Deactivated", message="The workload is deactivated")
             return
         drained = drained_queue(ctx, wl)
-        if drained is not None and not is_true(wl, o.EVICTED):
+        if drained is not None and not is_true(wl, kobj.EVICTED):
             await evict(ctx, wkey, reason=f"{drained}Stopped", message=f"The {drained} is stopped")
             return
         if owner is not None and job_key:
             ctx.enqueue(owner[0].what, job_key)
             return
-        if is_true(wl, o.EVICTED) or not o.is_active(wl):
+        if is_true(wl, kobj.EVICTED) or not kobj.is_active(wl):
             await finish_eviction(ctx, wkey)
 
 
@@ -497,11 +497,11 @@ def drained_queue(ctx: Context, wl: Obj) -> str | None:
     """``"ClusterQueue"`` or ``"LocalQueue"`` when the queue holding this workload's quota
     has ``stopPolicy: HoldAndDrain``: Kueue evicts its admitted workloads (reasons
     ``ClusterQueueStopped`` / ``LocalQueueStopped``); ``Hold`` keeps them running."""
-    cq = ctx.sync.cluster_queues.get((o.admission_of(wl) or {}).get("clusterQueue", ""))
+    cq = ctx.sync.cluster_queues.get((kobj.admission_of(wl) or {}).get("clusterQueue", ""))
     if cq is not None and cq.stop_policy == HOLD_AND_DRAIN:
         return "ClusterQueue"
     queue = (wl.get("spec") or {}).get("queueName")
-    lq = ctx.sync.local_queues.get(f"{o.meta(wl).get('namespace')}/{queue}")
+    lq = ctx.sync.local_queues.get(f"{kobj.meta(wl).get('namespace')}/{queue}")
     if lq is not None and lq.stop_policy == HOLD_AND_DRAIN:
         return "LocalQueue"
     return None

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from admission.engine.preemption.checkpoint import LostWork
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import PODS, WORKLOADS, resource_of
 from admission.kube.control.workloads import evict, owner_of
@@ -118,7 +118,7 @@ class Notices:
                     owner[0].what,
                     owner[1],
                     job,
-                    lambda j: annotation_checkpoint(o.meta(j).get("annotations")),
+                    lambda j: annotation_checkpoint(kobj.meta(j).get("annotations")),
                 )
                 self._report(key, JOB_SOURCE, at)
 
@@ -126,7 +126,7 @@ class Notices:
         if obj is None:
             return
         at = self._parse(
-            what, key, obj, lambda j: annotation_checkpoint(o.meta(j).get("annotations"))
+            what, key, obj, lambda j: annotation_checkpoint(kobj.meta(j).get("annotations"))
         )
         for wkey in self.ctx.job_index.get((what, key)):
             self._report(wkey, JOB_SOURCE, at)
@@ -142,7 +142,7 @@ class Notices:
         at = None
         if obj is not None:
             at = self._parse(
-                "Pod", key, obj, lambda p: annotation_checkpoint(o.meta(p).get("annotations"))
+                "Pod", key, obj, lambda p: annotation_checkpoint(kobj.meta(p).get("annotations"))
             )
         for wkey in self.ctx.job_index.get((owner[0].what, owner[1])):
             self._report(wkey, f"pod/{key}", at)
@@ -164,18 +164,18 @@ class Notices:
         )
 
         def compute(w: Obj) -> Obj | None:
-            if not o.has_quota(w) or is_true(w, o.EVICTED) or o.is_finished(w):
+            if not kobj.has_quota(w) or is_true(w, kobj.EVICTED) or kobj.is_finished(w):
                 return None
             if is_true(w, NOTICE_CONDITION):
                 return None  # never noticed twice
-            conds = o.set_condition(
+            conds = kobj.set_condition(
                 conditions(w),
                 type_=NOTICE_CONDITION,
                 status=True,
                 reason=NOTICE_REASON,
                 message=message,
                 now=now,
-                observed_generation=o.generation(w),
+                observed_generation=kobj.generation(w),
             )
             return {"conditions": conds}
 
@@ -200,7 +200,7 @@ class Notices:
         cache.unmark_evicting(key)
 
     async def _annotate(self, res: Any, key: str, deadline: str | None) -> None:
-        ns, name = o.split_key(key)
+        ns, name = kobj.split_key(key)
         body = {"metadata": {"annotations": {DEADLINE_ANNOTATION: deadline}}}
         try:
             new = await self.ctx.client.patch(res, name, body, namespace=ns)
@@ -227,13 +227,13 @@ class Notices:
                 "annotating %s %s with its eviction deadline failed: %s", integ.what, job_key, err
             )
         pods = ctx.informers.get(BOUND_PODS)
-        ns = o.split_key(job_key)[0]
+        ns = kobj.split_key(job_key)[0]
         for pkey, pod in list(pods.store.items()) if pods is not None else []:
-            if o.meta(pod).get("namespace") != ns:
+            if kobj.meta(pod).get("namespace") != ns:
                 continue
             if not any(
                 isinstance(r, dict) and r.get("controller") and r.get("uid") == uid
-                for r in o.meta(pod).get("ownerReferences") or []
+                for r in kobj.meta(pod).get("ownerReferences") or []
             ):
                 continue
             try:
@@ -253,7 +253,7 @@ class Notices:
         for key in book.due(ctx.clock()):
             wl = ctx.writer.workload(key)
             notice = book.notices.get(key)
-            if wl is None or notice is None or is_true(wl, o.EVICTED):
+            if wl is None or notice is None or is_true(wl, kobj.EVICTED):
                 continue  # gone, or its eviction is already written
             yielded = book.yielded(key)
             why = (
@@ -284,7 +284,7 @@ class Notices:
         def notice_over(status: Obj) -> Obj:
             conds = status.get("conditions") or []
             if any(c.get("type") == NOTICE_CONDITION and c.get("status") == "True" for c in conds):
-                status["conditions"] = o.set_condition(
+                status["conditions"] = kobj.set_condition(
                     conds,
                     type_=NOTICE_CONDITION,
                     status=False,
@@ -309,7 +309,7 @@ class Notices:
             wl = ctx.writer.workload(key)
             if rq.deactivate and wl is not None:
                 ctx.record_event(wl, "Warning", "RequeuingLimitExceeded", rq.suffix.lstrip("; "))
-            if wl is not None and DEADLINE_ANNOTATION in (o.meta(wl).get("annotations") or {}):
+            if wl is not None and DEADLINE_ANNOTATION in (kobj.meta(wl).get("annotations") or {}):
                 try:
                     await self._annotate(WORKLOADS, key, None)
                     await self._annotate_job(wl, None)
@@ -327,14 +327,16 @@ class Notices:
         policy = aware.policy.requeue_for(wl, ctx.cache.admitted.get(key))
         if policy is None:
             return RequeueWrite()
-        decision = policy.after_preemption(o.requeue_count(ctx.writer.workload(key)), ctx.clock())
+        decision = policy.after_preemption(
+            kobj.requeue_count(ctx.writer.workload(key)), ctx.clock()
+        )
         if decision.deactivate:
             return RequeueWrite(deactivate=True, suffix=f"; {decision.message}")
         assert decision.requeue_at is not None
         return RequeueWrite(
             requeue_state={
                 "count": decision.requeue_count,
-                "requeueAt": o.rfc3339(decision.requeue_at),
+                "requeueAt": kobj.rfc3339(decision.requeue_at),
             },
             suffix=f"; {decision.message}",
         )

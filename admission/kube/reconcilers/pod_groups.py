@@ -76,7 +76,7 @@ from admission.integrations.kinds.pod import (
 )
 from admission.integrations.ownership import OwnerRef
 from admission.integrations.registry import BY_FRAMEWORK
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH, PODS, WORKLOADS
 from admission.kube.control.context import Context, Obj
@@ -102,14 +102,14 @@ __all__ = ["POD_SELECTOR", "PodGroupReconciler", "is_group_workload", "shape_of"
 
 
 def _queue_of(owner: Obj) -> str:
-    queue = (o.meta(owner).get("labels") or {}).get(QUEUE_NAME_LABEL)
+    queue = (kobj.meta(owner).get("labels") or {}).get(QUEUE_NAME_LABEL)
     return queue if isinstance(queue, str) else ""
 
 
 def _owner_refs(ctx: Context, wl: Obj) -> list[tuple[PodOwnerIntegration, Obj]]:
     """The Workload's owner references to objects of enabled pod-owner integrations."""
     out = []
-    for ref in o.meta(wl).get("ownerReferences") or []:
+    for ref in kobj.meta(wl).get("ownerReferences") or []:
         if not isinstance(ref, dict):
             continue
         integ = ctx.options.frameworks.integration_for(
@@ -163,25 +163,25 @@ class PodGroupReconciler:
         if wl is not None and not is_group_workload(wl):
             return  # a Workload of the same name that is not a group's: leave it alone
         pods = self.pods(gkey)
-        live = [p for p in pods if not terminated(p) and not o.deleting(p)]
-        never_ran = [p for p in pods if o.deleting(p) and gated(p)]
+        live = [p for p in pods if not terminated(p) and not kobj.deleting(p)]
+        never_ran = [p for p in pods if kobj.deleting(p) and gated(p)]
         if never_ran:  # a deleted pod that never ran has nothing left to account for
             await self._unfinalize(never_ran)
         if wl is None:
-            if pods and all(terminated(p) or o.deleting(p) for p in pods):
+            if pods and all(terminated(p) or kobj.deleting(p) for p in pods):
                 await self._unfinalize(p for p in pods)
             elif live:
                 await self._create(gkey, live)
             return
-        if o.deleting(wl):
+        if kobj.deleting(wl):
             return
-        if o.is_finished(wl):
-            await self._unfinalize(p for p in pods if terminated(p) or o.deleting(p))
+        if kobj.is_finished(wl):
+            await self._unfinalize(p for p in pods if terminated(p) or kobj.deleting(p))
             return
         if gkey in ctx.sync.inflight:
             return
-        holds = o.has_quota(wl)
-        evicting = holds and (is_true(wl, o.EVICTED) or not o.is_active(wl))
+        holds = kobj.has_quota(wl)
+        evicting = holds and (is_true(wl, kobj.EVICTED) or not kobj.is_active(wl))
         if evicting:
             await self._stop(gkey, pods)
             return
@@ -199,22 +199,22 @@ class PodGroupReconciler:
             wl = await self._follow_owner(gkey, wl)
         ended = [p for p in pods if terminated(p)]
         if is_single_pod(pods[0]):  # Kueue's finalize of a deleted job: the pod goes
-            await self._unfinalize(p for p in pods if o.deleting(p) and not terminated(p))
+            await self._unfinalize(p for p in pods if kobj.deleting(p) and not terminated(p))
         if serving(pods[0]):  # never finished: its controller replaces ended and deleted pods
-            await self._unfinalize(p for p in pods if terminated(p) or o.deleting(p))
+            await self._unfinalize(p for p in pods if terminated(p) or kobj.deleting(p))
         elif ended and not [p for p in pods if not terminated(p)]:
             ok = all(succeeded(p) for p in ended)
             n_ok = sum(1 for p in ended if succeeded(p))
             message = f"Pods succeeded: {n_ok}/{len(ended)}."
             await self.jobs.finish(gkey, wl, succeeded=ok, message=message)
             new = ctx.writer.workload(gkey)
-            if o.is_finished(new):
+            if kobj.is_finished(new):
                 await self._unfinalize(ended)
             return
         keep, excess = self._split_excess(wl, live)
         if excess and not await self._owner_runs(gkey, wl, len(live)):
             await self._delete_excess(gkey, excess)
-        if holds and is_true(wl, o.ADMITTED) and o.is_active(wl):
+        if holds and is_true(wl, kobj.ADMITTED) and kobj.is_active(wl):
             await self._ungate(gkey, wl, keep)
 
     def _role_of(self, wl: Obj, live: list[Obj]) -> Callable[[Obj], str]:
@@ -237,7 +237,11 @@ class PodGroupReconciler:
         role = self._role_of(wl, live)
         order = sorted(
             live,
-            key=lambda p: (gated(p), str(o.meta(p).get("creationTimestamp") or ""), o.ns_key(p)),
+            key=lambda p: (
+                gated(p),
+                str(kobj.meta(p).get("creationTimestamp") or ""),
+                kobj.ns_key(p),
+            ),
         )
         keep: list[Obj] = []
         excess: list[Obj] = []
@@ -254,8 +258,8 @@ class PodGroupReconciler:
         for pod in pods:
             if not gated(pod):
                 continue  # never delete a running pod here; only gated ones are extra
-            ns, name = o.split_key(o.ns_key(pod))
-            uid = str(o.meta(pod).get("uid") or "") or None
+            ns, name = kobj.split_key(kobj.ns_key(pod))
+            uid = str(kobj.meta(pod).get("uid") or "") or None
             try:
                 await self.ctx.client.delete(PODS, name, namespace=ns, uid=uid)
             except ApiError as err:
@@ -279,7 +283,7 @@ class PodGroupReconciler:
             fast = all(fast_admission(p) for p in live)
             if len(live) < total and not fast:
                 return  # the gang is not complete yet
-            members = await self._whole_templates(sorted(live, key=o.ns_key)[:total])
+            members = await self._whole_templates(sorted(live, key=kobj.ns_key)[:total])
             if members is None:
                 return  # a pod went away: reconciled again on its event
             owner = await self._group_owner(members[0])  # whole: a slim pod lacks lws labels
@@ -318,7 +322,7 @@ class PodGroupReconciler:
             shape = role_key(pod)
             if shape not in seen:
                 seen.add(shape)
-                full = await inf.full(o.ns_key(pod), at_least=o.rv(pod))
+                full = await inf.full(kobj.ns_key(pod), at_least=kobj.rv(pod))
                 if full is None:
                     return None
                 pod = full
@@ -327,7 +331,7 @@ class PodGroupReconciler:
 
     async def _ungate(self, gkey: str, wl: Obj, live: list[Obj]) -> None:
         ctx = self.ctx
-        adm = o.admission_of(wl)
+        adm = kobj.admission_of(wl)
         # podSet names come from the Workload when all its podSets are shapes of these pods
         role = self._role_of(wl, live)
         infos: dict[str, PodSetInfo] = {}
@@ -339,10 +343,10 @@ class PodGroupReconciler:
                 continue
             ps = role(pod)
             if (why := beyond_pod_set(pod, counted.get(ps))) is not None:
-                self._hold(pod, f"Pod {o.ns_key(pod)} stays gated: {why}")
+                self._hold(pod, f"Pod {kobj.ns_key(pod)} stays gated: {why}")
                 continue
             if ps not in infos:
-                wanted = o.flavors_of(adm, ps)
+                wanted = kobj.flavors_of(adm, ps)
                 flavors = [ctx.sync.flavors[n] for n in wanted if n in ctx.sync.flavors]
                 if len(flavors) != len(wanted):
                     log.warning(
@@ -350,10 +354,10 @@ class PodGroupReconciler:
                     )
                     return
                 infos[ps] = flavor_info(ps, 0, flavors)
-            patch, kept = ungate_patch(pod, infos[ps], domains.get(o.ns_key(pod)))
+            patch, kept = ungate_patch(pod, infos[ps], domains.get(kobj.ns_key(pod)))
             for k in kept:
                 log.warning("pod %s: nodeSelector %s kept (its flavor wants another value)",
-                            o.ns_key(pod), k)  # fmt: skip
+                            kobj.ns_key(pod), k)  # fmt: skip
             if patch is not None and await self._patch(pod, patch):
                 started += 1
         if started:
@@ -364,8 +368,8 @@ class PodGroupReconciler:
     def _hold(self, pod: Obj, message: str) -> None:
         """A pod left gated because it asks for more than its Workload counted: said once
         per pod (an event on it), as long as it waits."""
-        if self._held.get(o.ns_key(pod)) != message:
-            self._held[o.ns_key(pod)] = message
+        if self._held.get(kobj.ns_key(pod)) != message:
+            self._held[kobj.ns_key(pod)] = message
             log.warning("%s", message)
             self.ctx.record_event(pod, "Warning", "ExceedsWorkload", message)
 
@@ -376,15 +380,15 @@ class PodGroupReconciler:
         for pod in pods:
             if keep_gated and gated(pod):
                 continue
-            if not terminated(pod) and not o.deleting(pod):
-                ns, name = o.split_key(o.ns_key(pod))
-                uid = str(o.meta(pod).get("uid") or "") or None
+            if not terminated(pod) and not kobj.deleting(pod):
+                ns, name = kobj.split_key(kobj.ns_key(pod))
+                uid = str(kobj.meta(pod).get("uid") or "") or None
                 try:
                     await ctx.client.delete(PODS, name, namespace=ns, uid=uid)
                 except ApiError as err:
                     if not (err.not_found or err.conflict):
                         raise
-        await self._unfinalize(p for p in pods if o.deleting(p) or terminated(p))
+        await self._unfinalize(p for p in pods if kobj.deleting(p) or terminated(p))
         remaining = [
             p for p in self.pods(gkey) if not terminated(p) and not (keep_gated and gated(p))
         ]
@@ -398,7 +402,7 @@ class PodGroupReconciler:
         ``pod-suspending-parent`` annotation), if any."""
         if not serving(pod):
             return None
-        parent = (o.meta(pod).get("annotations") or {}).get(POD_SUSPENDING_PARENT)
+        parent = (kobj.meta(pod).get("annotations") or {}).get(POD_SUSPENDING_PARENT)
         integ = BY_FRAMEWORK.get(str(parent or ""))
         if isinstance(integ, PodOwnerIntegration) and self.ctx.options.frameworks.is_enabled(integ):
             return integ
@@ -412,12 +416,12 @@ class PodGroupReconciler:
         found = integ.group_owner(pod) if integ is not None else None
         if integ is None or found is None:
             return None
-        ns, _ = o.split_key(o.ns_key(pod))
+        ns, _ = kobj.split_key(kobj.ns_key(pod))
         owner = await self.jobs.owners(OwnerRef(integ.api_version, integ.kind, ns, *found))
         if (
             owner is None
-            or o.deleting(owner)
-            or (found[1] and o.meta(owner).get("uid") != found[1])
+            or kobj.deleting(owner)
+            or (found[1] and kobj.meta(owner).get("uid") != found[1])
         ):
             return integ, None
         return integ, dict(owner)
@@ -426,17 +430,17 @@ class PodGroupReconciler:
         """Whether the Workload's owner exists and still runs the group (Kueue keeps a
         serving group's Workload while its owner lives; the garbage collector ends it)."""
         owned = await self._owner(gkey, wl) if _owner_refs(self.ctx, wl) else None
-        return owned is not None and owned[0].keeps_group(owned[1], o.split_key(gkey)[1])
+        return owned is not None and owned[0].keeps_group(owned[1], kobj.split_key(gkey)[1])
 
     async def _owner(self, gkey: str, wl: Obj) -> tuple[PodOwnerIntegration, Obj] | None:
         """The Workload's owner (by its owner reference, UID checked), if it exists."""
-        ns, _ = o.split_key(gkey)
+        ns, _ = kobj.split_key(gkey)
         for integ, ref in _owner_refs(self.ctx, wl):
             uid = str(ref.get("uid") or "")
             owner = await self.jobs.owners(
                 OwnerRef(integ.api_version, integ.kind, ns, str(ref.get("name") or ""), uid)
             )
-            if owner is not None and o.meta(owner).get("uid") == uid:
+            if owner is not None and kobj.meta(owner).get("uid") == uid:
                 return integ, dict(owner)
         return None
 
@@ -468,7 +472,7 @@ class PodGroupReconciler:
             ops.append({"op": "add", "path": "/spec/queueName", "value": queue})
         if not ops:
             return wl
-        guard = {"op": "test", "path": "/metadata/resourceVersion", "value": o.rv(wl)}
+        guard = {"op": "test", "path": "/metadata/resourceVersion", "value": kobj.rv(wl)}
         # the informer's Workload is slim: only these fields are written
         new = await self._patch_workload(gkey, [guard, *ops], content_type=JSON_PATCH)
         if new is None:
@@ -480,7 +484,7 @@ class PodGroupReconciler:
     async def _patch_workload(self, gkey: str, patch: Any, **kw: Any) -> Obj | None:
         """The Workload patched and remembered; None when a newer version is on its way
         (a conflict, a failed ``test``, gone): the group is reconciled again then."""
-        ns, name = o.split_key(gkey)
+        ns, name = kobj.split_key(gkey)
         try:
             new = await self.ctx.client.patch(WORKLOADS, name, patch, namespace=ns, **kw)
         except ApiError as err:
@@ -501,8 +505,8 @@ class PodGroupReconciler:
         if owner is None or owner[1] is None:
             return
         ref, annotations = owner[0].owner_metadata(owner[1])
-        refs = [r for r in o.meta(wl).get("ownerReferences") or [] if r.get("uid") != ref["uid"]]
-        patch = {"metadata": {"resourceVersion": o.rv(wl), "ownerReferences": [*refs, ref],
+        refs = [r for r in kobj.meta(wl).get("ownerReferences") or [] if r.get("uid") != ref["uid"]]
+        patch = {"metadata": {"resourceVersion": kobj.rv(wl), "ownerReferences": [*refs, ref],
                               "annotations": annotations}}  # fmt: skip
         await self._patch_workload(gkey, patch)
 
@@ -518,8 +522,8 @@ class PodGroupReconciler:
     async def _patch(self, pod: Obj, patch: list[Obj]) -> bool:
         """One guarded JSON patch; a failed ``test`` (422) or a gone pod is not an error:
         a newer version is on its way and the group is reconciled again then."""
-        key = o.ns_key(pod)
-        ns, name = o.split_key(key)
+        key = kobj.ns_key(pod)
+        ns, name = kobj.split_key(key)
         try:
             new = await self.ctx.client.patch(
                 PODS, name, patch, namespace=ns, content_type=JSON_PATCH
@@ -528,9 +532,9 @@ class PodGroupReconciler:
             if err.not_found or err.conflict or err.status == 422:
                 return False
             raise
-        if isinstance(new, dict) and o.meta(new).get("name"):
+        if isinstance(new, dict) and kobj.meta(new).get("name"):
             new.setdefault("apiVersion", PODS.api_version)
             new.setdefault("kind", PODS.kind)
-            gone = o.deleting(new) and not o.meta(new).get("finalizers")
+            gone = kobj.deleting(new) and not kobj.meta(new).get("finalizers")
             self.grouped.wrote(key, None if gone else new)
         return True

@@ -16,7 +16,7 @@ import logging
 
 from admission.config.durations import parse_duration
 from admission.config.schema import Config
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.rest import resource_of
 from admission.kube.control.context import Context, PodsReadyOptions
 from admission.kube.control.workloads import evict, owner_of
@@ -59,7 +59,7 @@ class PodsReadyWatcher:
                 continue
             wl_obj = ctx.writer.workload(key)
             model = ctx.cache.workloads.get(key)
-            if wl_obj is None or model is None or not o.has_quota(wl_obj):
+            if wl_obj is None or model is None or not kobj.has_quota(wl_obj):
                 continue
             owner = owner_of(ctx, wl_obj)
             if owner is None or not owner[1]:
@@ -80,10 +80,10 @@ class PodsReadyWatcher:
                 continue
             await self._timeout(key, wl_obj, now)
 
-    async def _timeout(self, key: str, wl_obj: o.Obj, now: float) -> None:
+    async def _timeout(self, key: str, wl_obj: kobj.Obj, now: float) -> None:
         ctx = self.ctx
         opts = ctx.options.pods_ready
-        count = o.requeue_count(wl_obj) + 1
+        count = kobj.requeue_count(wl_obj) + 1
         message = f"Exceeded the PodsReady timeout {key}"
         if opts.backoff_limit is not None and count > opts.backoff_limit:
             log.info("%s: PodsReady timeout past the requeue limit; deactivating", key)
@@ -97,7 +97,7 @@ class PodsReadyWatcher:
             return
         requeue_state = {
             "count": count,
-            "requeueAt": o.rfc3339(now + opts.backoff.requeue_delay(count)),
+            "requeueAt": kobj.rfc3339(now + opts.backoff.requeue_delay(count)),
         }
         log.info("%s: PodsReady timeout; requeue #%d", key, count)
         await evict(

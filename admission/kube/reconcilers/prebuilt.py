@@ -24,7 +24,7 @@ from typing import Any
 from admission.integrations.framework.composition import JOB_UID_LABEL
 from admission.integrations.framework.fields import controller_ref
 from admission.integrations.framework.interface import Integration
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import WORKLOADS
 from admission.kube.control.context import Context, Obj
@@ -42,7 +42,7 @@ Compose = Callable[[Integration, str, Obj], Obj | None]
 
 def prebuilt_name(obj: Mapping[str, Any]) -> str:
     """The Workload ``obj`` names with the prebuilt-workload label ("" when none)."""
-    value = (o.meta(obj).get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
+    value = (kobj.meta(obj).get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
     return value if isinstance(value, str) else ""
 
 
@@ -71,11 +71,11 @@ class PrebuiltWorkloads:
         ``wkey``) now; False after a write (its event brings the job back)."""
         job = (integ.what, key)
         self._waiting.setdefault(wkey, set()).add(job)
-        if wl is None or o.deleting(wl) or o.is_finished(wl):
+        if wl is None or kobj.deleting(wl) or kobj.is_finished(wl):
             self._tell(obj, job, f"waiting for the prebuilt Workload {wkey}")
             return False
         ref = controller_ref(wl)
-        uid = str(o.meta(obj).get("uid") or "")
+        uid = str(kobj.meta(obj).get("uid") or "")
         if ref is None:
             await self._take(obj, integ, wkey, wl)
             return False
@@ -86,7 +86,7 @@ class PrebuiltWorkloads:
         body = self.compose(integ, key, obj)
         if body is None:
             return False
-        why = o.job_mismatch(wl, body, started=not integ.is_suspended(obj))
+        why = kobj.job_mismatch(wl, body, started=not integ.is_suspended(obj))
         if why is not None:
             log.info("%s %s: prebuilt Workload %s out of sync: %s", integ.what, key, wkey, why)
             await self._out_of_sync(wkey)
@@ -101,15 +101,17 @@ class PrebuiltWorkloads:
 
     async def _take(self, obj: Obj, integ: Integration, wkey: str, wl: Obj) -> None:
         """Make ``obj`` the Workload's controller (Kueue's ``SetControllerReference``)."""
-        ns, name = o.split_key(wkey)
-        m = o.meta(obj)
+        ns, name = kobj.split_key(wkey)
+        m = kobj.meta(obj)
         ref = {"apiVersion": integ.api_version, "kind": integ.kind, "name": m.get("name"),
                "uid": m.get("uid"), "controller": True, "blockOwnerDeletion": True}  # fmt: skip
-        refs = [r for r in o.meta(wl).get("ownerReferences") or [] if r.get("uid") != m.get("uid")]
-        labels = dict(o.meta(wl).get("labels") or {})
+        refs = [
+            r for r in kobj.meta(wl).get("ownerReferences") or [] if r.get("uid") != m.get("uid")
+        ]
+        labels = dict(kobj.meta(wl).get("labels") or {})
         labels.setdefault(JOB_UID_LABEL, str(m.get("uid") or ""))
         patch = {"metadata": {"ownerReferences": [*refs, ref], "labels": labels,
-                              "resourceVersion": o.rv(wl)}}  # fmt: skip
+                              "resourceVersion": kobj.rv(wl)}}  # fmt: skip
         try:
             new = await self.ctx.client.patch(WORKLOADS, name, patch, namespace=ns)
         except ApiError as err:
@@ -123,11 +125,11 @@ class PrebuiltWorkloads:
         now = self.ctx.clock()
 
         def finished(w: Obj) -> Obj | None:
-            if o.is_finished(w):
+            if kobj.is_finished(w):
                 return None
-            conds = o.set_condition(conditions(w), type_=o.FINISHED, status=True,
+            conds = kobj.set_condition(conditions(w), type_=kobj.FINISHED, status=True,
                                     reason=OUT_OF_SYNC, message=OUT_OF_SYNC_MESSAGE, now=now,
-                                    observed_generation=o.generation(w))  # fmt: skip
+                                    observed_generation=kobj.generation(w))  # fmt: skip
             return {"conditions": conds}
 
         new = await self.ctx.writer.update_status(wkey, finished)

@@ -16,7 +16,7 @@ from typing import Any
 from admission.engine.cache import Cache
 from admission.engine.usage import UsageTracker
 from admission.engine.vocabulary import PendingReason
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority
 from admission.kube.client.rest import CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS
@@ -184,7 +184,7 @@ def usage_extras(
                         "consumedResources": {
                             r: _natural_quantity(r, v) for r, v in sorted(consumed.items())
                         },
-                        "lastUpdate": o.rfc3339(tracker.last_sample),
+                        "lastUpdate": kobj.rfc3339(tracker.last_sample),
                     }
                 }
     return cqs, lqs
@@ -390,7 +390,7 @@ class StatusWriter:
             {**c, "lastTransitionTime": _ltt(current, c, self.ctx.clock())}
             for c in status["conditions"]
         ]
-        ns, name = o.split_key(key) if kind == "lq" else (None, key)
+        ns, name = kobj.split_key(key) if kind == "lq" else (None, key)
         self._budget -= 1
         try:
             await self.ctx.client.patch(
@@ -420,11 +420,11 @@ class StatusWriter:
             (RESOURCE_FLAVORS, lambda name: name in used_flavors),
         ):
             for name, obj in list(ctx.informers[res.plural].store.items()):
-                finalizers = list(o.meta(obj).get("finalizers") or [])
-                if not o.deleting(obj) or RESOURCE_IN_USE not in finalizers or busy(name):
+                finalizers = list(kobj.meta(obj).get("finalizers") or [])
+                if not kobj.deleting(obj) or RESOURCE_IN_USE not in finalizers or busy(name):
                     continue
                 rest = [f for f in finalizers if f != RESOURCE_IN_USE]
-                body = {"metadata": {"finalizers": rest, "resourceVersion": o.rv(obj)}}
+                body = {"metadata": {"finalizers": rest, "resourceVersion": kobj.rv(obj)}}
                 try:
                     await ctx.client.patch(res, name, body)
                 except ApiError as err:
@@ -481,5 +481,5 @@ class StatusWriter:
 def _ltt(current: Obj, cond: Obj, now: float) -> str:
     for c in current.get("conditions") or []:
         if c.get("type") == cond["type"] and c.get("status") == cond["status"]:
-            return str(c.get("lastTransitionTime") or o.rfc3339(now))
-    return o.rfc3339(now)
+            return str(c.get("lastTransitionTime") or kobj.rfc3339(now))
+    return kobj.rfc3339(now)

@@ -38,7 +38,7 @@ from admission.engine.tas.domains import HOSTNAME
 from admission.engine.tas.nodes import NodeInputError, node_from_object, pod_usage_from_object
 from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.pod import ungate_patch
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH, PODS
 from admission.kube.control.context import Context
@@ -278,7 +278,7 @@ class TopologyWatch:
         except ApiError:
             ctx.sync.apply(lambda: ctx.cache.replace_topology_assignments(wkey, old))
             raise
-        if written is None or not o.has_quota(written):
+        if written is None or not kobj.has_quota(written):
             ctx.sync.apply(lambda: ctx.cache.replace_topology_assignments(wkey, old))
             return
         added = sorted(
@@ -306,8 +306,8 @@ class TopologyWatch:
 def _with_assignments(wl: Obj, new: dict[str, TopologyAssignment]) -> Obj | None:
     """The status with these podSets' topology assignments replaced (None: not
     admitted any more, nothing to write)."""
-    adm = o.admission_of(wl)
-    if adm is None or not o.has_quota(wl) or is_true(wl, o.EVICTED):
+    adm = kobj.admission_of(wl)
+    if adm is None or not kobj.has_quota(wl) or is_true(wl, kobj.EVICTED):
         return None
     psas = []
     for psa in adm.get("podSetAssignments") or []:
@@ -354,10 +354,10 @@ def workload_key_of_pod(pod: Obj | None) -> str | None:
 
 def admitted_by_tas(wl: Obj | None) -> bool:
     """Kueue's IsAdmittedByTAS: admitted, and a podSet has a topology assignment."""
-    adm = o.admission_of(wl)
+    adm = kobj.admission_of(wl)
     return (
         wl is not None
-        and is_true(wl, o.ADMITTED)
+        and is_true(wl, kobj.ADMITTED)
         and any(
             isinstance(psa, dict) and psa.get("topologyAssignment")
             for psa in (adm or {}).get("podSetAssignments") or []
@@ -398,23 +398,23 @@ class TopologyUngater:
         if inf is None or not inf.synced.is_set():
             return
         wl = ctx.writer.workload(wkey)
-        if not admitted_by_tas(wl) or is_true(wl, o.EVICTED) or o.deleting(wl):
+        if not admitted_by_tas(wl) or is_true(wl, kobj.EVICTED) or kobj.deleting(wl):
             return  # not (or no longer) placed: an evicted job is being stopped
         assert wl is not None
-        pods = [p for p in self.pods(wkey) if not o.deleting(p)]
+        pods = [p for p in self.pods(wkey) if not kobj.deleting(p)]
         domains = topology_domains(
-            wl, pods, lambda p: str((o.meta(p).get("labels") or {}).get(PODSET_LABEL) or ""),
+            wl, pods, lambda p: str((kobj.meta(p).get("labels") or {}).get(PODSET_LABEL) or ""),
             unhealthy=self.unhealthy(wkey),
         )  # fmt: skip
         ungated = 0
         for pod in pods:
-            selector = domains.get(o.ns_key(pod))
+            selector = domains.get(kobj.ns_key(pod))
             if selector is None:
                 continue
             patch, kept = ungate_patch(pod, PodSetInfo(name="", count=0), selector)
             for k in kept:
                 log.warning("pod %s: nodeSelector %s kept (its domain wants another value)",
-                            o.ns_key(pod), k)  # fmt: skip
+                            kobj.ns_key(pod), k)  # fmt: skip
             if patch is not None and await self._patch(pod, patch):
                 ungated += 1
         if ungated:
@@ -422,8 +422,8 @@ class TopologyUngater:
             log.info("workload %s: %d pod(s) ungated into their topology domains", wkey, ungated)
 
     async def _patch(self, pod: Obj, patch: list[Obj]) -> bool:
-        key = o.ns_key(pod)
-        ns, name = o.split_key(key)
+        key = kobj.ns_key(pod)
+        ns, name = kobj.split_key(key)
         try:
             new = await self.ctx.client.patch(
                 PODS, name, patch, namespace=ns, content_type=JSON_PATCH
@@ -432,6 +432,6 @@ class TopologyUngater:
             if err.not_found or err.conflict or err.status == 422:
                 return False  # a newer version is on its way: reconciled again then
             raise
-        if isinstance(new, dict) and o.meta(new).get("name"):
+        if isinstance(new, dict) and kobj.meta(new).get("name"):
             self.grouped.wrote(key, slim_tas_pod(new))
         return True

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from admission.engine.cache import Cache
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.watch.informer import rv_at_least
 from admission.kube.watch.packing import ModelInterner
 from admission.kube.watch.slim import without_digests
@@ -139,7 +139,7 @@ class CacheSync:
             if table.pop(key, None) is not None:
                 self._changed(kind)
             return
-        sig = (o.generation(obj), o.deleting(obj)) if kind in _BY_GENERATION else o.rv(obj)
+        sig = (kobj.generation(obj), kobj.deleting(obj)) if kind in _BY_GENERATION else kobj.rv(obj)
         if self._sigs.get((kind, key)) == sig:
             return  # a status-only change (our own status writes)
         self._sigs[(kind, key)] = sig
@@ -152,7 +152,7 @@ class CacheSync:
                 self._changed(kind)
             return
         self.invalid.pop(f"{kind} {key}", None)
-        if kind == "ClusterQueue" and o.deleting(obj):
+        if kind == "ClusterQueue" and kobj.deleting(obj):
             # Terminating: admits nothing new; its admitted workloads keep their quota
             model = dataclasses.replace(model, stop_policy="Hold")  # type: ignore[type-var, arg-type]
         table[key] = model
@@ -182,8 +182,8 @@ class CacheSync:
 
     def expect_written(self, key: str, written: Obj | None) -> None:
         """We wrote ``written``: ignore older versions the informer may still deliver."""
-        if written is not None and o.rv(written):
-            self.expect[key] = o.rv(written)
+        if written is not None and kobj.rv(written):
+            self.expect[key] = kobj.rv(written)
 
     def settle(self, key: str) -> None:
         """The admission write of ``key`` landed or failed: it is no longer in flight,
@@ -213,18 +213,18 @@ class CacheSync:
                 return
             del self.expect[key]
         cache = self.cache
-        if obj is None or o.deleting(obj) or o.is_finished(obj):
+        if obj is None or kobj.deleting(obj) or kobj.is_finished(obj):
             self._drop(key)
             return
-        holds = o.has_quota(obj)
+        holds = kobj.has_quota(obj)
         if (
             holds
             and key in cache.admitted
-            and self.admitted_gen.get(key, o.generation(obj)) == o.generation(obj)
+            and self.admitted_gen.get(key, kobj.generation(obj)) == kobj.generation(obj)
             and _reclaimable(obj) == _reclaimable(cache.workloads.get(key))
         ):  # already charged and its spec unchanged (status writes): nothing to parse
             self.backoff.pop(key, None)
-            if is_true(obj, o.EVICTED):
+            if is_true(obj, kobj.EVICTED):
                 cache.mark_evicting(key)
             self.wl_sigs.pop(key, None)  # "unchanged" shortcuts apply to pending ones only
             return
@@ -254,10 +254,10 @@ class CacheSync:
             # first sight, or its spec changed (e.g. spec.priority): the cache replaces
             # the charge, so preemption sees the new priority (Kueue's cache update)
             self.backoff.pop(key, None)
-            self.admitted_gen[key] = o.generation(obj)
+            self.admitted_gen[key] = kobj.generation(obj)
             cache.remove_pending(key)
             cache.add_workload(wl)
-            if is_true(obj, o.EVICTED):
+            if is_true(obj, kobj.EVICTED):
                 cache.mark_evicting(key)
             self.wl_sigs.pop(key, None)
             self.on_change()
@@ -268,7 +268,7 @@ class CacheSync:
         if len(self._sigs_seen) > 10_000:
             self._sigs_seen.clear()
         self.wl_sigs[key] = self._sigs_seen.setdefault(sig, sig)  # most are alike
-        at = o.requeue_at(obj)
+        at = kobj.requeue_at(obj)
         if at is not None and at > self.clock() and wl.active:
             cache.park(key)
             self.backoff[key] = at
@@ -289,9 +289,9 @@ class CacheSync:
 
     @staticmethod
     def _sig(obj: Obj) -> tuple:
-        ev = condition(obj, o.EVICTED) or {}
+        ev = condition(obj, kobj.EVICTED) or {}
         return (
-            o.generation(obj),
+            kobj.generation(obj),
             ev.get("status"),
             ev.get("lastTransitionTime"),
             ((obj.get("status") or {}).get("requeueState") or {}).get("requeueAt"),

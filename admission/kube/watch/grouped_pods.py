@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.watch.informer import DELETED, newer, rv_at_least
 
 Obj = dict[str, Any]
@@ -45,7 +45,7 @@ class GroupedPods:
         mine = self.latest.get(key)
         if mine is None:
             return stored
-        if stored is not None and rv_at_least(stored, o.rv(mine)):
+        if stored is not None and rv_at_least(stored, kobj.rv(mine)):
             del self.latest[key]
             return stored
         return newer(stored, mine)

@@ -17,7 +17,7 @@ import jsonpatch
 
 from admission.drivers.loader import load_documents
 from admission.integrations.kinds.statefulset import STATEFULSET
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import Resource
@@ -355,7 +355,7 @@ def test_a_preempted_statefulsets_workload_outlives_its_deleted_pods(tmp_path: P
 
             def settled() -> bool:
                 w = seen.workload(f"{NS}/{group}")
-                return not groups.pods(f"{NS}/{group}") and (w is None or not o.has_quota(w))
+                return not groups.pods(f"{NS}/{group}") and (w is None or not kobj.has_quota(w))
 
             await eventually(settled, what="serve sees web without pods and quota")
             await groups.reconcile(f"{NS}/{group}")

@@ -8,7 +8,7 @@ from typing import Any
 from admission.engine.cache import Cache
 from admission.integrations.framework.podset_info import flavor_info, original_info
 from admission.integrations.kinds.job import JOB
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.watch.cachesync import CacheSync
 from queues.api.labels import PODSET as PODSET_LABEL
 from queues.model import (
@@ -62,26 +62,28 @@ def make_cache() -> Cache:
 
 
 def test_conditions_keep_their_transition_time_unless_the_status_flips() -> None:
-    conds = o.set_condition(
+    conds = kobj.set_condition(
         [], type_="QuotaReserved", status=False, reason="A", message="m", now=100
     )
-    again = o.set_condition(
+    again = kobj.set_condition(
         conds, type_="QuotaReserved", status=False, reason="B", message="n", now=200
     )
-    assert again[0]["lastTransitionTime"] == o.rfc3339(100) and again[0]["reason"] == "B"
-    flipped = o.set_condition(
+    assert again[0]["lastTransitionTime"] == kobj.rfc3339(100) and again[0]["reason"] == "B"
+    flipped = kobj.set_condition(
         again, type_="QuotaReserved", status=True, reason="QuotaReserved", message="", now=300
     )
-    assert flipped[0]["lastTransitionTime"] == o.rfc3339(300)
+    assert flipped[0]["lastTransitionTime"] == kobj.rfc3339(300)
 
 
 def test_pending_status_is_written_only_when_it_changes() -> None:
     obj = wl_obj()
-    status = o.pending_status(obj, reason="WaitingForQuota", message="need 2 cpu", now=1)
+    status = kobj.pending_status(obj, reason="WaitingForQuota", message="need 2 cpu", now=1)
     assert status is not None
     obj["status"] = status
-    assert o.pending_status(obj, reason="WaitingForQuota", message="need 2 cpu", now=2) is None
-    assert o.pending_status(obj, reason="WaitingForQuota", message="need 3 cpu", now=2) is not None
+    assert kobj.pending_status(obj, reason="WaitingForQuota", message="need 2 cpu", now=2) is None
+    assert (
+        kobj.pending_status(obj, reason="WaitingForQuota", message="need 3 cpu", now=2) is not None
+    )
 
 
 def test_admission_status_sets_kueues_conditions_and_resets_an_eviction() -> None:
@@ -92,7 +94,7 @@ def test_admission_status_sets_kueues_conditions_and_resets_an_eviction() -> Non
             ]
         }
     )
-    status = o.admission_status(obj, admission(), now=50)
+    status = kobj.admission_status(obj, admission(), now=50)
     by_type = {c["type"]: c for c in status["conditions"]}
     assert by_type["QuotaReserved"]["message"] == "Quota reserved in ClusterQueue cq"
     assert by_type["Admitted"]["status"] == "True"
@@ -145,14 +147,14 @@ def test_a_started_job_is_restored_exactly_when_stopped() -> None:
 def test_cache_sync_charges_an_admitted_workload_once_and_releases_it_once() -> None:
     cache = make_cache()
     sync = CacheSync(cache, clock=lambda: 0.0)
-    admitted = wl_obj(status=o.admission_status(wl_obj(), admission(), now=1))
+    admitted = wl_obj(status=kobj.admission_status(wl_obj(), admission(), now=1))
     for rv in ("11", "12", "13"):  # the same admission seen again and again
         sync.workload(
             "ns/w", {**admitted, "metadata": {**admitted["metadata"], "resourceVersion": rv}}
         )
     assert cache.tree.queues["cq"].usage == {("f", "cpu"): 2000}
     finished = copy.deepcopy(admitted)
-    finished["status"]["conditions"] += o.finished_status(finished, succeeded=True, now=2)[
+    finished["status"]["conditions"] += kobj.finished_status(finished, succeeded=True, now=2)[
         "conditions"
     ][-1:]
     sync.workload("ns/w", finished)
@@ -166,13 +168,13 @@ def test_cache_sync_ignores_in_flight_and_stale_versions() -> None:
     sync.workload("ns/w", wl_obj(rv="11"))  # our own pending-condition write comes back
     assert "ns/w" in cache.admitted
     sync.inflight.discard("ns/w")
-    written = wl_obj(rv="20", status=o.admission_status(pending, admission(), now=1))
+    written = wl_obj(rv="20", status=kobj.admission_status(pending, admission(), now=1))
     sync.expect_written("ns/w", written)
     sync.workload("ns/w", wl_obj(rv="11"))  # stale: older than what we wrote
     assert "ns/w" in cache.admitted and sync.stale_events == 1
     sync.workload("ns/w", written)
     assert cache.tree.queues["cq"].usage == {("f", "cpu"): 2000}
-    cleared = wl_obj(rv="30", status=o.cleared_status(written, now=5))
+    cleared = wl_obj(rv="30", status=kobj.cleared_status(written, now=5))
     sync.workload("ns/w", cleared)  # someone cleared the admission: released and queued
     assert "ns/w" not in cache.admitted and "ns/w" in cache.queues["cq"]
 
@@ -199,11 +201,11 @@ def test_a_finish_seen_while_the_admission_write_is_in_flight_releases_once_it_s
     workload's quota charged for good (25 of 50,000 in a large-scale run on the real
     server, which then never stopped)."""
     cache, sync, pending = _admission_in_flight()
-    written = wl_obj(rv="20", status=o.admission_status(pending, admission(), now=1))
+    written = wl_obj(rv="20", status=kobj.admission_status(pending, admission(), now=1))
     sync.workload("ns/w", written)  # our write, applied, comes back before its response
     finished = copy.deepcopy(written)
     finished["metadata"]["resourceVersion"] = "30"
-    finished["status"]["conditions"] += o.finished_status(finished, succeeded=True, now=2)[
+    finished["status"]["conditions"] += kobj.finished_status(finished, succeeded=True, now=2)[
         "conditions"
     ][-1:]
     sync.workload("ns/w", finished)  # and the runner's finish, still before it
@@ -222,7 +224,7 @@ def test_an_older_event_held_during_the_write_is_ignored_when_it_settles() -> No
     cache, sync, pending = _admission_in_flight()
     sync.workload("ns/w", wl_obj(rv="11"))  # our own pending-condition write comes back
     sync.expect_written(
-        "ns/w", wl_obj(rv="20", status=o.admission_status(pending, admission(), now=1))
+        "ns/w", wl_obj(rv="20", status=kobj.admission_status(pending, admission(), now=1))
     )
     sync.settle("ns/w")
     assert "ns/w" in cache.admitted and sync.stale_events == 1
@@ -233,7 +235,7 @@ def test_a_workload_in_requeue_backoff_waits_out_of_the_queue() -> None:
     cache = make_cache()
     now = [100.0]
     sync = CacheSync(cache, clock=lambda: now[0])
-    obj = wl_obj(status={"requeueState": {"count": 1, "requeueAt": o.rfc3339(160)}})
+    obj = wl_obj(status={"requeueState": {"count": 1, "requeueAt": kobj.rfc3339(160)}})
     sync.workload("ns/w", obj)
     assert "ns/w" not in cache.queues["cq"] and sync.backoff == {"ns/w": 160.0}
     now[0] = 170.0
@@ -257,7 +259,7 @@ def test_the_workload_informer_shares_templates_and_slims_finished_ones() -> Non
                                "admission": {"clusterQueue": "cq"}})  # fmt: skip
     small = slim(done)
     assert small["spec"] == {"queueName": "lq"} and "admission" not in small["status"]
-    assert o.is_finished(small) and small["metadata"]["name"] == "d"
+    assert kobj.is_finished(small) and small["metadata"]["name"] == "d"
 
 
 def test_the_writer_reads_only_the_stores_it_keeps() -> None:
@@ -309,7 +311,7 @@ def test_a_parked_workload_leaves_no_pending_reason_or_preemptor_entry_behind() 
     assert "ns/w" not in cache.workloads
     assert "ns/w" not in cache.status and "ns/w" not in cache.preemptors
     assert all("ns/w" not in q for q in cache.queues.values())
-    admitted = wl_obj("a", status=o.admission_status(wl_obj("a"), admission(), now=1))
+    admitted = wl_obj("a", status=kobj.admission_status(wl_obj("a"), admission(), now=1))
     sync.workload("ns/a", admitted)
     with pytest.raises(ValueError, match="holds quota"):
         cache.park("ns/a")

@@ -26,7 +26,7 @@ import pytest
 
 from admission.apiserver_double import ADMIN_TOKEN, running_apiserver
 from admission.apiserver_double.errors import MAX_IN_FLIGHT_MESSAGE
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client import rest as k
 from admission.kube.client.errors import RETRY_AFTER_CAP, ApiError
 from admission.kube.client.ratelimit import TokenBucket
@@ -284,7 +284,7 @@ def test_a_throttled_admission_is_retried_in_place_and_admitted_once(
             assert counter(s.service.metrics.admitted_total, "cq") == 1
             assert reads_of_workloads(s) == reads  # no read back: a 429 was not applied
             wl = s.get("workloads", "a", NS)
-            assert (o.admission_of(wl) or {}).get("clusterQueue") == "cq"
+            assert (kobj.admission_of(wl) or {}).get("clusterQueue") == "cq"
             await eventually(lambda: cq_usage(s) == (1, "3"), what="cq's status shows a's 3 cpu")
 
     asyncio.run(main())
@@ -308,7 +308,7 @@ def test_a_throttled_eviction_is_retried_and_the_preemptor_admitted(
                 what="the service saw high's admission land",
             )
             low = s.get("workloads", "low", NS)
-            assert low is not None and not admitted(low) and is_true(low, o.EVICTED)
+            assert low is not None and not admitted(low) and is_true(low, kobj.EVICTED)
             assert rule.fired == 1 and waits == [1.0]
             assert retried(s, STATUS_CALL) == 1
             assert written(s, "evict", "ok") == 1

@@ -14,7 +14,7 @@ import pytest
 
 from admission.integrations.framework.composition import compose
 from admission.integrations.kinds.job import JOB, workload_from_job
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client import rest as k
 from admission.kube.digest import DIGEST, template_digest
 from admission.kube.watch.packing import ModelInterner, RecordDeflater
@@ -180,16 +180,16 @@ def test_workload_and_job_digests_agree_and_see_an_unkept_change() -> None:
     assert DIGEST not in created["spec"]["podSets"][0]["template"]
     slim_wl = wslim.slim(created)
     desired = body_of(jslim.slim(job))
-    assert o.workload_spec_drift(slim_wl, desired) is None
-    assert o.workload_spec_drift(created, desired) is None  # a whole copy compares the same
+    assert kobj.workload_spec_drift(slim_wl, desired) is None
+    assert kobj.workload_spec_drift(created, desired) is None  # a whole copy compares the same
     edited = copy.deepcopy(job)
     edited["spec"]["template"]["spec"]["containers"][0]["image"] = "registry/other:v2"
     # (the API allows this edit on a suspended Job only for its scheduling fields and
     # labels/annotations; Kueue's EquivalentToWorkload compares containers whole too)
-    drift = o.workload_spec_drift(slim_wl, body_of(jslim.slim(edited)))
-    assert drift is not None and o.carries_slim_template(drift)  # must not be written as is
-    whole = o.workload_spec_drift(slim_wl, body_of(edited))
-    assert whole is not None and not o.carries_slim_template(whole)
+    drift = kobj.workload_spec_drift(slim_wl, body_of(jslim.slim(edited)))
+    assert drift is not None and kobj.carries_slim_template(drift)  # must not be written as is
+    whole = kobj.workload_spec_drift(slim_wl, body_of(edited))
+    assert whole is not None and not kobj.carries_slim_template(whole)
     assert (
         whole["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["image"]
         == "registry/other:v2"

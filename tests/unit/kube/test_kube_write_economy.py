@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.engine.cache import PendingStatus
-from admission.kube import objects as o
+from admission.kube import objects as kobj
 from admission.kube.client import rest as k
 from admission.kube.client.ratelimit import TokenBucket
 from admission.kube.control.context import ControllerOptions
@@ -152,8 +152,8 @@ def test_evicting_a_standalone_workload_is_one_write(tmp_path: Path, backend: An
             low = s.get("workloads", "low", NS)
             assert low is not None and not admitted(low)
             assert not (low.get("status") or {}).get("admission")
-            assert is_true(low, o.EVICTED) and is_true(low, o.PREEMPTED)
-            assert (condition(low, o.QUOTA_RESERVED) or {}).get("status") == "False"
+            assert is_true(low, kobj.EVICTED) and is_true(low, kobj.PREEMPTED)
+            assert (condition(low, kobj.QUOTA_RESERVED) or {}).get("status") == "False"
             assert service_writes(s, "workloads/status", "low", since=mark) == 1
             assert writes_of_kind(s, "clear-admission") == 0
             assert writes_of_kind(s, "evict") == 1
@@ -182,15 +182,15 @@ def test_no_eviction_is_written_for_a_victim_that_finished_while_it_waited(
             )
             await mark_finished(s, "low")
             await eventually(
-                lambda: o.is_finished(ctrl.writer.workload(f"{NS}/low")),
+                lambda: kobj.is_finished(ctrl.writer.workload(f"{NS}/low")),
                 what="the service saw low finish",
             )
             mark = len(s.server.requests)
             gate.open()
             await eventually(lambda: admitted(s.get("workloads", "high", NS)), what="high admitted")
             low = s.get("workloads", "low", NS)
-            assert low is not None and o.is_finished(low)
-            assert condition(low, o.EVICTED) is None
+            assert low is not None and kobj.is_finished(low)
+            assert condition(low, kobj.EVICTED) is None
             assert service_writes(s, "workloads/status", "low", since=mark) == 0
             assert writes_of_kind(s, "evict") == 0
 
@@ -210,7 +210,8 @@ def test_a_finished_workload_keeps_its_admission(tmp_path: Path) -> None:
             await mark_finished(s, "w")
             key = f"{NS}/w"
             await eventually(
-                lambda: o.is_finished(ctrl.writer.workload(key)), what="the service saw it finish"
+                lambda: kobj.is_finished(ctrl.writer.workload(key)),
+                what="the service saw it finish",
             )
             mark = len(s.server.requests)
             await finish_eviction(ctrl.ctx, key)
@@ -255,7 +256,7 @@ def test_a_newer_pending_reason_replaces_the_one_waiting(tmp_path: Path) -> None
             gate.open()
             await eventually(
                 lambda: (
-                    (condition(s.get("workloads", "w", NS) or {}, o.QUOTA_RESERVED) or {}).get(
+                    (condition(s.get("workloads", "w", NS) or {}, kobj.QUOTA_RESERVED) or {}).get(
                         "reason"
                     )
                     == "Newer"
@@ -286,7 +287,7 @@ def test_a_head_re_evaluated_every_cycle_still_gets_its_reason(tmp_path: Path) -
                 ctrl.applier.note_pending(key, PendingStatus("Pending", f"short by {i}"))
                 await asyncio.sleep(0.01)
                 w = s.get("workloads", "w", NS) or {}
-                if (condition(w, o.QUOTA_RESERVED) or {}).get("status") == "False":
+                if (condition(w, kobj.QUOTA_RESERVED) or {}).get("status") == "False":
                     written_during_the_churn = True
                     break
             assert written_during_the_churn
@@ -419,9 +420,7 @@ def test_a_significant_queue_status_change_goes_out_while_decisions_wait(
 
             await asyncio.sleep(interval * (BUSY_PASS_EVERY - 1) / 2)
             assert not status_waiting()  # passes are put off while the admission waits
-            await eventually(
-                status_waiting, what="the busy pass writes it", timeout=interval * 30
-            )
+            await eventually(status_waiting, what="the busy pass writes it", timeout=interval * 30)
             gate.open()
             await eventually(lambda: admitted(s.get("workloads", "w", NS)), what="w admitted")
             await eventually(
@@ -513,7 +512,7 @@ def test_pending_reasons_yield_to_waiting_decisions_for_a_bounded_time(tmp_path:
             gate.open()
             await eventually(
                 lambda: (
-                    (condition(s.get("workloads", "big", NS) or {}, o.QUOTA_RESERVED) or {}).get(
+                    (condition(s.get("workloads", "big", NS) or {}, kobj.QUOTA_RESERVED) or {}).get(
                         "status"
                     )
                     == "False"
