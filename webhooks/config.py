@@ -17,6 +17,14 @@ from queues.model import LabelSelector, SelectorRequirement
 DEFAULT_SERVICE_NAMESPACE = "quartermaster-system"
 DEFAULT_SERVICE_ACCOUNT = "quartermaster"  # manifests/base/serviceaccount.yaml
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+#: Who removes the reference to a deleted owner from its dependents (orphaning): the
+#: garbage collector of kube-controller-manager, under its own service account when the
+#: controller manager runs with ``--use-service-account-credentials`` (kubeadm, kind and
+#: most distributions), else as the controller manager itself.
+DEFAULT_GARBAGE_COLLECTORS: tuple[str, ...] = (
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:kube-controller-manager",
+)
 
 def default_namespace_selector(service_namespace: str) -> LabelSelector:
     """Kueue's default: ``kubernetes.io/metadata.name NotIn [kube-system, <service ns>]``."""
@@ -28,6 +36,15 @@ def default_namespace_selector(service_namespace: str) -> LabelSelector:
 
 
 DEFAULT_IMPACT_DEADLINE = 2.0  # seconds; the manifests' webhook timeoutSeconds is 10
+
+
+def garbage_collectors_of(config: Any) -> tuple[str, ...]:
+    """``webhook.garbageCollectorUsernames`` of a Configuration, else the default."""
+    section = getattr(getattr(config, "doc", None), "webhook", None) or {}
+    raw = section.get("garbageCollectorUsernames")
+    if raw is None:
+        return DEFAULT_GARBAGE_COLLECTORS
+    return tuple(raw)
 
 
 def impact_deadline_of(config: Any) -> float:
@@ -75,6 +92,10 @@ class WebhookConfig:
     # it the edit is answered with a warning that the impact was not computed. None:
     # the Configuration's ``webhook.impactDeadline`` (a duration), else 2 s.
     impact_deadline: float | None = None
+    # The identities that may drop a Workload's controller reference (the garbage
+    # collector orphaning it). None: the Configuration's
+    # ``webhook.garbageCollectorUsernames``, else :data:`DEFAULT_GARBAGE_COLLECTORS`.
+    garbage_collector_usernames: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.service_namespace:
@@ -87,6 +108,8 @@ class WebhookConfig:
             self.impact_deadline = impact_deadline_of(self.what_if_config)
         if self.impact_deadline <= 0:
             raise ValueError("WebhookConfig.impact_deadline must be > 0")
+        if self.garbage_collector_usernames is None:
+            self.garbage_collector_usernames = garbage_collectors_of(self.what_if_config)
         if not self.service_account_username:
             self.service_account_username = (
                 f"system:serviceaccount:{self.service_namespace}:{DEFAULT_SERVICE_ACCOUNT}"

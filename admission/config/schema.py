@@ -301,6 +301,10 @@ class ControllerWebhook(_Strict):
     certDir: str | None = None
     # This project's extension: how long a quota edit waits for its impact warnings.
     impactDeadline: Duration | None = None
+    # This project's extension: who may orphan a Workload (drop its controller
+    # reference) besides the service: the cluster's garbage collector. Unset: its
+    # identities under kube-controller-manager (webhooks.config.DEFAULT_GARBAGE_COLLECTORS).
+    garbageCollectorUsernames: list[str] | None = None
 
     def get(self, name: str, default: Any = None) -> Any:
         """Dict-style access, for readers of the extension fields."""

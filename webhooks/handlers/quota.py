@@ -416,13 +416,6 @@ def _validate_workload_update(
 _STATUS_OPEN_TO_OTHERS = frozenset({"admissionChecks"})
 
 
-# The cluster's garbage collector removes the reference to a deleted owner (orphaning).
-_GARBAGE_COLLECTORS = frozenset({
-    "system:kube-controller-manager",
-    "system:serviceaccount:kube-system:generic-garbage-collector",
-})  # fmt: skip
-
-
 def _service_owned(wl: JsonObj | None, ctx: HandlerContext) -> bool:
     """Whether only the service may change ``wl``'s status (the registry's rule, so
     every kind, present and future, is covered)."""
@@ -471,7 +464,9 @@ def validate_workload(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         ):
             assert req.old_object is not None
             _status_owned_by_the_service(new, req.old_object, service, req.username, errs)
-            if not _service_owned(new, ctx) and req.username not in _GARBAGE_COLLECTORS:
+            # the cluster's garbage collector removes the reference to a deleted owner
+            collectors = ctx.config.garbage_collector_usernames or ()
+            if not _service_owned(new, ctx) and req.username not in collectors:
                 errs.forbidden(
                     "metadata.ownerReferences",
                     "would hand the Workload's status to another controller; only the "

@@ -171,3 +171,50 @@ def test_the_service_can_lower_reclaimable_pods_a_tenant_slipped_in(
     del new["status"]["reclaimablePods"]
     assert update(client, new, old, SERVICE_USER)["allowed"] is True
     assert update(client, new, old, "alice")["allowed"] is False
+
+
+@pytest.mark.parametrize(
+    ("webhook_section", "allowed", "refused"),
+    [
+        pytest.param(
+            None,
+            ["system:serviceaccount:kube-system:generic-garbage-collector",
+             "system:kube-controller-manager"],
+            ["system:serviceaccount:kube-system:my-collector", "alice"],
+            id="kube-controller-manager",
+        ),
+        pytest.param(
+            {"garbageCollectorUsernames": ["system:serviceaccount:kube-system:my-collector"]},
+            ["system:serviceaccount:kube-system:my-collector"],
+            ["system:serviceaccount:kube-system:generic-garbage-collector",
+             "system:kube-controller-manager", "alice"],
+            id="configured",
+        ),
+    ],
+)  # fmt: skip
+def test_who_may_orphan_a_workload_is_the_configured_garbage_collector(
+    webhook_section: dict[str, Any] | None, allowed: list[str], refused: list[str]
+) -> None:
+    """Dropping a Workload's controller reference hands its status to nobody: only the
+    cluster's garbage collector may (orphaning it when its owner is deleted with
+    ``propagationPolicy: Orphan``). Its identity depends on how kube-controller-manager
+    runs, so the Configuration may name it (``webhook.garbageCollectorUsernames``)."""
+    from admission.config.load import parse_config
+    from webhooks.handlers.quota import validate_workload
+    from webhooks.review import AdmissionRequest, HandlerContext
+
+    cfg = parse_config({"webhook": webhook_section} if webhook_section else {})
+    ctx = HandlerContext(view=InMemoryView(), config=WebhookConfig.from_config(cfg))
+    old = admitted_workload(("jobset.x-k8s.io/v1alpha2", "JobSet"))
+    orphan = copy.deepcopy(old)
+    del orphan["metadata"]["ownerReferences"]
+
+    def verdict(username: str) -> bool:
+        req = AdmissionRequest(
+            uid="u", operation="UPDATE", group="kueue.x-k8s.io", version="v1beta2",
+            kind="Workload", namespace="ns", name="w", object=orphan, old_object=old,
+            username=username,
+        )  # fmt: skip
+        return validate_workload(req, ctx).allowed
+
+    assert [u for u in allowed + refused if verdict(u)] == allowed
