@@ -376,3 +376,37 @@ def test_pods_naming_owners_that_cost_nothing_are_queued_on_their_own(
                 await eventually(lambda i=i: pod_workload(s, f"free-{i}-0"), what="own Workload")
 
     asyncio.run(main())
+
+
+def test_a_jobset_named_like_an_admitted_trainjob_but_not_its_is_queued_on_its_own(
+    tmp_path: Path, backend: Any
+) -> None:
+    """A TrainJob's JobSet is the one its controller reference names by UID: a JobSet
+    named like an admitted TrainJob whose reference carries another UID (an earlier
+    TrainJob of that name, or a forged one) is suspended and charged on its own."""
+    from admission.integrations.kinds.jobset import JOBSET
+    from tests.unit.integrations.test_integration_jobset import jobset
+
+    case = test_integration_trainjob.CASE
+
+    async def main() -> None:
+        async with stack(
+            tmp_path, backend=backend, objects=lifecycle_objects(case),
+            crds=crds_of(case.integration, JOBSET),
+        ) as s:  # fmt: skip
+            await admitted_object(s, case, "t")
+            tj = s.get(case.resource.plural, "t", NS)
+            assert tj is not None
+            child = jobset("t", case.roles, meta("t"))
+            child["metadata"]["ownerReferences"] = [
+                {"apiVersion": tj["apiVersion"], "kind": "TrainJob", "name": "t",
+                 "uid": "0a0a0a0a-0000-4000-8000-000000000000", "controller": True}
+            ]  # fmt: skip
+            created = await s.user.create(JOBSET.resource, child, namespace=NS)
+            assert created["spec"]["suspend"] is True
+            wl = await eventually(
+                lambda: workload_of(s.server, JOBSET, "t"), what="the JobSet's own Workload"
+            )
+            assert not admitted(wl) or (s.get("jobsets", "t", NS) or {})["spec"]["suspend"]
+
+    asyncio.run(main())

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from admission.integrations.framework.fields import meta_of
+from admission.integrations.framework.fields import controller_ref, meta_of
 from queues.pods import PodSpecError, pod_requests
 from queues.quantity import QuantityError
 
@@ -152,13 +152,33 @@ def jobset_may_own(jobset: Obj, child: Obj, replicated_jobs: Iterable[Any]) -> s
     return None
 
 
+def controlled_by(owner: Obj, child: Obj) -> bool:
+    """Whether ``child``'s controller reference is ``owner``'s: same kind and UID (a name
+    is reused once its object is deleted; a UID never is)."""
+    ref = controller_ref(child)
+    uid = meta_of(owner).get("uid")
+    return (
+        ref is not None
+        and bool(uid)
+        and ref.get("uid") == uid
+        and (ref.get("apiVersion"), ref.get("kind")) == kind_of(owner)
+    )
+
+
 def named_child_may_own(owner: Obj, child: Obj, kinds: Mapping[tuple[str, str], str]) -> str | None:
-    """An owner whose controller makes one child of each kind, with a known name."""
+    """An owner whose controller makes one child of each kind, with a known name, and
+    controls it: the child's controller reference carries the owner's UID. The name alone
+    says nothing — anyone may create an object named like the owner (or like the child
+    the owner's controller is about to make)."""
     want = kinds.get(kind_of(child))
     if want is None:
         return refuse(owner, child)
     if _name(child) != want:
         return not_made_by(owner, child, f"its {child.get('kind')} is named {want!r}")
+    if not controlled_by(owner, child):
+        return not_made_by(
+            owner, child, f"its controller reference does not name {describe(owner)}'s UID"
+        )
     return None
 
 

@@ -261,7 +261,9 @@ class TrainJobIntegration(Integration):
         return done == replicas
 
     def may_own(self, obj: Mapping[str, Any], child: Mapping[str, Any]) -> str | None:
-        """The trainer's JobSet, named as the TrainJob."""
+        """The trainer's JobSet: named as the TrainJob and controlled by it (its
+        controller reference carries the TrainJob's UID), so a JobSet merely named like
+        an admitted TrainJob is queued on its own."""
         name = str((obj.get("metadata") or {}).get("name") or "")
         return named_child_may_own(
             obj, child, {(JOBSET_RESOURCE.api_version, JOBSET_RESOURCE.kind): name}

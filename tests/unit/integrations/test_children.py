@@ -106,14 +106,27 @@ def test_kuberays_pods_of_a_running_cluster() -> None:
     assert "runs no pods" in (RAYCLUSTER.may_own(rc, worker) or "")
 
 
+def controlled(child: Obj, owner: Obj, uid: str | None = None) -> Obj:
+    """``child`` with a controller reference to ``owner`` (``uid``: another UID)."""
+    child["metadata"]["ownerReferences"] = [
+        {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "controller": True,
+         "name": owner["metadata"]["name"], "uid": uid or owner["metadata"]["uid"]}
+    ]  # fmt: skip
+    return child
+
+
 def test_a_rayjobs_cluster_and_submitter() -> None:
-    rj = rayjob("rj", [("head", 1), ("workers", 2), ("submitter", 1)], meta("rj"))
-    assert RAYJOB.may_own(rj, of("ray.io/v1", "RayCluster", "rj-abcde"))  # status not set yet
+    rj = rayjob("rj", [("head", 1), ("workers", 2), ("submitter", 1)], meta("rj", uid="rj-uid"))
+
+    def child(api_version: str, kind: str, name: str) -> Obj:
+        return controlled(of(api_version, kind, name), rj)
+
+    assert RAYJOB.may_own(rj, child("ray.io/v1", "RayCluster", "rj-abcde"))  # no status yet
     rj["status"] = {"rayClusterName": "rj-abcde"}
-    assert RAYJOB.may_own(rj, of("ray.io/v1", "RayCluster", "rj-abcde")) is None
-    assert RAYJOB.may_own(rj, of("ray.io/v1", "RayCluster", "rj-other"))
-    assert RAYJOB.may_own(rj, of("batch/v1", "Job", "rj")) is None
-    assert RAYJOB.may_own(rj, of("batch/v1", "Job", "rj-2"))
+    assert RAYJOB.may_own(rj, child("ray.io/v1", "RayCluster", "rj-abcde")) is None
+    assert RAYJOB.may_own(rj, child("ray.io/v1", "RayCluster", "rj-other"))
+    assert RAYJOB.may_own(rj, child("batch/v1", "Job", "rj")) is None
+    assert RAYJOB.may_own(rj, child("batch/v1", "Job", "rj-2"))
 
 
 def test_the_training_operators_indexed_pods() -> None:
@@ -131,12 +144,39 @@ def test_the_training_operators_indexed_pods() -> None:
 
 
 def test_a_trainjobs_jobset_and_a_leaderworkersets_leader_statefulset() -> None:
-    tj = trainjob("t", ROLES, meta("t"))
-    assert TRAINJOB.may_own(tj, of("jobset.x-k8s.io/v1alpha2", "JobSet", "t")) is None
-    assert TRAINJOB.may_own(tj, of("jobset.x-k8s.io/v1alpha2", "JobSet", "t2"))
-    obj = lws("infer", 2, 4, meta("infer"))
-    assert LEADERWORKERSET.may_own(obj, of("apps/v1", "StatefulSet", "infer")) is None
-    assert LEADERWORKERSET.may_own(obj, of("apps/v1", "StatefulSet", "infer-0"))
+    tj = trainjob("t", ROLES, meta("t", uid="t-uid"))
+    js = "jobset.x-k8s.io/v1alpha2", "JobSet"
+    assert TRAINJOB.may_own(tj, controlled(of(*js, "t"), tj)) is None
+    assert TRAINJOB.may_own(tj, controlled(of(*js, "t2"), tj))
+    obj = lws("infer", 2, 4, meta("infer", uid="infer-uid"))
+    sts = "apps/v1", "StatefulSet"
+    assert LEADERWORKERSET.may_own(obj, controlled(of(*sts, "infer"), obj)) is None
+    assert LEADERWORKERSET.may_own(obj, controlled(of(*sts, "infer-0"), obj))
+
+
+@pytest.mark.parametrize("uid", [None, "another-uid"], ids=["no-owner", "another-owner"])
+def test_a_child_named_like_its_owner_is_not_covered_unless_the_owner_controls_it(
+    uid: str | None,
+) -> None:
+    """A JobSet named like an admitted TrainJob (a RayCluster or submitter Job like a
+    RayJob's, a StatefulSet like a LeaderWorkerSet's) but whose controller reference
+    does not carry that object's UID — none, or an earlier object's of the same name —
+    is not the one its controller made: it does not ride on that object's quota."""
+    tj = trainjob("t", ROLES, meta("t", uid="t-uid"))
+    rj = rayjob("rj", [("head", 1), ("workers", 2), ("submitter", 1)], meta("rj", uid="rj-uid"))
+    rj["status"] = {"rayClusterName": "rj-abcde"}
+    obj = lws("infer", 2, 4, meta("infer", uid="infer-uid"))
+    for integ, owner, child in [
+        (TRAINJOB, tj, of("jobset.x-k8s.io/v1alpha2", "JobSet", "t")),
+        (RAYJOB, rj, of("ray.io/v1", "RayCluster", "rj-abcde")),
+        (RAYJOB, rj, of("batch/v1", "Job", "rj")),
+        (LEADERWORKERSET, obj, of("apps/v1", "StatefulSet", "infer")),
+    ]:
+        if uid is not None:
+            controlled(child, owner, uid)
+        why = integ.may_own(owner, child) or ""
+        assert "its controller reference does not name" in why, (integ.kind, why)
+        assert integ.may_own(owner, controlled(child, owner)) is None
 
 
 @pytest.mark.parametrize("integ", [STATEFULSET, DEPLOYMENT, LEADERWORKERSET], ids=lambda i: i.kind)
