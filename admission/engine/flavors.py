@@ -28,7 +28,7 @@ from admission.engine.tas.admission import (
     placement_requests,
 )
 from admission.engine.tas.domains import TopologyState
-from admission.engine.tas.placement import requests_tas
+from admission.engine.tas.request import requests_tas
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
     PREEMPTION_OVER_BORROWING,

@@ -23,12 +23,9 @@ from typing import Protocol
 
 from admission.engine import messages
 from admission.engine.tas.domains import PODS, TopologyState, Usage, add_usage, usage_key
-from admission.engine.tas.placement import (
-    PlacementRequest,
-    find_replacement,
-    place_flavor,
-    requests_tas,
-)
+from admission.engine.tas.placement import place_flavor
+from admission.engine.tas.replacement import find_replacement
+from admission.engine.tas.request import PlacementRequest, requests_tas
 from admission.engine.vocabulary import PendingReason
 from queues.model import ResourceFlavor, TopologyAssignment, Workload
 
@@ -265,7 +262,7 @@ def node_replacement(
     """Kueue's node replacement (the scheduler's second pass after a node failure):
     for each TAS podSet of the admitted ``wl`` with pods on ``failed_host``, its new
     assignment with those pods on healthy nodes of the same domain
-    (``admission.engine.tas.placement.find_replacement``), or ({}, why not)."""
+    (``admission.engine.tas.replacement.find_replacement``), or ({}, why not)."""
     adm = wl.admission
     if adm is None:
         return {}, "the workload is not admitted"

@@ -151,7 +151,7 @@ class FlavorSnapshot:
     count_cache: dict[
         tuple[tuple[tuple[str, int], ...], bool], dict[DomainValues, tuple[int, str]]
     ] = field(default_factory=dict)
-    # the placement's incremental phase-1 state (admission.engine.tas.placement.FillState)
+    # the placement's incremental phase-1 state (admission.engine.tas.counts.FillState)
     fill: object | None = None
 
     @property

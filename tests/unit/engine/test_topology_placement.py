@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.engine.tas.domains import HOSTNAME, Node, PodUsage, TopologyState
-from admission.engine.tas.placement import PlacementRequest, place_flavor
+from admission.engine.tas.placement import place_flavor
+from admission.engine.tas.request import PlacementRequest
 from queues.api.topology_assignment import from_v1beta2, node_selectors, to_v1beta2
 from queues.model import ResourceFlavor, Taint, Toleration, Topology, TopologyRequest
 

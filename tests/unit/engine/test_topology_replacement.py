@@ -7,7 +7,8 @@ there means no replacement (the caller evicts)."""
 from __future__ import annotations
 
 from admission.engine.tas.domains import HOSTNAME, Node, TopologyState
-from admission.engine.tas.placement import PlacementRequest, find_replacement
+from admission.engine.tas.replacement import find_replacement
+from admission.engine.tas.request import PlacementRequest
 from queues.model import ResourceFlavor, Topology, TopologyAssignment, TopologyRequest
 
 LEVELS = ("block", "rack", HOSTNAME)
