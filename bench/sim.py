@@ -57,7 +57,7 @@ def _figures(summary: dict[str, Any]) -> dict[str, Any]:
 
 def run_scenario(name: str, *, with_api: bool = True) -> dict[str, Any]:
     from admission.cli.simulate import load_scenario, simulate_summary
-    from admission.sim.simulator import ApiModel
+    from admission.sim.api_model import ApiModel
 
     path = scenario_dir() / f"{name}.yaml"
     if not path.is_file():

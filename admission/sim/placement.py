@@ -27,8 +27,9 @@ from admission.engine.tas.domains import HOSTNAME, Node
 from queues.model import TopologyAssignment
 
 if TYPE_CHECKING:
+    from admission.sim.records import SimResult
     from admission.sim.scenario import Scenario
-    from admission.sim.simulator import SimResult, Simulator
+    from admission.sim.simulator import Simulator
 
 GPU = "nvidia.com/gpu"
 

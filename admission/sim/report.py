@@ -23,8 +23,8 @@ from typing import Any
 
 from admission.sim.metrics import LowerBound, format_duration
 from admission.sim.placement import placement_html
+from admission.sim.records import SimResult
 from admission.sim.scenario import US_PER_MS, US_PER_S
-from admission.sim.simulator import SimResult
 
 Chart = tuple[str, str, str]  # file name, title, caption
 CHART_HOOKS: list[Callable[[SimResult, str], list[Chart]]] = []

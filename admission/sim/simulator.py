@@ -37,25 +37,21 @@ of figure; the default is the pure policy clock above):
   makes the simulated cluster wait for it, as the service's would. The cyclic garbage
   collector is held off during the call and runs when it returns: its passes walk the
   simulator's own records as well as the engine's objects, and whichever cycle
-  happened to trigger one would be charged for all of it (on sim-large, 155 ms of
-  CPU per cycle with it, 86 ms without, on a shared machine). The figure is CPU time, so a busy machine still inflates it
-  (contended caches and cores), though not by the time the process waits;
+  happened to trigger one would be charged for all of it. The figure is CPU time, so
+  a busy machine still inflates it (contended caches and cores), though not by the
+  time the process waits;
 * ``api=ApiModel(qps, burst, latency)`` — every decision is a write through a
-  client-side token bucket (FIFO, ``qps`` / ``burst``) that lands ``latency`` after it
-  is sent: an admission takes effect (its runtime starts, its queue's usage counts)
-  when its write lands, a preempted workload's quota is released when its eviction
-  lands. Finishes are free, as the runner's are. A run with this model is bounded by
-  ``admissions ÷ qps``, not by the policy.
+  client-side token bucket that lands after a latency (:mod:`admission.sim.api_model`).
 
 Options for large runs (``quartermaster simulate`` uses the first two):
 
 * ``copy_workloads=False`` — the engine works on the scenario's own ``Workload``
-  objects instead of a fresh copy of each (at 200,000 workloads the copies were a
-  fifth of the run's memory); the scenario is spent by the run (its workloads end as
-  the run left them), so run it only once;
+  objects instead of a fresh copy of each (the copies are a large part of a big run's
+  memory); the scenario is spent by the run (its workloads end as the run left them),
+  so run it only once;
 * ``samples=False`` — no per-ClusterQueue series (``SimResult.samples`` stays empty;
-  only the report draws them; at 5,000 queues they were the simulator's largest CPU
-  cost); ``on_sample`` is still called on its interval;
+  only the report draws them, and with thousands of queues they cost more CPU than
+  the rest of the simulator); ``on_sample`` is still called on its interval;
 * ``max_cycles`` / ``cpu_limit`` (CPU seconds of the run) stop a run early: the
   result says so (``truncated``, ``stopped_by``, the simulated time reached, how many
   workloads had arrived), and its queues are settled at the time it stopped.
@@ -72,27 +68,26 @@ instant, so a run is a pure function of the scenario and the configuration.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import heapq
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from admission.config.schema import Config
 from admission.engine.cache import Cache
 from admission.engine.vocabulary import PendingReason
-from admission.sim.progress import (
-    SIM_SOURCE,
-    LossReport,
-    RunProgress,
-    checkpoint_offset,
-    units,
+from admission.sim.api_model import ApiModel, TokenBucket
+from admission.sim.progress import SIM_SOURCE, LossReport, checkpoint_offset, units
+from admission.sim.records import (
+    Samples,
+    SimResult,
+    WorkloadRecord,
+    queue_record,
+    workload_records,
 )
-from admission.sim.scenario import US_PER_S, Scenario, SimWorkload
+from admission.sim.scenario import US_PER_S, Scenario
 from admission.sim.sharing import EMPTY
-from queues.model import ClusterQueue, TopologyAssignment
 
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated t=0 as the engine sees it
 DEFAULT_CYCLE_LATENCY = 0.001
@@ -101,159 +96,6 @@ DEFAULT_LIVELOCK_CYCLES = 10_000
 
 _FINISH, _EVICTED, _ADMITTED, _CHECKPOINT, _DEADLINE, _REQUEUE = 0, 1, 2, 3, 4, 5
 CYCLE_COSTS = ("fixed", "measured")
-
-
-@dataclass(frozen=True, slots=True)
-class ApiModel:
-    """The API as the simulated service sees it: a token bucket and a write latency."""
-
-    qps: float = 50.0
-    burst: int = 100
-    latency: float = 0.005  # seconds from sending a write to the API answering it
-
-    def __post_init__(self) -> None:
-        if self.qps <= 0 or self.burst < 1 or self.latency < 0:
-            raise ValueError(
-                f"api model needs qps > 0, burst >= 1, latency >= 0 (got {self.qps}, "
-                f"{self.burst}, {self.latency})"
-            )
-
-
-def _no_usage() -> dict[str, int]:
-    return EMPTY  # shared and never written: an admission assigns a map of its own
-
-
-class _Bucket:
-    """A FIFO token bucket on the simulated clock: when a write issued at t is sent."""
-
-    def __init__(self, model: ApiModel) -> None:
-        self.per_token_us = US_PER_S / model.qps
-        self.burst = model.burst
-        self.latency_us = round(model.latency * US_PER_S)
-        self.tokens = float(model.burst)
-        self.stamp_us = 0
-        self.writes = 0
-        self.waited_us = 0
-
-    def done_at(self, issued_us: int) -> int:
-        """Issue one write at ``issued_us`` (non-decreasing): when its answer arrives."""
-        t = max(issued_us, self.stamp_us)
-        self.tokens = min(self.burst, self.tokens + (t - self.stamp_us) / self.per_token_us)
-        self.stamp_us = t
-        if self.tokens < 1:
-            wait = round((1 - self.tokens) * self.per_token_us)
-            t += wait
-            self.tokens = 1.0
-            self.stamp_us = t
-        self.tokens -= 1
-        self.writes += 1
-        self.waited_us += t - issued_us
-        return t + self.latency_us
-
-
-@dataclass(slots=True)
-class WorkloadRecord:
-    """What happened to one workload of the scenario.
-
-    Kept small: one exists per workload for the whole run (200,000 in ``sim-5k``).
-    ``usage`` is the shared empty map until an admission gives it one of its own, and
-    the run-progress bookkeeping exists only once the workload has run."""
-
-    sim: SimWorkload
-    cluster_queue: str | None = None
-    admitted_us: int | None = None  # last admission
-    first_admitted_us: int | None = None
-    finished_us: int | None = None
-    evictions: int = 0
-    generation: int = 0  # bumped at every admission and preemption; stale finishes drop
-    usage: dict[str, int] = field(default_factory=_no_usage)  # per resource, while admitted
-    # podSet -> its topology assignment at the first admission (placement quality)
-    placement: dict[str, TopologyAssignment] | None = None
-    running: bool = False  # its admission landed (counted in its queue's usage)
-    run_progress: RunProgress | None = None  # checkpoints, notices: from its first run
-
-    @property
-    def key(self) -> str:
-        return self.sim.workload.key
-
-    @property
-    def progress(self) -> RunProgress:
-        """Its progress across runs (checkpoints, notices), made when first needed."""
-        pr = self.run_progress
-        if pr is None:
-            pr = self.run_progress = RunProgress()
-        return pr
-
-
-@dataclass(slots=True)
-class QueueRecord:
-    """Per-ClusterQueue accounting: current usage and its time integral, per resource."""
-
-    name: str
-    primary: str | None  # the resource usagePercent is computed on (first covered one)
-    nominal: dict[str, int]  # per resource, summed over flavors
-    usage: dict[str, int] = field(default_factory=dict)
-    integral: dict[str, int] = field(default_factory=dict)  # units × µs
-    peak: dict[str, int] = field(default_factory=dict)
-    last_change_us: int = 0
-    last_event_us: int = 0  # last arrival, admission or release (Kueue's last CQ event)
-
-    def add(self, now_us: int, usage: dict[str, int], sign: int) -> None:
-        dt = now_us - self.last_change_us
-        cur = self.usage
-        if dt:
-            integral = self.integral
-            for r, v in cur.items():
-                if v:
-                    integral[r] = integral.get(r, 0) + v * dt
-            self.last_change_us = now_us
-        for r, v in usage.items():
-            nv = cur.get(r, 0) + sign * v
-            cur[r] = nv
-            if nv > self.peak.get(r, 0):
-                self.peak[r] = nv
-        self.last_event_us = now_us
-
-    def settle(self, now_us: int) -> None:
-        self.add(now_us, {}, 0)
-
-
-@dataclass(slots=True)
-class Samples:
-    """Time series for the report: one column per ClusterQueue (scenario order)."""
-
-    interval_us: int
-    times_us: list[int] = field(default_factory=list)
-    usage: list[list[int]] = field(default_factory=list)  # [cq][sample], primary resource
-    pending: list[list[int]] = field(default_factory=list)  # [cq][sample]
-    # Cohort credits per ClusterQueue (when the configuration enables them).
-    credits: dict[str, list[float]] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class SimResult:
-    scenario: Scenario
-    records: list[WorkloadRecord]
-    queues: dict[str, QueueRecord]
-    samples: Samples
-    stats: dict[str, int]
-    end_us: int
-    cpu_seconds: float
-    truncated: bool = False  # stopped before the scenario ran out (``stopped_by`` says why)
-    livelock_breaks: int = 0
-    cycle_cpu_seconds: float = 0.0  # CPU time inside schedule(), all cycles
-    api_writes: int = 0  # with an API model: decision writes sent
-    api_wait_seconds: float = 0.0  # ... and the simulated time they waited for tokens
-    # Work lost to preemption, notices (admission.sim.progress); None when the scenario
-    # has no checkpoints and the configuration no progressAwarePreemption.
-    loss: LossReport | None = None
-    # A run stopped early: by which limit ("maxCycles", "cpuLimit"), the simulated time
-    # it had reached, and how many workloads had arrived by then.
-    stopped_by: str | None = None
-    stopped_at_us: int = 0
-    arrived: int = 0
-
-
 STOP_LIMITS = ("maxCycles", "cpuLimit")
 
 
@@ -345,30 +187,7 @@ class Simulator:
         # nobody reads pending messages in a simulation: skip their numbers
         scheduler = self.config.make_scheduler(cache, clock=self.now, explain=False)
         self.cache, self.scheduler = cache, scheduler
-        epoch = self.epoch
-        if self.copy_workloads:  # fresh engine objects: the scenario can be run again
-            records = [
-                WorkloadRecord(
-                    sim=dataclasses.replace(
-                        s,
-                        workload=dataclasses.replace(
-                            s.workload,
-                            admission=None,
-                            admission_time=None,
-                            creation_time=epoch + s.arrival_us / US_PER_S,
-                        ),
-                    )
-                )
-                for s in sc.workloads
-            ]
-        else:  # the scenario's own objects are the engine's (it is spent by this run)
-            records = []
-            for s in sc.workloads:
-                wl = s.workload
-                wl.admission = None
-                wl.admission_time = None
-                wl.creation_time = epoch + s.arrival_us / US_PER_S
-                records.append(WorkloadRecord(sim=s))
+        records = workload_records(sc, self.epoch, copy=self.copy_workloads)
         # arrival order; the sort is stable, so equal arrivals keep scenario order
         arrivals = [rec.sim.arrival_us for rec in records]
         order = array("q", sorted(range(len(records)), key=arrivals.__getitem__))
@@ -380,7 +199,7 @@ class Simulator:
             by_key[key] = rec
         if freeze:
             gc.freeze()
-        queues = {name: _queue_record(name, cq) for name, cq in sc.cluster_queues.items()}
+        queues = {name: queue_record(name, cq) for name, cq in sc.cluster_queues.items()}
         cq_names = list(sc.cluster_queues)
         samples = Samples(interval_us=self._auto_interval(records))
         samples.usage = [[] for _ in cq_names]
@@ -413,7 +232,7 @@ class Simulator:
         streak = 0  # cycles since the last arrival or finish
         livelock_breaks = 0
         cycle_cpu = 0.0
-        bucket = _Bucket(self.api) if self.api is not None else None
+        bucket = TokenBucket(self.api) if self.api is not None else None
         aware = getattr(scheduler, "progress", None)  # progressAwarePreemption
         loss = LossReport(resources=aware.policy.resources) if aware is not None else LossReport()
         track_loss = aware is not None or any(r.sim.checkpoint_interval_us for r in records)
@@ -744,19 +563,6 @@ class Simulator:
         # About 200 samples over the scenario's natural length (never below 1 ms).
         horizon = max((r.sim.arrival_us + r.sim.runtime_us for r in records), default=0)
         return max(1_000, horizon // 200)
-
-
-def _queue_record(name: str, cq: ClusterQueue) -> QueueRecord:
-    nominal: dict[str, int] = {}
-    primary: str | None = None
-    for g in cq.resource_groups:
-        for r in g.covered_resources:
-            if primary is None:
-                primary = r
-        for fq in g.flavors:
-            for r, q in fq.resources.items():
-                nominal[r] = nominal.get(r, 0) + q.nominal
-    return QueueRecord(name=name, primary=primary, nominal=nominal)
 
 
 def simulate(

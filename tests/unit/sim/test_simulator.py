@@ -14,7 +14,8 @@ import pytest
 from admission.engine.cache import Cache
 from admission.engine.scheduler import CycleResult
 from admission.sim.metrics import lower_bound, summarize
-from admission.sim.simulator import Simulator, WorkloadRecord, simulate
+from admission.sim.records import WorkloadRecord
+from admission.sim.simulator import Simulator, simulate
 from queues.model import ANY, LOWER_PRIORITY, STRICT_FIFO
 from tests.support.sim_helpers import cq, scenario, wl
 

@@ -10,7 +10,8 @@ import pytest
 
 from admission.config.schema import Config
 from admission.engine.cache import Cache
-from admission.sim.simulator import ApiModel, Simulator, simulate
+from admission.sim.api_model import ApiModel
+from admission.sim.simulator import Simulator, simulate
 from queues.model import LOWER_PRIORITY
 from tests.support.sim_helpers import cq, scenario, wl
 
