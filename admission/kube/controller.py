@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from typing import assert_never
 
 from admission.engine.cache import Cache
 from admission.engine.scheduler import CycleResult, Scheduler
@@ -31,6 +32,7 @@ from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import ShareCredit
 from admission.kube.client.rest import WORKLOADS, KubeClient
+from admission.kube.control import work
 from admission.kube.control.context import Context, ControllerOptions, WorkQueue, Writer
 from admission.kube.control.metrics import Metrics
 from admission.kube.control.workloads import owner_of
@@ -125,9 +127,7 @@ class Controller:
         self.applier.notices = self.notices
         self.pods_ready = PodsReadyWatcher(self.ctx)
         self.status = StatusWriter(self.ctx, fair_sharing=fair_sharing)
-        self.topology = TopologyWatch(
-            self.ctx, enqueue_failure=lambda wkey: self.enqueue("nodefail", wkey)
-        )
+        self.topology = TopologyWatch(self.ctx)
         self.tas_ungater = TopologyUngater(
             self.ctx, unhealthy=lambda wkey: set(self.topology.failed)
         )
@@ -146,17 +146,17 @@ class Controller:
     def wake(self) -> None:
         self._wake.set()
 
-    def enqueue(self, kind: str, key: str) -> None:
-        if self.leading and key:
-            self.queue.add(self._item(kind, key))
+    def enqueue(self, item: work.Item) -> None:
+        if self.leading and item.key:
+            self.queue.add(self._item(item))
 
-    def _item(self, kind: str, key: str) -> tuple[str, str]:
+    def _item(self, item: work.Item) -> work.Item:
         """One work item per object: a pod group's Workload is the group itself, so
         its events and its pods' events never reconcile it twice at once (which sent
         every ungate and finalizer patch twice)."""
-        if kind == "wl" and self.podgroups.owns(key):
-            return ("podgroup", key)
-        return (kind, key)
+        if isinstance(item, work.Workload) and self.podgroups.owns(item.key):
+            return work.PodGroup(item.key)
+        return item
 
     def _observed(
         self, plural: str, handler: Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]
@@ -219,7 +219,7 @@ class Controller:
         ) -> None:
             for integ in referencing:
                 for key in list(self.informers[integ.resource.plural].store):
-                    self.enqueue(integ.what, key)
+                    self.enqueue(work.Job(integ.what, key))
 
         return on_reference
 
@@ -241,7 +241,7 @@ class Controller:
                 and wl.queue_name == name
             ]
         for wkey in keys:
-            self.enqueue("wl", wkey)
+            self.enqueue(work.Workload(wkey))
 
     def _on_workload(
         self, event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None
@@ -257,15 +257,15 @@ class Controller:
         owner = owner_of(self.ctx, obj) if obj is not None else None
         if owner is not None and owner[1]:
             self.ctx.job_index.add((owner[0].what, owner[1]), key)
-            self.enqueue(owner[0].what, owner[1])
+            self.enqueue(work.Job(owner[0].what, owner[1]))
         for what, job in self.jobs.prebuilt.waiting_for(key):  # jobs naming it (prebuilt)
-            self.enqueue(what, job)
+            self.enqueue(work.Job(what, job))
         if event != DELETED:
-            self.enqueue("wl", key)
+            self.enqueue(work.Workload(key))
             if self.notices is not None:
                 self.notices.on_workload(key, new)
             if admitted_by_tas(new) and not self.podgroups.owns(key):
-                self.enqueue("tasungate", key)
+                self.enqueue(work.TasUngate(key))
 
     def _on_object(self, what: str) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
         res = self.jobs.resources[what]
@@ -274,11 +274,11 @@ class Controller:
             if event == DELETED:
                 self.writer.forget_object(res, key)
                 for wkey in self.ctx.job_index.pop((what, key)):
-                    self.enqueue("wl", wkey)
+                    self.enqueue(work.Workload(wkey))
                 self.jobs.prebuilt.forget((what, key))
                 return
             self.writer.current(res, key)
-            self.enqueue(what, key)
+            self.enqueue(work.Job(what, key))
             if self.notices is not None:
                 self.notices.on_job(what, key, new)
 
@@ -326,11 +326,11 @@ class Controller:
         self.sync.flush_objects()
         for what, integ in self.jobs.kinds.items():
             for key in list(self.informers[integ.resource.plural].store):
-                self.queue.add((what, key))
+                self.queue.add(work.Job(what, key))
         for key in list(self.informers["workloads"].store):
-            self.queue.add(self._item("wl", key))
+            self.queue.add(self._item(work.Workload(key)))
         for key in self.podgroups.group_keys():
-            self.queue.add(("podgroup", key))
+            self.queue.add(work.PodGroup(key))
         tasks = [
             asyncio.create_task(self._worker(), name=f"worker-{i}")
             for i in range(self.options.workers)
@@ -353,18 +353,22 @@ class Controller:
     async def _worker(self) -> None:
         while True:
             item = await self.queue.get()
-            kind, key = item
             try:
-                if kind == "nodefail":
-                    await self.topology.handle(key)
-                elif kind == "tasungate":
-                    await self.tas_ungater.reconcile(key)
-                elif kind in self.jobs.kinds:
-                    await self.jobs.reconcile(kind, key)
-                elif kind == "podgroup" or self.podgroups.owns(key):
-                    await self.podgroups.reconcile(key)
-                else:
-                    await self.jobs.reconcile_workload(key)
+                match item:
+                    case work.NodeFailure(key):
+                        await self.topology.handle(key)
+                    case work.TasUngate(key):
+                        await self.tas_ungater.reconcile(key)
+                    case work.Job(what, key):
+                        await self.jobs.reconcile(what, key)
+                    case work.PodGroup(key):
+                        await self.podgroups.reconcile(key)
+                    case work.Workload(key) if self.podgroups.owns(key):
+                        await self.podgroups.reconcile(key)
+                    case work.Workload(key):
+                        await self.jobs.reconcile_workload(key)
+                    case _:
+                        assert_never(item)
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # noqa: BLE001 - retried with a per-key backoff
@@ -374,23 +378,24 @@ class Controller:
             self.queue.done(item)
             self.queue.forget(item)
 
-    def _failed(self, item: tuple[str, str], err: Exception) -> None:
+    def _failed(self, item: work.Item, err: Exception) -> None:
         """Retry ``item`` after its backoff; say once per failure what the API refused.
 
         A 4xx other than 409/429 will fail again until something changes, so it gets an
         Event on the object (naming the API's message) besides the log line; the backoff
         (doubling per consecutive failure, capped) keeps a refused write from becoming
         a hot loop, while any event on the object still reconciles it at once."""
-        kind, key = item
         delay = self.queue.add_after_failure(item, when=lambda: self.leading)
         status = err.status if isinstance(err, ApiError) else -1
-        self.ctx.metrics.reconcile_errors.labels(kind, str(status)).inc()
-        log.warning("reconciling %s %s failed (retry in %.2fs): %s", kind, key, delay, err)
+        self.ctx.metrics.reconcile_errors.labels(item.label, str(status)).inc()
+        log.warning(
+            "reconciling %s %s failed (retry in %.2fs): %s", item.label, item.key, delay, err
+        )
         if isinstance(err, ApiError) and 400 <= err.status < 500 and err.status not in (409, 429):
             obj = (
-                self.jobs.current(kind, key)
-                if kind in self.jobs.kinds
-                else self.writer.workload(key)
+                self.jobs.current(item.what, item.key)
+                if isinstance(item, work.Job)
+                else self.writer.workload(item.key)
             )
             if obj is not None and self.queue.failures(item) == 1:
                 self.ctx.record_event(obj, "Warning", "ApiRequestRefused", f"{err.call}: {err}")

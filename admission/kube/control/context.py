@@ -21,6 +21,7 @@ from admission.integrations.registry import ALL, Frameworks
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, KubeClient, Resource
+from admission.kube.control.work import Item
 from admission.kube.watch.informer import Informer, newer, rv_at_least
 from queues.backoff import BackoffPolicy
 from queues.model import LabelSelector
@@ -106,27 +107,27 @@ class WorkQueue:
     retried after ``base * 2**(n-1)`` seconds, at most ``cap``; a success forgets it."""
 
     def __init__(self, *, base: float = 0.1, cap: float = 300.0) -> None:
-        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-        self._dirty: set[tuple[str, str]] = set()
-        self._processing: set[tuple[str, str]] = set()
-        self._failures: dict[tuple[str, str], int] = {}
-        self._waiting: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._queue: asyncio.Queue[Item] = asyncio.Queue()
+        self._dirty: set[Item] = set()
+        self._processing: set[Item] = set()
+        self._failures: dict[Item, int] = {}
+        self._waiting: dict[Item, asyncio.TimerHandle] = {}
         self.policy = BackoffPolicy(base=base, cap=cap)
 
-    def add(self, item: tuple[str, str]) -> None:
+    def add(self, item: Item) -> None:
         if item in self._dirty:
             return
         self._dirty.add(item)
         if item not in self._processing:
             self._queue.put_nowait(item)
 
-    def backoff(self, item: tuple[str, str]) -> float:
+    def backoff(self, item: Item) -> float:
         """The delay before the next retry of ``item`` (counts one more failure)."""
         n = self._failures.get(item, 0)
         self._failures[item] = n + 1
         return self.policy.delay(n)
 
-    def add_after_failure(self, item: tuple[str, str], *, when: Callable[[], bool]) -> float:
+    def add_after_failure(self, item: Item, *, when: Callable[[], bool]) -> float:
         """Queue ``item`` again after its backoff (if ``when()`` still holds then)."""
         delay = self.backoff(item)
         if (old := self._waiting.pop(item, None)) is not None:
@@ -140,13 +141,13 @@ class WorkQueue:
         self._waiting[item] = asyncio.get_running_loop().call_later(delay, fire)
         return delay
 
-    def forget(self, item: tuple[str, str]) -> None:
+    def forget(self, item: Item) -> None:
         self._failures.pop(item, None)
 
-    def failures(self, item: tuple[str, str]) -> int:
+    def failures(self, item: Item) -> int:
         return self._failures.get(item, 0)
 
-    async def get(self) -> tuple[str, str]:
+    async def get(self) -> Item:
         item = await self._queue.get()
         self._dirty.discard(item)
         if not self._dirty:
@@ -156,7 +157,7 @@ class WorkQueue:
         self._processing.add(item)
         return item
 
-    def done(self, item: tuple[str, str]) -> None:
+    def done(self, item: Item) -> None:
         self._processing.discard(item)
         if item in self._dirty:
             self._queue.put_nowait(item)
@@ -360,7 +361,7 @@ class Context:
     options: ControllerOptions
     clock: Callable[[], float]
     wake: Callable[[], None]
-    enqueue: Callable[[str, str], None]
+    enqueue: Callable[[Item], None]
     record_event: Callable[..., None] = lambda *a, **k: None
     # True while this replica may write decisions (the Lease is held and fresh): checked
     # before every admission and preemption write, so a leader whose renewals hang stops

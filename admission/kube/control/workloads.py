@@ -21,6 +21,7 @@ from admission.integrations.kinds.pod import is_group_workload
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import WORKLOADS
+from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from queues.api.conditions import is_true
 
@@ -124,9 +125,9 @@ def enqueue_owner(ctx: Context, wkey: str, wl: Mapping[str, Any] | None) -> None
     pod group (a standalone Workload has nothing to start)."""
     owner = owner_of(ctx, wl)
     if owner is not None and owner[1]:
-        ctx.enqueue(owner[0].what, owner[1])
+        ctx.enqueue(work.Job(owner[0].what, owner[1]))
     elif is_group_workload(wl):
-        ctx.enqueue("podgroup", wkey)
+        ctx.enqueue(work.PodGroup(wkey))
 
 
 def runs_nothing(wl: Obj) -> bool:
@@ -209,9 +210,9 @@ async def evict(
             log.warning("deactivating %s failed: %s", wkey, err)
     owner = owner_of(ctx, new)
     if owner is not None and owner[1]:
-        ctx.enqueue(owner[0].what, owner[1])
+        ctx.enqueue(work.Job(owner[0].what, owner[1]))
     else:
-        ctx.enqueue("wl", wkey)
+        ctx.enqueue(work.Workload(wkey))
     return True
 
 

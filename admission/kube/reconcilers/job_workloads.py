@@ -54,6 +54,7 @@ from admission.integrations.ownership import (
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import WORKLOADS, Resource, resource_of
+from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.workloads import (
     ComposeErrors,
@@ -487,7 +488,7 @@ class JobReconciler:
             await evict(ctx, wkey, reason=f"{drained}Stopped", message=f"The {drained} is stopped")
             return
         if owner is not None and job_key:
-            ctx.enqueue(owner[0].what, job_key)
+            ctx.enqueue(work.Job(owner[0].what, job_key))
             return
         if is_true(wl, kobj.EVICTED) or not kobj.is_active(wl):
             await finish_eviction(ctx, wkey)

@@ -79,6 +79,7 @@ from admission.integrations.registry import BY_FRAMEWORK
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH, PODS, WORKLOADS
+from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.tas_ungate import topology_domains
 from admission.kube.control.workloads import (
@@ -140,7 +141,7 @@ class PodGroupReconciler:
         if gkey is None:
             return
         self.grouped.on_event(event, key, gkey)
-        self.ctx.enqueue("podgroup", gkey)
+        self.ctx.enqueue(work.PodGroup(gkey))
 
     def owns(self, wkey: str) -> bool:
         """Whether the Workload ``wkey`` is a pod group's (reconciled here, not as a Job's)."""

@@ -41,6 +41,7 @@ from admission.integrations.kinds.pod import ungate_patch
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH, PODS
+from admission.kube.control import work
 from admission.kube.control.context import Context
 from admission.kube.control.tas_ungate import topology_domains
 from admission.kube.control.workloads import evict
@@ -146,9 +147,8 @@ def _ready_since(node: Obj) -> tuple[bool, float | None]:
 class TopologyWatch:
     """Informer handlers for Nodes and bound pods, and the node-failure check."""
 
-    def __init__(self, ctx: Context, *, enqueue_failure: Callable[[str], None]) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.enqueue_failure = enqueue_failure
         self.failed: dict[str, float] = {}  # hostname -> when it counted as failed
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
@@ -223,7 +223,7 @@ class TopologyWatch:
     def _node_failed(self, host: str) -> None:
         self.failed.setdefault(host, self.ctx.clock())
         for wkey in self.affected(host):
-            self.enqueue_failure(wkey)
+            self.ctx.enqueue(work.NodeFailure(wkey))
 
     def affected(self, host: str) -> list[str]:
         """Admitted workloads whose topology assignment puts pods on ``host``."""
@@ -288,7 +288,7 @@ class TopologyWatch:
         message = f"Replaced failed node {host} in the topology assignment with {', '.join(added)}"
         log.info("workload %s: %s", wkey, message)
         ctx.record_event(written, "Normal", "NodeReplaced", message)
-        ctx.enqueue("tasungate", wkey)
+        ctx.enqueue(work.TasUngate(wkey))
 
     def _failed_hosts(self, wkey: str) -> list[str]:
         charges = self.ctx.cache.tas_charged.get(wkey) or []
@@ -387,7 +387,7 @@ class TopologyUngater:
         if wkey is None:
             return
         self.grouped.on_event(event, key, wkey)
-        self.ctx.enqueue("tasungate", wkey)
+        self.ctx.enqueue(work.TasUngate(wkey))
 
     def pods(self, wkey: str) -> list[Obj]:
         return self.grouped.pods(self.ctx.informers, wkey)
