@@ -4,9 +4,9 @@
 the new status from the object it last saw, sends it as a JSON merge patch pinned to
 that object's resourceVersion (optimistic concurrency), and on ``409 Conflict``
 re-reads and recomputes — the compute function decides whether the write still makes
-sense, it is never blindly retried. Successful writes are remembered (read-your-writes)
-so a reconcile that runs before the informer delivers our own change does not act on
-the stale copy.
+sense, it is never blindly retried. Successful writes are remembered
+(:mod:`admission.kube.watch.read_your_writes`) so a reconcile that runs before the
+informer delivers our own change does not act on the stale copy.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, KubeClient, Resource
 from admission.kube.control.work import Item
-from admission.kube.watch.informer import Informer, newer, rv_at_least
+from admission.kube.watch.informer import Informer
+from admission.kube.watch.read_your_writes import LastWrites, newer, read_back
 from queues.backoff import BackoffPolicy
 from queues.model import LabelSelector
 
@@ -185,7 +186,7 @@ class Writer:
         self.client = client
         self.workloads = workloads
         self.sync = sync
-        self.latest: dict[tuple[str, str], Obj] = {}
+        self.latest: LastWrites[tuple[str, str]] = LastWrites()  # (plural, key)
         # Workloads and the job objects the reconciler writes (one informer per kind)
         self._stores = {WORKLOADS.plural: workloads, **objects}
 
@@ -196,14 +197,7 @@ class Writer:
         informer = self._stores.get(res.plural)
         if informer is None:
             raise ValueError(f"Writer keeps no {res.plural}: only workloads and job objects")
-        stored = informer.get(key)
-        mine = self.latest.get((res.plural, key))
-        if mine is None:
-            return stored
-        if stored is not None and rv_at_least(stored, kobj.rv(mine)):
-            del self.latest[(res.plural, key)]
-            return stored
-        return newer(stored, mine)  # stored None: not delivered yet (deletions drop `mine`)
+        return self.latest.read((res.plural, key), informer.get(key))
 
     def workload(self, key: str) -> Obj | None:
         return self.current(WORKLOADS, key)
@@ -211,12 +205,12 @@ class Writer:
     def remember(self, res: Resource, key: str, obj: Obj) -> None:
         informer = self._stores.get(res.plural)
         slim = getattr(informer, "slim", None)  # kept as the informer keeps it (.slim)
-        self.latest[(res.plural, key)] = slim(obj) if slim is not None else obj
+        self.latest.remember((res.plural, key), slim(obj) if slim is not None else obj)
         if res is WORKLOADS:
-            self.sync.expect_written(key, obj)
+            self.sync.own_writes.written(key, obj)
 
     def forget_object(self, res: Resource, key: str) -> None:
-        self.latest.pop((res.plural, key), None)
+        self.latest.forget((res.plural, key))
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -231,6 +225,18 @@ class Writer:
         obj.setdefault("apiVersion", WORKLOADS.api_version)
         obj.setdefault("kind", WORKLOADS.kind)
         return newer(obj, self.workload(key))
+
+    async def read_back(
+        self, key: str, landed: Callable[[Obj], bool], *, attempts: int
+    ) -> bool | None:
+        """Whether a Workload write that failed ambiguously landed: ``landed`` of the
+        Workload read back (:func:`admission.kube.watch.read_your_writes.read_back`)."""
+        return await read_back(
+            lambda: self.reread(key),
+            landed,
+            lambda obj: self.remember(WORKLOADS, key, obj),
+            attempts=attempts,
+        )
 
     async def _newer_than(self, key: str, stale: Obj) -> Obj | None:
         """The Workload after a 409 on ``stale``: the server holds a newer version, which

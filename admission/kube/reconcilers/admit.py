@@ -31,7 +31,6 @@ from admission.engine.scheduler import AdmittedDecision, PreemptedDecision
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority
-from admission.kube.client.rest import WORKLOADS
 from admission.kube.control.context import Abandon, Context, Obj
 from admission.kube.control.workloads import enqueue_owner, evict
 from admission.kube.reconcilers.notices import Notices
@@ -194,22 +193,15 @@ class Applier:
 
     async def _verify(self, key: str, d: AdmittedDecision, err: ApiError) -> bool:
         """An ambiguous failure: read the Workload back to learn whether the write landed."""
-        ctx = self.ctx
-        delay = 0.05
-        for _ in range(VERIFY_ATTEMPTS):
-            try:
-                obj = await ctx.writer.reread(key)
-            except ApiError:
-                await asyncio.sleep(delay)
-                delay = min(2.0, delay * 2)
-                continue
-            if obj is None or not kobj.has_quota(obj):
+
+        def landed(obj: Obj) -> bool:
+            if not kobj.has_quota(obj):
                 return False
-            adm = kobj.admission_of(obj) or {}
-            if adm.get("clusterQueue") == d.cluster_queue:
-                ctx.writer.remember(WORKLOADS, key, obj)
-                return True
-            return False
+            return (kobj.admission_of(obj) or {}).get("clusterQueue") == d.cluster_queue
+
+        found = await self.ctx.writer.read_back(key, landed, attempts=VERIFY_ATTEMPTS)
+        if found is not None:
+            return found
         log.warning(
             "admission of %s: cannot tell whether it was written (%s); keeping it", key, err
         )

@@ -14,8 +14,8 @@ ever charging a workload twice or dropping a quota it holds:
   informer, yet the API never shows a quota free that a Workload still holds.
 * Workloads this process is writing are *in flight* (an assumed admission whose status
   write is pending): their events are ignored until the write settles. After a write
-  succeeds, events older than the written resourceVersion are ignored too (the
-  informer may still deliver the pre-write object), so a stale copy can never undo it.
+  succeeds, events older than the written resourceVersion are ignored too
+  (:class:`.read_your_writes.StaleEvents`), so a stale copy can never undo it.
 * A workload in requeue backoff (``status.requeueState.requeueAt`` in the future) is
   kept out of the queues until then.
 * While a scheduling cycle runs in a worker thread (:meth:`CacheSync.pause`), every
@@ -32,8 +32,8 @@ from typing import Any
 
 from admission.engine.cache import Cache
 from admission.kube import objects as kobj
-from admission.kube.watch.informer import rv_at_least
 from admission.kube.watch.packing import ModelInterner
+from admission.kube.watch.read_your_writes import StaleEvents
 from admission.kube.watch.slim import without_digests
 from queues import model as m
 from queues.api.conditions import condition, is_true
@@ -83,7 +83,7 @@ class CacheSync:
         self.inflight: set[str] = set()
         # The newest event of each in-flight workload, applied when its write settles
         self._held: dict[str, Obj | None] = {}
-        self.expect: dict[str, str] = {}
+        self.own_writes = StaleEvents()  # fed by the writer (control.context.Writer)
         self.wl_sigs: dict[str, tuple] = {}
         self.admitted_gen: dict[str, int] = {}  # charged workload -> generation last parsed
         self.backoff: dict[str, float] = {}
@@ -180,15 +180,10 @@ class CacheSync:
 
     # -- workloads --------------------------------------------------------------------------
 
-    def expect_written(self, key: str, written: Obj | None) -> None:
-        """We wrote ``written``: ignore older versions the informer may still deliver."""
-        if written is not None and kobj.rv(written):
-            self.expect[key] = kobj.rv(written)
-
     def settle(self, key: str) -> None:
         """The admission write of ``key`` landed or failed: it is no longer in flight,
         and the newest event that arrived meanwhile is applied now (an older version
-        than what we wrote is ignored as usual, see :meth:`expect_written`)."""
+        than what we wrote is ignored as usual, see :attr:`own_writes`)."""
         self.inflight.discard(key)
         if key in self._held:
             self.workload(key, self._held.pop(key))
@@ -206,12 +201,9 @@ class CacheSync:
             # workload's quota stayed charged for good.
             self._held[key] = obj
             return
-        want = self.expect.get(key)
-        if want is not None:
-            if not rv_at_least(obj, want):
-                self.stale_events += 1
-                return
-            del self.expect[key]
+        if self.own_writes.stale(key, obj):
+            self.stale_events += 1
+            return
         cache = self.cache
         if obj is None or kobj.deleting(obj) or kobj.is_finished(obj):
             self._drop(key)

@@ -1,15 +1,15 @@
 """Pods of one informer grouped by a key (a pod group, a TAS workload), read with
-read-your-writes: a pod this replica just wrote is read as written until the informer has
-caught up with that write (Kueue's expectations). The pod-group reconciler and the
-topology ungater each keep one."""
+read-your-writes (:mod:`.read_your_writes`: a pod this replica just wrote is read as
+written until the informer has caught up with that write, Kueue's expectations). The
+pod-group reconciler and the topology ungater each keep one."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from admission.kube import objects as kobj
-from admission.kube.watch.informer import DELETED, newer, rv_at_least
+from admission.kube.watch.informer import DELETED
+from admission.kube.watch.read_your_writes import LastWrites
 
 Obj = dict[str, Any]
 
@@ -18,12 +18,12 @@ class GroupedPods:
     def __init__(self, informer: str) -> None:
         self.informer = informer  # the name of the informer the pods come from
         self.members: dict[str, set[str]] = {}  # group key -> pod keys
-        self.latest: dict[str, Obj] = {}  # pod key -> our last write
+        self.latest: LastWrites[str] = LastWrites()  # pod key -> our last write
 
     def on_event(self, event: str, key: str, group: str) -> None:
         """Keep the index of ``group`` up to date with one informer event of pod ``key``."""
         if event == DELETED:
-            self.latest.pop(key, None)
+            self.latest.forget(key)
             members = self.members.get(group)
             if members is not None:
                 members.discard(key)
@@ -35,20 +35,13 @@ class GroupedPods:
     def wrote(self, key: str, pod: Obj | None) -> None:
         """Remember our write of pod ``key`` (None: it is gone, nothing to remember)."""
         if pod is None:
-            self.latest.pop(key, None)
+            self.latest.forget(key)
         else:
-            self.latest[key] = pod
+            self.latest.remember(key, pod)
 
     def pod(self, informers: Mapping[str, Any], key: str) -> Obj | None:
         inf = informers.get(self.informer)
-        stored = inf.get(key) if inf is not None else None
-        mine = self.latest.get(key)
-        if mine is None:
-            return stored
-        if stored is not None and rv_at_least(stored, kobj.rv(mine)):
-            del self.latest[key]
-            return stored
-        return newer(stored, mine)
+        return self.latest.read(key, inf.get(key) if inf is not None else None)
 
     def pods(self, informers: Mapping[str, Any], group: str) -> list[Obj]:
         """The group's pods in key order (deterministic reconciles)."""

@@ -30,6 +30,7 @@ from typing import Any
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import KubeClient, Obj, Resource
 from admission.kube.client.unreachable import outage_of
+from admission.kube.watch.read_your_writes import rv_at_least
 from admission.kube.watch.slim import PackedStore, Slimmer, WorkloadSlimmer
 from queues.backoff import BackoffPolicy
 
@@ -309,30 +310,3 @@ def strip_managed_fields(obj: Obj) -> Obj:
 def _rv(obj: Any) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     return str((meta or {}).get("resourceVersion") or "")
-
-
-def rv_at_least(obj: Obj | None, rv: str) -> bool:
-    """Whether ``obj`` is at least as new as resourceVersion ``rv``.
-
-    Kubernetes documents resourceVersions as opaque, but every etcd-backed server (and
-    the test double) uses the store revision, an increasing integer; when either side is
-    not an integer only equality counts.
-    """
-    if obj is None:
-        return True  # deleted: nothing older can come back
-    have = _rv(obj)
-    if have == rv:
-        return True
-    try:
-        return int(have) >= int(rv)
-    except ValueError:
-        return False
-
-
-def newer(a: Obj | None, b: Obj | None) -> Obj | None:
-    """The more recent of two versions of one object (by resourceVersion)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a if rv_at_least(a, _rv(b)) else b

@@ -169,7 +169,7 @@ def test_cache_sync_ignores_in_flight_and_stale_versions() -> None:
     assert "ns/w" in cache.admitted
     sync.inflight.discard("ns/w")
     written = wl_obj(rv="20", status=kobj.admission_status(pending, admission(), now=1))
-    sync.expect_written("ns/w", written)
+    sync.own_writes.written("ns/w", written)
     sync.workload("ns/w", wl_obj(rv="11"))  # stale: older than what we wrote
     assert "ns/w" in cache.admitted and sync.stale_events == 1
     sync.workload("ns/w", written)
@@ -210,7 +210,7 @@ def test_a_finish_seen_while_the_admission_write_is_in_flight_releases_once_it_s
     ][-1:]
     sync.workload("ns/w", finished)  # and the runner's finish, still before it
     assert "ns/w" in cache.admitted  # the assumption holds while the write is in flight
-    sync.expect_written("ns/w", written)  # the response: what we wrote
+    sync.own_writes.written("ns/w", written)  # the response: what we wrote
     sync.settle("ns/w")
     assert "ns/w" not in cache.admitted and "ns/w" not in cache.workloads
     assert cache.tree.queues["cq"].usage.get(("f", "cpu"), 0) == 0
@@ -223,7 +223,7 @@ def test_an_older_event_held_during_the_write_is_ignored_when_it_settles() -> No
     what we wrote changes nothing when the write settles."""
     cache, sync, pending = _admission_in_flight()
     sync.workload("ns/w", wl_obj(rv="11"))  # our own pending-condition write comes back
-    sync.expect_written(
+    sync.own_writes.written(
         "ns/w", wl_obj(rv="20", status=kobj.admission_status(pending, admission(), now=1))
     )
     sync.settle("ns/w")
