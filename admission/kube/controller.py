@@ -33,9 +33,11 @@ from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import ShareCredit
 from admission.kube.client.rest import WORKLOADS, KubeClient
 from admission.kube.control import work
-from admission.kube.control.context import Context, ControllerOptions, WorkQueue, Writer
+from admission.kube.control.context import Context, ControllerOptions
 from admission.kube.control.metrics import Metrics
+from admission.kube.control.work import WorkQueue
 from admission.kube.control.workloads import owner_of
+from admission.kube.control.writer import Writer
 from admission.kube.reconcilers.admit import Applier
 from admission.kube.reconcilers.job_workloads import JobReconciler
 from admission.kube.reconcilers.notices import Notices
@@ -108,17 +110,17 @@ class Controller:
         client.share = ShareCredit(options.low_share)
         self.ctx = Context(
             client=client,
-            cache=cache,
-            sync=self.sync,
             informers=informers,
             writer=self.writer,
-            metrics=metrics,
-            options=options,
-            clock=clock,
+            cache=cache,
+            sync=self.sync,
             wake=self.wake,
             enqueue=self.enqueue,
             cache_ready=self.cache_ready,
             deciding=self._deciding,
+            options=options,
+            clock=clock,
+            metrics=metrics,
         )
         self.jobs = JobReconciler(self.ctx)
         self.podgroups = PodGroupReconciler(self.ctx, self.jobs)

@@ -1,29 +1,21 @@
-"""What the controller's parts share: options, the work queue and the write primitive.
+"""What the controller's parts share: its options and the :class:`Context` every
+reconciler is built with (the API, the engine's cache, the controller's signals).
 
-:class:`Writer` is the one way the controller changes a Workload's status: it computes
-the new status from the object it last saw, sends it as a JSON merge patch pinned to
-that object's resourceVersion (optimistic concurrency), and on ``409 Conflict``
-re-reads and recomputes — the compute function decides whether the write still makes
-sense, it is never blindly retried. Successful writes are remembered
-(:mod:`admission.kube.watch.read_your_writes`) so a reconcile that runs before the
-informer delivers our own change does not act on the stale copy.
+The work items and their queue are in :mod:`.work`, the write primitive in
+:mod:`.writer`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from admission.integrations.registry import ALL, Frameworks
-from admission.kube import objects as kobj
-from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, KubeClient, Resource
+from admission.kube.client.rest import KubeClient
 from admission.kube.control.work import Item
+from admission.kube.control.writer import Writer
 from admission.kube.watch.informer import Informer
-from admission.kube.watch.read_your_writes import LastWrites, newer, read_back
 from queues.backoff import BackoffPolicy
 from queues.model import LabelSelector
 
@@ -31,8 +23,6 @@ if TYPE_CHECKING:
     from admission.engine.cache import Cache
     from admission.kube.control.metrics import Metrics
     from admission.kube.watch.cachesync import CacheSync
-
-log = logging.getLogger("quartermaster.kube.controller")
 
 Obj = dict[str, Any]
 
@@ -94,234 +84,6 @@ async def _ready() -> None:
     return None
 
 
-CONFLICT_WAIT = 1.0  # seconds a 409 waits for the watch before reading the object
-
-
-class Abandon(Exception):
-    """The compute function decided the write no longer applies."""
-
-
-class WorkQueue:
-    """client-go's workqueue: deduplicated keys, one worker per key at a time, and a
-    per-key exponential backoff for failures (controller-runtime's
-    ``ItemExponentialFailureRateLimiter``): the n-th consecutive failure of a key is
-    retried after ``base * 2**(n-1)`` seconds, at most ``cap``; a success forgets it."""
-
-    def __init__(self, *, base: float = 0.1, cap: float = 300.0) -> None:
-        self._queue: asyncio.Queue[Item] = asyncio.Queue()
-        self._dirty: set[Item] = set()
-        self._processing: set[Item] = set()
-        self._failures: dict[Item, int] = {}
-        self._waiting: dict[Item, asyncio.TimerHandle] = {}
-        self.policy = BackoffPolicy(base=base, cap=cap)
-
-    def add(self, item: Item) -> None:
-        if item in self._dirty:
-            return
-        self._dirty.add(item)
-        if item not in self._processing:
-            self._queue.put_nowait(item)
-
-    def backoff(self, item: Item) -> float:
-        """The delay before the next retry of ``item`` (counts one more failure)."""
-        n = self._failures.get(item, 0)
-        self._failures[item] = n + 1
-        return self.policy.delay(n)
-
-    def add_after_failure(self, item: Item, *, when: Callable[[], bool]) -> float:
-        """Queue ``item`` again after its backoff (if ``when()`` still holds then)."""
-        delay = self.backoff(item)
-        if (old := self._waiting.pop(item, None)) is not None:
-            old.cancel()
-
-        def fire() -> None:
-            self._waiting.pop(item, None)
-            if when():
-                self.add(item)
-
-        self._waiting[item] = asyncio.get_running_loop().call_later(delay, fire)
-        return delay
-
-    def forget(self, item: Item) -> None:
-        self._failures.pop(item, None)
-
-    def failures(self, item: Item) -> int:
-        return self._failures.get(item, 0)
-
-    async def get(self) -> Item:
-        item = await self._queue.get()
-        self._dirty.discard(item)
-        if not self._dirty:
-            # a set keeps the table of its largest size: after a start's 100k keys that
-            # is MiBs for nothing (bench serve-memory)
-            self._dirty = set()
-        self._processing.add(item)
-        return item
-
-    def done(self, item: Item) -> None:
-        self._processing.discard(item)
-        if item in self._dirty:
-            self._queue.put_nowait(item)
-
-    def close(self) -> None:
-        for handle in self._waiting.values():
-            handle.cancel()
-        self._waiting.clear()
-
-    def __len__(self) -> int:
-        return len(self._dirty)
-
-
-class Writer:
-    """RV-pinned status writes with re-read on conflict, and read-your-writes."""
-
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        workloads: Informer,
-        objects: dict[str, Informer],
-        sync: CacheSync,
-    ) -> None:
-        self.client = client
-        self.workloads = workloads
-        self.sync = sync
-        self.latest: LastWrites[tuple[str, str]] = LastWrites()  # (plural, key)
-        # Workloads and the job objects the reconciler writes (one informer per kind)
-        self._stores = {WORKLOADS.plural: workloads, **objects}
-
-    # -- read-your-writes ---------------------------------------------------------------------
-
-    def current(self, res: Resource, key: str) -> Obj | None:
-        """The newer of the informer's copy and our last write (Workloads and job objects)."""
-        informer = self._stores.get(res.plural)
-        if informer is None:
-            raise ValueError(f"Writer keeps no {res.plural}: only workloads and job objects")
-        return self.latest.read((res.plural, key), informer.get(key))
-
-    def workload(self, key: str) -> Obj | None:
-        return self.current(WORKLOADS, key)
-
-    def remember(self, res: Resource, key: str, obj: Obj) -> None:
-        informer = self._stores.get(res.plural)
-        slim = getattr(informer, "slim", None)  # kept as the informer keeps it (.slim)
-        self.latest.remember((res.plural, key), slim(obj) if slim is not None else obj)
-        if res is WORKLOADS:
-            self.sync.own_writes.written(key, obj)
-
-    def forget_object(self, res: Resource, key: str) -> None:
-        self.latest.forget((res.plural, key))
-
-    # -- writes ---------------------------------------------------------------------------------
-
-    async def reread(self, key: str) -> Obj | None:
-        ns, name = kobj.split_key(key)
-        try:
-            obj = await self.client.get(WORKLOADS, name, namespace=ns)
-        except ApiError as err:
-            if err.not_found:
-                return None
-            raise
-        obj.setdefault("apiVersion", WORKLOADS.api_version)
-        obj.setdefault("kind", WORKLOADS.kind)
-        return newer(obj, self.workload(key))
-
-    async def read_back(
-        self, key: str, landed: Callable[[Obj], bool], *, attempts: int
-    ) -> bool | None:
-        """Whether a Workload write that failed ambiguously landed: ``landed`` of the
-        Workload read back (:func:`admission.kube.watch.read_your_writes.read_back`)."""
-        return await read_back(
-            lambda: self.reread(key),
-            landed,
-            lambda obj: self.remember(WORKLOADS, key, obj),
-            attempts=attempts,
-        )
-
-    async def _newer_than(self, key: str, stale: Obj) -> Obj | None:
-        """The Workload after a 409 on ``stale``: the server holds a newer version, which
-        our watch delivers moments later at no cost; only when it does not within
-        ``CONFLICT_WAIT`` is it read (a GET spends a token of the rate limit)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CONFLICT_WAIT
-        while loop.time() < deadline:
-            await asyncio.sleep(0.01)
-            current = self.workload(key)
-            if current is None:
-                break  # deleted, or never delivered: ask the server
-            if kobj.rv(current) != kobj.rv(stale):
-                return current
-        return await self.reread(key)
-
-    async def update_status(
-        self, key: str, compute: Callable[[Obj], Obj | None], *, attempts: int = 3
-    ) -> Obj | None:
-        """Write ``compute(obj)`` as the Workload's status (merge patch pinned to obj's RV).
-
-        ``compute`` runs once this write's turn at the client's rate limit has come
-        (``KubeClient.turn``), on the freshest copy we have then: a write that became
-        unnecessary while it waited (the victim finished, the workload was admitted)
-        is never sent, and its token goes back. Returns the written object, or the
-        current one when ``compute`` returned None, or None when the Workload is gone.
-        ``compute`` may raise :class:`Abandon`. Raises :class:`ApiError` on other
-        failures (409 after ``attempts``).
-        """
-        ns, name = kobj.split_key(key)
-        reread: Obj | None = None
-        for attempt in range(attempts):
-            async with self.client.turn():
-                obj = self.workload(key) if reread is None else newer(reread, self.workload(key))
-                if obj is None:
-                    return None
-                status = compute(obj)
-                if status is None:
-                    return obj
-                body = {"metadata": {"resourceVersion": kobj.rv(obj)}, "status": status}
-                try:
-                    new = await self.client.patch(
-                        WORKLOADS,
-                        name,
-                        body,
-                        namespace=ns,
-                        subresource="status",
-                        content_type=MERGE_PATCH,
-                    )
-                except ApiError as err:
-                    if err.not_found:
-                        return None
-                    if not (err.conflict and attempt + 1 < attempts):
-                        raise
-                    new = None
-            if new is None:  # 409: our copy was stale; get the current one, decide again
-                reread = await self._newer_than(key, obj)
-                if reread is None:
-                    return None
-                continue
-            new.setdefault("apiVersion", WORKLOADS.api_version)
-            new.setdefault("kind", WORKLOADS.kind)
-            self.remember(WORKLOADS, key, new)
-            return new
-        raise AssertionError("unreachable")
-
-    async def patch_object(
-        self, res: Resource, key: str, body: Obj, *, subresource: str | None = None
-    ) -> Obj | None:
-        """Merge-patch a job object; the written object (remembered), None when gone."""
-        ns, name = kobj.split_key(key)
-        try:
-            new = await self.client.patch(
-                res, name, body, namespace=ns, subresource=subresource, content_type=MERGE_PATCH
-            )
-        except ApiError as err:
-            if err.not_found:
-                return None
-            raise
-        new.setdefault("apiVersion", res.api_version)
-        new.setdefault("kind", res.kind)
-        self.remember(res, key, new)
-        return new
-
-
 class JobIndex:
     """(kind, object key) -> the keys of its Workloads: one, nearly always, kept as a
     plain string then (a set per pending job costs more than the rest of the entry)."""
@@ -354,32 +116,37 @@ class JobIndex:
         return job in self._index
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Context:
-    """The shared pieces every controller part works with."""
+    """The shared pieces every controller part works with, in four groups."""
 
+    # The API: requests, the watch caches (by resource plural), the writes (with
+    # read-your-writes) and Events
     client: KubeClient
-    cache: Cache
-    sync: CacheSync
     informers: dict[str, Informer]
     writer: Writer
-    metrics: Metrics
-    options: ControllerOptions
-    clock: Callable[[], float]
-    wake: Callable[[], None]
-    enqueue: Callable[[Item], None]
     record_event: Callable[..., None] = lambda *a, **k: None
-    # True while this replica may write decisions (the Lease is held and fresh): checked
-    # before every admission and preemption write, so a leader whose renewals hang stops
-    # at its renew deadline, before a successor can take over
-    fence: Callable[[], bool] = lambda: True
+
+    # The engine's side: its cache, the sync that feeds it informer events, and
+    # (integration's ``what``, job object key) -> the keys of that object's Workloads
+    cache: Cache
+    sync: CacheSync
+    job_index: JobIndex = field(default_factory=JobIndex)
+
+    # The controller's signals (set by the Controller; ``fence`` by leader election)
+    wake: Callable[[], None]  # something changed: run a scheduling pass
+    enqueue: Callable[[Item], None]  # reconcile this (while leading)
     cache_ready: Callable[[], Awaitable[None]] = field(default=lambda: _ready())
     # True while admissions or evictions are being written or wait for the client's
     # budget: queue statuses and pending reasons then take the back seat (they cost the
     # tokens and the CPU the decisions need)
     deciding: Callable[[], bool] = lambda: False
-    # (job kind's plural, job key) -> the keys of its Workloads
-    job_index: JobIndex = field(default_factory=JobIndex)
+    # True while this replica may write decisions (the Lease is held and fresh): checked
+    # before every admission and preemption write, so a leader whose renewals hang stops
+    # at its renew deadline, before a successor can take over
+    fence: Callable[[], bool] = lambda: True
 
-    def informer(self, res: Resource) -> Informer:
-        return self.informers[res.plural]
+    # Configuration and reporting
+    options: ControllerOptions
+    clock: Callable[[], float]
+    metrics: Metrics

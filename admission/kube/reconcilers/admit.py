@@ -31,8 +31,9 @@ from admission.engine.scheduler import AdmittedDecision, PreemptedDecision
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority
-from admission.kube.control.context import Abandon, Context, Obj
+from admission.kube.control.context import Context, Obj
 from admission.kube.control.workloads import enqueue_owner, evict
+from admission.kube.control.writer import Abandon
 from admission.kube.reconcilers.notices import Notices
 from queues.api.conditions import condition
 from queues.backoff import BackoffPolicy

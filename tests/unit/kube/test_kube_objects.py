@@ -268,7 +268,7 @@ def test_the_writer_reads_only_the_stores_it_keeps() -> None:
     import pytest
 
     from admission.kube.client.rest import JOBS, PODS, WORKLOADS
-    from admission.kube.control.context import Writer
+    from admission.kube.control.writer import Writer
 
     class Store:
         def __init__(self, objs: dict[str, Any]) -> None:
