@@ -33,7 +33,7 @@ from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import ShareCredit
 from admission.kube.client.rest import WORKLOADS, KubeClient
 from admission.kube.control import work
-from admission.kube.control.context import Context, ControllerOptions
+from admission.kube.control.context import BOUND_PODS, TAS_PODS, Context, ControllerOptions
 from admission.kube.control.metrics import Metrics
 from admission.kube.control.work import WorkQueue
 from admission.kube.control.workloads import owner_of
@@ -45,8 +45,6 @@ from admission.kube.reconcilers.pod_groups import PodGroupReconciler
 from admission.kube.reconcilers.podsready import PodsReadyWatcher
 from admission.kube.reconcilers.queue_status import StatusWriter
 from admission.kube.reconcilers.topology_nodes import (
-    BOUND_PODS,
-    TAS_PODS,
     TopologyUngater,
     TopologyWatch,
     admitted_by_tas,

@@ -48,7 +48,7 @@ from admission.kube.client.rest import (
     KubeconfigError,
     resource_of,
 )
-from admission.kube.control.context import ControllerOptions
+from admission.kube.control.context import BOUND_PODS, TAS_PODS, ControllerOptions
 from admission.kube.control.integrationgate import IntegrationGate
 from admission.kube.control.leader import LeaderElector
 from admission.kube.control.metrics import Metrics
@@ -56,9 +56,7 @@ from admission.kube.controller import Controller
 from admission.kube.reconcilers.cabundle import CABundleReconciler
 from admission.kube.reconcilers.topology_nodes import (
     BOUND_POD_SELECTOR,
-    BOUND_PODS,
     TAS_POD_SELECTOR,
-    TAS_PODS,
     slim_node,
     slim_pod,
     slim_tas_pod,

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 
+# Context.informers holds one informer per resource plural, and two more of pods:
+BOUND_PODS = "boundpods"  # every pod bound to a node (its node's usage, for TAS)
+TAS_PODS = "taspods"  # the pods of started job kinds (waiting for their topology domain)
+
 
 @dataclass(slots=True)
 class PodsReadyOptions:
@@ -120,8 +124,8 @@ class JobIndex:
 class Context:
     """The shared pieces every controller part works with, in four groups."""
 
-    # The API: requests, the watch caches (by resource plural), the writes (with
-    # read-your-writes) and Events
+    # The API: requests, the watch caches (by resource plural, BOUND_PODS, TAS_PODS),
+    # the writes (with read-your-writes) and Events
     client: KubeClient
     informers: dict[str, Informer]
     writer: Writer

@@ -42,7 +42,7 @@ from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH, PODS
 from admission.kube.control import work
-from admission.kube.control.context import Context
+from admission.kube.control.context import TAS_PODS, Context
 from admission.kube.control.tas_ungate import topology_domains
 from admission.kube.control.workloads import evict
 from admission.kube.watch.grouped_pods import GroupedPods
@@ -58,7 +58,6 @@ from queues.times import rfc3339_seconds
 log = logging.getLogger("quartermaster.kube.topology")
 
 Obj = dict[str, Any]
-BOUND_PODS = "boundpods"  # the informer key of the bound-pods informer
 BOUND_POD_SELECTOR = "spec.nodeName!="
 PROGRESS_ANNOTATIONS = frozenset({CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION})
 NODE_FAILURE_DELAY = 30.0  # Kueue's tas.NodeFailureDelay
@@ -318,7 +317,6 @@ def _with_assignments(wl: Obj, new: dict[str, TopologyAssignment]) -> Obj | None
 
 # -- the topology ungater for job kinds ------------------------------------------------------
 
-TAS_PODS = "taspods"  # the informer key of the pods of started job kinds
 TAS_POD_SELECTOR = PODSET_LABEL  # Kueue's podset label: every pod started from our templates
 
 
