@@ -5,7 +5,7 @@ cluster must allow for each — RBAC rules for the calls the integration makes, 
 mutating and a validating webhook entry at Kueue's paths — is written here between
 marker comments in ``manifests/base/rbac.yaml`` and ``manifests/base/webhooks.yaml``,
 so adding a kind to the registry is all it takes (the rest of both files is written by
-hand). The output is checked in; ``tests/unit/config/test_manifests.py`` fails when it is stale.
+hand). A kind's guarded subresources (a pod's ``resize``) get a validating entry each. The output is checked in; ``tests/unit/config/test_manifests.py`` fails when it is stale.
 
     python hack/gen_manifests.py           # rewrite the generated blocks
     python hack/gen_manifests.py --check   # exit 1 if they differ from the registry
@@ -116,8 +116,25 @@ def webhook_entry(integ: Integration, *, mutating: bool) -> dict[str, Any]:
     return entry
 
 
+def subresource_entry(integ: Integration, subresource: str) -> dict[str, Any]:
+    """The validating entry of a guarded subresource (``Integration.guarded_subresources``):
+    its UPDATEs on every object of the kind outside the system namespaces, whatever its
+    labels (a Job's pods name no queue), at the kind's validating path. Only writes of
+    that subresource are blocked while the service is down, never creations."""
+    entry = webhook_entry(integ, mutating=False)
+    entry["name"] = f"v{integ.kind.lower()}{subresource}.kb.io"
+    entry.pop("objectSelector", None)
+    entry["rules"][0]["operations"] = ["UPDATE"]
+    entry["rules"][0]["resources"] = [f"{integ.resource.plural}/{subresource}"]
+    return entry
+
+
 def _webhooks_text(integrations: tuple[Integration, ...], *, mutating: bool) -> str:
     entries = [webhook_entry(i, mutating=mutating) for i in integrations]
+    if not mutating:
+        entries += [
+            subresource_entry(i, sub) for i in integrations for sub in i.guarded_subresources
+        ]
     return yaml.safe_dump(entries, sort_keys=False, default_flow_style=False, width=100)
 
 

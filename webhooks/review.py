@@ -137,6 +137,9 @@ class WebhookSpec:
     kind: str
     handler: Handler
     mutating: bool
+    #: subresource writes decided with the object's owners read first (a pod's resize:
+    #: is it a managed ancestor's?); a mutating CREATE always is
+    reads_owners_on: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- field errors

@@ -278,6 +278,8 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj, *, subresource: str | 
             errors += _job_spec_errors(new) + job_spec_update_errors(old, new)
     elif is_pod(rt) and subresource is None:
         errors += pod_spec_update_errors(old, new)
+    elif is_pod(rt) and subresource == "resize":
+        errors += pod_resize_errors(old, new)
     elif is_api_service(rt) and subresource is None:
         errors += api_service_errors(new)
     elif is_replicated(rt) and subresource is None:
@@ -659,4 +661,60 @@ def pod_spec_update_errors(old: Obj, new: Obj) -> list[FieldError]:
                 "spec", f"{POD_UPDATE_FORBIDDEN}\n  core.PodSpec{{\n  changed: {', '.join(changed)}\n  }}"
             )
         )  # fmt: skip
+    return errors
+
+
+RESIZABLE = ("cpu", "memory")
+
+
+def _resources_of(spec: Obj) -> list[tuple[str, Any]]:
+    out = [
+        (f"{key}[{i}]", c.get("resources"))
+        for key in ("initContainers", "containers")
+        for i, c in enumerate(spec.get(key) or [])
+        if isinstance(c, dict)
+    ]
+    return out + [("resources", spec.get("resources"))]
+
+
+def _without_resizable(resources: Any) -> Any:
+    if not isinstance(resources, dict):
+        return resources
+    out = dict(resources)
+    for kind in ("requests", "limits"):
+        if isinstance(out.get(kind), dict):
+            out[kind] = {k: v for k, v in out[kind].items() if k not in RESIZABLE}
+    return out
+
+
+def qos_class(spec: Obj) -> str:
+    """``qos.GetPodQOS``: Guaranteed, Burstable or BestEffort (by the containers' cpu
+    and memory requests and limits)."""
+    guaranteed, best_effort = True, True
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            res = c.get("resources") or {} if isinstance(c, dict) else {}
+            requests, limits = res.get("requests") or {}, res.get("limits") or {}
+            if any(r in requests or r in limits for r in RESIZABLE):
+                best_effort = False
+            if not all(r in limits and requests.get(r, limits[r]) == limits[r] for r in RESIZABLE):
+                guaranteed = False
+    return "BestEffort" if best_effort else "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_resize_errors(old: Obj, new: Obj) -> list[FieldError]:
+    """``ValidatePodResize``: only the cpu and memory requests and limits change, and
+    the pod's QoS class stays."""
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    errors: list[FieldError] = []
+    before = dict(_resources_of(old_spec))
+    for where, res in _resources_of(new_spec):
+        if _normalized(_without_resizable(res)) != _normalized(
+            _without_resizable(before.get(where))
+        ):
+            errors.append(FieldError.forbidden("spec", "only cpu and memory resources are mutable"))
+            break
+    if qos_class(old_spec) != qos_class(new_spec):
+        errors.append(FieldError("Invalid value", "spec", "Pod QOS Class may not change as a "
+                                 "result of resizing", qos_class(new_spec)))  # fmt: skip
     return errors

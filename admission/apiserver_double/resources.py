@@ -45,6 +45,8 @@ class ResourceType:
     namespaced: bool
     short_names: tuple[str, ...] = ()
     status_subresource: bool = False
+    #: subresources beyond ``status`` (a pod's ``resize``)
+    other_subresources: tuple[str, ...] = ()
     builtin: bool = True
     categories: tuple[str, ...] = ()
     field_labels: tuple[str, ...] = ()
@@ -77,7 +79,7 @@ class ResourceType:
         return self.key
 
     def subresources(self) -> tuple[str, ...]:
-        return ("status",) if self.status_subresource else ()
+        return (("status",) if self.status_subresource else ()) + self.other_subresources
 
 
 def _core(plural: str, kind: str, **kw: Any) -> ResourceType:
@@ -90,7 +92,7 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     _core("nodes", "Node", namespaced=False, short_names=("no",), status_subresource=True,
           field_labels=("spec.unschedulable",)),
     _core("pods", "Pod", namespaced=True, short_names=("po",), status_subresource=True,
-          categories=("all",), field_labels=("spec.nodeName", "spec.schedulerName", "status.phase")),
+          other_subresources=("resize",), categories=("all",), field_labels=("spec.nodeName", "spec.schedulerName", "status.phase")),
     _core("events", "Event", namespaced=True, short_names=("ev",),
           field_labels=("involvedObject.kind", "involvedObject.name", "involvedObject.namespace",
                         "involvedObject.uid", "reason", "type")),

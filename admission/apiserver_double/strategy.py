@@ -130,6 +130,8 @@ def prepare_for_update(rt: ResourceType, old: Obj, new: Any, *, subresource: str
         else:
             result.pop("status", None)
         return result
+    if subresource == "resize":
+        return _resized(rt, old, new)
     result = copy.deepcopy(new)
     meta = result["metadata"]
     old_meta = old["metadata"]
@@ -161,6 +163,33 @@ def prepare_for_update(rt: ResourceType, old: Obj, new: Any, *, subresource: str
     builtin.apply_defaults(rt, result)
     if spec_changed(old, result):
         meta["generation"] = int(old_meta.get("generation") or 1) + 1
+    return result
+
+
+def _resized(rt: ResourceType, old: Obj, new: Obj) -> Obj:
+    """``pods/resize`` (the ResizeStrategy's ``dropNonResizeUpdates``): the stored pod
+    with only its containers' (and init containers') ``resources`` and ``resizePolicy``,
+    and the pod-level ``resources``, taken from the request; ``generation`` bumped when
+    they changed."""
+    result = copy.deepcopy(old)
+    new_spec, spec = new.get("spec") or {}, result.setdefault("spec", {})
+    for key in ("initContainers", "containers"):
+        wanted = {c.get("name"): c for c in new_spec.get(key) or [] if isinstance(c, dict)}
+        for c in spec.get(key) or []:
+            src = wanted.get(c.get("name"))
+            if src is None:
+                continue
+            for field in ("resources", "resizePolicy"):
+                if field in src:
+                    c[field] = copy.deepcopy(src[field])
+                else:
+                    c.pop(field, None)
+    if "resources" in new_spec:
+        spec["resources"] = copy.deepcopy(new_spec["resources"])
+    builtin.apply_defaults(rt, result)
+    if spec_changed(old, result):
+        meta = result["metadata"]
+        meta["generation"] = int(old["metadata"].get("generation") or 1) + 1
     return result
 
 

@@ -63,6 +63,7 @@ def integration_webhooks(frameworks: Frameworks = ALL) -> list[WebhookSpec]:
             WebhookSpec(mutate_path, res.group, res.version, res.kind, mutate, mutating=True)
         )
         specs.append(
-            WebhookSpec(validate_path, res.group, res.version, res.kind, validate, mutating=False)
-        )
+            WebhookSpec(validate_path, res.group, res.version, res.kind, validate, mutating=False,
+                        reads_owners_on=integ.guarded_subresources)
+        )  # fmt: skip
     return specs

@@ -11,6 +11,9 @@ Unlike Kueue, a pod gated because its parent holds it (``pod-suspending-parent``
 the managed label too: the pod validation's webhook registration selects pods that have
 no queue-name label by it, so every gated pod's updates reach :func:`validate_pod`.
 
+A resize (``pods/resize``) of a pod the service holds quota for may lower its requests
+and limits, not raise them (:mod:`.resize`).
+
 Gaps against Kueue: the legacy ``podOptions`` selectors and the TAS gate/annotations
 are not handled. A pod with a managed ancestor up its owner chain (a Job's, a JobSet's)
 is left alone (:mod:`.owners`).
@@ -43,6 +46,7 @@ from webhooks.handlers.common import (
     validate_on_update,
 )
 from webhooks.handlers.owners import has_managed_ancestor
+from webhooks.handlers.resize import RESIZE, validate_pod_resize
 from webhooks.review import (
     MANAGED_LABEL_VALUE,
     AdmissionRequest,
@@ -215,6 +219,8 @@ def _validate_common(
 
 
 def validate_pod(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
+    if req.sub_resource == RESIZE:
+        return validate_pod_resize(req, ctx)
     assert req.object is not None
     obj = req.object
     labels = string_map(obj, "labels")

@@ -134,8 +134,10 @@ def begin_review(
         return 400, f"{why}\n".encode(), None, None
     if (
         owners is not None
-        and spec.mutating
-        and req.operation == "CREATE"
+        and (
+            (spec.mutating and req.operation == "CREATE")
+            or (req.sub_resource and req.sub_resource in spec.reads_owners_on)
+        )
         and needs_owners(req.object, ctx)
     ):
         return 200, b"", req, None

@@ -136,6 +136,11 @@ class Integration:
     mutates_on_update: ClassVar[bool] = False
     #: the webhook entries' objectSelector in manifests/ (None: every object of the kind)
     webhook_object_selector: ClassVar[Obj | None] = None
+    #: subresources whose writes change what an object of the kind runs on (a pod's
+    #: ``resize``): the validating webhook is registered for their UPDATEs too, on every
+    #: object of the kind (no objectSelector: a Job's pods name no queue), its handler
+    #: decides them (``AdmissionRequest.sub_resource``) with the object's owners read
+    guarded_subresources: ClassVar[tuple[str, ...]] = ()
     #: the label numbering the kind's pods (topology-aware placement hands out domains
     #: in its order; Kueue's PodIndexLabel)
     pod_index_label: ClassVar[str | None] = None

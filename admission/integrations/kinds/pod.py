@@ -82,6 +82,9 @@ class PodIntegration(Integration):
     webhook_object_selector = {
         "matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]
     }
+    # in-place resize of a running pod (Kubernetes 1.33+): refused when it would grow a
+    # pod that runs on quota, whichever kind made it (webhooks/handlers/resize.py)
+    guarded_subresources = ("resize",)
 
     def webhook_paths(self) -> tuple[str, str]:
         return "/mutate--v1-pod", "/validate--v1-pod"

@@ -332,6 +332,44 @@ def test_ungated_pod_spec_is_immutable_but_for_images_and_added_tolerations() ->
     run(scenario)
 
 
+def test_a_pod_is_resized_in_place_through_its_resize_subresource() -> None:
+    """``pods/resize`` (1.33+): only the containers' cpu and memory requests and limits
+    change (the rest of the request is dropped), the QoS class stays, and the update is
+    admitted as ``pods/resize``, not ``pods``."""
+    from admission.apiserver_double.admission import AdmissionAttributes, UserInfo, _rule_version
+
+    async def scenario(api: Http) -> None:
+        body = pod("p")
+        body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+        created = await api.ok("POST", PODS, body)
+        grow = [{"op": "replace", "path": "/spec/containers/0/resources",
+                 "value": {"requests": {"cpu": "2", "memory": "1Gi"}}},
+                {"op": "replace", "path": "/spec/containers/0/image", "value": "other"}]  # fmt: skip
+        resized = await api.ok("PATCH", f"{PODS}/p/resize", grow, content_type=JSON_PATCH)
+        container = resized["spec"]["containers"][0]
+        assert container["resources"]["requests"] == {"cpu": "2", "memory": "1Gi"}
+        assert container["image"] == created["spec"]["containers"][0]["image"]
+        assert resized["metadata"]["generation"] == created["metadata"]["generation"] + 1
+        gpu = [{"op": "add", "path": "/spec/containers/0/resources/limits",
+                "value": {"nvidia.com/gpu": "1"}}]  # fmt: skip
+        status, out = await api.patch(f"{PODS}/p/resize", gpu, content_type=JSON_PATCH)
+        assert status == 422, out
+        assert "spec: Forbidden: only cpu and memory resources are mutable" in out["message"]
+        guaranteed = [{"op": "replace", "path": "/spec/containers/0/resources", "value": {
+            "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]  # fmt: skip
+        status, out = await api.patch(f"{PODS}/p/resize", guaranteed, content_type=JSON_PATCH)
+        assert status == 422 and "Pod QOS Class may not change" in out["message"], out
+
+    run(scenario)
+    server = ApiServer()
+    rt = server.registry.resolve("pods")
+    attrs = AdmissionAttributes(rt=rt, version="v1", subresource="resize", operation="UPDATE",
+                                name="p", namespace="default", user=UserInfo("u"))  # fmt: skip
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"]}
+    assert _rule_version({**rule, "resources": ["pods/resize"]}, attrs, equivalent=True) == "v1"
+    assert _rule_version({**rule, "resources": ["pods"]}, attrs, equivalent=True) is None
+
+
 # -- D9: Job status ---------------------------------------------------------------------------
 
 

@@ -104,6 +104,14 @@ VALIDATING = {
     },
     # updates of the pods the service gated that carry no queue-name label
     "vmanagedpod.kb.io": ("/validate--v1-pod", ["pods"], ["UPDATE"]),
+    # every in-place resize: a pod that runs on quota may not grow (any kind's pods)
+    **{
+        f"v{i.kind.lower()}{sub}.kb.io": (
+            i.webhook_paths()[1], [f"{i.resource.plural}/{sub}"], ["UPDATE"]
+        )
+        for i in INTEGRATIONS
+        for sub in i.guarded_subresources
+    },
     "vclusterqueue.kb.io": (
         "/validate-kueue-x-k8s-io-v1beta2-clusterqueue",
         ["clusterqueues"],
@@ -359,6 +367,8 @@ def test_webhooks_use_kueue_paths_and_never_lock_out_system_namespaces() -> None
             assert hook["matchPolicy"] == "Equivalent", name
             if resources == ["pods"]:  # never every pod in the cluster
                 assert hook["objectSelector"] == POD_SELECTORS[name], name
+            elif "/" in resources[0]:  # a guarded subresource: every object's writes of it
+                assert "objectSelector" not in hook, name
             elif OBJECT_SELECTORS.get(resources[0]) is not None:
                 assert hook["objectSelector"] == OBJECT_SELECTORS[resources[0]], name
             else:
@@ -372,7 +382,7 @@ def test_webhooks_use_kueue_paths_and_never_lock_out_system_namespaces() -> None
             (rule,) = hook["rules"]
             assert rule["resources"] == resources, name
             assert rule["operations"] == operations, name
-            if resources[0] in NAMESPACED_RESOURCES:
+            if resources[0].partition("/")[0] in NAMESPACED_RESOURCES:
                 selector = hook["namespaceSelector"]
                 for ns in ("kube-system", NAMESPACE):
                     labels = {"kubernetes.io/metadata.name": ns}
@@ -404,6 +414,17 @@ def test_every_update_of_a_queued_or_managed_pod_is_validated(old: str, new: str
     assert bool(called) == bool(old or new), called
     if old == new:  # an update that keeps the labels costs one call
         assert len(called) <= 1, called
+
+
+def test_every_pod_resize_outside_the_system_namespaces_is_validated() -> None:
+    """``pods/resize`` grows a running pod in place: the entry that sees it selects no
+    labels (a Job's or a JobSet's pods name no queue, yet run on its quota)."""
+    hooks = _one(_base_objects(), "ValidatingWebhookConfiguration")["webhooks"]
+    (hook,) = [h for h in hooks if "pods/resize" in h["rules"][0]["resources"]]
+    assert hook["clientConfig"]["service"]["path"] == "/validate--v1-pod"
+    assert hook["rules"][0]["operations"] == ["UPDATE"]
+    assert "objectSelector" not in hook
+    assert _selector_matches(hook["namespaceSelector"], {"kubernetes.io/metadata.name": "team-a"})
 
 
 def test_the_job_integrations_manifests_are_generated_from_the_registry(tmp_path: Path) -> None:
