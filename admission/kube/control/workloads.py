@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from admission.integrations.framework.composition import (
     JOB_UID_LABEL,
@@ -25,7 +25,23 @@ from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from queues.api.conditions import is_true
 
+if TYPE_CHECKING:
+    from admission.engine.scheduler import PreemptedDecision
+
 log = logging.getLogger("quartermaster.kube.jobs")
+
+
+class PreemptionNotices(Protocol):
+    """Progress-aware preemption as the admission writer hands victims to it
+    (``reconcilers.notices.Notices``)."""
+
+    async def notify(self, d: PreemptedDecision) -> bool:
+        """Notice the victim ``d`` (it is evicted later, at its deadline or checkpoint)."""
+        ...
+
+    async def evict(self, key: str, *, message: str, reason: str) -> bool:
+        """Evict ``key`` now, with the requeue policy after preemption."""
+        ...
 
 
 class ComposeErrors:

@@ -32,9 +32,8 @@ from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority
 from admission.kube.control.context import Context, Obj
-from admission.kube.control.workloads import enqueue_owner, evict
+from admission.kube.control.workloads import PreemptionNotices, enqueue_owner, evict
 from admission.kube.control.writer import Abandon
-from admission.kube.reconcilers.notices import Notices
 from queues.api.conditions import condition
 from queues.backoff import BackoffPolicy
 from queues.times import rfc3339_seconds
@@ -59,7 +58,7 @@ class Applier:
         self._refused: dict[str, bool] = {}  # key -> the last admission write was refused (4xx)
         self.pending_written: dict[str, float] = {}  # key -> when its reason was last written
         self.tasks: set[asyncio.Task[None]] = set()
-        self.notices: Notices | None = None  # progress-aware preemption (serve wires it)
+        self.notices: PreemptionNotices | None = None  # progress-aware preemption (serve wires it)
         # admissions being written that an eviction waits for (see preempt)
         self._settling: dict[str, asyncio.Event] = {}
 
@@ -225,7 +224,7 @@ class Applier:
             return
         notices = self.notices
         if notices is not None and d.notice_deadline is not None:
-            await notices.notify(d)  # evicted later, by Notices.check
+            await notices.notify(d)  # evicted later, by notices.Notices.check
             return
         if notices is not None:  # with the requeue policy after preemption
             ok = await notices.evict(d.workload.key, message=d.message, reason=d.reason)
