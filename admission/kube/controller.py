@@ -152,8 +152,8 @@ class Controller:
 
     def _item(self, item: work.Item) -> work.Item:
         """One work item per object: a pod group's Workload is the group itself, so
-        its events and its pods' events never reconcile it twice at once (which sent
-        every ungate and finalizer patch twice)."""
+        its events and its pods' events never reconcile it twice at once (which would
+        send every ungate and finalizer patch twice)."""
         if isinstance(item, work.Workload) and self.podgroups.owns(item.key):
             return work.PodGroup(item.key)
         return item

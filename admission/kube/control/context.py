@@ -55,8 +55,7 @@ class ControllerOptions:
     workers: int = 8
     pending_writers: int = 4
     # seconds a pending reason must hold before it is written: most heads that miss a
-    # cycle are admitted within a second or two (Kueue's baseline on the simulator with
-    # its 50 QPS budget: 4,318 first reasons written with 1 s, 856 with 2 s, 305 with 5 s)
+    # cycle are admitted within a second or two (docs/benchmarks.md, pending reasons)
     pending_delay: float = 2.0
     # ... and, while decisions are written and the low_share is spent, at most this long
     pending_max_hold: float = 300.0

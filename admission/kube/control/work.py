@@ -117,7 +117,7 @@ class WorkQueue:
         self._dirty.discard(item)
         if not self._dirty:
             # a set keeps the table of its largest size: after a start's 100k keys that
-            # is MiBs for nothing (bench serve-memory)
+            # is MiBs for nothing
             self._dirty = set()
         self._processing.add(item)
         return item

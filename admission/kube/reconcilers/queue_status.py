@@ -209,9 +209,9 @@ def significant(old: Obj, new: Obj) -> bool:
 
     Whole-queue transitions, not each count's: in a cluster of a thousand busy queues
     a queue's pending count goes 0 -> 1 -> 0 with every arrival admitted a cycle later
-    while its reserving count stays above zero; writing each of those flips cost
-    Kueue's large-scale harness 0.16 requests per workload (8,167 queue status writes
-    for 50,000 workloads), a token each that an admission waited for."""
+    while its reserving count stays above zero; writing each of those flips would cost
+    a status write for a good share of the arrivals, a token each that an admission
+    waits for (the figures are in docs/benchmarks.md)."""
     if old.get("conditions") != new.get("conditions"):
         return True
     return _holds_work(old) != _holds_work(new)
@@ -331,10 +331,9 @@ class StatusWriter:
     ) -> list[tuple[str, str]]:
         """The order changed queues are written in when nothing is being decided: the
         significant changes first, ClusterQueues before LocalQueues (what users and
-        tooling wait for: at the end of Kueue's large-scale harness 1,000 ClusterQueues
-        and 1,000 LocalQueues go idle at once, and the run stops when every
-        ClusterQueue says so), the rest after them; round-robin within each group (the
-        budget reaches every queue)."""
+        tooling wait for: Kueue's performance harness stops once every ClusterQueue
+        says it is idle, when many queues go idle at once), the rest after them;
+        round-robin within each group (the budget reaches every queue)."""
         self._offset %= len(todo)
         rotated = todo[self._offset :] + todo[: self._offset]
 

@@ -195,10 +195,9 @@ class CacheSync:
             return
         if key in self.inflight:
             # Its admission is being written: the cache holds the assumption until the
-            # write settles. Keep the newest event for then (:meth:`settle`) — dropping
-            # it lost a finish that came before a slow write's response (the runner
-            # finishes a workload 150 ms after it sees it admitted), and the finished
-            # workload's quota stayed charged for good.
+            # write settles. Keep the newest event for then (:meth:`settle`): a finish
+            # can come before a slow write's response, and dropping it would leave the
+            # finished workload's quota charged for good.
             self._held[key] = obj
             return
         if self.own_writes.stale(key, obj):
