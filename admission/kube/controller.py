@@ -121,7 +121,7 @@ class Controller:
             metrics=metrics,
         )
         self.jobs = JobReconciler(self.ctx)
-        self.podgroups = PodGroupReconciler(self.ctx, self.jobs)
+        self.podgroups = PodGroupReconciler(self.ctx)
         self.applier = Applier(self.ctx)
         self.notices = Notices(self.ctx) if progress else None
         self.applier.notices = self.notices

@@ -232,6 +232,33 @@ async def evict(
     return True
 
 
+async def finish_workload(
+    ctx: Context, wkey: str, wl: Obj | None, *, succeeded: bool, message: str
+) -> None:
+    """Finished=True (a job or a pod group ended), then the quota is released at once
+    (not when the informer delivers it): the API never shows the quota free while the
+    Workload holds it."""
+    if wl is None or kobj.is_finished(wl) or wkey in ctx.sync.inflight:
+        return
+    now = ctx.clock()
+    new = await ctx.writer.update_status(
+        wkey,
+        lambda w: (
+            None
+            if kobj.is_finished(w)
+            else kobj.finished_status(w, succeeded=succeeded, now=now, message=message)
+        ),
+    )
+    if new is None or not kobj.is_finished(new):
+        return
+    ctx.sync.workload(wkey, new)
+    cq = (kobj.admission_of(new) or {}).get("clusterQueue")
+    if cq:
+        ctx.metrics.finished_total.labels(cq).inc()
+    ctx.record_event(new, "Normal", "FinishedWorkload", "Workload finished")
+    ctx.wake()
+
+
 async def finish_eviction(ctx: Context, wkey: str) -> None:
     """The evicted workload's job is inactive: clear the admission, release the quota."""
     now = ctx.clock()

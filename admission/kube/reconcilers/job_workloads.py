@@ -62,6 +62,7 @@ from admission.kube.control.workloads import (
     delete_workload,
     evict,
     finish_eviction,
+    finish_workload,
     owner_of,
 )
 from admission.kube.reconcilers.prebuilt import PrebuiltWorkloads, prebuilt_name
@@ -222,7 +223,9 @@ class JobReconciler:
             return
         finished = integ.finished(obj)
         if finished is not None:
-            await self._finish(wkey, wl, succeeded=finished.succeeded, message=finished.message)
+            await finish_workload(
+                self.ctx, wkey, wl, succeeded=finished.succeeded, message=finished.message
+            )
             return
         if wl is None or kobj.deleting(wl):
             if not integ.is_suspended(obj):
@@ -430,32 +433,6 @@ class JobReconciler:
         return await self.ctx.writer.patch_object(
             self.resources[integ.what], key, body, subresource=subresource
         )
-
-    async def _finish(self, wkey: str, wl: Obj | None, *, succeeded: bool, message: str) -> None:
-        """Finished=True, then the quota is released at once (not when the informer
-        delivers it): the API never shows the quota free while the Workload holds it."""
-        ctx = self.ctx
-        if wl is None or kobj.is_finished(wl) or wkey in ctx.sync.inflight:
-            return
-        now = ctx.clock()
-        new = await ctx.writer.update_status(
-            wkey,
-            lambda w: (
-                None
-                if kobj.is_finished(w)
-                else kobj.finished_status(w, succeeded=succeeded, now=now, message=message)
-            ),
-        )
-        if new is None or not kobj.is_finished(new):
-            return
-        ctx.sync.workload(wkey, new)
-        cq = (kobj.admission_of(new) or {}).get("clusterQueue")
-        if cq:
-            ctx.metrics.finished_total.labels(cq).inc()
-        ctx.record_event(new, "Normal", "FinishedWorkload", "Workload finished")
-        ctx.wake()
-
-    finish = _finish  # the pod-group path finishes Workloads the same way (.podgroups)
 
     # -- workloads without (or without a live) job ----------------------------------------------
 

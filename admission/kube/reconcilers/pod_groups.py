@@ -17,7 +17,7 @@ only) and its Workload and does the next step:
   pod of the group, adding its podSet's flavors' nodeSelector and tolerations — the
   additions a gated pod allows — in one JSON patch guarded by ``test`` operations;
 * all pods Succeeded/Failed finish the Workload (``Succeeded`` if all succeeded) and
-  release its quota at once, through the Job path (:meth:`.jobs.JobReconciler.finish`);
+  release its quota at once, as a job's does (:func:`admission.kube.control.workloads.finish_workload`);
   then the finalizers of the terminated pods are removed;
 * an evicted (or deactivated) Workload gets its pods deleted (Kueue's behaviour for
   plain pods; the finalizer is lifted from deleting pods) and, once none is left
@@ -87,9 +87,10 @@ from admission.kube.control.workloads import (
     create_workload,
     delete_workload,
     finish_eviction,
+    finish_workload,
 )
-from admission.kube.reconcilers.job_workloads import JobReconciler
 from admission.kube.watch.grouped_pods import GroupedPods
+from admission.kube.watch.owners import OwnerReader
 from queues.api.conditions import is_true
 from queues.api.labels import POD_SUSPENDING_PARENT
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
@@ -124,9 +125,11 @@ def _owner_refs(ctx: Context, wl: Obj) -> list[tuple[PodOwnerIntegration, Obj]]:
 class PodGroupReconciler:
     """Reconciles pod groups, keyed ``namespace/group-name`` (= the Workload's key)."""
 
-    def __init__(self, ctx: Context, jobs: JobReconciler) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.jobs = jobs
+        self.owners = OwnerReader(
+            client=ctx.client, informers=ctx.informers, frameworks=ctx.options.frameworks
+        )
         self.grouped = GroupedPods(PODS.plural)  # group key -> its pods
         self.errors = ComposeErrors(ctx, "pod group")
         self._held: dict[str, str] = {}  # pod key -> why it stays gated (said once)
@@ -190,7 +193,9 @@ class PodGroupReconciler:
             if await self._kept_by_owner(gkey, wl):
                 return  # a serving group between its pods: its owner recreates them
             if holds and not _owner_refs(ctx, wl):
-                await self.jobs.finish(gkey, wl, succeeded=False, message="The pods were deleted")
+                await finish_workload(
+                    ctx, gkey, wl, succeeded=False, message="The pods were deleted"
+                )
             else:  # a serving group never finishes: its Workload goes with the group
                 await self._delete_workload(gkey, wl)
             return
@@ -207,7 +212,7 @@ class PodGroupReconciler:
             ok = all(succeeded(p) for p in ended)
             n_ok = sum(1 for p in ended if succeeded(p))
             message = f"Pods succeeded: {n_ok}/{len(ended)}."
-            await self.jobs.finish(gkey, wl, succeeded=ok, message=message)
+            await finish_workload(ctx, gkey, wl, succeeded=ok, message=message)
             new = ctx.writer.workload(gkey)
             if kobj.is_finished(new):
                 await self._unfinalize(ended)
@@ -418,7 +423,7 @@ class PodGroupReconciler:
         if integ is None or found is None:
             return None
         ns, _ = kobj.split_key(kobj.ns_key(pod))
-        owner = await self.jobs.owners(OwnerRef(integ.api_version, integ.kind, ns, *found))
+        owner = await self.owners(OwnerRef(integ.api_version, integ.kind, ns, *found))
         if (
             owner is None
             or kobj.deleting(owner)
@@ -438,7 +443,7 @@ class PodGroupReconciler:
         ns, _ = kobj.split_key(gkey)
         for integ, ref in _owner_refs(self.ctx, wl):
             uid = str(ref.get("uid") or "")
-            owner = await self.jobs.owners(
+            owner = await self.owners(
                 OwnerRef(integ.api_version, integ.kind, ns, str(ref.get("name") or ""), uid)
             )
             if owner is not None and kobj.meta(owner).get("uid") == uid:
