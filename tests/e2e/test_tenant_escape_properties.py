@@ -2,13 +2,19 @@
 
 A tenant (a namespace user, also allowed to patch ``workloads/status``) does random
 things through the API server, as a script would: creates objects of every kind the
-lifecycle table knows, batch Jobs and queued pods; scales a Job (the Job controller runs ``min(parallelism, completions)``); moves an object to
-the other queue; writes ``reclaimablePods`` into a Workload; writes pods and Jobs
-that name an existing object as their controller; strips the scheduling gates off a
-pod. Each step is answered by the webhooks and the service; once the service is idle,
-what would run — every ungated pod, every unsuspended Job's and object's pods, as
-their controllers would start them (the double has none that create pods) — stays
-within each ClusterQueue's quota plus what it may borrow, and within the cohort's.
+lifecycle table knows, batch Jobs, StatefulSets and queued pods; scales a Job (the Job
+controller runs ``min(parallelism, completions)``) or a StatefulSet; edits the limits
+of an object's pod template (dropping its requests, so the limit stands in for them) or
+resizes a pod in place (``pods/resize``); deletes a StatefulSet's pod, which its
+controller recreates from the template as it is now; moves an object to the other
+queue; writes ``reclaimablePods`` into a Workload; writes pods and Jobs that name an
+existing object as their controller; strips the scheduling gates off a pod. Each step
+is answered by the webhooks and the service; once the service is idle, what would run —
+every ungated pod, every unsuspended Job's and object's pods, as their controllers would
+start them (the double has none that create pods: the test plays the StatefulSet
+controller there), each charged its cpu as a Workload counts it (limits standing in
+for missing requests) — stays within each ClusterQueue's quota plus what it may borrow,
+and within the cohort's.
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from admission.integrations.framework.fields import IntegrationError
+from admission.integrations.kinds.statefulset import STATEFULSET
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH
+from queues.pods import pod_requests
 from tests.e2e.test_e2e_tenant_escapes import CASES, GATE, forged_pod, queued_pod
 from tests.support.integration_kit import NS, KindCase, crds_of, meta
 from tests.support.kube_harness import (
@@ -36,6 +45,7 @@ from tests.support.kube_harness import (
     namespace,
 )
 from tests.support.kube_harness import stack as start_stack
+from tests.unit.integrations.test_integration_statefulset import statefulset
 
 Q = "kueue.x-k8s.io/queue-name"
 #: ClusterQueue -> (nominal cpu, what it may borrow from the cohort)
@@ -62,7 +72,10 @@ ACTIONS = st.one_of(
     st.tuples(st.just("object"), st.integers(0, len(KIND_CASES) - 1), queues),
     st.tuples(st.just("job"), st.integers(1, 3), queues, st.booleans()),
     st.tuples(st.just("pod"), queues),
+    st.tuples(st.just("statefulset"), st.integers(1, 3), queues),
     st.tuples(st.just("scale"), target, st.integers(1, 6)),
+    st.tuples(st.just("limits"), target, st.integers(2, 8)),
+    st.tuples(st.just("kill"), target),
     st.tuples(st.just("relabel"), target),
     st.tuples(st.just("reclaim"), target),
     st.tuples(st.just("forged-pod"), target),
@@ -113,11 +126,21 @@ class Tenant:
             pod = queued_pod(self.name("pod"), cpu="1")
             pod["metadata"]["labels"][Q] = args[0]
             await self.create(k.PODS, pod)
+        elif what == "statefulset":
+            name = self.name("sts")
+            made = statefulset(name, [("main", args[0])], meta(name, queue=args[1]))
+            await self.create(STATEFULSET.resource, made)
         elif (picked := self.pick(args[0])) is None:
             return
-        elif what == "scale" and picked[0] == k.JOBS:
-            patch = {"spec": {"parallelism": args[1]}}
-            await s.user.patch(k.JOBS, picked[1], patch, namespace=NS)
+        elif what == "scale" and picked[0] in (k.JOBS, STATEFULSET.resource):
+            field = "parallelism" if picked[0] == k.JOBS else "replicas"
+            await s.user.patch(picked[0], picked[1], {"spec": {field: args[1]}}, namespace=NS)
+        elif what == "limits":
+            await self.raise_limits(picked, str(args[1]))
+        elif what == "kill":
+            pods = sorted(p["metadata"]["name"] for p in self.statefulset_pods())
+            if pods:
+                await s.user.delete(k.PODS, pods[args[0] % len(pods)], namespace=NS)
         elif what == "relabel":
             obj = s.get(picked[0].plural, picked[1], NS) or {}
             lq = (
@@ -148,24 +171,118 @@ class Tenant:
             patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]
             await s.user.patch(k.PODS, picked[1], patch, namespace=NS, content_type=JSON_PATCH)
 
+    async def raise_limits(self, picked: tuple[k.Resource, str, KindCase | None], cpu: str) -> None:
+        """A pod: resized in place to ``cpu``. An object: its (first) pod template's
+        container asks ``cpu`` as a limit only (the limit stands in for the request)."""
+        res, name, case = picked
+        resources = {"limits": {"cpu": cpu}}
+        if res == k.PODS:
+            patch = [{"op": "replace", "path": "/spec/containers/0/resources",
+                      "value": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]  # fmt: skip
+            await self.s.user.patch(k.PODS, name, patch, namespace=NS, subresource="resize",
+                                    content_type=JSON_PATCH)  # fmt: skip
+            return
+        obj = self.s.get(res.plural, name, NS)
+        if obj is None:
+            return
+        if case is None:
+            path: tuple[Any, ...] = ("spec", "template")
+        else:
+            try:
+                path = tuple(case.integration.roles(obj)[0].path)
+            except (IntegrationError, IndexError):
+                return  # its templates are elsewhere (a TrainJob's runtime)
+        pointer = "/" + "/".join(map(str, path)) + "/spec/containers/0/resources"
+        patch = [{"op": "replace", "path": pointer, "value": resources}]
+        await self.s.user.patch(res, name, patch, namespace=NS, content_type=JSON_PATCH)
+
+    def statefulset_pods(self) -> list[Obj]:
+        return [
+            p for p in self.s.server.list_objects("pods", NS)
+            if any(r.get("kind") == "StatefulSet" and r.get("controller")
+                   for r in p["metadata"].get("ownerReferences") or [])
+        ]  # fmt: skip
+
+    async def play_statefulset_controller(self) -> None:
+        """On the double, what the StatefulSet controller does (kube-controller-manager
+        does it on the real backend): each missing ordinal's pod from the set's template
+        as it is now, and the pods beyond its replicas deleted."""
+        cluster = getattr(self.s.server, "cluster", None)
+        if getattr(cluster, "controller_manager", None):
+            return
+        pods = {p["metadata"]["name"]: p for p in self.s.server.list_objects("pods", NS)}
+        for res, name, _ in self.made:
+            sts = self.s.get(res.plural, name, NS) if res == STATEFULSET.resource else None
+            if sts is None or sts["metadata"].get("deletionTimestamp"):
+                continue
+            replicas = sts["spec"].get("replicas", 1)
+            tmpl = sts["spec"]["template"]
+            for i in range(max(replicas, 0)):
+                pod_name = f"{name}-{i}"
+                if pod_name in pods:
+                    continue
+                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": pod_name, "namespace": NS,
+                    "labels": {**(tmpl["metadata"].get("labels") or {}),
+                               "apps.kubernetes.io/pod-index": str(i),
+                               "statefulset.kubernetes.io/pod-name": pod_name},
+                    "annotations": dict(tmpl["metadata"].get("annotations") or {}),
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                         "name": name, "uid": sts["metadata"]["uid"],
+                                         "controller": True, "blockOwnerDeletion": True}]},
+                    "spec": tmpl["spec"]}  # fmt: skip
+                try:
+                    await self.s.user.create(k.PODS, pod, namespace=NS)
+                except ApiError:
+                    pass  # refused: the controller retries, and so does the next round
+            for pod_name, pod in pods.items():
+                ordinal = pod_name.removeprefix(f"{name}-")
+                if pod_name.startswith(f"{name}-") and ordinal.isdigit():
+                    if int(ordinal) >= replicas and not pod["metadata"].get("deletionTimestamp"):
+                        try:
+                            await self.s.user.delete(k.PODS, pod_name, namespace=NS)
+                        except ApiError:
+                            pass
+
     def running(self) -> dict[str, int]:
-        """ClusterQueue -> cpu of what would run now (every pod asks for 1 cpu)."""
+        """ClusterQueue -> milli-cpu of what would run now, as Workloads count it: every
+        ungated pod (a Job's pods are counted with their Job), every running Job's and
+        object's pods."""
         out = dict.fromkeys(QUOTA, 0)
+
+        def cpu(spec: Any) -> int:
+            return pod_requests(spec or {}).get("cpu", 0)
+
+        def queue_of(obj: Obj) -> str:
+            return QUEUE_OF.get((obj["metadata"].get("labels") or {}).get(Q, ""), "cq-a")
+
+        for pod in self.s.server.list_objects("pods", NS):
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("batch.kubernetes.io/controller-uid"):
+                continue  # its Job's, counted with the Job
+            gates = [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
+            if GATE not in gates and (pod.get("status") or {}).get("phase") not in (
+                "Succeeded", "Failed"
+            ):
+                out[queue_of(pod)] += cpu(pod["spec"])
         for res, name, case in self.made:
             obj = self.s.get(res.plural, name, NS)
-            if obj is None:
+            if obj is None or res in (k.PODS, STATEFULSET.resource):
                 continue
-            cq = QUEUE_OF.get((obj["metadata"].get("labels") or {}).get(Q, ""), "cq-a")
-            if res == k.PODS:
-                gates = [g.get("name") for g in obj["spec"].get("schedulingGates") or []]
-                out[cq] += 0 if GATE in gates else 1
-            elif res == k.JOBS and not obj["spec"].get("suspend"):
+            cq = queue_of(obj)
+            if res == k.JOBS and not obj["spec"].get("suspend"):
                 # the Job controller keeps min(parallelism, completions) pods running
                 parallelism = obj["spec"].get("parallelism", 1)
                 completions = obj["spec"].get("completions")
-                out[cq] += parallelism if completions is None else min(parallelism, completions)
+                pods = parallelism if completions is None else min(parallelism, completions)
+                out[cq] += pods * cpu(obj["spec"]["template"].get("spec"))
             elif case is not None and not case.integration.is_suspended(obj):
-                out[cq] += sum(n for _, n in case.roles)
+                try:
+                    roles = [(r.count, cpu(r.template.get("spec")))
+                             for r in case.integration.roles(obj)]  # fmt: skip
+                except IntegrationError:  # templates elsewhere (a TrainJob's runtime)
+                    roles = [(n, 1000) for _, n in case.roles]
+                out[cq] += sum(n * each for n, each in roles)
         return out
 
 
@@ -179,6 +296,11 @@ async def settled(s: Any) -> None:
 @settings(max_examples=10, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(actions=st.lists(ACTIONS, min_size=2, max_size=7))
+# the limits attacks, every run: a running pod resized up in place; a StatefulSet whose
+# template's limit (standing in for its request) is raised, then a pod deleted and
+# recreated from the edited template
+@example(actions=[("pod", "lq-a"), ("limits", 0, 8)])
+@example(actions=[("statefulset", 2, "lq-a"), ("limits", 0, 8), ("kill", 0)])
 def test_no_tenant_actions_run_more_than_the_cohort_tree_admits(
     actions: list[tuple[Any, ...]], tmp_path_factory: pytest.TempPathFactory, backend: Any
 ) -> None:
@@ -190,10 +312,12 @@ def test_no_tenant_actions_run_more_than_the_cohort_tree_admits(
             tenant = Tenant(s)
             for action in actions:
                 await tenant.act(action)
-                await settled(s)
+                for _ in range(2):  # a killed pod goes (its finalizer lifted), then comes back
+                    await tenant.play_statefulset_controller()
+                    await settled(s)
                 running = tenant.running()
                 for cq, (nominal, borrow) in QUOTA.items():
-                    assert running[cq] <= nominal + borrow, (cq, running, action, actions)
-                assert sum(running.values()) <= COHORT, (running, action, actions)
+                    assert running[cq] <= 1000 * (nominal + borrow), (cq, running, action, actions)
+                assert sum(running.values()) <= 1000 * COHORT, (running, action, actions)
 
     asyncio.run(main())
