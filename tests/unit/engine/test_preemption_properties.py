@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission.engine.cache import Cache
-from admission.engine.preemption.classical import Preemptor, Variant
+from admission.engine.preemption.candidates import Variant
+from admission.engine.preemption.classical import Preemptor
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
 from queues.model import LocalQueue, PodSet, ResourceFlavor, Workload
