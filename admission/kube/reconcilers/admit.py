@@ -161,6 +161,11 @@ class Applier:
         now = ctx.clock()
 
         def compute(w: Obj) -> Obj:
+            # checked again once this write's turn at the rate limit has come: the lease
+            # may have run out while it waited, and what is sent now a follower sends
+            if not ctx.fence():
+                log.warning("admission of %s not written: this replica no longer leads", key)
+                raise Abandon
             if (
                 kobj.has_quota(w)
                 or kobj.is_finished(w)
