@@ -26,7 +26,10 @@ class ServerLimits:
 
     ``idle_timeout`` closes a connection that has not sent complete request headers
     that long after connecting or after its last response (aiohttp's keep-alive timer
-    starts at connect); ``body_timeout`` bounds the read of one request body. Before its
+    starts at connect); ``body_timeout`` bounds the read of one request body: as long as
+    the longest an API server waits for a webhook (``timeoutSeconds`` is at most 30), so
+    a review it still waits for is never refused because this server was slow to read
+    it (a busy loop reads a large body one TLS record per turn). Before its
     TLS handshake a connection is admitted by source (:mod:`webhooks.server.listener`): beyond
     ``max_connections_per_source`` open from one address it is closed at once, and
     beyond ``max_connections`` in all unless an idle connection of another source gives
@@ -36,7 +39,7 @@ class ServerLimits:
 
     idle_timeout: float = 5.0
     handshake_timeout: float = 5.0
-    body_timeout: float = 10.0
+    body_timeout: float = 30.0
     max_connections: int = 1000
     # The API server keeps a pool of connections per webhook host (HTTP/1.1: up to a
     # few hundred under a burst of reviews); one hostile pod must not reach the cap.

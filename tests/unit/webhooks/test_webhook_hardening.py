@@ -207,6 +207,23 @@ def test_a_tls_connection_gets_a_small_read_buffer_and_large_reviews_still_pass(
     assert status == 200 and json.loads(body)["response"]["uid"]
 
 
+def test_a_request_body_is_waited_for_as_long_as_an_api_server_waits_for_the_answer() -> None:
+    """The body deadline counts this server's own turns too (a busy loop reads a large
+    body one TLS record per turn): shorter than the API server's wait, it refused
+    reviews the API server was still waiting for (HTTP 408 under CPU load). The API
+    server waits ``timeoutSeconds``, at most 30 (admissionregistration/v1), and the
+    shipped configurations ask for no more than the deadline."""
+    from pathlib import Path
+
+    import yaml
+
+    shipped = Path(__file__).resolve().parents[3] / "manifests" / "base" / "webhooks.yaml"
+    assert ServerLimits().body_timeout >= 30
+    for doc in yaml.safe_load_all(shipped.read_text()):
+        for hook in (doc or {}).get("webhooks") or []:
+            assert hook["timeoutSeconds"] <= ServerLimits().body_timeout
+
+
 # ---------------------------------------------------------------- item 7: logging bad requests
 
 
