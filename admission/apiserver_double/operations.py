@@ -78,7 +78,7 @@ class Operations:
         self.registry = registry
         self.dispatcher = dispatcher
         self._namespaces = registry.resolve("namespaces")
-        self.controllers = Controllers(store, registry, self.remove_or_mark)
+        self.controllers = Controllers(store, registry, self.remove_or_mark, api=self)
 
     # -- create -------------------------------------------------------------------------
 
@@ -150,6 +150,28 @@ class Operations:
             return apply_patch(content_type, old, patch)
 
         return await self._guaranteed_update(ctx, compute, patch=True)
+
+    # -- a controller's writes (the garbage collector's) ---------------------------------
+
+    def _as(self, user: UserInfo, rt: ResourceType, obj: Obj) -> WriteContext:
+        meta = obj["metadata"]
+        return WriteContext(rt=rt, version=rt.storage_version,
+                            namespace=meta.get("namespace") if rt.namespaced else None,
+                            name=meta["name"], subresource=None, user=user)  # fmt: skip
+
+    async def update_as(
+        self, user: UserInfo, rt: ResourceType, obj: Obj, compute: Callable[[Obj], Obj]
+    ) -> WriteResult:
+        """A controller's patch of ``obj``: ``compute`` of the stored object, with
+        admission (recomputed on the current object when it loses a race)."""
+        return await self._guaranteed_update(self._as(user, rt, obj), compute, patch=True)
+
+    async def delete_as(self, user: UserInfo, rt: ResourceType, obj: Obj) -> WriteResult:
+        """A controller's background delete of ``obj`` (that object: its UID), with
+        admission."""
+        options = {"propagationPolicy": "Background",
+                   "preconditions": {"uid": obj["metadata"].get("uid")}}  # fmt: skip
+        return await self.delete(self._as(user, rt, obj), options)
 
     async def _guaranteed_update(
         self, ctx: WriteContext, compute: Callable[[Obj], Obj], *, patch: bool
