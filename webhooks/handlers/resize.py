@@ -10,8 +10,8 @@ webhook is registered for the subresource too (the pod integration's
 ``guarded_subresources``), for every pod outside the system namespaces, and refuses,
 on a pod the service holds quota for, any container's request or limit that grows:
 
-* held pods: those the pod webhook managed (gated, labelled ``kueue.x-k8s.io/managed``,
-  naming a queue or a pod group) and those with a managed ancestor up their controller
+* held pods: those the pod webhook managed (labelled ``kueue.x-k8s.io/managed`` or
+  holding its finalizer, naming a pod group, or a queue in a managed namespace) and those with a managed ancestor up their controller
   owner chain (a Job's, a JobSet's Jobs', a RayCluster's pods): every kind of the
   registry, by the same owner walk the other webhooks use;
 * what counts: per container (init containers and sidecars too) and for the pod-level
@@ -54,16 +54,21 @@ from webhooks.review import (
 )
 
 RESIZE = "resize"
-_HELD_LABELS = (MANAGED_LABEL, QUEUE_LABEL, GROUP_NAME_LABEL)
 
 
-def held_by_the_service(pod: JsonObj, ctx: HandlerContext) -> bool:
+def held_by_the_service(pod: JsonObj, namespace: str, ctx: HandlerContext) -> bool:
     """Whether a Workload holds (or will hold) quota for ``pod``: one the pod webhook
-    managed, or one a managed ancestor admits (raises OwnershipError)."""
+    managed (its managed label or finalizer, a pod group's name, or a queue name in a
+    managed namespace: the labels a running pod keeps), or one a managed ancestor admits
+    (raises OwnershipError)."""
     labels = string_map(pod, "labels")
-    if any(labels.get(key) for key in _HELD_LABELS):
+    if labels.get(MANAGED_LABEL) or labels.get(GROUP_NAME_LABEL):
         return True
     if MANAGED_LABEL in (metadata_of(pod).get("finalizers") or []):
+        return True
+    if labels.get(QUEUE_LABEL) and ctx.config.namespace_is_managed(
+        ctx.view.namespace_labels(namespace)
+    ):
         return True
     return has_managed_ancestor(pod, ctx)
 
@@ -135,12 +140,13 @@ def validate_pod_resize(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     new, old = req.object, req.old_object
     if req.operation != "UPDATE" or new is None or old is None:
         return allow()
+    namespace = request_namespace(req, new)
     try:
-        if not held_by_the_service(old, ctx):
+        if not held_by_the_service(old, namespace, ctx):
             return allow()
     except OwnershipError as err:
         return deny(str(err), code=500, reason="InternalError")
-    ref = f"{request_namespace(req, new)}/{metadata_of(new).get('name') or req.name}"
+    ref = f"{namespace}/{metadata_of(new).get('name') or req.name}"
     errs = FieldErrors()
     for field, was, now in growth(new, old):
         errs.forbidden(

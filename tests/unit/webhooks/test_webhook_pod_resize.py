@@ -45,9 +45,9 @@ def resized(old: Obj, resources: Obj, *, where: str = "containers") -> Obj:
     return new
 
 
-def decide(new: Obj, old: Obj, *, sub: str = "resize") -> tuple[bool, str]:
+def decide(new: Obj, old: Obj, *, sub: str = "resize", ns: str = "team-a") -> tuple[bool, str]:
     req = AdmissionRequest(
-        uid="u", operation="UPDATE", group="", version="v1", kind="Pod", namespace="team-a",
+        uid="u", operation="UPDATE", group="", version="v1", kind="Pod", namespace=ns,
         name="p", object=new, old_object=old, username="alice", sub_resource=sub,
     )  # fmt: skip
     ctx = HandlerContext(view=InMemoryView(), config=WebhookConfig(frameworks=ALL))
@@ -117,6 +117,10 @@ def test_a_pod_on_quota_is_refused_growth_with_a_field_error_naming_it(held: str
 def test_other_pods_resize_freely_and_plain_updates_are_not_resizes() -> None:
     old = pod()
     assert decide(resized(old, {"requests": {"cpu": "8"}}), old)[0]
+    # a queue name in a namespace the service does not manage: the pod was never held
+    system = pod(labels={"kueue.x-k8s.io/queue-name": "lq"})
+    system["metadata"]["namespace"] = "kube-system"
+    assert decide(resized(system, {"requests": {"cpu": "8"}}), system, ns="kube-system")[0]
     queued = pod(labels={"kueue.x-k8s.io/queue-name": "lq"})
     # a plain update: the pod rules (the API server refuses resource changes there)
     assert decide(resized(queued, {"requests": {"cpu": "8"}}), queued, sub="")[0]
