@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from admission.engine import messages
-from admission.engine.preemption.parking import Evidence, WakeIndex, own_key
 from admission.engine.progress import WORKLOAD_SOURCE, Notice, ProgressBook
 from admission.engine.tas.admission import (
     ChosenPodSet,
@@ -25,6 +24,7 @@ from admission.engine.tas.admission import (
 )
 from admission.engine.tas.domains import Node, PodUsage, TopologyState, Usage, add_usage
 from admission.engine.vocabulary import PendingReason
+from admission.engine.wake_index import Evidence, WakeIndex, own_key
 from queues.model import (
     STOP_NONE,
     STRICT_FIFO,

@@ -81,7 +81,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from admission.engine.flavors import flavor_matches
-from admission.engine.preemption.parking import NEVER_ADMISSIBLE, Evidence, own_key
+from admission.engine.wake_index import NEVER_ADMISSIBLE, Evidence, own_key
 from queues.model import (
     NEVER,
     FlavorResource,

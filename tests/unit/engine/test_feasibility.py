@@ -552,7 +552,7 @@ def test_park_until_feasible_is_off_by_default_and_has_no_effect_with_fair_shari
 def test_the_wake_index_forgets_tickets_nobody_holds_and_keeps_the_others() -> None:
     """Tickets whose heads were woken otherwise are dropped when the index compacts
     (after as many parks as it holds tickets, plus 4,096), live ones still fire."""
-    from admission.engine.preemption.parking import WakeIndex
+    from admission.engine.wake_index import WakeIndex
     from queues.tree import QuotaNode
 
     node = QuotaNode("cq", is_cohort=False)
