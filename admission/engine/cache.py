@@ -1,4 +1,5 @@
-"""The engine's in-memory state: objects, the cohort tree, queues and admissions.
+"""The engine's in-memory state: objects, the cohort tree, admissions and what they hold
+(the pending queues are its base, :class:`admission.engine.queue_manager.QueueManager`).
 
 One ``Cache`` is what every driver feeds: ``plan`` loads it from files, the simulator
 from a scenario, the controller from informers. The scheduler reads it and records
@@ -10,11 +11,11 @@ a status write failed) through the methods here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 from admission.engine import messages
 from admission.engine.progress import WORKLOAD_SOURCE, Notice, ProgressBook
+from admission.engine.queue_manager import PendingStatus, QueueManager
 from admission.engine.tas.admission import (
     ChosenPodSet,
     TasCharge,
@@ -24,10 +25,8 @@ from admission.engine.tas.admission import (
 )
 from admission.engine.tas.domains import Node, PodUsage, TopologyState, Usage, add_usage
 from admission.engine.vocabulary import PendingReason
-from admission.engine.wake_index import Evidence, WakeIndex, own_key
 from queues.model import (
     STOP_NONE,
-    STRICT_FIFO,
     ClusterQueue,
     Cohort,
     FlavorResource,
@@ -38,7 +37,6 @@ from queues.model import (
     TopologyAssignment,
     Workload,
 )
-from queues.pending import PendingQueue, scheduling_hash
 from queues.transformations import ResourceTransformer
 from queues.tree import CohortTree
 
@@ -46,16 +44,9 @@ from queues.tree import CohortTree
 KeptRows = tuple[list[tuple[str, Workload, int, dict[FlavorResource, int]]], int]
 
 
-@dataclass(slots=True)
-class PendingStatus:
-    """Why a workload is not admitted: a QuotaReserved=False reason and a message."""
-
-    reason: PendingReason
-    message: str
-
-
-class Cache:
-    """Objects, tree, pending queues and admitted workloads."""
+class Cache(QueueManager):
+    """Objects, the quota tree, admitted workloads and TAS usage; the pending queues are
+    the :class:`QueueManager` it extends."""
 
     def __init__(
         self,
@@ -79,20 +70,7 @@ class Cache:
             dict(namespaces) if namespaces is not None else None
         )
         self.tree = CohortTree(self.cluster_queues, self.cohorts)
-        # ClusterQueues with parked work, by cohort tree (see capacity_event)
-        self._parked_in: dict[str, set[str]] = {}
-        # Deficit-bounded parking (parkUntilFeasible; see enable_bounded_parking):
-        # None is Kueue's behaviour, every parked head woken by any release in its tree.
-        self.wake_index: WakeIndex | None = None
-        self._bound: Callable[[Cache, str, Workload], Evidence | None] | None = None
-        self._last_ticket: tuple[str, str, int, int] | None = None
-        self._tree_of: dict[str, str] = {}
-        # ClusterQueues that may have a head (a superset: a queue joins when it gets a
-        # head after having none and leaves when a cycle finds it without one)
-        self.with_heads: set[str] = set()
-        self.queues: dict[str, PendingQueue] = {
-            name: self._new_queue(name) for name in self.cluster_queues
-        }
+        self._init_queues()
         self.workloads: dict[str, Workload] = {}
         self.admitted: dict[str, str] = {}  # workload key -> ClusterQueue charged
         self.usage_of: dict[str, dict[FlavorResource, int]] = {}  # what each admission holds
@@ -104,12 +82,6 @@ class Cache:
         # could ever free, checked before the candidate search.
         self.prio_usage: dict[str, dict[int, dict[FlavorResource, int]]] = {}
         self.evicting: dict[str, str] = {}  # preempted, still holding quota: key -> preemptor
-        self.preemptors: set[str] = set()  # pending workloads waiting for their victims
-        self.unroutable: dict[str, Workload] = {}  # LocalQueue or ClusterQueue missing
-        self.status: dict[str, PendingStatus] = {}
-        # Why a group of interchangeable workloads was parked: (ClusterQueue, scheduling
-        # hash) -> status; a workload without a status of its own takes its group's.
-        self.group_status: dict[tuple[str, int], PendingStatus] = {}
         self.inactive: dict[str, PendingStatus] = {}
         self._same_tree: dict[str, list[str]] = {}
         # Topology-aware scheduling: Topologies, Nodes, bound pods and what each admitted
@@ -128,15 +100,6 @@ class Cache:
             return {"kubernetes.io/metadata.name": name}
         ns = self.namespaces.get(name)
         return ns.labels if ns is not None else None
-
-    def cq_of(self, wl: Workload) -> str | None:
-        lq = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
-        if lq is None or lq.cluster_queue not in self.cluster_queues:
-            return None
-        return lq.cluster_queue
-
-    def local_queue_of(self, wl: Workload) -> LocalQueue | None:
-        return self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
 
     def update_objects(
         self,
@@ -210,58 +173,6 @@ class Cache:
             self._refresh_derived()
         self.requeue_all()
 
-    def enable_bounded_parking(
-        self, bound: Callable[[Cache, str, Workload], Evidence | None]
-    ) -> None:
-        """``parkUntilFeasible`` (our extension, admission.engine.preemption.feasibility): a head
-        parked because it can neither fit nor preempt is woken only once enough quota
-        was released where it could help it (or on a spec change), not by any release in
-        its tree; a head that no longer fits after earlier heads of its cycle is parked
-        the same way when the bound shows it cannot be admitted before a release.
-
-        ``bound`` is ``admission.engine.preemption.feasibility.blocking`` (``build_scheduler`` passes
-        it: the bound reads flavor matching, which sits above the cache)."""
-        self._bound = bound
-        if self.wake_index is None:
-            self.wake_index = WakeIndex(
-                lambda t, cq: cq in self.queues and self.queues[cq].holds(t)
-            )
-
-    def _ticket(self, cq: str, wl: Workload) -> int | None:
-        """The wake ticket of ``wl`` parked in ``cq`` now (None: park it as Kueue does).
-        The same for a workload and its equivalents parked in one commit."""
-        index = self.wake_index
-        if index is None:
-            return None
-        memo = self._last_ticket
-        if memo is not None and memo[:3] == (cq, wl.key, self.tree.changes):
-            return memo[3]
-        assert self._bound is not None
-        evidence = self._bound(self, cq, wl)
-        if evidence is None:
-            return None
-        within = self.cluster_queues[cq].preemption.within_cluster_queue
-        ticket = index.park(cq, evidence, own_key(within, wl.priority))
-        self._last_ticket = (cq, wl.key, self.tree.changes, ticket)
-        return ticket
-
-    def _new_queue(self, name: str) -> PendingQueue:
-        q = PendingQueue()
-
-        def parked(wl: Workload) -> int | None:
-            ticket = self._ticket(name, wl)
-            if ticket is None:
-                self._parked_in.setdefault(self._tree_of.get(name, name), set()).add(name)
-            return ticket
-
-        def bulk() -> None:
-            self._parked_in.setdefault(self._tree_of.get(name, name), set()).add(name)
-
-        q.on_park = parked
-        q.on_bulk = bulk
-        q.on_head = lambda: self.with_heads.add(name)
-        return q
-
     def _refresh_derived(self) -> None:
         self._same_tree = {}
         self._tree_of = {}
@@ -273,11 +184,7 @@ class Cache:
         for names in by_root.values():
             for n in names:
                 self._same_tree[n] = names
-        # the trees may have been regrouped: file what is parked under its tree now
-        parked = [n for names in self._parked_in.values() for n in names]
-        self._parked_in = {}
-        for n in parked:
-            self._parked_in.setdefault(self._tree_of.get(n, n), set()).add(n)
+        self._refile_parked()
         self.inactive = {}
         for name, cq in self.cluster_queues.items():
             node = self.tree.queues[name]
@@ -469,47 +376,6 @@ class Cache:
         if wl.active:
             self._route(wl)
 
-    def _route(self, wl: Workload, *, fresh: bool = True) -> None:
-        """Queue a pending workload where its LocalQueue points. ``fresh``: a new or
-        changed workload (Kueue's ``AddOrUpdateWorkload``: parked at once when its
-        equivalents are, see ``PendingQueue.arrive``); else one put back at once
-        (Kueue's immediate requeue)."""
-        lq = self.local_queue_of(wl)
-        if lq is None and not wl.queue_name:
-            self.unroutable[wl.key] = wl
-            self.status[wl.key] = PendingStatus(PendingReason.MISCONFIGURED, messages.NO_QUEUE_NAME)
-            return
-        if lq is None:
-            self.unroutable[wl.key] = wl
-            self.status[wl.key] = PendingStatus(
-                PendingReason.MISCONFIGURED,
-                messages.local_queue_missing(wl.queue_name, wl.namespace),
-            )
-            return
-        if lq.cluster_queue not in self.cluster_queues:
-            self.unroutable[wl.key] = wl
-            self.status[wl.key] = PendingStatus(
-                PendingReason.MISCONFIGURED, messages.cluster_queue_missing(lq.cluster_queue)
-            )
-            return
-        st = self.status.get(wl.key)
-        if st is not None and st.reason == PendingReason.MISCONFIGURED:  # why it was not routable
-            del self.status[wl.key]
-        q = self.queues[lq.cluster_queue]
-        if fresh:
-            q.arrive(wl)
-        else:
-            q.push(wl)
-
-    def remove_pending(self, key: str) -> Workload | None:
-        wl = self.unroutable.pop(key, None)
-        if wl is not None:
-            return wl
-        for q in self.queues.values():
-            if key in q:
-                return q.remove(key)
-        return None
-
     def park(self, key: str) -> None:
         """Take a pending workload out of scheduling while it waits out a backoff (a
         requeue time, repeated refusals): not queued, no pending reason, not a
@@ -541,16 +407,6 @@ class Cache:
         self._charge_tas(wl, +1)
         self.status.pop(wl.key, None)
         self._own_admission(cq, wl.priority)
-
-    def _own_admission(self, cq: str, priority: int) -> None:
-        """A workload of ``priority`` now holds quota in ``cq`` (admitted, or its
-        priority changed): bounded heads there that could preempt it may fit now."""
-        index = self.wake_index
-        if index is not None:
-            for ticket, name in index.admitted(cq, priority):
-                q = self.queues.get(name)
-                if q is not None:
-                    q.wake(ticket)
 
     def forget(self, key: str) -> None:
         """An assumed admission could not be written: undo it and queue the workload again."""
@@ -639,104 +495,3 @@ class Cache:
     def same_tree(self, cq: str) -> list[str]:
         """The ClusterQueues sharing ``cq``'s cohort tree (``cq`` itself included)."""
         return self._same_tree.get(cq, [cq])
-
-    def capacity_event(self, cq: str, freed: Mapping[FlavorResource, int] | None = None) -> None:
-        """Quota was freed in cq's tree (``freed``: how much; None: unknown): parked
-        workloads there may fit now.
-
-        Only the queues of that tree that parked something since its last capacity
-        event are visited: in a tree of thousands of ClusterQueues a burst of finishes
-        wakes each of them once, not once per finish. With bounded parking those are
-        the queues that parked something as Kueue does; a head parked with a ticket is
-        woken only when the released quota covers its deficit (O(log n) per head woken,
-        nothing for the others)."""
-        tree = self._tree_of.get(cq, cq)
-        index = self.wake_index
-        if index is not None and cq in self.tree.queues:
-            path = list(self.tree.queues[cq].path_to_root())
-            frs = None if freed is None else [fr for fr, v in freed.items() if v > 0]
-            fired = index.released(path, frs)
-            for ticket, name in fired:
-                q = self.queues.get(name)
-                if q is not None:
-                    q.wake(ticket)
-            for name in self._parked_in.pop(tree, ()):
-                q = self.queues.get(name)
-                if q is not None:
-                    q.wake_unbounded()
-            return
-        for name in self._parked_in.pop(tree, ()):
-            q = self.queues.get(name)
-            if q is not None:
-                q.requeue_inadmissible()
-
-    def status_of(self, wl: Workload, cq: str | None) -> PendingStatus | None:
-        """The workload's last pending status, or its equivalence group's."""
-        st = self.status.get(wl.key)
-        if st is None and cq is not None:
-            st = self.group_status.get((cq, scheduling_hash(wl)))
-        return st
-
-    def requeue_all(self) -> None:
-        self._parked_in = {}
-        if self.wake_index is not None:
-            self.wake_index.clear()
-        self._last_ticket = None
-        for q in self.queues.values():
-            q.requeue_inadmissible()
-
-    def requeue(
-        self,
-        wl: Workload,
-        cq: str,
-        *,
-        park: bool,
-        even_if_strict: bool = False,
-        equivalents: bool = False,
-    ) -> None:
-        """Put a nominated head back: parked (BestEffortFIFO) or in the heap.
-
-        ``equivalents`` (it neither fits nor can preempt): a BestEffortFIFO head parked
-        takes every workload interchangeable with it along (Kueue's scheduling
-        equivalence: none of them can be admitted either), and those that arrive
-        before the next capacity event are parked too; the group keeps the head's
-        pending status.
-
-        StrictFIFO keeps a failed head in the heap so it blocks newer workloads, except
-        when it can never be admitted there (``even_if_strict``: namespace mismatch).
-        With bounded parking a BestEffortFIFO head sent back to the heap (it no longer
-        fits after earlier heads of its cycle) is parked with its equivalents instead
-        when the bound shows it inadmissible until enough quota is released: it would
-        only fail again. A waiting preemptor keeps its place.
-        """
-        q = self.queues[cq]
-        strict = self.cluster_queues[cq].queueing_strategy == STRICT_FIFO
-        if park and equivalents and not strict:
-            q.park_with_equivalents(wl)
-            st = self.status.get(wl.key)
-            if st is not None:  # (also what an equivalent that arrives is told)
-                self.group_status[(cq, q.hash_of(wl))] = st
-        elif park and (even_if_strict or not strict):
-            q.park(wl)
-        elif (
-            not park
-            and not strict
-            and self.wake_index is not None
-            and wl.key not in self.preemptors
-            and self._ticket(cq, wl) is not None
-        ):
-            # the ticket just made (memo); not remembered for arrivals: Kueue requeues
-            # this head at once, and an arrival gets a ticket of its own or none
-            if q.park_with_equivalents(wl, remember=False):
-                st = self.status.get(wl.key)
-                if st is not None:
-                    self.group_status[(cq, scheduling_hash(wl))] = st
-        else:
-            q.keep(wl)  # a head taken this cycle is still in place; else pushed
-
-    def pending_workloads(self) -> Iterable[tuple[Workload, str | None]]:
-        for name in sorted(self.queues):
-            for wl in self.queues[name].workloads():
-                yield wl, name
-        for wl in self.unroutable.values():
-            yield wl, None

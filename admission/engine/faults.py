@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from admission.engine.cache import Cache, PendingStatus
+from admission.engine.cache import Cache
 from admission.engine.messages import cluster_queue_inactive
 from admission.engine.ordering import Entry
+from admission.engine.queue_manager import PendingStatus
 from admission.engine.vocabulary import PendingReason
 
 log = logging.getLogger("quartermaster.engine")

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from admission.engine.cache import PendingStatus
 from admission.engine.flavors import Assignment
 from admission.engine.preemption.classical import Target
+from admission.engine.queue_manager import PendingStatus
 from queues.model import Workload
 from queues.tree import CohortTree
 

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from admission.engine import messages
-from admission.engine.cache import Cache, PendingStatus
+from admission.engine.cache import Cache
 from admission.engine.faults import cannot_evaluate
 from admission.engine.flavors import Assignment, FlavorAssigner, OracleAnswer
 from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption.classical import Preemptor, Target
 from admission.engine.progress import Notice
+from admission.engine.queue_manager import PendingStatus
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (

@@ -26,7 +26,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from admission.engine.cache import PendingStatus
+from admission.engine.queue_manager import PendingStatus
 from admission.engine.scheduler import AdmittedDecision, PreemptedDecision
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError

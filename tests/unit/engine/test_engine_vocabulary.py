@@ -10,8 +10,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.engine.cache import PendingStatus
 from admission.engine.messages import explain_available, explain_max_capacity
+from admission.engine.queue_manager import PendingStatus
 from admission.engine.vocabulary import (
     AssignmentMode,
     FairSharingStrategy,

@@ -299,7 +299,7 @@ def test_a_parked_workload_leaves_no_pending_reason_or_preemptor_entry_behind() 
     hand and left its pending status and preemptor mark in the cache."""
     import pytest
 
-    from admission.engine.cache import PendingStatus
+    from admission.engine.queue_manager import PendingStatus
 
     cache = make_cache()
     sync = CacheSync(cache, clock=lambda: 0.0)

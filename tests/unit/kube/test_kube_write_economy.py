@@ -14,7 +14,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.engine.cache import PendingStatus
+from admission.engine.queue_manager import PendingStatus
 from admission.kube import objects as kobj
 from admission.kube.client import rest as k
 from admission.kube.client.ratelimit import TokenBucket

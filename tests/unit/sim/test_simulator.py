@@ -249,7 +249,7 @@ class _Spinner:
 
 
 def _status(n: int) -> Any:
-    from admission.engine.cache import PendingStatus
+    from admission.engine.queue_manager import PendingStatus
 
     return PendingStatus("WaitingForQuota", f"attempt {n}")
 
