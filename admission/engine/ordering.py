@@ -6,6 +6,10 @@ to an iterator over them. Kueue's classical iterator sorts once
 borrowers (:func:`credit_order`); fair sharing replaces the sort with a tournament that
 is re-run after every entry (:class:`admission.engine.preemption.fair_sharing.Tournament`). The
 configuration picks one, once (``admission.engine.build.build_scheduler``).
+
+An :class:`Entry` is what the cycle carries for one head, its preemption victims
+(:class:`Target`) included; the preemption policies fill those in, so both live here,
+below them.
 """
 
 from __future__ import annotations
@@ -15,13 +19,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from admission.engine.flavors import Assignment
-from admission.engine.preemption.classical import Target
 from admission.engine.queue_manager import PendingStatus
+from admission.engine.vocabulary import PreemptionReason
 from queues.model import Workload
 from queues.tree import CohortTree
 
 if TYPE_CHECKING:
     from admission.engine.usage import UsageTracker
+
+
+@dataclass(slots=True)
+class Target:
+    """A victim: its key, the ClusterQueue it is charged to, and why it is preempted."""
+
+    key: str
+    cluster_queue: str
+    reason: PreemptionReason
 
 
 @dataclass(slots=True)

@@ -29,8 +29,8 @@ from admission.engine import messages
 from admission.engine.cache import Cache
 from admission.engine.faults import cannot_evaluate
 from admission.engine.flavors import Assignment, FlavorAssigner, OracleAnswer
-from admission.engine.ordering import Entry, EntryOrder, classical_order
-from admission.engine.preemption.classical import Preemptor, Target
+from admission.engine.ordering import Entry, EntryOrder, Target, classical_order
+from admission.engine.preemption.classical import Preemptor
 from admission.engine.progress import Notice
 from admission.engine.queue_manager import PendingStatus
 from admission.engine.snapshot import Snapshot

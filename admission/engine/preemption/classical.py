@@ -16,12 +16,12 @@ plugs in as another strategy with the same candidate search and fill-back.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from admission.engine import messages
 from admission.engine.cache import Cache
 from admission.engine.flavors import OracleAnswer
+from admission.engine.ordering import Target
 from admission.engine.preemption.candidates import (
     Candidate,
     CandidateSearch,
@@ -38,15 +38,6 @@ from queues.tree import QuotaNode
 if TYPE_CHECKING:
     from admission.engine.preemption.checkpoint import ProgressAware
     from admission.engine.usage import UsageTracker
-
-
-@dataclass(slots=True)
-class Target:
-    """A victim: its key, the ClusterQueue it is charged to, and why it is preempted."""
-
-    key: str
-    cluster_queue: str
-    reason: PreemptionReason
 
 
 def _search_key(

@@ -26,14 +26,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from admission.engine.cache import Cache
-from admission.engine.ordering import Entry, classical_order_key
+from admission.engine.ordering import Entry, Target, classical_order_key
 from admission.engine.preemption.candidates import (
     Candidate,
     Variant,
     uses_resources,
     within_nominal,
 )
-from admission.engine.preemption.classical import Preemptor, Target
+from admission.engine.preemption.classical import Preemptor
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import FairSharingStrategy, PreemptionReason
 from queues.fairshare import Share, borrowing_on, dominant_resource_share
