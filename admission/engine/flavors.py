@@ -10,20 +10,35 @@ together (gang semantics): the workload's mode is its worst podSet's mode.
 
 This module only *reads* the tree. Whether preemption could free enough quota is asked
 of an ``oracle`` callback so that the preemption strategy stays a separate concern.
+What it answers is :mod:`admission.engine.assignment`; whether a flavor's nodes can
+take a podSet, :mod:`admission.engine.flavor_match`; how the flavors of a resource
+group compare, :mod:`admission.engine.fungibility`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from admission.engine import messages
+from admission.engine.assignment import (
+    Assignment,
+    PodSetAssignmentResult,
+    PreemptionOracle,
+    no_preemption,
+)
+from admission.engine.flavor_match import flavor_matches
+from admission.engine.fungibility import (
+    FlavorCandidate,
+    is_preferred,
+    no_fit_reason,
+    should_try_next,
+    worse_reason,
+)
 from admission.engine.tas.admission import (
     TOPOLOGY_PLACEMENT_FAILED,
     PlacementCheck,
     TasCharge,
-    flavor_level_mismatch,
     place_workload,
     placement_requests,
 )
@@ -31,14 +46,11 @@ from admission.engine.tas.domains import TopologyState
 from admission.engine.tas.request import requests_tas
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
-    PREEMPTION_OVER_BORROWING,
-    TRY_NEXT_FLAVOR,
     ClusterQueue,
     FlavorResource,
     PodSet,
     ResourceFlavor,
     ResourceGroup,
-    TopologyAssignment,
     Workload,
 )
 from queues.tree import QuotaNode
@@ -55,177 +67,11 @@ EXCEEDS_MAX_QUOTA = PendingReason.EXCEEDS_MAX_QUOTA
 NO_MATCHING_FLAVOR = PendingReason.NO_MATCHING_FLAVOR
 
 
-class OracleAnswer(NamedTuple):
-    """Would preemption free enough for a request (Kueue's PreemptionOracle answer)?"""
-
-    mode: AssignmentMode  # PREEMPT, RECLAIM, or NO_CANDIDATES
-    borrow: int  # the borrowing level once the victims are gone
-
-
-PreemptionOracle = Callable[[Workload, QuotaNode, FlavorResource, int], OracleAnswer]
-"""(preemptor, cq node, fr, value) -> could preemption make ``value`` of ``fr`` fit?"""
-
-
-def no_preemption(_wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> OracleAnswer:
-    return OracleAnswer(NO_CANDIDATES, node.height_of_lowest_subtree_that_fits(fr, val).height)
-
-
-@dataclass(slots=True)
-class PodSetAssignmentResult:
-    name: str
-    count: int
-    flavors: dict[str, str] = field(default_factory=dict)  # resource -> flavor
-    usage: dict[str, int] = field(default_factory=dict)  # resource -> total
-    mode: AssignmentMode = FIT
-    borrow: int = 0
-    reason: PendingReason | None = None
-    messages: list[str] = field(default_factory=list)
-    topology: TopologyAssignment | None = None  # where its pods go (TAS podSets)
-
-
-@dataclass(slots=True)
-class Assignment:
-    """A workload's flavors: per podSet, and overall (the worst podSet's mode, the highest
-    borrowing level, the usage it would charge, and why it does not fit, if it does not)."""
-
-    pod_sets: list[PodSetAssignmentResult]
-    mode: AssignmentMode = FIT
-    borrow: int = 0
-    usage: dict[FlavorResource, int] = field(default_factory=dict)
-    # Frs on which the chosen flavors need preemption (for the preemption search).
-    frs_need_preemption: set[FlavorResource] = field(default_factory=set)
-    reason: PendingReason | None = None
-    message: str = ""
-    # TAS podSets needing preemption: do they fit once given victims are gone?
-    placement: PlacementCheck | None = None
-
-    def counts(self) -> dict[str, int]:
-        return {p.name: p.count for p in self.pod_sets}
-
-
-@dataclass(slots=True)
-class _Candidate:
-    flavor: str
-    mode: AssignmentMode
-    borrow: int
-    reason: PendingReason | None
-    messages: list[str]
-    need_preemption: list[FlavorResource]
-
-
 class _ResourceFit(NamedTuple):
     mode: AssignmentMode
     borrow: int
     message: str
     reason: PendingReason | None
-
-
-def topology_mismatch(
-    flavor: ResourceFlavor,
-    ps: PodSet,
-    *,
-    tas_only: bool = False,
-    topology: TopologyState | None = None,
-    covered: Sequence[str] | None = None,
-) -> str | None:
-    """Kueue's checkPodSetAndFlavorMatchForTAS.
-
-    A podSet that requests topology-aware scheduling (``topologyRequest`` with
-    required, preferred, unconstrained or a slice topology) can only use a flavor with a
-    ``topologyName`` whose Topology has the levels it names; in a ClusterQueue whose
-    flavors all have a topology every podSet is placed (TAS implied). A podSet that does
-    not request it cannot use a topology flavor ("supports only TopologyAwareScheduling").
-    """
-    tr = ps.topology
-    explicit = tr is not None and tr.requests_tas
-    if explicit or tas_only:
-        if not explicit:
-            return None  # implied: the lowest level, unconstrained
-        if flavor.topology_name is None:
-            if covered is not None and not any(r in ps.requests for r in covered if r != "pods"):
-                # Kueue: a flavor sharing none of the podSet's requested resources is
-                # accepted (it may give quota-only resources; an LWS leader asks for none)
-                return None
-            return messages.flavor_lacks_topology(flavor)
-        assert tr is not None
-        wanted = [
-            lv for lv in (tr.required, tr.preferred, tr.slice_required_topology) if lv is not None
-        ]
-        return flavor_level_mismatch(topology, flavor, wanted)
-    if flavor.topology_name is not None:
-        return messages.flavor_only_topology(flavor)
-    return None
-
-
-def flavor_matches(
-    flavor: ResourceFlavor,
-    ps: PodSet,
-    *,
-    tas_only: bool = False,
-    topology: TopologyState | None = None,
-    covered: Sequence[str] | None = None,
-) -> str | None:
-    """None if the podSet may run on this flavor's nodes, else why not. ``covered``:
-    the resources of the flavor's resource group."""
-    if (ps.topology is not None and ps.topology.requests_tas) or tas_only or flavor.topology_name:
-        why = topology_mismatch(flavor, ps, tas_only=tas_only, topology=topology, covered=covered)
-        if why is not None:
-            return why
-    labels = flavor.node_labels
-    for k, v in ps.node_selector.items():
-        if k in labels and labels[k] != v:
-            return messages.flavor_affinity_mismatch(flavor.name)
-    if ps.required_affinity and labels:
-        ok = False
-        for term in ps.required_affinity:
-            exprs = [e for e in term.match_expressions if e.key in labels]
-            if not exprs:  # a term on other keys matches any flavor (terms are ORed)
-                ok = True
-                break
-            if all(e.matches(labels) for e in exprs):
-                ok = True
-                break
-        if not ok:
-            return messages.flavor_affinity_mismatch(flavor.name)
-    for taint in flavor.node_taints:
-        if taint.effect not in ("NoSchedule", "NoExecute"):
-            continue
-        if any(t.tolerates(taint) for t in ps.tolerations):
-            continue
-        if any(t.tolerates(taint) for t in flavor.tolerations):
-            continue
-        return messages.untolerated_taint(taint, flavor.name)
-    return None
-
-
-def _is_preferred(a: _Candidate, b: _Candidate, preference: str | None) -> bool:
-    """Kueue's isPreferred: is candidate a better than the best so far, b?"""
-    if a.mode == NO_FIT:
-        return False
-    if b.mode == NO_FIT:
-        return True
-    if a.mode == NO_CANDIDATES:
-        return False
-    if b.mode == NO_CANDIDATES:
-        return True
-    if preference == PREEMPTION_OVER_BORROWING:
-        if a.borrow != b.borrow:
-            return a.borrow < b.borrow
-        return a.mode > b.mode
-    if a.mode != b.mode:
-        return a.mode > b.mode
-    return a.borrow < b.borrow
-
-
-def _should_try_next(c: _Candidate, cq: ClusterQueue) -> bool:
-    if c.mode in (NO_FIT, NO_CANDIDATES):
-        return True
-    ff = cq.flavor_fungibility
-    if c.mode in (PREEMPT, RECLAIM) and ff.when_can_preempt == TRY_NEXT_FLAVOR:
-        return True
-    if c.borrow > 0 and ff.when_can_borrow == TRY_NEXT_FLAVOR:
-        return True
-    return False
 
 
 class FlavorAssigner:
@@ -565,7 +411,7 @@ class FlavorAssigner:
             best = self._choose_flavor(pod_sets, resources, requests, assumed)
             if best.mode == NO_FIT:
                 res.mode = NO_FIT
-                res.reason = _worse_reason(res.reason, best.reason)
+                res.reason = worse_reason(res.reason, best.reason)
                 res.messages.extend(best.messages)
                 continue
             for r in resources:
@@ -575,7 +421,7 @@ class FlavorAssigner:
                 assumed[fr] = assumed.get(fr, 0) + requests[r]
             if best.mode < FIT:
                 res.mode = min(res.mode, best.mode)
-                res.reason = _worse_reason(res.reason, best.reason)
+                res.reason = worse_reason(res.reason, best.reason)
                 res.messages.extend(best.messages)
             res.borrow = max(res.borrow, best.borrow)
             out.frs_need_preemption.update(best.need_preemption)
@@ -598,7 +444,7 @@ class FlavorAssigner:
         resources: list[str],
         requests: Mapping[str, int],
         assumed: Mapping[FlavorResource, int],
-    ) -> _Candidate:
+    ) -> FlavorCandidate:
         """Kueue's findFlavorForPodSetResource: the best flavor of the resource group
         of ``resources``, trying them in list order as fungibility says."""
         group = self.cq.resource_groups[self.covered[resources[0]]]
@@ -613,9 +459,9 @@ class FlavorAssigner:
         resources: list[str],
         requests: Mapping[str, int],
         assumed: Mapping[FlavorResource, int],
-    ) -> _Candidate:
+    ) -> FlavorCandidate:
         """Try the group's flavors in order; keep the preferred candidate."""
-        best: _Candidate | None = None
+        best: FlavorCandidate | None = None
         why_not: list[str] = []
         reasons: set[PendingReason | None] = set()
         for fq in group.flavors:
@@ -628,13 +474,13 @@ class FlavorAssigner:
             if cand.mode < FIT:
                 why_not.extend(cand.messages)
                 reasons.add(cand.reason)
-            if best is None or _is_preferred(cand, best, self.cq.flavor_fungibility.preference):
+            if best is None or is_preferred(cand, best, self.cq.flavor_fungibility.preference):
                 best = cand
-            if not _should_try_next(cand, self.cq):
+            if not should_try_next(cand, self.cq):
                 break
         if best is None or best.mode == NO_FIT:
-            reason = _no_fit_reason(reasons)
-            return _Candidate(best.flavor if best else "", NO_FIT, 0, reason, why_not, [])
+            reason = no_fit_reason(reasons)
+            return FlavorCandidate(best.flavor if best else "", NO_FIT, 0, reason, why_not, [])
         if best.mode < FIT:
             best.reason = best.reason or WAITING_FOR_QUOTA
             best.messages = why_not
@@ -647,18 +493,18 @@ class FlavorAssigner:
         resources: list[str],
         requests: Mapping[str, int],
         assumed: Mapping[FlavorResource, int],
-    ) -> _Candidate:
+    ) -> FlavorCandidate:
         """:meth:`_choose_flavor` for a resource group of one flavor (the common
         ClusterQueue): nothing to compare, so no list of reasons to collect; the same
         candidate, reason and messages (``tests/unit/engine/test_cycle_fast_paths.py``)."""
         name = group.flavors[0].name
         why = self._mismatch(name, group, pod_sets)
         if why is not None:
-            return _Candidate("", NO_FIT, 0, NO_MATCHING_FLAVOR, [why], [])
+            return FlavorCandidate("", NO_FIT, 0, NO_MATCHING_FLAVOR, [why], [])
         cand = self._flavor_candidate(name, resources, requests, assumed)
         if cand.mode == NO_FIT:
-            reason = _no_fit_reason({cand.reason})
-            return _Candidate(name, NO_FIT, 0, reason, list(cand.messages), [])
+            reason = no_fit_reason({cand.reason})
+            return FlavorCandidate(name, NO_FIT, 0, reason, list(cand.messages), [])
         if cand.mode < FIT:
             cand.reason = cand.reason or WAITING_FOR_QUOTA
         return cand
@@ -687,10 +533,10 @@ class FlavorAssigner:
         resources: list[str],
         requests: Mapping[str, int],
         assumed: Mapping[FlavorResource, int],
-    ) -> _Candidate:
+    ) -> FlavorCandidate:
         """How ``resources`` fit on the flavor ``name``: the worst mode, the highest
         borrowing level, and what is short on each resource that does not fit."""
-        cand = _Candidate(name, FIT, 0, None, [], [])
+        cand = FlavorCandidate(name, FIT, 0, None, [], [])
         for r in resources:
             if not requests[r]:
                 continue  # a zero request fits any flavor (it only names one)
@@ -700,7 +546,7 @@ class FlavorAssigner:
             mode, borrow, msg, reason = self._fits_resource_quota(fr, val, earlier)
             if mode < FIT:
                 cand.messages.append(msg)
-                cand.reason = _worse_reason(cand.reason, reason)
+                cand.reason = worse_reason(cand.reason, reason)
                 if mode in (PREEMPT, RECLAIM, NO_CANDIDATES):
                     cand.need_preemption.append(fr)
             cand.mode = min(cand.mode, mode)
@@ -736,15 +582,6 @@ class FlavorAssigner:
         return _ResourceFit(NO_FIT, 0, msg, WAITING_FOR_QUOTA)
 
 
-def _no_fit_reason(reasons: set[PendingReason | None]) -> PendingReason:
-    """The reason of a resource group no flavor fits, from its flavors' reasons."""
-    if WAITING_FOR_QUOTA in reasons:
-        return WAITING_FOR_QUOTA
-    if EXCEEDS_MAX_QUOTA in reasons:
-        return EXCEEDS_MAX_QUOTA
-    return NO_MATCHING_FLAVOR
-
-
 def _count(wl: Workload, ps: PodSet, counts: Mapping[str, int] | None) -> int:
     """The pods of ``ps`` to assign: its count (or the reduced one of partial
     admission), less its ``status.reclaimablePods`` (pods that no longer need quota)."""
@@ -753,10 +590,3 @@ def _count(wl: Workload, ps: PodSet, counts: Mapping[str, int] | None) -> int:
     if reclaimable:
         count = max(0, count - reclaimable.get(ps.name, 0))
     return count
-
-
-_REASON_RANK = {None: 0, WAITING_FOR_QUOTA: 1, NO_MATCHING_FLAVOR: 2, EXCEEDS_MAX_QUOTA: 3}
-
-
-def _worse_reason(a: PendingReason | None, b: PendingReason | None) -> PendingReason | None:
-    return a if _REASON_RANK.get(a, 0) >= _REASON_RANK.get(b, 0) else b

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from admission.engine.flavors import Assignment
+from admission.engine.assignment import Assignment
 from admission.engine.queue_manager import PendingStatus
 from admission.engine.vocabulary import PreemptionReason
 from queues.model import Workload

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from admission.engine import messages
+from admission.engine.assignment import Assignment, OracleAnswer
 from admission.engine.cache import Cache
 from admission.engine.faults import cannot_evaluate
-from admission.engine.flavors import Assignment, FlavorAssigner, OracleAnswer
+from admission.engine.flavors import FlavorAssigner
 from admission.engine.ordering import Entry, EntryOrder, Target, classical_order
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.progress import Notice

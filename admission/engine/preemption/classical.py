@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from admission.engine import messages
+from admission.engine.assignment import OracleAnswer
 from admission.engine.cache import Cache
-from admission.engine.flavors import OracleAnswer
 from admission.engine.ordering import Target
 from admission.engine.preemption.candidates import (
     Candidate,

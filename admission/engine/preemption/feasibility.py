@@ -80,7 +80,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from admission.engine.flavors import flavor_matches
+from admission.engine.flavor_match import flavor_matches
 from admission.engine.wake_index import NEVER_ADMISSIBLE, Evidence, own_key
 from queues.model import (
     NEVER,

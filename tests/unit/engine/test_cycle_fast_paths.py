@@ -24,8 +24,9 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from admission.engine.assignment import Assignment
 from admission.engine.cache import Cache
-from admission.engine.flavors import Assignment, FlavorAssigner
+from admission.engine.flavors import FlavorAssigner
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
