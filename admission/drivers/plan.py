@@ -22,9 +22,10 @@ from admission.config.schema import Config
 from admission.drivers.inputs import Inputs
 from admission.engine import messages
 from admission.engine.cache import Cache
+from admission.engine.decisions import AdmittedDecision, PreemptedDecision
 from admission.engine.preemption.checkpoint import RequeueDecision
 from admission.engine.queue_manager import PendingStatus
-from admission.engine.scheduler import AdmittedDecision, PreemptedDecision, Scheduler
+from admission.engine.scheduler import Scheduler
 from admission.engine.vocabulary import PendingReason
 from queues.api.topology_assignment import from_v1beta2, to_v1beta2
 from queues.model import STRICT_FIFO, Workload

@@ -3,7 +3,8 @@
 1. Take one head per active ClusterQueue, and a snapshot of the quota tree
    (:mod:`admission.engine.snapshot`).
 2. Nominate each head: namespace selector, LocalQueue state, flavor assignment (and,
-   when the assignment needs it, the preemption search) against the snapshot.
+   when the assignment needs it, the preemption search) against the snapshot
+   (:mod:`admission.engine.nomination`).
 3. Order the entries with the scheduler's ``EntryOrder`` (classical: preemptors,
    non-borrowing, higher priority, older; fair sharing: a tournament).
 4. Process them in order against the snapshot, which holds this cycle's earlier
@@ -12,25 +13,34 @@
 5. Commit the decisions to the cache (assume admissions, mark victims, requeue) and
    drop the snapshot.
 
-The cycle returns decisions and performs no I/O; drivers apply them.
+The cycle returns decisions (:mod:`admission.engine.decisions`) and performs no I/O;
+drivers apply them.
 """
 
 from __future__ import annotations
 
-import gc
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from admission.engine import messages
-from admission.engine.assignment import Assignment, OracleAnswer
 from admission.engine.cache import Cache
+from admission.engine.decisions import (
+    BACK_TO_THE_HEAP,
+    PARK,
+    PARK_EQUIVALENTS,
+    Admit,
+    AdmittedDecision,
+    CycleResult,
+    Outcome,
+    Preempt,
+    PreemptedDecision,
+)
 from admission.engine.faults import cannot_evaluate
-from admission.engine.flavors import FlavorAssigner
-from admission.engine.ordering import Entry, EntryOrder, Target, classical_order
+from admission.engine.gc_pause import collector_paused
+from admission.engine.nomination import Nominator
+from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.progress import Notice
 from admission.engine.queue_manager import PendingStatus
@@ -38,13 +48,10 @@ from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
     ANY,
-    NEVER,
-    STOP_NONE,
     STRICT_FIFO,
     Admission,
     FlavorResource,
     PodSetAssignment,
-    Workload,
 )
 from queues.tree import QuotaNode
 
@@ -53,48 +60,9 @@ if TYPE_CHECKING:
     from admission.engine.usage import UsageTracker
 
 
-_collector_lock = threading.Lock()
-_collector_pauses = [0, False]  # cycles running now; whether the collector was enabled
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector stays off while a cycle runs, and runs after it.
-
-    A cycle allocates tens of short-lived containers per head (entries, assignments,
-    statuses) and keeps them until it ends; with thousands of heads the collector ran
-    hundreds of times inside every cycle, each time walking what the cycle still holds
-    and promoting it, so full collections of the whole heap followed every few cycles
-    (≈ a third of a 5,000-head cycle's CPU and its p99, ``bench cycle-5k``). What the
-    cycle frees, reference counting frees; the collector runs once it is over and finds
-    the survivors only. Cycles in several threads nest; a collector that was already
-    off (``plan``) stays off."""
-    with _collector_lock:
-        if _collector_pauses[0] == 0:
-            _collector_pauses[1] = gc.isenabled()
-            gc.disable()
-        _collector_pauses[0] += 1
-    try:
-        yield
-    finally:
-        with _collector_lock:
-            _collector_pauses[0] -= 1
-            if _collector_pauses[0] == 0 and _collector_pauses[1]:
-                gc.enable()
-
-
-def _built_from(kept: tuple[object, ...], cq: object, node: object, cache: Cache) -> bool:
-    """A kept assigner was built from these very objects: the ClusterQueue's spec, its
-    node of the kept working tree, the flavors, the topology state and the TAS charges
-    (identity, not equality: a spec replaced by an equal one still gets a new
-    assigner). Asked once per head, so compared one by one, not by building a tuple."""
-    return (
-        kept[0] is cq
-        and kept[1] is node
-        and kept[2] is cache.flavors
-        and kept[3] is cache.topology
-        and kept[4] is cache.tas_charged
-    )
+_FIT = AssignmentMode.FIT
+_NEEDS_PREEMPTION = frozenset(m for m in AssignmentMode if m.needs_preemption)
+_WAITING_FOR_QUOTA = PendingReason.WAITING_FOR_QUOTA
 
 
 def _short_on(node: QuotaNode, usage: dict[FlavorResource, int]) -> str:
@@ -111,37 +79,6 @@ def _short_on(node: QuotaNode, usage: dict[FlavorResource, int]) -> str:
 def _no_lq_order(_cq: str) -> None:
     """Without admission fair sharing, LocalQueues do not order a ClusterQueue's heap."""
     return None
-
-
-@dataclass(slots=True)
-class AdmittedDecision:
-    workload: Workload
-    cluster_queue: str
-    admission: Admission
-    cycle: int
-
-
-@dataclass(slots=True)
-class PreemptedDecision:
-    workload: Workload
-    cluster_queue: str
-    by: str
-    reason: str
-    message: str
-    cycle: int
-    # Progress-aware preemption: the victim is noticed and evicted by this deadline
-    # (or when it checkpoints); None: evicted at once (Kueue).
-    notice_deadline: float | None = None
-
-
-@dataclass(slots=True)
-class CycleResult:
-    cycle: int
-    admitted: list[AdmittedDecision] = field(default_factory=list)
-    preempted: list[PreemptedDecision] = field(default_factory=list)
-    pending: dict[str, PendingStatus] = field(default_factory=dict)
-    changed: bool = False
-    heads: int = 0
 
 
 class Scheduler:
@@ -165,8 +102,7 @@ class Scheduler:
         "_explain",
         "_progress",
         "_reserve_evicting",
-        "_assigners",
-        "_snap",
+        "_nominator",
         "cycle_count",
         "stats",
     )
@@ -201,11 +137,7 @@ class Scheduler:
         self._explain = explain
         self._progress = progress  # notice windows and lost-work explanations
         self._reserve_evicting = reserve_evicting_capacity
-        # One flavor assigner per ClusterQueue, kept while what it is built from (the
-        # spec, its node of the kept working tree, the flavors) stays the same object:
-        # building one per head was a measurable part of a 5,000-head cycle.
-        self._assigners: dict[str, tuple[tuple[object, ...], FlavorAssigner]] = {}
-        self._snap: Snapshot | None = None  # the cycle's snapshot, for the assigners' oracle
+        self._nominator = Nominator(cache, self._preemptor, explain=explain)
         self.cycle_count = 0
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
 
@@ -251,8 +183,8 @@ class Scheduler:
         Nothing in the cache changes until every head is decided; if anything raises
         before that, the heads go back to their queues and the cache (its tree's usage
         included) is exactly as it was. The cyclic collector waits until the cycle is
-        over (:func:`_collector_paused`)."""
-        with _collector_paused():
+        over (:func:`admission.engine.gc_pause.collector_paused`)."""
+        with collector_paused():
             return self._schedule()
 
     def _schedule(self) -> CycleResult:
@@ -282,8 +214,8 @@ class Scheduler:
             return result
         snap: Snapshot | None = None
         try:
-            snap = self._snap = Snapshot(cache.tree)
-            nominate, process, commit = self._nominate, self._process, self._commit
+            snap = self._nominator.snap = Snapshot(cache.tree)
+            nominate, process, commit = self._nominator.nominate, self._process, self._commit
             for e in heads:
                 try:
                     nominate(e, snap)
@@ -303,128 +235,18 @@ class Scheduler:
                     cache.queues[e.cluster_queue].push(e.workload)
             raise
         finally:
-            self._snap = None
+            self._nominator.snap = None
             if snap is not None:
                 snap.release()
         return result
 
-    def _nominate(self, e: Entry, snap: Snapshot) -> None:
-        cache = self._cache
-        wl = e.workload
-        cq = cache.cluster_queues[e.cluster_queue]
-        lq = cache.local_queue_of(wl)
-        misconfigured = PendingReason.MISCONFIGURED
-        if lq is not None and lq.stop_policy != STOP_NONE:
-            e.status = PendingStatus(PendingReason.SUSPENDED, messages.local_queue_stopped(lq.key))
-            return
-        labels = cache.namespace_labels(wl.namespace)
-        if labels is None:
-            e.status = PendingStatus(misconfigured, messages.namespace_missing(wl.namespace))
-            e.park_even_if_strict = True
-            return
-        if cq.namespace_selector is None:
-            e.status = PendingStatus(
-                misconfigured, messages.namespace_not_selected(wl.namespace, cq.name)
-            )
-            e.park_even_if_strict = True
-            return
-        if not cq.namespace_selector.matches(labels):
-            e.status = PendingStatus(
-                misconfigured, messages.namespace_mismatch(wl.namespace, cq.name)
-            )
-            e.park_even_if_strict = True
-            return
-        for ps in wl.pod_sets:  # (formatting the errors only when there are some)
-            if ps.limit_violations:
-                e.status = PendingStatus(misconfigured, messages.resource_validation_errors(wl))
-                return
-        assigner = self._assigner(e.cluster_queue, snap)
-        a = assigner.assign(wl)
-        if a.mode.needs_preemption:
-            e.targets = self._preemptor.targets(
-                snap, wl, e.cluster_queue, a.usage, a.frs_need_preemption, placement=a.placement
-            )
-        if (
-            a.mode != AssignmentMode.FIT
-            and not e.targets
-            and any(ps.min_count is not None for ps in wl.pod_sets)
-        ):
-            # Partial admission: neither fits nor can preempt at full size.
-            reduced = self._partial(assigner, snap, wl, e.cluster_queue)
-            if reduced is not None:
-                a, e.targets = reduced
-        e.assignment = a
-
-    def _assigner(self, cq_name: str, snap: Snapshot) -> FlavorAssigner:
-        cache = self._cache
-        cq = cache.cluster_queues[cq_name]
-        node = snap.tree.queues[cq_name]
-        p = cq.preemption
-        preemptor = self._preemptor
-        may_borrow = p.borrow_within_cohort != NEVER or (
-            preemptor.fair_sharing and p.reclaim_within_cohort != NEVER
-        )
-        kept = self._assigners.get(cq_name)
-        if kept is not None and _built_from(kept[0], cq, node, cache):
-            assigner = kept[1]
-            # read from the spec every time, as when an assigner was built per head
-            assigner.can_preempt_while_borrowing = may_borrow
-            assigner.can_preempt_within_cq = p.within_cluster_queue != NEVER
-            return assigner
-
-        def oracle(wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> OracleAnswer:
-            # the snapshot of the cycle running now (an assigner outlives its cycle)
-            current = self._snap
-            assert current is not None
-            return preemptor.oracle(current, wl, node, fr, val)
-
-        assigner = FlavorAssigner(
-            cq=cq,
-            node=node,
-            flavors=cache.flavors,
-            oracle=oracle,
-            can_preempt_while_borrowing=may_borrow,
-            can_preempt_within_cq=p.within_cluster_queue != NEVER,
-            explain=self._explain,
-            topology=cache.topology,
-            tas_charges=cache.tas_charged,
-        )
-        built_from = (cq, node, cache.flavors, cache.topology, cache.tas_charged)
-        self._assigners[cq_name] = (built_from, assigner)
-        return assigner
-
-    def _partial(
-        self, assigner: FlavorAssigner, snap: Snapshot, wl: Workload, cq: str
-    ) -> tuple[Assignment, list[Target]] | None:
-        """Partial admission (Kueue's PodSetReducer): the largest count of the minCount
-        podSet that fits, or that preemption can make fit (then with its victims)."""
-        ps = next(p for p in wl.pod_sets if p.min_count is not None)
-        lo, hi = ps.min_count or 1, ps.count - 1
-        counts = {p.name: p.count for p in wl.pod_sets}
-        best: tuple[Assignment, list[Target]] | None = None
-        while lo <= hi:
-            mid = (lo + hi + 1) // 2
-            counts[ps.name] = mid
-            a = assigner.assign(wl, counts)
-            targets: list[Target] = []
-            if a.mode.needs_preemption:
-                targets = self._preemptor.targets(
-                    snap, wl, cq, a.usage, a.frs_need_preemption, placement=a.placement
-                )
-            if a.mode == AssignmentMode.FIT or targets:
-                best = (a, targets)
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return best
-
     # -- processing: decide against the snapshot ------------------------------------
 
-    def _process(self, e: Entry, snap: Snapshot, cycle: int) -> _Outcome:
+    def _process(self, e: Entry, snap: Snapshot, cycle: int) -> Outcome:
         """Kueue's processEntry: admit, preempt, or requeue with a reason. Changes only
         the snapshot; what it returns is committed to the cache after the last entry."""
         if e.status is not None:
-            return _PARK
+            return PARK
         a = e.assignment
         assert a is not None
         mode = a.mode
@@ -433,7 +255,7 @@ class Scheduler:
             if mode != AssignmentMode.NO_FIT:  # preemption was needed, and found nobody
                 self._reserve_unreclaimable(e, snap)
             e.status = PendingStatus(a.reason or PendingReason.WAITING_FOR_QUOTA, a.message)
-            return _PARK_EQUIVALENTS
+            return PARK_EQUIVALENTS
         if e.targets and any(t.key in snap.victims for t in e.targets):
             # Another preemptor took some of these victims earlier in this cycle: search
             # again, with their preemptions counted as issued.
@@ -447,16 +269,16 @@ class Scheduler:
             )
             if not e.targets:
                 e.status = PendingStatus(PendingReason.WAITING_FOR_QUOTA, messages.TARGETS_TAKEN)
-                return _BACK_TO_THE_HEAP
+                return BACK_TO_THE_HEAP
         short = self._still_fits(e, snap)
         if short:
             e.status = PendingStatus(_WAITING_FOR_QUOTA, messages.no_longer_fits(short))
-            return _BACK_TO_THE_HEAP
+            return BACK_TO_THE_HEAP
         if preempting:
             return self._issue_preemptions(e, snap, cycle)
         snap.tree.add_usage(e.cluster_queue, a.usage)  # later entries see this admission
         self._cache.topology_assume(e.workload, a.pod_sets, snap.tas)  # and its topology placement
-        return _Admit(
+        return Admit(
             Admission(
                 cluster_queue=e.cluster_queue,
                 pod_set_assignments=[
@@ -531,7 +353,7 @@ class Scheduler:
                 hold[fr] = req if bl is None else max(0, min(req, nominal + bl - used))
         self._hold(snap, e.cluster_queue, hold)
 
-    def _issue_preemptions(self, e: Entry, snap: Snapshot, cycle: int) -> _Preempt:
+    def _issue_preemptions(self, e: Entry, snap: Snapshot, cycle: int) -> Preempt:
         """Evict the victims; the preemptor waits (sticky head) for their quota."""
         cache = self._cache
         wl = e.workload
@@ -587,15 +409,15 @@ class Scheduler:
             PendingReason.WAITING_FOR_PREEMPTED_WORKLOADS,
             messages.waiting_for_preempted((t.key for t in e.targets), waiting),
         )
-        return _Preempt(issued)
+        return Preempt(issued)
 
     # -- commit: apply the decisions to the cache -------------------------------------
 
-    def _commit(self, e: Entry, outcome: _Outcome, result: CycleResult) -> None:
+    def _commit(self, e: Entry, outcome: Outcome, result: CycleResult) -> None:
         cache = self._cache
         wl = e.workload
         key = wl.key
-        if isinstance(outcome, _Admit):
+        if isinstance(outcome, Admit):
             wl.admission = outcome.admission
             wl.admission_time = self._clock()
             cache.queues[e.cluster_queue].remove(key)
@@ -609,7 +431,7 @@ class Scheduler:
             self.stats["admissions"] += 1
             return
         assert e.status is not None
-        if isinstance(outcome, _Preempt):
+        if isinstance(outcome, Preempt):
             for d in outcome.issued:
                 cache.evicting[d.workload.key] = key
                 if d.notice_deadline is not None:
@@ -645,40 +467,3 @@ class Scheduler:
             even_if_strict=e.park_even_if_strict,
             equivalents=outcome.equivalents,
         )
-
-
-@dataclass(slots=True, frozen=True)
-class _Admit:
-    """Admit: the admission to write and the usage it charges."""
-
-    admission: Admission
-    usage: dict[FlavorResource, int]
-
-
-@dataclass(slots=True, frozen=True)
-class _Preempt:
-    """Wait for victims: the preemptions newly issued (none when all are under way)."""
-
-    issued: list[PreemptedDecision]
-
-
-@dataclass(slots=True, frozen=True)
-class _Requeue:
-    """Stay pending: parked (BestEffortFIFO) or back in the heap, and whether
-    interchangeable workloads are parked with it."""
-
-    park: bool
-    equivalents: bool = False
-    no_longer_preempting: bool = False  # it gave up waiting for victims
-
-
-_Outcome = _Admit | _Preempt | _Requeue
-
-_FIT = AssignmentMode.FIT
-_NEEDS_PREEMPTION = frozenset(m for m in AssignmentMode if m.needs_preemption)
-_WAITING_FOR_QUOTA = PendingReason.WAITING_FOR_QUOTA
-
-# The requeue outcomes, shared (frozen): thousands of heads a cycle end in one of them.
-_PARK = _Requeue(park=True)
-_PARK_EQUIVALENTS = _Requeue(park=True, equivalents=True, no_longer_preempting=True)
-_BACK_TO_THE_HEAP = _Requeue(park=False)

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from typing import assert_never
 
 from admission.engine.cache import Cache
-from admission.engine.scheduler import CycleResult, Scheduler
+from admission.engine.decisions import CycleResult
+from admission.engine.scheduler import Scheduler
 from admission.integrations.framework.interface import Integration
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError

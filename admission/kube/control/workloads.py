@@ -26,7 +26,7 @@ from admission.kube.control.context import Context, Obj
 from queues.api.conditions import is_true
 
 if TYPE_CHECKING:
-    from admission.engine.scheduler import PreemptedDecision
+    from admission.engine.decisions import PreemptedDecision
 
 log = logging.getLogger("quartermaster.kube.jobs")
 

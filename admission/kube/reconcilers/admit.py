@@ -26,8 +26,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from admission.engine.decisions import AdmittedDecision, PreemptedDecision
 from admission.engine.queue_manager import PendingStatus
-from admission.engine.scheduler import AdmittedDecision, PreemptedDecision
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority

@@ -54,8 +54,8 @@ from queues.api.progress import (
 )
 
 if TYPE_CHECKING:
+    from admission.engine.decisions import PreemptedDecision
     from admission.engine.preemption.checkpoint import ProgressAware
-    from admission.engine.scheduler import PreemptedDecision
     from admission.kube.control.context import Context, Obj
 
 log = logging.getLogger("quartermaster.kube.notices")

@@ -114,11 +114,11 @@ def _inadmissible_now(sched: Scheduler, cache: Cache, cq: str, wl: Workload) -> 
     assignment, the victim search, partial admission): neither fits nor finds victims."""
     snap = Snapshot(cache.tree)
     try:
-        sched._snap = snap
+        sched._nominator.snap = snap
         e = Entry(workload=wl, cluster_queue=cq, preemptor=wl.key in cache.preemptors)
-        sched._nominate(e, snap)
+        sched._nominator.nominate(e, snap)
     finally:
-        sched._snap = None
+        sched._nominator.snap = None
         snap.release()
     if e.status is not None:
         return True

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from admission.engine.cache import Cache
-from admission.engine.scheduler import CycleResult
+from admission.engine.decisions import CycleResult
 from admission.sim.metrics import lower_bound, summarize
 from admission.sim.records import WorkloadRecord
 from admission.sim.simulator import Simulator, simulate

@@ -1,0 +1,165 @@
+"""Nomination: a cycle's heads checked and given flavors, on the cycle's snapshot.
+
+For each head, Kueue's nominate: the LocalQueue must not be stopped, the namespace must
+exist and be selected by the ClusterQueue, and the resources must be valid; then the
+flavor assignment, the victim search when the assignment needs preemption, and partial
+admission (the largest count that fits or that preemption can make fit) when neither
+works at full size. Nothing changes but the head's :class:`Entry`.
+"""
+
+from __future__ import annotations
+
+from admission.engine import messages
+from admission.engine.assignment import Assignment, OracleAnswer
+from admission.engine.cache import Cache
+from admission.engine.flavors import FlavorAssigner
+from admission.engine.ordering import Entry, Target
+from admission.engine.preemption.classical import Preemptor
+from admission.engine.queue_manager import PendingStatus
+from admission.engine.snapshot import Snapshot
+from admission.engine.vocabulary import AssignmentMode, PendingReason
+from queues.model import NEVER, STOP_NONE, FlavorResource, Workload
+from queues.tree import QuotaNode
+
+
+def _built_from(kept: tuple[object, ...], cq: object, node: object, cache: Cache) -> bool:
+    """A kept assigner was built from these very objects: the ClusterQueue's spec, its
+    node of the kept working tree, the flavors, the topology state and the TAS charges
+    (identity, not equality: a spec replaced by an equal one still gets a new
+    assigner). Asked once per head, so compared one by one, not by building a tuple."""
+    return (
+        kept[0] is cq
+        and kept[1] is node
+        and kept[2] is cache.flavors
+        and kept[3] is cache.topology
+        and kept[4] is cache.tas_charged
+    )
+
+
+class Nominator:
+    """Nominates heads for one scheduler, keeping one flavor assigner per ClusterQueue
+    while what it is built from (the spec, its node of the kept working tree, the
+    flavors, the topology state and the TAS charges) stays the same object."""
+
+    __slots__ = ("_cache", "_preemptor", "_explain", "_assigners", "snap")
+
+    def __init__(self, cache: Cache, preemptor: Preemptor, *, explain: bool) -> None:
+        self._cache = cache
+        self._preemptor = preemptor
+        self._explain = explain
+        self._assigners: dict[str, tuple[tuple[object, ...], FlavorAssigner]] = {}
+        # the snapshot of the cycle running now, for the assigners' preemption oracle
+        self.snap: Snapshot | None = None
+
+    def nominate(self, e: Entry, snap: Snapshot) -> None:
+        """Kueue's nominate for one head: ``e.status`` when it cannot be considered
+        (LocalQueue stopped, namespace not selected, invalid resources), else
+        ``e.assignment`` and, when that needs preemption, its victims ``e.targets``."""
+        cache = self._cache
+        wl = e.workload
+        cq = cache.cluster_queues[e.cluster_queue]
+        lq = cache.local_queue_of(wl)
+        misconfigured = PendingReason.MISCONFIGURED
+        if lq is not None and lq.stop_policy != STOP_NONE:
+            e.status = PendingStatus(PendingReason.SUSPENDED, messages.local_queue_stopped(lq.key))
+            return
+        labels = cache.namespace_labels(wl.namespace)
+        if labels is None:
+            e.status = PendingStatus(misconfigured, messages.namespace_missing(wl.namespace))
+            e.park_even_if_strict = True
+            return
+        if cq.namespace_selector is None:
+            e.status = PendingStatus(
+                misconfigured, messages.namespace_not_selected(wl.namespace, cq.name)
+            )
+            e.park_even_if_strict = True
+            return
+        if not cq.namespace_selector.matches(labels):
+            e.status = PendingStatus(
+                misconfigured, messages.namespace_mismatch(wl.namespace, cq.name)
+            )
+            e.park_even_if_strict = True
+            return
+        for ps in wl.pod_sets:  # (formatting the errors only when there are some)
+            if ps.limit_violations:
+                e.status = PendingStatus(misconfigured, messages.resource_validation_errors(wl))
+                return
+        assigner = self._assigner(e.cluster_queue, snap)
+        a = assigner.assign(wl)
+        if a.mode.needs_preemption:
+            e.targets = self._preemptor.targets(
+                snap, wl, e.cluster_queue, a.usage, a.frs_need_preemption, placement=a.placement
+            )
+        if (
+            a.mode != AssignmentMode.FIT
+            and not e.targets
+            and any(ps.min_count is not None for ps in wl.pod_sets)
+        ):
+            # Partial admission: neither fits nor can preempt at full size.
+            reduced = self._partial(assigner, snap, wl, e.cluster_queue)
+            if reduced is not None:
+                a, e.targets = reduced
+        e.assignment = a
+
+    def _assigner(self, cq_name: str, snap: Snapshot) -> FlavorAssigner:
+        cache = self._cache
+        cq = cache.cluster_queues[cq_name]
+        node = snap.tree.queues[cq_name]
+        p = cq.preemption
+        preemptor = self._preemptor
+        may_borrow = p.borrow_within_cohort != NEVER or (
+            preemptor.fair_sharing and p.reclaim_within_cohort != NEVER
+        )
+        kept = self._assigners.get(cq_name)
+        if kept is not None and _built_from(kept[0], cq, node, cache):
+            assigner = kept[1]
+            # read from the spec on every use, as a newly built assigner would
+            assigner.can_preempt_while_borrowing = may_borrow
+            assigner.can_preempt_within_cq = p.within_cluster_queue != NEVER
+            return assigner
+
+        def oracle(wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> OracleAnswer:
+            # the snapshot of the cycle running now (an assigner outlives its cycle)
+            current = self.snap
+            assert current is not None
+            return preemptor.oracle(current, wl, node, fr, val)
+
+        assigner = FlavorAssigner(
+            cq=cq,
+            node=node,
+            flavors=cache.flavors,
+            oracle=oracle,
+            can_preempt_while_borrowing=may_borrow,
+            can_preempt_within_cq=p.within_cluster_queue != NEVER,
+            explain=self._explain,
+            topology=cache.topology,
+            tas_charges=cache.tas_charged,
+        )
+        built_from = (cq, node, cache.flavors, cache.topology, cache.tas_charged)
+        self._assigners[cq_name] = (built_from, assigner)
+        return assigner
+
+    def _partial(
+        self, assigner: FlavorAssigner, snap: Snapshot, wl: Workload, cq: str
+    ) -> tuple[Assignment, list[Target]] | None:
+        """Partial admission (Kueue's PodSetReducer): the largest count of the minCount
+        podSet that fits, or that preemption can make fit (then with its victims)."""
+        ps = next(p for p in wl.pod_sets if p.min_count is not None)
+        lo, hi = ps.min_count or 1, ps.count - 1
+        counts = {p.name: p.count for p in wl.pod_sets}
+        best: tuple[Assignment, list[Target]] | None = None
+        while lo <= hi:
+            mid = (lo + hi + 1) // 2
+            counts[ps.name] = mid
+            a = assigner.assign(wl, counts)
+            targets: list[Target] = []
+            if a.mode.needs_preemption:
+                targets = self._preemptor.targets(
+                    snap, wl, cq, a.usage, a.frs_need_preemption, placement=a.placement
+                )
+            if a.mode == AssignmentMode.FIT or targets:
+                best = (a, targets)
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return best
