@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from queues.model import Cohort
-    from queues.tree import QuotaNode as Node
+    from queues.quota_node import QuotaNode as Node
 
 MAX_COHORT_DEPTH = 64
 """The most Cohorts on a path from a root Cohort down to a ClusterQueue's Cohort.
@@ -114,15 +114,3 @@ def depth_through(name: str, parent: str | None, cohorts: Mapping[str, Cohort]) 
         visited.update(level)
         down += 1
     return up + 1 + down
-
-
-def cohorts_below(top: Node, skip: str | None = None) -> list[Node]:
-    """``top`` and the Cohorts below it (without those with ``skip`` in their memo),
-    parents before children: a walk with a stack of its own, whatever the depth."""
-    order: list[Node] = []
-    stack = [top]
-    while stack:
-        node = stack.pop()
-        order.append(node)
-        stack.extend(c for c in node.child_cohorts if skip is None or skip not in c.memo)
-    return order

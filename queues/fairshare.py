@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from queues.model import FlavorResource
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 
 @dataclass(slots=True, frozen=True)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from admission.engine.tas.admission import PlacementCheck
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import FlavorResource, TopologyAssignment, Workload
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 NO_CANDIDATES = AssignmentMode.NO_CANDIDATES
 FIT = AssignmentMode.FIT

@@ -53,7 +53,7 @@ from queues.model import (
     ResourceGroup,
     Workload,
 )
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 # Short names for the vocabulary's members, as the assigner reads them.
 NO_FIT = AssignmentMode.NO_FIT

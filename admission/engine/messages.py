@@ -6,8 +6,8 @@ condition's message, an event) is worded here and only here, so rewording one to
 this file. Where Kueue has a wording (flavor assignment, preemption, namespace
 selectors) it is Kueue's; the numeric explanations (which podSet, resource and flavor
 is short, by how much, and which limit binds) are this project's, and read the limit
-from the quota tree (:meth:`queues.tree.QuotaNode.available_limit`,
-:meth:`~queues.tree.QuotaNode.potential_limit`), which is where the arithmetic lives.
+from the quota tree (:meth:`queues.quota_node.QuotaNode.available_limit`,
+:meth:`~queues.quota_node.QuotaNode.potential_limit`), which is where the arithmetic lives.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from admission.engine.vocabulary import PreemptionReason
 from queues.api import labels
 from queues.model import FlavorResource, ResourceFlavor, Taint, Workload
 from queues.quantity import format_quantity
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 # -- queue and routing state ----------------------------------------------------------
 

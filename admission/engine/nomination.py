@@ -19,7 +19,7 @@ from admission.engine.queue_manager import PendingStatus
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import NEVER, STOP_NONE, FlavorResource, Workload
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 
 def _built_from(kept: tuple[object, ...], cq: object, node: object, cache: Cache) -> bool:

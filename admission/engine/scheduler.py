@@ -53,7 +53,7 @@ from queues.model import (
     FlavorResource,
     PodSetAssignment,
 )
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 if TYPE_CHECKING:
     from admission.engine.preemption.checkpoint import ProgressAware

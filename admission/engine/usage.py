@@ -25,7 +25,7 @@ from typing import Protocol
 from admission.engine.cache import Cache
 from queues.fairshare import alpha, credit, decay, weighted, window
 from queues.model import USAGE_BASED_AFS, FlavorResource, Workload
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 
 class UsageSection(Protocol):

@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Callable, Iterable
 
 from queues.model import LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY, NEVER, FlavorResource
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 Evidence = list[tuple[QuotaNode, FlavorResource, int]]
 """Per blocked flavor, for one pair of it: (node, pair, threshold) — the head may only

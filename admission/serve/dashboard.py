@@ -49,7 +49,7 @@ from admission.kube.controller import Controller
 from queues.api.conditions import condition
 from queues.fairshare import dominant_resource_share
 from queues.quantity import format_quantity
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 from .queueview import LqUsage, positions
 

@@ -50,7 +50,8 @@ from typing import Any
 from admission.sim.scenario import US_PER_MS, Scenario
 from queues.model import STOP_NONE, ClusterQueue
 from queues.quantity import format_quantity
-from queues.tree import CohortTree, QuotaNode
+from queues.quota_node import QuotaNode
+from queues.tree import CohortTree
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from queues.model import (
     FlavorResource,
     Workload,
 )
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 if TYPE_CHECKING:
     from admission.engine.preemption.checkpoint import ProgressAware

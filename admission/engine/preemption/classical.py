@@ -33,7 +33,7 @@ from admission.engine.preemption.feasibility import kept_locally
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import AssignmentMode, PreemptionReason
 from queues.model import LOWER_OR_NEWER_EQUAL_PRIORITY, NEVER, FlavorResource, Workload
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 if TYPE_CHECKING:
     from admission.engine.preemption.checkpoint import ProgressAware

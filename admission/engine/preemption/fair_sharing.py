@@ -44,7 +44,8 @@ from queues.model import (
     FlavorResource,
     Workload,
 )
-from queues.tree import CohortTree, QuotaNode
+from queues.quota_node import QuotaNode
+from queues.tree import CohortTree
 
 if TYPE_CHECKING:
     from admission.engine.preemption.checkpoint import ProgressAware

@@ -88,7 +88,7 @@ from queues.model import (
     PodSet,
     ResourceGroup,
 )
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 if TYPE_CHECKING:
     from admission.engine.cache import Cache

@@ -31,7 +31,8 @@ from admission.engine.preemption.classical import Preemptor
 from admission.engine.scheduler import Scheduler
 from admission.engine.snapshot import Snapshot
 from queues.model import FlavorResource, LocalQueue, PodSet, ResourceFlavor, Workload
-from queues.tree import CohortTree, QuotaNode
+from queues.quota_node import QuotaNode
+from queues.tree import CohortTree
 from tests.unit.engine.test_engine_properties import FLAVORS, world
 from tests.unit.engine.test_preemption_properties import (
     _filled,

@@ -30,7 +30,8 @@ from queues.model import (
     ResourceQuota,
     Workload,
 )
-from queues.tree import CohortTree, QuotaNode
+from queues.quota_node import QuotaNode
+from queues.tree import CohortTree
 
 FLAVORS = ["f1", "f2"]
 RESOURCES = ["cpu", "nvidia.com/gpu"]

@@ -26,7 +26,8 @@ from queues.model import (
     ResourceGroup,
     ResourceQuota,
 )
-from queues.tree import CohortTree, QuotaNode
+from queues.quota_node import QuotaNode
+from queues.tree import CohortTree
 from tests.unit.engine.test_engine_properties import FLAVORS, RESOURCES, world
 
 

@@ -49,7 +49,7 @@ from queues.model import (
     ResourceQuota,
     Workload,
 )
-from queues.tree import QuotaNode
+from queues.quota_node import QuotaNode
 
 FLAVOR = "default"
 STRATEGY_LISTS = [

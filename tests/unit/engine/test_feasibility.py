@@ -553,7 +553,7 @@ def test_the_wake_index_forgets_tickets_nobody_holds_and_keeps_the_others() -> N
     """Tickets whose heads were woken otherwise are dropped when the index compacts
     (after as many parks as it holds tickets, plus 4,096), live ones still fire."""
     from admission.engine.wake_index import WakeIndex
-    from queues.tree import QuotaNode
+    from queues.quota_node import QuotaNode
 
     node = QuotaNode("cq", is_cohort=False)
     node.usage[("f1", "cpu")] = 100

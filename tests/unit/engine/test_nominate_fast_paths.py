@@ -25,7 +25,7 @@ from admission.engine import messages
 from admission.engine.flavors import FlavorAssigner
 from queues.model import FlavorResource
 from queues.quantity import format_quantity
-from queues.tree import BorrowingLevel, QuotaNode
+from queues.quota_node import BorrowingLevel, QuotaNode
 from tests.unit.engine.test_cycle_fast_paths import decisions, general_paths
 from tests.unit.engine.test_engine_properties import FLAVORS, RESOURCES, world
 from tests.unit.engine.test_preemption_properties import _filled

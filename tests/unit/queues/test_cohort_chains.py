@@ -29,7 +29,8 @@ from queues.model import (
     ResourceGroup,
     ResourceQuota,
 )
-from queues.tree import CohortTree, QuotaNode
+from queues.quota_node import QuotaNode
+from queues.tree import CohortTree
 from tests.support.kube_harness import (
     cluster_queue,
     eventually,
