@@ -125,7 +125,7 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
     from admission.config.load import parse_config
     from admission.engine.cache import Cache
     from queues import model as m
-    from queues.api.kinds import parse_model
+    from queues.api.parse import parse_model
 
     rng = random.Random(seed)
     objs = [parse_model(d) for d in queue_documents(shape)]

@@ -90,7 +90,7 @@ def build() -> tuple[Any, Any, str]:
     from admission.config.schema import Config
     from admission.drivers.loader import load_documents
     from admission.drivers.plan import build_cache
-    from queues.api.kinds import parse_model
+    from queues.api.parse import parse_model
 
     rng = random.Random(17)
     cache = build_cache(
@@ -111,7 +111,7 @@ def build() -> tuple[Any, Any, str]:
 
 async def _measure(dashboard: Any, cache: Any, hot: str) -> dict[str, Any]:
     from admission.serve.dashboard import pending_page, summary
-    from queues.api.kinds import parse_model
+    from queues.api.parse import parse_model
 
     ports: list[int] = []
     server = asyncio.create_task(

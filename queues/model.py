@@ -1,6 +1,6 @@
 """Plain, slotted domain objects the engine works on.
 
-Kubernetes objects are parsed and validated once, at the edge (``queues.api.kinds``), and
+Kubernetes objects are parsed and validated once, at the edge (``queues.api.parse``), and
 turned into these classes. Nothing here validates or does I/O: the scheduling loop
 touches these objects millions of times, so they stay small, typed and cheap.
 

@@ -120,7 +120,7 @@ def test_kueue_label_and_annotation_names_are_spelled_only_in_queues_labels() ->
     """queues/api/labels.py owns Kueue's label, annotation, finalizer and gate names, so
     the webhooks, reconcilers, engine messages and loader cannot drift apart (issue 12,
     bug 8). The one other Kueue string is a priorityClassSource value, not a label."""
-    allowed = {("queues/api/kinds.py", "kueue.x-k8s.io/workloadpriorityclass")}
+    allowed = {("queues/api/v1beta1.py", "kueue.x-k8s.io/workloadpriorityclass")}
     found = [
         (str(path.relative_to(ROOT)), m.group(0)[1:-1])
         for package in ("queues", "admission", "webhooks")

@@ -118,7 +118,7 @@ class WebhookConfig:
     @classmethod
     def from_config(cls, config: Any, *, namespace: str | None = None) -> WebhookConfig:
         """From the service configuration file (``admission.config.schema.Config``)."""
-        from queues.api.kinds import parse_label_selector
+        from queues.api.parse import parse_label_selector
 
         doc = config.doc
         ns = namespace or doc.namespace or DEFAULT_SERVICE_NAMESPACE

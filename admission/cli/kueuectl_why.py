@@ -16,7 +16,7 @@ from admission.config.schema import ConfigError
 from admission.drivers.why import Explanation, explain, inputs_from_objects
 from admission.kube.client import kueuectl_calls as api
 from admission.serve.queueview import positions
-from queues.api.kinds import InputError
+from queues.api.parse import InputError
 from queues.quantity import format_quantity
 
 KINDS = (

@@ -411,7 +411,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from admission.config.load import load_config
         from admission.config.schema import ConfigError
         from admission.drivers.documents import LoadError
-        from queues.api.kinds import InputError
+        from queues.api.parse import InputError
         from webhooks.config import WebhookConfig
         from webhooks.server.entry import serve_webhooks_only
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from admission.drivers.unqueued import NotQueued
 from admission.engine.tas.domains import Node, PodUsage
-from queues.api import kinds as api
+from queues.api import parse as api
 from queues.model import (
     ClusterQueue,
     Cohort,

@@ -15,7 +15,7 @@ module is the file side of that, with kubectl's habits:
   skipped with one warning each, never an abort; an input without a single object is
   an error, as ``kubectl apply`` says "no objects passed to apply";
 * the kinds it reads are checked as strictly as the API server checks them: Kueue's
-  kinds by ``queues.api.kinds`` (CRD schema, CEL rules, webhooks), built-in kinds by their
+  kinds by ``queues.api.parse`` (CRD schema, CEL rules, webhooks), built-in kinds by their
   OpenAPI fields (``admission.drivers.strict``), so a misspelt field is refused.
 
 Job objects (batch/v1 Jobs and every other kind of ``admission.integrations.registry``
@@ -58,6 +58,8 @@ from admission.integrations.framework.fields import IntegrationError
 from admission.integrations.framework.interface import Integration, ReferenceLookup
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from queues.api import kinds as api
+from queues.api import parse as api_parse
+from queues.api.convert import DEFAULT_NAMESPACE
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.memo import ContentMemo, content_key
 from queues.model import (
@@ -203,7 +205,7 @@ def load_documents(
     jobs: list[tuple[_Origin, Integration, dict[str, Any]]] = []
     referenced = inputs.references
     names = _NameGenerator()
-    default_ns = namespace or api.DEFAULT_NAMESPACE
+    default_ns = namespace or DEFAULT_NAMESPACE
     position = 0
     for file, index, top in documents:
         for origin, doc in _unwrap(file, index, top, position):
@@ -576,11 +578,11 @@ def _claim(
     seen[key] = origin
 
 
-def _parse(doc: dict[str, Any], origin: _Origin, inputs: Inputs) -> api.ModelObject:
+def _parse(doc: dict[str, Any], origin: _Origin, inputs: Inputs) -> api_parse.ModelObject:
     try:
-        parsed = api.parse_object(doc)
-        model = api.to_model(parsed)
-    except api.InputError as exc:
+        parsed = api_parse.parse_object(doc)
+        model = api_parse.to_model(parsed)
+    except api_parse.InputError as exc:
         raise origin.error(exc.message, kind=exc.kind, name=exc.name, path=exc.path) from None
     if isinstance(parsed, api.ClusterQueue) and parsed.spec.admission_checks_strategy:
         checks = ", ".join(c.name for c in parsed.spec.admission_checks_strategy.admission_checks)

@@ -23,7 +23,7 @@ from typing import Any
 from admission.config.schema import Config
 from admission.drivers.inputs import Inputs, default_namespaces, store
 from admission.drivers.plan import PlanResult, run_plan
-from queues.api import kinds as api
+from queues.api import parse as api
 from queues.model import (
     ResourceGroup,
     ResourceQuota,

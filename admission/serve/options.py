@@ -63,7 +63,7 @@ class ServiceOptions:
 
 def selector_from_dict(doc: dict[str, Any] | None) -> LabelSelector | None:
     """A metav1.LabelSelector dict as the model's LabelSelector (None stays None)."""
-    from queues.api.kinds import parse_label_selector
+    from queues.api.parse import parse_label_selector
 
     return None if doc is None else parse_label_selector(doc, path="managedJobsNamespaceSelector")
 

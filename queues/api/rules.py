@@ -37,12 +37,12 @@ from queues.api.fields import (
     quantity_value,
     to_quantity_text,
 )
+from queues.api.kinds import NAMESPACED_KINDS
 from queues.memo import ContentMemo, content_key
 
 if TYPE_CHECKING:
     from queues.api.kinds import ClusterQueueSpec, CohortSpec, ResourceFlavorSpec, Workload
 
-NAMESPACED_KINDS = frozenset({"LocalQueue", "Workload"})
 MAX_FLAVORS = 256
 MAX_COVERED_RESOURCES = 256
 MAX_COMBINATIONS_PER_GROUP = 512

@@ -323,7 +323,7 @@ def pending_view(workloads: int, *, cluster_queues: int = 100, cohorts: int = 10
     """A model with ``workloads`` pending single-pod workloads spread over
     ``cluster_queues`` ClusterQueues (namespace and LocalQueue ``<cq>/lq`` each), every
     queue already full, so the impact what-if has the whole backlog to go through."""
-    from queues.api import kinds as api
+    from queues.api import parse as api
     from queues.model import ResourceFlavor
 
     view = sample_view()

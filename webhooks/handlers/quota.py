@@ -3,7 +3,7 @@ WorkloadPriorityClass and Workload admission (docs/semantics.md §3.5–§3.8).
 
 Schema-level rules (lendingLimit ≤ nominalQuota, limits only with a cohort/parent,
 resource order and coverage, counts, fair-sharing weight, preemption combination, the
-Workload's podSet and admission rules, …) live once, in ``queues.api.kinds.parse_object``;
+Workload's podSet and admission rules, …) live once, in ``queues.api.parse.parse_object``;
 this module runs them on every create and update and adds what only a webhook can check:
 
 * update rules: a LocalQueue's ``spec.clusterQueue`` is immutable; a Workload's
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from admission.integrations.registry import workload_status_is_the_services
-from queues.api import kinds as api
+from queues.api import parse as api
 from queues.api import topology as topology_api
 from queues.api.labels import PRIORITY_BOOST as PRIORITY_BOOST_ANNOTATION
 from queues.api.labels import RESOURCE_IN_USE as RESOURCE_IN_USE_FINALIZER
@@ -156,11 +156,11 @@ def _impact_job(kind: str, req: AdmissionRequest, ctx: HandlerContext) -> Impact
     return ImpactJob(kind, req.object, ctx.view, ctx.config.what_if_config)
 
 
-# ---------------------------------------------------------------- schema (queues.api.kinds)
+# ---------------------------------------------------------------- schema (queues.api.parse)
 
 
 def schema_problems(doc: JsonObj) -> list[str]:
-    """Every schema-rule violation of ``doc`` per ``queues.api.kinds``, one "path: message" each."""
+    """Every schema-rule violation of ``doc`` per ``queues.api.parse``, one "path: message" each."""
     try:
         api.parse_object(doc)
     except api.InputError as exc:
@@ -347,7 +347,7 @@ def _reclaimable(wl: JsonObj) -> dict[str, int]:
 
 
 def _validate_workload(wl: JsonObj, errs: FieldErrors) -> None:
-    """The Workload rules ``queues.api.kinds`` does not check (reclaimablePods, priority boost)."""
+    """The Workload rules ``queues.api.parse`` does not check (reclaimablePods, priority boost)."""
     counts = {ps.get("name", "main"): _count_of(ps) for ps in _pod_sets(wl)}
     for name, count in _reclaimable(wl).items():
         path = key_path("status.reclaimablePods", name)

@@ -5,7 +5,7 @@ leader also writes. The rules that keep the cache equal to what the API says, wi
 ever charging a workload twice or dropping a quota it holds:
 
 * Queue objects (flavors, ClusterQueues, Cohorts, LocalQueues, namespaces, priority
-  classes) are parsed once per change (``queues.api.kinds.parse_model``) into model dicts;
+  classes) are parsed once per change (``queues.api.parse.parse_model``) into model dicts;
   ``flush_objects`` hands them to ``Cache.update_objects`` in one batch.
 * A Workload with ``QuotaReserved=True`` and ``status.admission`` is charged (Kueue's
   admitted workloads, rebuilt from the API on start — restart safety); without them it
@@ -37,7 +37,7 @@ from admission.kube.watch.read_your_writes import StaleEvents
 from admission.kube.watch.slim import without_digests
 from queues import model as m
 from queues.api.conditions import condition, is_true
-from queues.api.kinds import InputError, parse_model
+from queues.api.parse import InputError, parse_model
 from queues.api.progress import ProgressError, without_progress, workload_progress
 
 log = logging.getLogger("quartermaster.kube.cache")

@@ -26,7 +26,7 @@ from admission.kube.watch.slim import (
     without_digests,
 )
 from bench.jobgen import realistic_job
-from queues.api.kinds import parse_model
+from queues.api.parse import parse_model
 from queues.pods import pod_requests
 from tests.support.kube_harness import (
     admitted,

@@ -1,4 +1,4 @@
-"""queues.api.kinds: parsing Kueue objects, Kueue's validation rules, conversion to queues.model."""
+"""queues.api.parse and queues.api.kinds: parsing Kueue objects, Kueue's validation rules, conversion to queues.model."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from queues import model as m
-from queues.api import kinds as api
+from queues.api import kinds
+from queues.api import parse as api
+from queues.api.fields import KubeJsonSchema
 
 # The example manifests of docs/semantics.md §1.9 (the batch/v1 Job is the loader's).
 EXAMPLES = """
@@ -974,7 +976,7 @@ def test_non_mapping_document_is_an_input_error() -> None:
 
 
 def test_json_schema_is_crd_friendly() -> None:
-    schema = api.ClusterQueue.model_json_schema(by_alias=True, schema_generator=api.KubeJsonSchema)
+    schema = kinds.ClusterQueue.model_json_schema(by_alias=True, schema_generator=KubeJsonSchema)
     spec = schema["$defs"]["ClusterQueueSpec"]["properties"]
     assert spec["queueingStrategy"] == {
         "default": "BestEffortFIFO",
@@ -986,6 +988,6 @@ def test_json_schema_is_crd_friendly() -> None:
     assert "anyOf" not in spec["cohortName"] and "default" not in spec["cohortName"]
     quota = schema["$defs"]["ResourceQuota"]["properties"]["nominalQuota"]
     assert quota["x-kubernetes-int-or-string"] is True
-    wl = api.Workload.model_json_schema(by_alias=True, schema_generator=api.KubeJsonSchema)
+    wl = kinds.Workload.model_json_schema(by_alias=True, schema_generator=KubeJsonSchema)
     assert wl["$defs"]["PodSet"]["properties"]["template"]["x-kubernetes-preserve-unknown-fields"]
     assert wl["$defs"]["WorkloadSpec"]["properties"]["podSets"]["maxItems"] == 18

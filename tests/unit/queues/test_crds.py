@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from queues.api.fields import KubeModel, ObjectMeta
-from queues.api.kinds import InputError, parse_object
+from queues.api.parse import InputError, parse_object
 from tests.support.crd_validation import (
     CRD_DIR,
     EXAMPLES,
@@ -445,7 +445,7 @@ def _workload() -> Obj:
 
 
 # (case id, make the broken object, expected path, expected message fragment); the
-# pydantic models (queues.api.kinds.parse_object) must reject every one of them too.
+# pydantic models (queues.api.parse.parse_object) must reject every one of them too.
 BROKEN: list[tuple[str, Callable[[], Obj], str, str]] = [
     (
         "unknown-field",

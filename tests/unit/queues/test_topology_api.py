@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from admission.integrations.kinds.job import JobError, workload_from_job
-from queues.api import kinds as api
 from queues.api import labels
+from queues.api import parse as api
 from queues.api.topology_request import (
     TopologyAnnotationError,
     pod_set_group_errors,
     topology_request_from_annotations,
 )
-from queues.model import TopologyRequest
+from queues.model import Topology, TopologyRequest
 from tests.support.crd_validation import crd_problems
 from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review
 from webhooks.config import WebhookConfig
@@ -50,7 +50,7 @@ def problems(doc: dict[str, Any]) -> list[tuple[str, str]]:
 
 def test_topology_parses_into_its_levels_widest_first() -> None:
     t = api.parse_model(topology(BLOCK, RACK, HOST))
-    assert t == api.m.Topology(name="default", levels=(BLOCK, RACK, HOST))
+    assert t == Topology(name="default", levels=(BLOCK, RACK, HOST))
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from admission.serve.dashboard import (
     summary,
 )
 from queues import model as m
-from queues.api.kinds import parse_model
+from queues.api.parse import parse_model
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 
