@@ -2,8 +2,10 @@
 
 An integration whose kind is a custom resource is not watched while its CRD is
 missing, does not hold back readiness, is logged once as waiting, starts when the CRD
-is installed and stops (its Workloads kept) when the CRD is deleted
-(``admission/kube/control/integrationgate.py``). The same scenario runs on a real API server in
+is installed and stops when the CRD is deleted
+(``admission/kube/control/integrationgate.py``). Deleting a CRD deletes its objects
+with it, so their Workloads go too (the service and the garbage collector both see
+their jobs gone); the Workloads of other kinds are untouched. The same scenario runs on a real API server in
 ``tests/e2e/test_real_install.py``.
 """
 
@@ -18,7 +20,7 @@ import pytest
 from admission.integrations.kinds.jobset import JOBSET
 from admission.kube.client import rest as k
 from tests.support.integration_kit import NS, workload_of
-from tests.support.kube_harness import admitted, eventually, stack
+from tests.support.kube_harness import admitted, eventually, job, stack
 from tests.support.plain_cluster import (
     JOBSET_FRAMEWORK,
     JOBSET_WAITING,
@@ -62,6 +64,9 @@ def test_a_deleted_crd_stops_its_integration_and_a_new_one_starts_it_again(
             await eventually(lambda: active(s, JOBSET_FRAMEWORK) == 1, what="JobSet runs")
             await s.user.create(JOBSET.resource, jobset("a"), namespace=NS)
             await eventually(lambda: admitted(workload_of(s.server, JOBSET, "a")), what="admitted")
+            await s.user.create(k.JOBS, job(NS, "keep", queue="lq"), namespace=NS)
+            await eventually(lambda: admitted(s.workload_of_job(NS, "keep")), what="Job admitted")
+            kept = s.workload_of_job(NS, "keep")["metadata"]["name"]
             informer = s.service.informers["jobsets"]
             assert informer.synced.is_set() and informer.store
             s.server.clear_requests()
@@ -74,9 +79,10 @@ def test_a_deleted_crd_stops_its_integration_and_a_new_one_starts_it_again(
             deletes = [
                 r for r in s.server.requests
                 if r.verb in ("delete", "deletecollection") and r.resource == "workloads"
-                and r.user.startswith("system:serviceaccount:")
+                and (r.name == kept or not r.name)
             ]  # fmt: skip
-            assert deletes == [], "the service deletes no Workload when an integration stops"
+            assert deletes == [], "an integration stopping deletes no Workload of another kind"
+            assert admitted(s.workload_of_job(NS, "keep")), "the Job's Workload keeps its quota"
 
             await install_crd(s, "jobsets")
             await eventually(lambda: active(s, JOBSET_FRAMEWORK) == 1, what="JobSet again")
