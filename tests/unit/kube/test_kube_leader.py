@@ -221,27 +221,40 @@ def test_a_leader_whose_lease_requests_hang_stops_writing_before_a_successor_lea
                 return verdict[0]
 
             a.controller.ctx.fence = recorded_fence
-            # A's Lease requests hang from now on; everything else still answers
-            real_get, real_replace = a.client.get, a.client.replace
-
-            async def hang_leases(res, *args, _real, **kw):  # type: ignore[no-untyped-def]
-                if res is k.LEASES:
-                    await asyncio.sleep(3600)
-                return await _real(res, *args, **kw)
-
-            a.client.get = lambda res, *x, **kw: hang_leases(res, *x, _real=real_get, **kw)  # type: ignore[method-assign]
-            a.client.replace = lambda res, *x, **kw: hang_leases(res, *x, _real=real_replace, **kw)  # type: ignore[method-assign]
             user = await k.KubeClient.connect(
                 configuration=kube_client_config(server.url), strict=False
             )
+
             try:
+
+                async def arrive(i: int) -> None:
+                    await user.create(
+                        k.JOBS, job("team-a", f"j{i}", queue="lq", cpu="100m", suspend=True),
+                        namespace="team-a",
+                    )  # fmt: skip
+
+                # A leads and writes before its Lease requests hang (a busy loop must not
+                # leave it nothing to have written)
+                await arrive(0)
+                await eventually(lambda: writes["a"], what="a admits the first job")
+                # A's Lease requests hang from now on; everything else still answers
+                real_get, real_replace = a.client.get, a.client.replace
+
+                async def hang_leases(res, *args, _real, **kw):  # type: ignore[no-untyped-def]
+                    if res is k.LEASES:
+                        await asyncio.sleep(3600)
+                    return await _real(res, *args, **kw)
+
+                def hung(real):  # type: ignore[no-untyped-def]
+                    return lambda res, *x, **kw: hang_leases(res, *x, _real=real, **kw)
+
+                a.client.get = hung(real_get)  # type: ignore[method-assign]
+                a.client.replace = hung(real_replace)  # type: ignore[method-assign]
+
                 # a steady stream of jobs to admit while leadership changes hands
                 async def arrivals() -> None:
-                    for i in range(40):
-                        await user.create(
-                            k.JOBS, job("team-a", f"j{i}", queue="lq", cpu="100m", suspend=True),
-                            namespace="team-a",
-                        )  # fmt: skip
+                    for i in range(1, 40):
+                        await arrive(i)
                         await asyncio.sleep(0.15)
 
                 feeder = asyncio.create_task(arrivals())
