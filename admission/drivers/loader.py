@@ -502,7 +502,7 @@ def _job_workloads(
         return out
     except IntegrationError as exc:
         name = _display(integration.kind, job.get("metadata"))
-        message = str(exc).removeprefix(f"{integration.what} {name}: ")  # named once
+        message = str(exc).removeprefix(f"{integration.lower_kind} {name}: ")  # named once
         raise origin.error(message, kind=integration.kind, name=name) from None
 
 

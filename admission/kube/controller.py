@@ -190,9 +190,9 @@ class Controller:
             return self.topology.on_pod
         if plural == TAS_PODS:
             return self.tas_ungater.on_pod
-        for what, integ in self.jobs.kinds.items():
+        for lower_kind, integ in self.jobs.kinds.items():
             if integ.resource.plural == plural:
-                return self._on_object(what)
+                return self._on_object(lower_kind)
         referencing = [
             i for i in self.jobs.kinds.values() if plural in {r.plural for r in i.references}
         ]
@@ -220,7 +220,7 @@ class Controller:
         ) -> None:
             for integ in referencing:
                 for key in list(self.informers[integ.resource.plural].store):
-                    self.enqueue(work.Job(integ.what, key))
+                    self.enqueue(work.Job(integ.lower_kind, key))
 
         return on_reference
 
@@ -257,10 +257,10 @@ class Controller:
         obj = new or old
         owner = owner_of(self.ctx, obj) if obj is not None else None
         if owner is not None and owner[1]:
-            self.ctx.job_index.add((owner[0].what, owner[1]), key)
-            self.enqueue(work.Job(owner[0].what, owner[1]))
-        for what, job in self.jobs.prebuilt.waiting_for(key):  # jobs naming it (prebuilt)
-            self.enqueue(work.Job(what, job))
+            self.ctx.job_index.add((owner[0].lower_kind, owner[1]), key)
+            self.enqueue(work.Job(owner[0].lower_kind, owner[1]))
+        for lower_kind, job in self.jobs.prebuilt.waiting_for(key):  # jobs naming it (prebuilt)
+            self.enqueue(work.Job(lower_kind, job))
         if event != DELETED:
             self.enqueue(work.Workload(key))
             if self.notices is not None:
@@ -268,20 +268,20 @@ class Controller:
             if admitted_by_tas(new) and not self.podgroups.owns(key):
                 self.enqueue(work.TasUngate(key))
 
-    def _on_object(self, what: str) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
-        res = self.jobs.resources[what]
+    def _on_object(self, lower_kind: str) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
+        res = self.jobs.resources[lower_kind]
 
         def on_object(event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None) -> None:
             if event == DELETED:
                 self.writer.forget_object(res, key)
-                for wkey in self.ctx.job_index.pop((what, key)):
+                for wkey in self.ctx.job_index.pop((lower_kind, key)):
                     self.enqueue(work.Workload(wkey))
-                self.jobs.prebuilt.forget((what, key))
+                self.jobs.prebuilt.forget((lower_kind, key))
                 return
             self.writer.current(res, key)
-            self.enqueue(work.Job(what, key))
+            self.enqueue(work.Job(lower_kind, key))
             if self.notices is not None:
-                self.notices.on_job(what, key, new)
+                self.notices.on_job(lower_kind, key, new)
 
         return on_object
 
@@ -325,9 +325,9 @@ class Controller:
         if self.notices is not None:
             self.notices.aware = self.scheduler.progress
         self.sync.flush_objects()
-        for what, integ in self.jobs.kinds.items():
+        for lower_kind, integ in self.jobs.kinds.items():
             for key in list(self.informers[integ.resource.plural].store):
-                self.queue.add(work.Job(what, key))
+                self.queue.add(work.Job(lower_kind, key))
         for key in list(self.informers["workloads"].store):
             self.queue.add(self._item(work.Workload(key)))
         for key in self.podgroups.group_keys():
@@ -360,8 +360,8 @@ class Controller:
                         await self.topology.handle(key)
                     case work.TasUngate(key):
                         await self.tas_ungater.reconcile(key)
-                    case work.Job(what, key):
-                        await self.jobs.reconcile(what, key)
+                    case work.Job(lower_kind, key):
+                        await self.jobs.reconcile(lower_kind, key)
                     case work.PodGroup(key):
                         await self.podgroups.reconcile(key)
                     case work.Workload(key) if self.podgroups.owns(key):
@@ -394,7 +394,7 @@ class Controller:
         )
         if isinstance(err, ApiError) and 400 <= err.status < 500 and err.status not in (409, 429):
             obj = (
-                self.jobs.current(item.what, item.key)
+                self.jobs.current(item.lower_kind, item.key)
                 if isinstance(item, work.Job)
                 else self.writer.workload(item.key)
             )

@@ -469,9 +469,9 @@ def _job_entry(where: str, e: dict[str, Any], *, inputs: Inputs) -> SimWorkload:
     except IntegrationError as err:
         raise _fail(where, "job", str(err)) from None
     if not wl.queue_name:
-        raise _fail(where, "job", f"{integ.what} names no queue: label {QUEUE_NAME_LABEL} "
+        raise _fail(where, "job", f"{integ.lower_kind} names no queue: label {QUEUE_NAME_LABEL} "
                                   "or localQueue")  # fmt: skip
-    wl_class = _text(where, "class", e["class"]) if "class" in e else integ.what
+    wl_class = _text(where, "class", e["class"]) if "class" in e else integ.lower_kind
     return _sim_workload(
         where,
         e,

@@ -114,7 +114,7 @@ def workload_model(
     """The Workload Kueue creates for ``obj`` (the engine's model): one podSet per
     role, queue from the ``queue-name`` label, priority from :func:`workload_priority`.
     Raises IntegrationError naming the object and the field on bad input."""
-    kind_noun = integration.what
+    kind_noun = integration.lower_kind
     if not isinstance(obj, Mapping):
         raise IntegrationError(f"{kind_noun}: expected an object, got {type(obj).__name__}")
     metadata = as_object(obj.get("metadata"), kind_noun, "<unknown>", "metadata")

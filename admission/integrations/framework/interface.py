@@ -162,7 +162,7 @@ class Integration:
         return self.resource.api_version
 
     @property
-    def what(self) -> str:
+    def lower_kind(self) -> str:
         """How messages name an object of the kind (``job``, ``jobset`` …)."""
         return self.kind.lower()
 
@@ -259,7 +259,7 @@ class Integration:
             if name:
                 if not isinstance(name, str):
                     raise IntegrationError(
-                        f"{self.what} {ref_of(obj)}: {where}: expected a string, got {name!r}"
+                        f"{self.lower_kind} {ref_of(obj)}: {where}: expected a string, got {name!r}"
                     )
                 return name, where
         return "", ""
@@ -278,7 +278,7 @@ class Integration:
         groups = []
         for role in roles:
             try:
-                annotations = template_annotations(self.what, ref_of(new), role)
+                annotations = template_annotations(self.lower_kind, ref_of(new), role)
             except IntegrationError:
                 annotations = {}
             meta_path = spec_field(role.path, "metadata")

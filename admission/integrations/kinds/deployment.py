@@ -40,13 +40,13 @@ class DeploymentIntegration(PodOwnerIntegration):
     fixed_requests = False
 
     def replicas(self, obj: Mapping[str, Any]) -> int:
-        return count_field((obj.get("spec") or {}).get("replicas"), self.what, ref_of(obj),
+        return count_field((obj.get("spec") or {}).get("replicas"), self.lower_kind, ref_of(obj),
                            "spec.replicas", default=1)  # fmt: skip
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         """One pod's podSet (each replica is its own Workload)."""
         self.replicas(obj)
-        return [Role(name="main", count=1, template=template_at(obj, _TEMPLATE, self.what),
+        return [Role(name="main", count=1, template=template_at(obj, _TEMPLATE, self.lower_kind),
                      path=_TEMPLATE)]  # fmt: skip
 
     def plan_workloads(self, obj: Mapping[str, Any]) -> list[tuple[str | None, list[Role]]]:

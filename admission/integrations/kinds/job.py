@@ -79,7 +79,7 @@ class JobIntegration(Integration):
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         """One podSet ``main`` with count = min(parallelism, completions) and minCount
         from the ``job-min-parallelism`` annotation."""
-        kind_noun, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.lower_kind, ref_of(obj)
         meta = as_object(obj.get("metadata"), kind_noun, ref, "metadata")
         annotations = string_map(meta.get("annotations"), kind_noun, ref, "metadata.annotations")
         spec = as_object(obj.get("spec"), kind_noun, ref, "spec")

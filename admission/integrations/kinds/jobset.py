@@ -52,7 +52,7 @@ class JobSetIntegration(Integration):
     sub_group_index_label = "jobset.sigs.k8s.io/job-index"
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        kind_noun, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.lower_kind, ref_of(obj)
         spec = obj.get("spec")
         if not isinstance(spec, Mapping):
             raise IntegrationError(f"{kind_noun} {ref}: spec: required")

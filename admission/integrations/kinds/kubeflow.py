@@ -44,7 +44,7 @@ class KubeflowIntegration(Integration):
     replica_types: ClassVar[tuple[str, ...]]
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        kind_noun, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.lower_kind, ref_of(obj)
         spec = obj.get("spec")
         specs = spec.get(self.replica_specs_field) if isinstance(spec, Mapping) else None
         where = f"spec.{self.replica_specs_field}"
@@ -115,7 +115,7 @@ class KubeflowIntegration(Integration):
             where = "spec.runPolicy.schedulingPolicy.priorityClass"
             if not isinstance(name, str):
                 raise IntegrationError(
-                    f"{self.what} {ref_of(obj)}: {where}: expected a string, got {name!r}"
+                    f"{self.lower_kind} {ref_of(obj)}: {where}: expected a string, got {name!r}"
                 )
             return name, where
         return super().priority_class_name(obj, roles)

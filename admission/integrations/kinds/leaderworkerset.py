@@ -74,7 +74,7 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
 
     def size(self, obj: Mapping[str, Any]) -> int:
         lwt = ((obj.get("spec") or {}).get("leaderWorkerTemplate")) or {}
-        return count_field(lwt.get("size"), self.what, ref_of(obj),
+        return count_field(lwt.get("size"), self.lower_kind, ref_of(obj),
                            "spec.leaderWorkerTemplate.size", default=1)  # fmt: skip
 
     def pod_sets(self, obj: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...], int]]:
@@ -91,11 +91,11 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         """One group: its leader and its workers."""
-        return [Role(name=name, count=count, template=template_at(obj, path, self.what),
+        return [Role(name=name, count=count, template=template_at(obj, path, self.lower_kind),
                      path=path) for name, path, count in self.pod_sets(obj)]  # fmt: skip
 
     def replicas(self, obj: Mapping[str, Any]) -> int:
-        return count_field((obj.get("spec") or {}).get("replicas"), self.what, ref_of(obj),
+        return count_field((obj.get("spec") or {}).get("replicas"), self.lower_kind, ref_of(obj),
                            "spec.replicas", default=1)  # fmt: skip
 
     def plan_workloads(self, obj: Mapping[str, Any]) -> list[tuple[str | None, list[Role]]]:

@@ -24,7 +24,7 @@ class RayClusterIntegration(Integration):
     resource = Resource("ray.io", "v1", "rayclusters", "RayCluster")
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        return cluster_roles(self.what, obj, ("spec",))
+        return cluster_roles(self.lower_kind, obj, ("spec",))
 
     def finished(self, obj: Mapping[str, Any]) -> Finished | None:
         return None  # a RayCluster is never "finished" (Kueue)

@@ -60,8 +60,8 @@ class RayJobIntegration(Integration):
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         spec = obj.get("spec") or {}
         if not isinstance(spec.get("rayClusterSpec"), Mapping):
-            raise IntegrationError(f"{self.what} {ref_of(obj)}: spec.rayClusterSpec: required")
-        roles = cluster_roles(self.what, obj, _CLUSTER)
+            raise IntegrationError(f"{self.lower_kind} {ref_of(obj)}: spec.rayClusterSpec: required")
+        roles = cluster_roles(self.lower_kind, obj, _CLUSTER)
         mode = _mode(obj)
         if mode == SIDECAR_MODE:
             head = roles[0]
@@ -72,7 +72,7 @@ class RayJobIntegration(Integration):
             roles[0] = Role(name=HEAD, count=1, template=tmpl, path=head.path)
         elif mode == K8S_JOB_MODE:
             if spec.get("submitterPodTemplate") is not None:
-                template = template_at(obj, _SUBMITTER_PATH, self.what)
+                template = template_at(obj, _SUBMITTER_PATH, self.lower_kind)
             else:
                 template = default_submitter(obj)
             roles.append(Role(name=SUBMITTER, count=1, template=template, path=_SUBMITTER_PATH))

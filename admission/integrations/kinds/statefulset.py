@@ -71,7 +71,7 @@ class StatefulSetIntegration(PodOwnerIntegration):
     workload_name_uses_uid = False
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        kind_noun, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.lower_kind, ref_of(obj)
         spec = obj.get("spec") or {}
         replicas = count_field(spec.get("replicas"), kind_noun, ref, "spec.replicas", default=1)
         if replicas == 0:

@@ -91,7 +91,7 @@ class TrainJobIntegration(Integration):
     # -- the runtime ---------------------------------------------------------------------
 
     def resolve(self, obj: Mapping[str, Any], lookup: ReferenceLookup) -> Mapping[str, Any]:
-        kind_noun, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.lower_kind, ref_of(obj)
         rref = (obj.get("spec") or {}).get("runtimeRef")
         if not isinstance(rref, Mapping) or not isinstance(rref.get("name"), str):
             raise IntegrationError(f"{kind_noun} {ref}: spec.runtimeRef.name: required")
@@ -114,7 +114,7 @@ class TrainJobIntegration(Integration):
 
     def jobset_spec(self, obj: Mapping[str, Any]) -> Obj:
         """The spec of the JobSet the trainer builds for ``obj`` (resolved)."""
-        kind_noun, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.lower_kind, ref_of(obj)
         runtime = obj.get(RUNTIME)
         if not isinstance(runtime, Mapping):
             raise IntegrationError(f"{kind_noun} {ref}: spec.runtimeRef: the runtime is not known")
@@ -185,7 +185,7 @@ class TrainJobIntegration(Integration):
     # -- podSets -------------------------------------------------------------------------
 
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
-        kind_noun, ref = self.what, ref_of(obj)
+        kind_noun, ref = self.lower_kind, ref_of(obj)
         spec = self.jobset_spec(obj)
         runtime = obj[RUNTIME]
         root = f"{runtime['kind']} {runtime['name']}"
@@ -225,7 +225,7 @@ class TrainJobIntegration(Integration):
         names = [r.name for r in self.roles(obj)]
         if [i.name for i in infos] != names:
             raise IntegrationError(
-                f"{self.what} {ref_of(obj)}: podSets {[i.name for i in infos]} != {names}"
+                f"{self.lower_kind} {ref_of(obj)}: podSets {[i.name for i in infos]} != {names}"
             )
         patches = [_replicated_job_patch(info) for info in infos]
         return {"spec": {"suspend": False, "runtimePatches": _with_kueue_patch(obj, patches)}}

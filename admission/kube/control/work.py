@@ -51,14 +51,14 @@ class TasUngate:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """Reconcile the job object ``key`` of the integration ``what`` (``Integration.what``)."""
+    """Reconcile the job object ``key`` of the integration whose ``Integration.lower_kind`` is ``lower_kind``."""
 
-    what: str
+    lower_kind: str
     key: str
 
     @property
     def label(self) -> str:
-        return self.what
+        return self.lower_kind
 
 
 Item = Workload | PodGroup | NodeFailure | TasUngate | Job

@@ -47,9 +47,9 @@ class PreemptionNotices(Protocol):
 class ComposeErrors:
     """Objects whose Workload cannot be built: each error logged and recorded once."""
 
-    def __init__(self, ctx: Context, what: str) -> None:
+    def __init__(self, ctx: Context, lower_kind: str) -> None:
         self.ctx = ctx
-        self.what = what
+        self.lower_kind = lower_kind
         self._last: dict[str, str] = {}
 
     def report(
@@ -57,7 +57,7 @@ class ComposeErrors:
     ) -> None:
         if self._last.get(key) != str(err):
             self._last[key] = str(err)
-            log.warning("cannot build a Workload for %s %s: %s", self.what, key, err)
+            log.warning("cannot build a Workload for %s %s: %s", self.lower_kind, key, err)
             self.ctx.record_event(obj, "Warning", reason, str(err))
 
     def clear(self, key: str) -> None:
@@ -76,7 +76,7 @@ async def create_workload(
         if err.conflict:
             return
         ctx.metrics.api_writes.labels("create-workload", "error").inc()
-        log.warning("creating Workload %s for %s %s failed: %s", wkey, errors.what,
+        log.warning("creating Workload %s for %s %s failed: %s", wkey, errors.lower_kind,
                     kobj.ns_key(owner), err)  # fmt: skip
         if err.retryable:
             raise
@@ -141,7 +141,7 @@ def enqueue_owner(ctx: Context, wkey: str, wl: Mapping[str, Any] | None) -> None
     pod group (a standalone Workload has nothing to start)."""
     owner = owner_of(ctx, wl)
     if owner is not None and owner[1]:
-        ctx.enqueue(work.Job(owner[0].what, owner[1]))
+        ctx.enqueue(work.Job(owner[0].lower_kind, owner[1]))
     elif is_group_workload(wl):
         ctx.enqueue(work.PodGroup(wkey))
 
@@ -226,7 +226,7 @@ async def evict(
             log.warning("deactivating %s failed: %s", wkey, err)
     owner = owner_of(ctx, new)
     if owner is not None and owner[1]:
-        ctx.enqueue(work.Job(owner[0].what, owner[1]))
+        ctx.enqueue(work.Job(owner[0].lower_kind, owner[1]))
     else:
         ctx.enqueue(work.Workload(wkey))
     return True

@@ -80,7 +80,7 @@ class JobReconciler:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.kinds: dict[str, Integration] = {
-            i.what: i for i in ctx.options.frameworks.integrations() if i.reconciler == "object"
+            i.lower_kind: i for i in ctx.options.frameworks.integrations() if i.reconciler == "object"
         }
         self.resources: dict[str, Resource] = {w: resource_of(i) for w, i in self.kinds.items()}
         self.errors = {w: ComposeErrors(ctx, w) for w in self.kinds}
@@ -127,7 +127,7 @@ class JobReconciler:
         try:
             return dict(integ.resolve(obj, self.lookup))
         except IntegrationError as err:
-            self.errors[integ.what].report(key, obj, err)
+            self.errors[integ.lower_kind].report(key, obj, err)
             return None
 
     async def ancestor(self, integ: Integration, key: str, obj: Obj) -> Obj | None | bool:
@@ -145,7 +145,7 @@ class JobReconciler:
             if disowned:  # decided on a cached owner: decide again on fresh reads
                 found = await walk(self.owners.fresh)
         except OwnershipError as err:
-            self.errors[integ.what].report(key, obj, err, reason=err.reason)
+            self.errors[integ.lower_kind].report(key, obj, err, reason=err.reason)
             return False
         return dict(found) if found is not None else None
 
@@ -169,8 +169,8 @@ class JobReconciler:
         if await self._patch(integ, key, patch) is not None:
             self.ctx.record_event(obj, "Normal", "Suspended", "Kueue managed child job suspended")
 
-    def current(self, what: str, key: str) -> Obj | None:
-        return self.ctx.writer.current(self.resources[what], key)
+    def current(self, lower_kind: str, key: str) -> Obj | None:
+        return self.ctx.writer.current(self.resources[lower_kind], key)
 
     def workload_key(self, integ: Integration, obj: Obj) -> str:
         name = prebuilt_name(obj) or integ.workload_name(obj)
@@ -179,7 +179,7 @@ class JobReconciler:
     def _compose(self, integ: Integration, key: str, obj: Obj) -> tuple[Workload, Obj] | None:
         """The Workload for ``obj``: (model, API body); None (reported) on bad input."""
         sync = self.ctx.sync
-        errors = self.errors[integ.what]
+        errors = self.errors[integ.lower_kind]
         try:
             composed = compose(
                 integ,
@@ -195,12 +195,12 @@ class JobReconciler:
 
     # -- the reconcile ------------------------------------------------------------------------
 
-    async def reconcile(self, what: str, key: str) -> None:
+    async def reconcile(self, lower_kind: str, key: str) -> None:
         ctx = self.ctx
-        integ = self.kinds[what]
-        obj = self.current(what, key)
+        integ = self.kinds[lower_kind]
+        obj = self.current(lower_kind, key)
         if obj is None or not self.managed(integ, obj):
-            self._equivalent.pop((what, key), None)
+            self._equivalent.pop((lower_kind, key), None)
             return
         resolved = self.resolved(integ, key, obj)
         if resolved is None:
@@ -208,13 +208,13 @@ class JobReconciler:
         obj = resolved
         ancestor = await self.ancestor(integ, key, obj)
         if ancestor is not None:  # its ancestor's integration admits it (a JobSet's Jobs)
-            self._equivalent.pop((what, key), None)
+            self._equivalent.pop((lower_kind, key), None)
             if ancestor is not False:
                 assert isinstance(ancestor, dict)
                 await self._suspend_child(integ, key, obj, ancestor)
             return
         wkey = self.workload_key(integ, obj)
-        ctx.job_index.add((what, key), wkey)
+        ctx.job_index.add((lower_kind, key), wkey)
         wl = ctx.writer.workload(wkey)
         prebuilt = bool(prebuilt_name(obj))
         if prebuilt and not await self.prebuilt.usable(integ, key, obj, wkey, wl):
@@ -304,7 +304,7 @@ class JobReconciler:
             kobj.generation(wl),
             kobj.references_key(integ, obj),  # a TrainJob's runtime edited after its start
         )
-        if self._equivalent.get((integ.what, key)) == sig:
+        if self._equivalent.get((integ.lower_kind, key)) == sig:
             return False
         composed = self._compose(integ, key, obj)
         if composed is None:  # reported on the object; running, it is counted on nothing
@@ -312,11 +312,11 @@ class JobReconciler:
         else:
             why = kobj.job_mismatch(wl, composed[1], started=not integ.is_suspended(obj))
         if why is None:
-            self._equivalent[(integ.what, key)] = sig
+            self._equivalent[(integ.lower_kind, key)] = sig
             return False
-        self._equivalent.pop((integ.what, key), None)
+        self._equivalent.pop((integ.lower_kind, key), None)
         message = f"The job no longer matches its admitted Workload: {why}"
-        log.info("%s %s: %s", integ.what, key, message)
+        log.info("%s %s: %s", integ.lower_kind, key, message)
         self.ctx.record_event(obj, "Normal", "NoMatchingWorkload", message)
         await evict(self.ctx, wkey, reason="NoMatchingWorkload", message=message)
         return True
@@ -324,7 +324,7 @@ class JobReconciler:
     async def _whole(self, integ: Integration, key: str, obj: Obj) -> Obj | None:
         """``obj`` whole: the informers of the numerous kinds keep slim copies
         (:mod:`.slim`), and a Workload carries its job's whole pod templates."""
-        inf = self.ctx.informers.get(self.resources[integ.what].plural)
+        inf = self.ctx.informers.get(self.resources[integ.lower_kind].plural)
         if inf is None or inf.slimmer is None:
             return obj
         whole = await inf.full(key, at_least=kobj.rv(obj))
@@ -337,7 +337,7 @@ class JobReconciler:
         composed = self._compose(integ, key, whole)
         if composed is not None:
             await create_workload(
-                self.ctx, wkey, composed[1], owner=obj, errors=self.errors[integ.what]
+                self.ctx, wkey, composed[1], owner=obj, errors=self.errors[integ.lower_kind]
             )
 
     async def _sync_spec(self, integ: Integration, key: str, obj: Obj, wkey: str, wl: Obj) -> None:
@@ -396,7 +396,7 @@ class JobReconciler:
         try:
             patch = integ.run_patch(obj, infos)
         except (IntegrationError, ValueError) as err:  # podSets changed under us
-            log.warning("%s %s: not started: %s", integ.what, key, err)
+            log.warning("%s %s: not started: %s", integ.lower_kind, key, err)
             return
         new = await self._patch(integ, key, patch)
         if new is not None:
@@ -431,7 +431,7 @@ class JobReconciler:
         self, integ: Integration, key: str, body: Obj, *, subresource: str | None = None
     ) -> Obj | None:
         return await self.ctx.writer.patch_object(
-            self.resources[integ.what], key, body, subresource=subresource
+            self.resources[integ.lower_kind], key, body, subresource=subresource
         )
 
     # -- workloads without (or without a live) job ----------------------------------------------
@@ -448,7 +448,7 @@ class JobReconciler:
             inf = ctx.informers[integ.resource.plural]
             if not inf.synced.is_set():
                 return  # cannot tell an orphan from a job not listed yet
-            job = self.current(integ.what, job_key) if job_key else None
+            job = self.current(integ.lower_kind, job_key) if job_key else None
             if job is None and not job_key:
                 job = next((j for j in inf.store.values() if kobj.meta(j).get("uid") == uid), None)
                 job_key = kobj.ns_key(job) if job is not None else None
@@ -465,7 +465,7 @@ class JobReconciler:
             await evict(ctx, wkey, reason=f"{drained}Stopped", message=f"The {drained} is stopped")
             return
         if owner is not None and job_key:
-            ctx.enqueue(work.Job(owner[0].what, job_key))
+            ctx.enqueue(work.Job(owner[0].lower_kind, job_key))
             return
         if is_true(wl, kobj.EVICTED) or not kobj.is_active(wl):
             await finish_eviction(ctx, wkey)

@@ -91,18 +91,18 @@ class Notices:
 
         ctx.sync.apply(apply)
 
-    def _parse(self, what: str, key: str, obj: Obj, read: Any) -> Any:
+    def _parse(self, lower_kind: str, key: str, obj: Obj, read: Any) -> Any:
         """``read(obj)``, or None (reported once per bad value) when it does not parse."""
         try:
             value = read(obj)
         except ProgressError as err:
             text = str(err)
-            if self._bad.get(f"{what} {key}") != text:
-                self._bad[f"{what} {key}"] = text
-                log.warning("%s %s: ignoring its progress signal: %s", what, key, text)
+            if self._bad.get(f"{lower_kind} {key}") != text:
+                self._bad[f"{lower_kind} {key}"] = text
+                log.warning("%s %s: ignoring its progress signal: %s", lower_kind, key, text)
                 self.ctx.record_event(obj, "Warning", "InvalidCheckpoint", text)
             return None
-        self._bad.pop(f"{what} {key}", None)
+        self._bad.pop(f"{lower_kind} {key}", None)
         return value
 
     def on_workload(self, key: str, obj: Obj | None) -> None:
@@ -115,20 +115,20 @@ class Notices:
             job = self.ctx.writer.current(resource_of(owner[0]), owner[1])
             if job is not None:
                 at = self._parse(
-                    owner[0].what,
+                    owner[0].lower_kind,
                     owner[1],
                     job,
                     lambda j: annotation_checkpoint(kobj.meta(j).get("annotations")),
                 )
                 self._report(key, JOB_SOURCE, at)
 
-    def on_job(self, what: str, key: str, obj: Obj | None) -> None:
+    def on_job(self, lower_kind: str, key: str, obj: Obj | None) -> None:
         if obj is None:
             return
         at = self._parse(
-            what, key, obj, lambda j: annotation_checkpoint(kobj.meta(j).get("annotations"))
+            lower_kind, key, obj, lambda j: annotation_checkpoint(kobj.meta(j).get("annotations"))
         )
-        for wkey in self.ctx.job_index.get((what, key)):
+        for wkey in self.ctx.job_index.get((lower_kind, key)):
             self._report(wkey, JOB_SOURCE, at)
 
     def on_pod(self, key: str, obj: Obj | None, old: Obj | None) -> None:
@@ -144,7 +144,7 @@ class Notices:
             at = self._parse(
                 "Pod", key, obj, lambda p: annotation_checkpoint(kobj.meta(p).get("annotations"))
             )
-        for wkey in self.ctx.job_index.get((owner[0].what, owner[1])):
+        for wkey in self.ctx.job_index.get((owner[0].lower_kind, owner[1])):
             self._report(wkey, f"pod/{key}", at)
 
     # -- notices out ---------------------------------------------------------------------
@@ -224,7 +224,7 @@ class Notices:
             await self._annotate(resource_of(integ), job_key, deadline)
         except ApiError as err:
             log.warning(
-                "annotating %s %s with its eviction deadline failed: %s", integ.what, job_key, err
+                "annotating %s %s with its eviction deadline failed: %s", integ.lower_kind, job_key, err
             )
         pods = ctx.informers.get(BOUND_PODS)
         ns = kobj.split_key(job_key)[0]

@@ -69,7 +69,7 @@ class PrebuiltWorkloads:
     ) -> bool:
         """Whether the job ``key`` may go on with its prebuilt Workload ``wl`` (at
         ``wkey``) now; False after a write (its event brings the job back)."""
-        job = (integ.what, key)
+        job = (integ.lower_kind, key)
         self._waiting.setdefault(wkey, set()).add(job)
         if wl is None or kobj.deleting(wl) or kobj.is_finished(wl):
             self._tell(obj, job, f"waiting for the prebuilt Workload {wkey}")
@@ -88,7 +88,7 @@ class PrebuiltWorkloads:
             return False
         why = kobj.job_mismatch(wl, body, started=not integ.is_suspended(obj))
         if why is not None:
-            log.info("%s %s: prebuilt Workload %s out of sync: %s", integ.what, key, wkey, why)
+            log.info("%s %s: prebuilt Workload %s out of sync: %s", integ.lower_kind, key, wkey, why)
             await self._out_of_sync(wkey)
             return False
         self._told.pop(job, None)
