@@ -1,6 +1,6 @@
 """The one factory of the engine: a ``Scheduler`` wired with the policies a plain
 ``EnginePolicy`` names (fair sharing, admission fair sharing, credits, progress-aware
-preemption, bounded parking, strict eviction).
+preemption, bounded parking, strict eviction, scheduling refill).
 
 ``plan``, ``simulate``, ``serve`` and the what-if all build their scheduler here. The
 configuration file (``admission.config``) turns its sections into an ``EnginePolicy``;
@@ -18,7 +18,7 @@ from admission.engine.preemption.checkpoint import ProgressAware, ProgressPolicy
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.preemption.fair_sharing import FairPreemptor, Tournament, parse_strategies
 from admission.engine.preemption.feasibility import blocking
-from admission.engine.scheduler import Scheduler
+from admission.engine.scheduler import Refill, Scheduler
 from admission.engine.usage import UsageSection, UsageTracker
 
 
@@ -35,6 +35,7 @@ class EnginePolicy:
     progress: ProgressPolicy | None = None
     park_until_feasible: bool = False
     reserve_evicting_capacity: bool = False
+    refill: Refill | None = None
     evaluated_at: float | None = None
 
 
@@ -87,4 +88,5 @@ def build_scheduler(
         explain=explain,
         progress=progress,
         reserve_evicting_capacity=policy.reserve_evicting_capacity,
+        refill=policy.refill,
     )

@@ -15,13 +15,23 @@
 
 The cycle returns decisions (:mod:`admission.engine.decisions`) and performs no I/O;
 drivers apply them.
+
+Scheduling refill (:class:`Refill`, the Configuration's ``schedulingRefill``, our
+extension; off is Kueue's one head per ClusterQueue per cycle): after step 5, while the
+last round admitted something, the cycle runs another round from step 1 on the cache it
+has just committed to, so a ClusterQueue with free quota admits its next heads in the
+same cycle. Each round is exactly the cycle that would run next with no event in
+between (fair sharing, preemption and TAS see the earlier rounds' admissions as
+committed), so the decisions equal those of back-to-back cycles (docs/semantics.md §4.2).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from admission.engine import messages
@@ -60,6 +70,8 @@ if TYPE_CHECKING:
     from admission.engine.usage import UsageTracker
 
 
+log = logging.getLogger("quartermaster.engine")
+
 _FIT = AssignmentMode.FIT
 _NEEDS_PREEMPTION = frozenset(m for m in AssignmentMode if m.needs_preemption)
 _WAITING_FOR_QUOTA = PendingReason.WAITING_FOR_QUOTA
@@ -74,6 +86,33 @@ def _short_on(node: QuotaNode, usage: dict[FlavorResource, int]) -> str:
         if v > left:
             return messages.short_after_earlier_admissions(fr, v, left)
     return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Refill:
+    """The bounds of scheduling refill: a cycle runs another round only while the last
+    one admitted something, fewer than ``max_rounds`` refill rounds have run, and fewer
+    than ``max_heads`` heads were evaluated in the cycle's rounds so far. A round is
+    never cut short, so every round is a whole cycle."""
+
+    max_heads: int = 1000
+    max_rounds: int = 100
+
+
+def _merge(into: CycleResult, part: CycleResult) -> None:
+    """Add a refill round's decisions to its cycle's: a head left pending by an earlier
+    round and admitted by a later one is not pending; a later status replaces an
+    earlier one."""
+    into.admitted += part.admitted
+    into.preempted += part.preempted
+    pending = into.pending
+    for d in part.admitted:
+        pending.pop(d.workload.key, None)
+    for key, status in part.pending.items():
+        pending.pop(key, None)
+        pending[key] = status
+    into.changed = into.changed or part.changed
+    into.heads += part.heads
 
 
 def _no_lq_order(_cq: str) -> None:
@@ -103,6 +142,7 @@ class Scheduler:
         "_progress",
         "_reserve_evicting",
         "_nominator",
+        "_refill",
         "cycle_count",
         "stats",
     )
@@ -118,6 +158,7 @@ class Scheduler:
         explain: bool = True,
         progress: ProgressAware | None = None,
         reserve_evicting_capacity: bool = False,
+        refill: Refill | None = None,
     ) -> None:
         """``explain``: format numeric explanations for pending workloads (drivers that
         never show them, the simulator, save the formatting).
@@ -125,7 +166,10 @@ class Scheduler:
         ``reserve_evicting_capacity`` (the Configuration's ``reserveEvictingCapacity``,
         our extension; off is Kueue's behaviour): in the cycle that issues preemptions,
         the victims' quota stays charged for everybody else; only their preemptor
-        counts on it, so admitted plus evicting workloads never exceed any quota."""
+        counts on it, so admitted plus evicting workloads never exceed any quota.
+
+        ``refill`` (the Configuration's ``schedulingRefill``, our extension; None is
+        Kueue's behaviour): the bounds of the rounds a cycle adds while it admits."""
         self._cache = cache
         self._clock = clock
         self._preemptor = preemptor if preemptor is not None else Preemptor(cache)
@@ -137,6 +181,7 @@ class Scheduler:
         self._explain = explain
         self._progress = progress  # notice windows and lost-work explanations
         self._reserve_evicting = reserve_evicting_capacity
+        self._refill = refill
         self._nominator = Nominator(cache, self._preemptor, explain=explain)
         self.cycle_count = 0
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
@@ -175,6 +220,11 @@ class Scheduler:
     def reserve_evicting_capacity(self) -> bool:
         return self._reserve_evicting
 
+    @property
+    def refill(self) -> Refill | None:
+        """Scheduling refill's bounds (None when off: Kueue's behaviour)."""
+        return self._refill
+
     # -- the cycle ----------------------------------------------------------------
 
     def schedule(self) -> CycleResult:
@@ -182,8 +232,10 @@ class Scheduler:
 
         Nothing in the cache changes until every head is decided; if anything raises
         before that, the heads go back to their queues and the cache (its tree's usage
-        included) is exactly as it was. The cyclic collector waits until the cycle is
-        over (:func:`admission.engine.gc_pause.collector_paused`)."""
+        included) is exactly as it was. With refill, a refill round that raises is
+        undone the same way and ends the cycle with the earlier rounds' decisions. The
+        cyclic collector waits until the cycle is over
+        (:func:`admission.engine.gc_pause.collector_paused`)."""
         with collector_paused():
             return self._schedule()
 
@@ -191,6 +243,24 @@ class Scheduler:
         self.cycle_count += 1
         self.stats["cycles"] += 1
         result = CycleResult(cycle=self.cycle_count)
+        admitted = self._round(result)
+        refill = self._refill
+        if refill is None:
+            return result
+        rounds = 0
+        while admitted and rounds < refill.max_rounds and result.heads < refill.max_heads:
+            rounds += 1
+            part = CycleResult(cycle=result.cycle)
+            try:
+                admitted = self._round(part)
+            except Exception:  # noqa: BLE001 - the earlier rounds are committed: hand them out
+                log.exception("scheduling refill round %d of cycle %d failed", rounds, result.cycle)
+                admitted = 0  # and what this round committed before it failed, if anything
+            _merge(result, part)
+        return result
+
+    def _round(self, result: CycleResult) -> int:
+        """Kueue's cycle proper, committed into ``result``: how many it admitted."""
         cache = self._cache
         heads: list[Entry] = []
         queues, inactive, preemptors = cache.queues, cache.inactive, cache.preemptors
@@ -209,9 +279,9 @@ class Scheduler:
                 cache.with_heads.discard(name)  # it joins again when it gets a head
                 continue
             heads.append(Entry(wl, name, preemptor=wl.key in preemptors))
-        result.heads = len(heads)
+        result.heads += len(heads)
         if not heads:
-            return result
+            return 0
         snap: Snapshot | None = None
         try:
             snap = self._nominator.snap = Snapshot(cache.tree)
@@ -226,6 +296,7 @@ class Scheduler:
             decided = [(e, process(e, snap, cycle)) for e in self._order(heads, snap.tree)]
             for e, outcome in decided:
                 commit(e, outcome, result)
+            return sum(isinstance(outcome, Admit) for _, outcome in decided)
         except BaseException:
             # Heads not committed are still in their queues (taken, not removed); one
             # that is neither there nor admitted goes back.
@@ -238,7 +309,6 @@ class Scheduler:
             self._nominator.snap = None
             if snap is not None:
                 snap.release()
-        return result
 
     # -- processing: decide against the snapshot ------------------------------------
 
