@@ -14,6 +14,10 @@ user's file loads unchanged. The extensions are off by default (Kueue's behaviou
   could be admitted, and only such releases wake it
   (``admission.engine.preemption.feasibility``; docs/semantics.md §4.3). Not with
   ``fairSharing`` or ``admissionFairSharing`` (a warning says so).
+* ``schedulingRefill: {enable: true, maxHeadsPerCycle, maxRounds}``: after a cycle's
+  admissions the same cycle runs another round with the next heads, while a round
+  admits and within the bounds, so a ClusterQueue admits more than one workload per
+  cycle; the decisions equal those of back-to-back cycles (docs/semantics.md §4.2).
 * ``progressAwarePreemption``: checkpoint-aware victims, notice windows, minimum runtime
   and requeue policies after preemption.
 
@@ -46,7 +50,7 @@ from admission.engine.preemption.checkpoint import (
     QueuePolicy,
     RequeuePolicy,
 )
-from admission.engine.scheduler import Scheduler
+from admission.engine.scheduler import Refill, Scheduler
 from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
 from admission.integrations.registry import BY_FRAMEWORK, Frameworks, frameworks
 from queues.quantity import QuantityError, parse_quantity
@@ -473,6 +477,15 @@ class VisibilityServer(_Strict):
     bindPort: int | None = Field(default=None, ge=1, le=65535)
 
 
+class SchedulingRefill(_Strict):
+    enable: StrictBool = False
+    maxHeadsPerCycle: int = Field(default=1000, ge=1)  # heads evaluated, all rounds
+    maxRounds: int = Field(default=100, ge=1)  # refill rounds after the first
+
+    def refill(self) -> Refill | None:
+        return Refill(self.maxHeadsPerCycle, self.maxRounds) if self.enable else None
+
+
 class ConfigurationDoc(_Strict):
     apiVersion: str | None = None
     kind: str | None = None
@@ -505,6 +518,7 @@ class ConfigurationDoc(_Strict):
     # Our extensions (off by default): see the module docstring.
     reserveEvictingCapacity: StrictBool = False
     parkUntilFeasible: StrictBool = False
+    schedulingRefill: SchedulingRefill | None = None
 
     @field_validator("internalCertManagement")
     @classmethod
@@ -560,6 +574,7 @@ class Config:
             progress=self.progress,
             park_until_feasible=self.doc.parkUntilFeasible,
             reserve_evicting_capacity=self.doc.reserveEvictingCapacity,
+            refill=rf.refill() if (rf := self.doc.schedulingRefill) is not None else None,
             evaluated_at=self.now,
         )
 

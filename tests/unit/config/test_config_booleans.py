@@ -34,6 +34,7 @@ def _nested(path: str, value: Any) -> dict[str, Any]:
         "featureGates.TopologyAwareScheduling",
         "reserveEvictingCapacity",
         "parkUntilFeasible",
+        "schedulingRefill.enable",
     ],
 )
 @pytest.mark.parametrize("value", ["yes", "true", "1", 1])
