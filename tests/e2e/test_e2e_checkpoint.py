@@ -304,6 +304,76 @@ def test_a_pod_of_the_gang_gets_the_deadline_and_reports_the_checkpoint(
     asyncio.run(main())
 
 
+def test_a_pod_bound_after_the_notice_gets_the_deadline_too(
+    tmp_path: Path, backend: Any
+) -> None:
+    """A pod of the noticed job that the service sees only after the notice was written
+    (bound late, or a slow watch) still gets the deadline: it is for every running pod."""
+    config = parse_config({"progressAwarePreemption": {"noticeWindow": "60s"}})
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=OBJECTS, config=config) as s:
+            created = await s.user.create(
+                k.JOBS,
+                job("ml", "gang", queue="lq", cpu="4", priority_class="research"),
+                namespace="ml",
+            )
+            await eventually(
+                lambda: (j := s.get("jobs", "gang", "ml")) and not j["spec"]["suspend"],
+                what="gang runs",
+            )
+            await s.user.create(
+                k.JOBS,
+                job("ml", "urgent", queue="lq", cpu="4", priority_class="production"),
+                namespace="ml",
+            )
+            wl = await eventually(
+                lambda: (
+                    (w := s.workload_of_job("ml", "gang"))
+                    and DEADLINE_ANNOTATION in (w["metadata"].get("annotations") or {})
+                    and w
+                ),
+                what="the notice on the gang's Workload",
+            )
+            deadline = wl["metadata"]["annotations"][DEADLINE_ANNOTATION]
+            # the job is annotated last, after its pods as known then: none
+            await eventually(
+                lambda: DEADLINE_ANNOTATION
+                in (((s.get("jobs", "gang", "ml") or {}).get("metadata") or {}).get("annotations") or {}),
+                what="the notice written to the gang's Job",
+            )
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "gang-late",
+                    "namespace": "ml",
+                    "labels": {"kueue.x-k8s.io/podset": "main"},
+                    "ownerReferences": [
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": "gang",
+                         "uid": created["metadata"]["uid"], "controller": True}
+                    ],
+                },
+                "spec": {
+                    "nodeName": "node-1",
+                    "containers": [{"name": "main", "image": "busybox",
+                                    "resources": {"requests": {"cpu": "4"}}}],
+                },
+            }  # fmt: skip
+            await s.user.create(k.PODS, pod, namespace="ml")
+            p = await eventually(
+                lambda: (
+                    (p := s.get("pods", "gang-late", "ml"))
+                    and DEADLINE_ANNOTATION in (p["metadata"].get("annotations") or {})
+                    and p
+                ),
+                what="the deadline on the late pod",
+            )
+            assert p["metadata"]["annotations"][DEADLINE_ANNOTATION] == deadline
+
+    asyncio.run(main())
+
+
 def test_a_notice_survives_a_restart_and_is_not_given_twice(tmp_path: Path) -> None:
     """The service restarts during a notice: the new one reads the notice back from the
     Workload, gives no second one, and evicts the victim at the original deadline."""

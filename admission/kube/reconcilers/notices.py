@@ -79,6 +79,9 @@ class Notices:
         self.ctx = ctx
         self.aware: ProgressAware | None = None  # the leader's scheduler.progress
         self._bad: dict[str, str] = {}  # object -> the bad value already reported
+        # bound pods seen after their job's notice was written: pod key -> the deadline
+        # they still lack (written on the next tick, see check)
+        self._late_pods: dict[str, str] = {}
 
     # -- checkpoints in ----------------------------------------------------------------------
 
@@ -146,6 +149,18 @@ class Notices:
             )
         for wkey in self.ctx.job_index.get((owner[0].lower_kind, owner[1])):
             self._report(wkey, f"pod/{key}", at)
+            if obj is not None:
+                self._note_late_pod(wkey, key, obj)
+
+    def _note_late_pod(self, wkey: str, key: str, pod: Obj) -> None:
+        """A pod of a noticed job that lacks the deadline (bound, or seen by the informer,
+        after the notice was written) gets it too: the deadline is for every running pod."""
+        wl = self.ctx.writer.workload(wkey)
+        if wl is None or is_true(wl, kobj.EVICTED) or not is_true(wl, NOTICE_CONDITION):
+            return
+        deadline = (kobj.meta(wl).get("annotations") or {}).get(DEADLINE_ANNOTATION)
+        if deadline and (kobj.meta(pod).get("annotations") or {}).get(DEADLINE_ANNOTATION) != deadline:
+            self._late_pods[key] = deadline
 
     # -- notices out ---------------------------------------------------------------------
 
@@ -244,10 +259,17 @@ class Notices:
     # -- evictions at the deadline or on a checkpoint ------------------------------------
 
     async def check(self) -> None:
-        """Evict every noticed victim that is due (the leader's ticker)."""
+        """Give late pods their deadline, and evict every noticed victim that is due (the
+        leader's ticker)."""
         if self.aware is None:
             return
         ctx = self.ctx
+        late, self._late_pods = self._late_pods, {}
+        for pkey, deadline in late.items():
+            try:
+                await self._annotate(PODS, pkey, deadline)
+            except ApiError as err:
+                log.warning("annotating pod %s with its eviction deadline failed: %s", pkey, err)
         await ctx.cache_ready()
         book = ctx.cache.progress
         for key in book.due(ctx.clock()):
