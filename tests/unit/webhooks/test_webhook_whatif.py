@@ -291,12 +291,19 @@ def _job(i: int) -> dict[str, Any]:
     }
 
 
+SLOW_FLAGS: dict[str, Path] = {}
+
+
 def _slow_impact(*_args: Any) -> list[str]:
-    """The engine at 20k pending: seconds of pure Python (holding the GIL)."""
-    end = time.monotonic() + 3.0
+    """The engine at 20k pending: pure Python holding the GIL (or a core) until the test
+    releases it (a file, so that a forked what-if process sees it too), at most 60 s; it
+    leaves a file saying it finished."""
+    release, finished = SLOW_FLAGS["release"], SLOW_FLAGS["finished"]
+    end = time.monotonic() + 60.0
     n = 0
-    while time.monotonic() < end:
+    while time.monotonic() < end and not release.exists():
         n += sum(range(100))
+    finished.touch()
     return ["never returned in time"]
 
 
@@ -309,6 +316,9 @@ def test_a_slow_what_if_answers_by_the_deadline_and_job_reviews_do_not_wait(
     from webhooks.server.site import ServerLimits
 
     monkeypatch.setattr(quota, "impact_lines", _slow_impact)
+    release, finished = tmp_path / "release", tmp_path / "finished"
+    monkeypatch.setitem(SLOW_FLAGS, "release", release)
+    monkeypatch.setitem(SLOW_FLAGS, "finished", finished)
     view = pending_view(2000)
     config = WebhookConfig(impact_deadline=0.3)
     limits = ServerLimits(what_if_mode=mode)
@@ -319,38 +329,38 @@ def test_a_slow_what_if_answers_by_the_deadline_and_job_reviews_do_not_wait(
         result: dict[str, Any] = {}
 
         def edit() -> None:
-            t0 = time.monotonic()
             new = cluster_queue_doc("cq-1", cohort="cohort-1", nominal="5")
             old = cluster_queue_doc("cq-1", cohort="cohort-1", nominal="0")
             result["status"], result["body"] = edits.post(
                 CQ_PATH, make_review("ClusterQueue", new, old=old, operation="UPDATE")
             )
-            result["seconds"] = time.monotonic() - t0
+            result["what_if_running"] = not finished.exists()
 
         t = threading.Thread(target=edit)
         t.start()
-        latencies = []
-        while t.is_alive():
-            t0 = time.monotonic()
-            assert jobs.post(JOB_PATH, make_review("Job", _job(0)))[0] == 200
-            latencies.append(time.monotonic() - t0)
-        t.join()
-        jobs.close()
-        edits.close()
+        answered_while_running = 0
+        try:
+            # job reviews are answered while the what-if still runs (it runs until released)
+            while t.is_alive() or answered_while_running < 5:
+                assert jobs.post(JOB_PATH, make_review("Job", _job(0)))[0] == 200
+                if not finished.exists():
+                    answered_while_running += 1
+                elif not t.is_alive():
+                    break
+        finally:
+            release.touch()
+            t.join()
+            jobs.close()
+            edits.close()
     assert result["status"] == 200
-    assert result["seconds"] < 0.3 + 0.4, result["seconds"]  # the deadline, plus HTTPS slack
+    assert result["what_if_running"], "the edit was answered by the deadline, not the what-if"
     response = result["body"]["response"]
     assert response["allowed"] is True
     assert response["warnings"] == [
         "impact of this edit was not computed: the what-if did not finish within the 0.3 s "
         "deadline (webhook.impactDeadline); plan --what-if computes it offline"
     ]
-    assert len(latencies) >= 5
-    # never behind the 3 s what-if: a review waits for the GIL (thread) or a core
-    # (process, on a busy 2-core machine) at most briefly
-    latencies.sort()
-    assert latencies[len(latencies) // 2] < 0.05, latencies[-5:]
-    assert latencies[-1] < 0.3, latencies[-5:]
+    assert answered_while_running >= 5, "job reviews do not wait behind the what-if"
 
 
 def test_the_engine_what_if_on_a_backlog_gives_up_at_the_deadline(tmp_path: Path) -> None:
