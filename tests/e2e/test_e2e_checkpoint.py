@@ -221,6 +221,29 @@ def test_requeue_policies_after_preemption_backoff_and_never(tmp_path: Path, bac
     asyncio.run(main())
 
 
+def _gang_pod(name: str, job: dict) -> dict:
+    """A bound pod of the Job ``job`` (namespace ml), as the Job controller makes it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "labels": {"kueue.x-k8s.io/podset": "main"},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
+                 "uid": job["metadata"]["uid"], "controller": True}
+            ],
+        },
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "4"}}}
+            ],
+        },
+    }  # fmt: skip
+
+
 def test_a_pod_of_the_gang_gets_the_deadline_and_reports_the_checkpoint(
     tmp_path: Path, backend: Any
 ) -> None:
@@ -239,35 +262,7 @@ def test_a_pod_of_the_gang_gets_the_deadline_and_reports_the_checkpoint(
                 lambda: (j := s.get("jobs", "gang", "ml")) and not j["spec"]["suspend"],
                 what="gang runs",
             )
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": "gang-0",
-                    "namespace": "ml",
-                    "labels": {"kueue.x-k8s.io/podset": "main"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "batch/v1",
-                            "kind": "Job",
-                            "name": "gang",
-                            "uid": created["metadata"]["uid"],
-                            "controller": True,
-                        }
-                    ],
-                },
-                "spec": {
-                    "nodeName": "node-1",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": "4"}},
-                        }
-                    ],
-                },
-            }
-            await s.user.create(k.PODS, pod, namespace="ml")
+            await s.user.create(k.PODS, _gang_pod("gang-0", created), namespace="ml")
             await s.user.create(
                 k.JOBS,
                 job("ml", "urgent", queue="lq", cpu="4", priority_class="production"),
@@ -342,25 +337,7 @@ def test_a_pod_bound_after_the_notice_gets_the_deadline_too(
                 in (((s.get("jobs", "gang", "ml") or {}).get("metadata") or {}).get("annotations") or {}),
                 what="the notice written to the gang's Job",
             )
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": "gang-late",
-                    "namespace": "ml",
-                    "labels": {"kueue.x-k8s.io/podset": "main"},
-                    "ownerReferences": [
-                        {"apiVersion": "batch/v1", "kind": "Job", "name": "gang",
-                         "uid": created["metadata"]["uid"], "controller": True}
-                    ],
-                },
-                "spec": {
-                    "nodeName": "node-1",
-                    "containers": [{"name": "main", "image": "busybox",
-                                    "resources": {"requests": {"cpu": "4"}}}],
-                },
-            }  # fmt: skip
-            await s.user.create(k.PODS, pod, namespace="ml")
+            await s.user.create(k.PODS, _gang_pod("gang-late", created), namespace="ml")
             p = await eventually(
                 lambda: (
                     (p := s.get("pods", "gang-late", "ml"))
