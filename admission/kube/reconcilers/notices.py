@@ -139,6 +139,8 @@ class Notices:
         pod = obj if obj is not None else old
         if pod is None:
             return
+        if obj is None:
+            self._late_pods.pop(key, None)  # gone: nothing left to annotate
         owner = owner_of(self.ctx, pod)
         if owner is None or not owner[1]:
             return
