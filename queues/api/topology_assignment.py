@@ -3,19 +3,39 @@
 ``status.admission.podSetAssignments[].topologyAssignment`` in v1beta2 is compact:
 ``levels`` plus ``slices``, each slice holding ``domainCount`` domains whose values
 per level are either one ``universal`` value or ``individual`` roots with a common
-``prefix``/``suffix``, and pod counts likewise (pkg/util/tas/tas_assignment.go). Kueue
-writes a single maximally compacted slice by default (the hostname-prefix encoding is
-behind a gate), and so do we; we read every form Kueue may write.
+``prefix``/``suffix``, and pod counts likewise (pkg/util/tas/tas_assignment.go).
+
+We write what Kueue writes with its default gates (TASAssignmentsEncodingByHostnamePrefix
+on): when the lowest level is the hostname, consecutive hosts that share a reusable
+``-``-delimited prefix ("pool-a-node-") form one slice each, a slice holds at most
+100,000 domains and an assignment at most 1,000 slices; that form is kept when it
+has one slice, when the assignment is over the single-slice limit, or when its JSON is
+not longer than the single maximally compacted slice's. We read every form Kueue may
+write.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from queues.model import TopologyAssignment
 
-__all__ = ["AssignmentFormError", "from_v1beta2", "node_selectors", "to_v1beta2"]
+__all__ = [
+    "AssignmentFormError",
+    "from_v1beta2",
+    "hostname_prefix_encoding",
+    "node_selectors",
+    "single_slice_encoding",
+    "to_v1beta2",
+]
+
+HOSTNAME = "kubernetes.io/hostname"
+MAX_DOMAINS_PER_SLICE = 100_000  # the v1beta2 roots / individual pod counts MaxItems
+MAX_SLICES = 1_000  # the v1beta2 slices MaxItems
+
+Domains = Sequence[tuple[tuple[str, ...], int]]
 
 
 class AssignmentFormError(ValueError):
@@ -53,23 +73,101 @@ def _compact_values(values: Sequence[str]) -> dict[str, Any]:
     return {"individual": ind}
 
 
-def to_v1beta2(ta: TopologyAssignment) -> dict[str, Any]:
-    """Kueue's singleCompactTopologyAssignmentEncoding."""
-    out: dict[str, Any] = {"levels": list(ta.levels), "slices": []}
-    if not ta.domains:
-        return out
-    counts = [c for _, c in ta.domains]
-    slice_: dict[str, Any] = {
-        "domainCount": len(ta.domains),
+def _slice(levels: Sequence[str], domains: Domains) -> dict[str, Any]:
+    """Kueue's compactSliceEncoding: one slice, every compression it allows."""
+    counts = [c for _, c in domains]
+    return {
+        "domainCount": len(domains),
         "valuesPerLevel": [
-            _compact_values([values[i] for values, _ in ta.domains]) for i in range(len(ta.levels))
+            _compact_values([values[i] for values, _ in domains]) for i in range(len(levels))
         ],
         "podCounts": {"universal": counts[0]}
         if all(c == counts[0] for c in counts)
         else {"individual": counts},
     }
-    out["slices"].append(slice_)
+
+
+def single_slice_encoding(ta: TopologyAssignment) -> dict[str, Any]:
+    """Kueue's singleCompactTopologyAssignmentEncoding: no slice when empty, else one."""
+    out: dict[str, Any] = {"levels": list(ta.levels), "slices": []}
+    if ta.domains:
+        out["slices"].append(_slice(ta.levels, ta.domains))
     return out
+
+
+def _prefix_keys(domains: Domains) -> list[str] | None:
+    """Kueue's reusableHostnamePrefixKeys: per domain, its longest ``-``-delimited
+    hostname prefix that at least two hosts share, backing off to shorter prefixes
+    until the runs fit ``MAX_SLICES``; None when no depth does."""
+    ends: list[list[int]] = []
+    seen: dict[str, int] = {}
+    for values, _ in domains:
+        host = values[-1]
+        mine = [i + 1 for i in range(len(host) - 1) if host[i] == "-"]
+        ends.append(mine)
+        for e in mine:
+            p = host[:e]
+            if seen.get(p, 0) < 2:
+                seen[p] = seen.get(p, 0) + 1
+    max_depth = max((len(e) for e in ends), default=0)
+    for depth in range(max_depth, 0, -1):
+        keys = [""] * len(domains)
+        for i, (values, _) in enumerate(domains):
+            host = values[-1]
+            for e in reversed(ends[i][:depth]):
+                if seen[host[:e]] >= 2:
+                    keys[i] = host[:e]
+                    break
+        slices, start = 0, 0
+        for i in range(1, len(keys)):
+            if keys[i] != keys[start]:
+                slices += -(-(i - start) // MAX_DOMAINS_PER_SLICE)
+                start = i
+        slices += -(-(len(keys) - start) // MAX_DOMAINS_PER_SLICE)
+        if slices <= MAX_SLICES:
+            return keys
+    return None
+
+
+def hostname_prefix_encoding(ta: TopologyAssignment) -> dict[str, Any]:
+    """Kueue's compactTopologyAssignmentEncodingWithHostnamePrefixRuns: runs of
+    consecutive hosts with the same reusable prefix key, each chunked at
+    ``MAX_DOMAINS_PER_SLICE``, one slice per chunk, domain order kept."""
+    domains = list(ta.domains)
+    out: dict[str, Any] = {"levels": list(ta.levels), "slices": []}
+    if not domains:
+        return out
+    keys = _prefix_keys(domains) if len(domains) > 1 and ta.levels[-1] == HOSTNAME else None
+    runs: list[list[tuple[tuple[str, ...], int]]] = []
+    if not keys:
+        runs = [domains]
+    else:
+        start = 0
+        for i in range(1, len(domains)):
+            if keys[i] != keys[start]:
+                runs.append(domains[start:i])
+                start = i
+        runs.append(domains[start:])
+    for run in runs:
+        for lo in range(0, len(run), MAX_DOMAINS_PER_SLICE):
+            out["slices"].append(_slice(ta.levels, run[lo : lo + MAX_DOMAINS_PER_SLICE]))
+    return out
+
+
+def _json_size(doc: Mapping[str, Any]) -> int:
+    """The length of the compact JSON Kueue compares (Go's encoding/json field order)."""
+    return len(json.dumps(doc, separators=(",", ":")))
+
+
+def to_v1beta2(ta: TopologyAssignment) -> dict[str, Any]:
+    """Kueue's V1Beta2From with its default gates (compactTopologyAssignmentEncoding):
+    the hostname-prefix form when it has at most one slice, when the assignment has
+    more domains than one slice may hold, or when it is not longer than one slice."""
+    prefixed = hostname_prefix_encoding(ta)
+    if len(prefixed["slices"]) <= 1 or len(ta.domains) > MAX_DOMAINS_PER_SLICE:
+        return prefixed
+    single = single_slice_encoding(ta)
+    return single if _json_size(single) < _json_size(prefixed) else prefixed
 
 
 def _expect(cond: bool, path: str, message: str) -> None:

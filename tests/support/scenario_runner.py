@@ -21,7 +21,9 @@ expect:
   exit: 0                        # optional (2 for bad input)
   stderr: ["text", ...]          # substrings of stderr (bad input)
   admitted:                      # exactly these workloads are admitted by the run
-    ns/name: {clusterQueue: cq, flavors: {cpu: default}, counts: {main: 3}, cycle: 1}
+    ns/name: {clusterQueue: cq, flavors: {cpu: default}, counts: {main: 3}, cycle: 1,
+              topology: {main: {host-a: 2}},       # TAS domains, decoded
+              topologyAssignment: {main: {...}}}   # TAS assignment, v1beta2 wire form
   pending:                       # exactly these are pending
     ns/name: {reason: WaitingForQuota, message: ["substring", ...], clusterQueue: cq}
   preempted:                     # exactly these are preempted (any cycle)
@@ -364,7 +366,15 @@ EXPECT_KEYS = {
     "inadmissibleLeft",
 }
 EXPECT_ENTRY_KEYS = {
-    "admitted": {"clusterQueue", "cycle", "flavors", "podSetFlavors", "counts", "topology"},
+    "admitted": {
+        "clusterQueue",
+        "cycle",
+        "flavors",
+        "podSetFlavors",
+        "counts",
+        "topology",
+        "topologyAssignment",
+    },
     "pending": {"reason", "clusterQueue", "message"},
     "preempted": {
         "by",
@@ -497,6 +507,14 @@ def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
                     if "topologyAssignment" in p
                 }
                 assert got_ta == w["topology"], (key, got_ta)
+            if "topologyAssignment" in w:
+                # {podSet: {levels, slices}}: the v1beta2 wire form, exactly as written.
+                got_wire = {
+                    p["name"]: p["topologyAssignment"]
+                    for p in a["podSetAssignments"]
+                    if "topologyAssignment" in p
+                }
+                assert got_wire == w["topologyAssignment"], (key, got_wire)
     if "pending" in expect:
         got = {p["workload"]: p for p in doc["pending"]}
         want = expect["pending"] or {}
