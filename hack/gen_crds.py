@@ -41,6 +41,7 @@ for _path in (str(REPO), str(HACK)):  # run as `python hack/gen_crds.py`, or loa
 from crd_structural import METADATA, structural_problems  # noqa: E402
 
 from queues.api import kinds as api  # noqa: E402
+from queues.api import multikueue as mk_api  # noqa: E402
 from queues.api import topology as topology_api  # noqa: E402
 from queues.api.fields import QUANTITY_PATTERN, KubeJsonSchema, KubeModel  # noqa: E402
 
@@ -437,6 +438,62 @@ KINDS: tuple[Kind, ...] = (
                     "size(self.filter(i, i.nodeLabel == 'kubernetes.io/hostname')) == 0 || "
                     "self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname'",
                     topology_api.HOSTNAME_LOWEST_MSG,
+                ),
+            ),
+        },
+    ),
+    Kind(
+        model=mk_api.MultiKueueCluster,
+        plural="multikueueclusters",
+        singular="multikueuecluster",
+        namespaced=False,
+        short_names=("mkc",),
+        description="MultiKueueCluster is one worker cluster of MultiKueue: how the manager "
+        "connects to it (a kubeconfig in a Secret of the service's namespace).",
+        status=True,
+        columns=(
+            Column(
+                "Connected",
+                ".status.conditions[?(@.type=='Active')].status",
+                "string",
+                "MultiKueueCluster is connected",
+            ),
+            Column("Age", ".metadata.creationTimestamp", "date", "Time this workload was created"),
+        ),
+        patches={
+            "status.conditions": {
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+            "status.conditions[].type": {"maxLength": 316},
+            "status.conditions[].reason": {"maxLength": 1024},
+            "status.conditions[].message": {"maxLength": 32768},
+        },
+        rules={
+            "spec.clusterSource": (
+                rule(
+                    "[has(self.kubeConfig),has(self.clusterProfileRef)]"
+                    ".filter(x,x==true).size() == 1",
+                    mk_api.EXACTLY_ONE_SOURCE,
+                ),
+            ),
+        },
+    ),
+    Kind(
+        model=mk_api.MultiKueueConfig,
+        plural="multikueueconfigs",
+        singular="multikueueconfig",
+        namespaced=False,
+        short_names=("mkconf",),
+        description="MultiKueueConfig lists the worker clusters (MultiKueueClusters) a "
+        "MultiKueue AdmissionCheck dispatches to, the preferred first.",
+        status=False,
+        patches={"spec.clusters": {"x-kubernetes-list-type": "atomic"}},
+        rules={
+            "spec.clusters": (
+                rule(
+                    "size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0",
+                    mk_api.UNIQUE_CLUSTERS,
                 ),
             ),
         },

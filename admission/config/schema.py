@@ -41,6 +41,7 @@ from pydantic import (
 )
 
 from admission.config.durations import Duration, parse_duration
+from admission.config.multikueue import MultiKueueSection, MultiKueueSettings
 from admission.engine.build import EnginePolicy, build_scheduler
 from admission.engine.cache import Cache
 from admission.engine.preemption.checkpoint import (
@@ -510,7 +511,7 @@ class ConfigurationDoc(_Strict):
     controller: ControllerConfigurationSpec | None = None
     pprofBindAddress: str | None = None
     tls: TLSOptions | None = None
-    multiKueue: dict[str, Any] | None = None
+    multiKueue: MultiKueueSection | None = None
     featureGates: dict[str, StrictBool] | None = None
     objectRetentionPolicies: ObjectRetentionPolicies | None = None
     visibilityServer: VisibilityServer | None = None
@@ -557,6 +558,12 @@ class Config:
         """Progress-aware preemption (``progressAwarePreemption``), None when absent."""
         section = self.doc.progressAwarePreemption
         return section.policy() if section is not None else None
+
+    @property
+    def multikueue(self) -> MultiKueueSettings:
+        """The ``multiKueue`` section with Kueue's defaults."""
+        section = self.doc.multiKueue
+        return section.settings() if section is not None else MultiKueueSettings()
 
     @property
     def frameworks(self) -> Frameworks:

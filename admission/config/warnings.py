@@ -32,8 +32,12 @@ def unimplemented(doc: ConfigurationDoc) -> list[str]:
         no_effect("pprofBindAddress", "no pprof; send SIGUSR1 for every thread's stack")
     if doc.tls is not None:
         no_effect("tls", "the webhook server uses Python's TLS defaults")
-    if doc.multiKueue is not None:
-        no_effect("multiKueue", "MultiKueue is not implemented")
+    mk = doc.multiKueue
+    if mk is not None:
+        if mk.externalFrameworks:
+            no_effect("multiKueue.externalFrameworks", "only the built-in job kinds dispatch")
+        if mk.clusterProfile is not None:
+            no_effect("multiKueue.clusterProfile", "workers connect by kubeconfig Secrets only")
     for gate in sorted(doc.featureGates or {}):
         no_effect(f"featureGates.{gate}", "Quartermaster has no feature gates")
     if doc.objectRetentionPolicies is not None:

@@ -49,3 +49,10 @@ PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 PODSET_GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
 PODSET_SLICE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
 PODSET_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+
+# MultiKueue (apis/kueue/v1beta2/multikueue_types.go, apis/config/v1beta2).
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # AdmissionCheck controllerName, managedBy
+MULTIKUEUE_ORIGIN = "kueue.x-k8s.io/multikueue-origin"  # label of the remote objects
+MULTIKUEUE_ORIGIN_UID = "kueue.x-k8s.io/multikueue-origin-uid"  # their annotation
+MULTIKUEUE_ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
+MULTIKUEUE_INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"

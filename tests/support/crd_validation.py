@@ -36,6 +36,8 @@ SERVED_KINDS = (
     "ClusterQueue",
     "Cohort",
     "LocalQueue",
+    "MultiKueueCluster",
+    "MultiKueueConfig",
     "ResourceFlavor",
     "Topology",
     "Workload",

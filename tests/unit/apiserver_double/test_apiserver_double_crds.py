@@ -66,6 +66,8 @@ def test_the_checked_in_crds_are_accepted() -> None:
         "ClusterQueue",
         "Cohort",
         "LocalQueue",
+        "MultiKueueCluster",
+        "MultiKueueConfig",
         "ResourceFlavor",
         "Topology",
         "Workload",

@@ -147,6 +147,8 @@ NAMES = {
     "Cohort": ("cohorts", "cohort", "Cluster", ["co"], True),
     "Topology": ("topologies", "topology", "Cluster", ["topo"], False),
     "LocalQueue": ("localqueues", "localqueue", "Namespaced", ["queue", "queues", "lq"], True),
+    "MultiKueueCluster": ("multikueueclusters", "multikueuecluster", "Cluster", ["mkc"], True),
+    "MultiKueueConfig": ("multikueueconfigs", "multikueueconfig", "Cluster", ["mkconf"], False),
     "Workload": (
         "workloads",
         "workload",
@@ -165,6 +167,11 @@ NAMES = {
 
 COLUMNS = {
     "ResourceFlavor": [],
+    "MultiKueueConfig": [],
+    "MultiKueueCluster": [
+        ("Connected", ".status.conditions[?(@.type=='Active')].status", "string", 0),
+        ("Age", ".metadata.creationTimestamp", "date", 0),
+    ],
     "Cohort": [],
     "Topology": [],
     "ClusterQueue": [
