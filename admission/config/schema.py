@@ -18,6 +18,8 @@ user's file loads unchanged. The extensions are off by default (Kueue's behaviou
   admissions the same cycle runs another round with the next heads, while a round
   admits and within the bounds, so a ClusterQueue admits more than one workload per
   cycle; the decisions equal those of back-to-back cycles (docs/semantics.md §4.2).
+* ``nodeFailures``: node failures for every workload, bad-node memory, flaky nodes
+  (``admission.config.node_failures``; on by default, Kueue's delays).
 * ``progressAwarePreemption``: checkpoint-aware victims, notice windows, minimum runtime
   and requeue policies after preemption.
 
@@ -42,6 +44,7 @@ from pydantic import (
 
 from admission.config.durations import Duration, parse_duration
 from admission.config.multikueue import MultiKueueSection, MultiKueueSettings
+from admission.config.node_failures import NodeFailuresSection
 from admission.engine.build import EnginePolicy, build_scheduler
 from admission.engine.cache import Cache
 from admission.engine.preemption.checkpoint import (
@@ -520,6 +523,7 @@ class ConfigurationDoc(_Strict):
     reserveEvictingCapacity: StrictBool = False
     parkUntilFeasible: StrictBool = False
     schedulingRefill: SchedulingRefill | None = None
+    nodeFailures: NodeFailuresSection = Field(default_factory=NodeFailuresSection)
 
     @field_validator("internalCertManagement")
     @classmethod

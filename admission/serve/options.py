@@ -75,6 +75,7 @@ def controller_options(config: Config, namespace: str) -> ControllerOptions:
         managed_namespaces=selector_from_dict(doc.managedJobsNamespaceSelector),
         excluded_namespaces=("kube-system", namespace),
         pods_ready=pods_ready_options(config),
+        node_failures=doc.nodeFailures.policy(),
         frameworks=config.frameworks,
     )
 

@@ -40,6 +40,8 @@ PODSET = "kueue.x-k8s.io/podset"
 WORKLOAD = "kueue.x-k8s.io/workload"  # pod annotation: the TAS Workload a pod belongs to
 POD_INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"  # pod annotation: first rank of its podSet
 RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
+# Kueue's FailureRecoveryPolicy opt-in (pod annotation, value "true")
+SAFE_TO_FORCEFULLY_DELETE = "kueue.x-k8s.io/safe-to-forcefully-delete"
 
 # Topology requests on a job's pod template (Kueue's jobframework turns them into the
 # Workload podSet's topologyRequest).

@@ -18,6 +18,7 @@ from admission.kube.control.writer import Writer
 from admission.kube.watch.informer import Informer
 from queues.backoff import BackoffPolicy
 from queues.model import LabelSelector
+from queues.node_health import NodeFailurePolicy
 
 if TYPE_CHECKING:
     from admission.engine.cache import Cache
@@ -80,6 +81,7 @@ class ControllerOptions:
     retry_base: float = 0.1  # first retry of a failed reconcile, doubled per failure
     retry_cap: float = 300.0  # ... up to this (controller-runtime: 5 ms .. 1000 s)
     pods_ready: PodsReadyOptions = field(default_factory=PodsReadyOptions)
+    node_failures: NodeFailurePolicy = field(default_factory=NodeFailurePolicy)
     frameworks: Frameworks = ALL  # the integrations enabled (integrations.frameworks)
 
 

@@ -1,0 +1,152 @@
+"""Node-failure rules: when a node counts as failed, bad-node memory, flaky nodes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from queues.node_health import (
+    AVOID_NODES_ANNOTATION,
+    HOSTNAME,
+    AvoidedNodes,
+    FlakyNodes,
+    NodeFailurePolicy,
+    NodeState,
+    Taint,
+    counts_toward_backoff,
+    node_failure,
+    reachable,
+    tolerates,
+    untolerated,
+    with_avoided_nodes,
+)
+
+POLICY = NodeFailurePolicy()
+T0 = 1_800_000_000.0
+
+
+def node(ready: str = "True", *, since: str = "2027-01-15T08:00:00Z", taints=()) -> dict:
+    return {
+        "spec": {"taints": list(taints)},
+        "status": {"conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": since}]},
+    }
+
+
+def test_a_deleted_node_has_failed() -> None:
+    assert node_failure(None, name="n1", now=T0, policy=POLICY) == "node n1 was deleted"
+
+
+def test_not_ready_counts_only_after_the_delay() -> None:
+    state = NodeState.of("n1", node("Unknown"))
+    assert state.since is not None
+    assert node_failure(state, name="n1", now=state.since + 29, policy=POLICY) is None
+    why = node_failure(state, name="n1", now=state.since + 30, policy=POLICY)
+    assert why == "node n1 has been NotReady for 30s"
+    short = NodeFailurePolicy(not_ready_delay=5)
+    assert node_failure(state, name="n1", now=state.since + 6, policy=short) is not None
+    assert not reachable(state) and reachable(NodeState.of("n1", node()))
+
+
+def test_an_untolerated_scheduling_taint_is_a_failure_and_a_tolerated_one_is_not() -> None:
+    gpu_bad = {"key": "nvidia.com/gpu-unhealthy", "value": "true", "effect": "NoExecute"}
+    prefer = {"key": "maintenance", "effect": "PreferNoSchedule"}
+    state = NodeState.of("n1", node(taints=[gpu_bad, prefer]))
+    why = node_failure(state, name="n1", now=T0, policy=POLICY)
+    assert why == "node n1 has the untolerated taint nvidia.com/gpu-unhealthy=true:NoExecute"
+    tolerated = [{"key": "nvidia.com/gpu-unhealthy", "operator": "Exists", "tolerationSeconds": 5}]
+    assert node_failure(state, name="n1", now=T0, policy=POLICY, tolerations=tolerated) is None
+    off = NodeFailurePolicy(taints=False)
+    assert node_failure(state, name="n1", now=T0, policy=off) is None
+
+
+def test_toleration_matching_follows_kubernetes() -> None:
+    t = Taint("k", "v", "NoSchedule")
+    assert tolerates({"key": "k", "value": "v"}, t)
+    assert tolerates({"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}, t)
+    assert not tolerates({"key": "k", "value": "w"}, t)
+    assert not tolerates({"key": "k", "value": "v", "effect": "NoExecute"}, t)
+    assert tolerates({"operator": "Exists"}, t)  # empty key + Exists: every taint
+    assert not tolerates({"value": "v"}, t)  # empty key needs Exists
+    assert untolerated([t, Taint("x", "", "PreferNoSchedule")], []) == [t]
+
+
+def test_only_node_failures_spare_the_backoff() -> None:
+    assert not counts_toward_backoff("NodeFailures")
+    assert counts_toward_backoff("PodsReadyTimeout")
+    assert counts_toward_backoff("Preempted")
+
+
+def test_memory_round_trips_through_the_annotation_and_expires() -> None:
+    mem = AvoidedNodes().remember(["n2", "n1"], now=T0, duration=600)
+    text = mem.render()
+    back = AvoidedNodes.of({AVOID_NODES_ANNOTATION: text})
+    assert back.active(T0) == ("n1", "n2")
+    assert back.active(T0 + 601) == ()
+    later = back.remember(["n3"], now=T0 + 601, duration=600)
+    assert set(later.until) == {"n3"}  # the expired entries are dropped
+    assert AvoidedNodes.parse("n1=garbage,=2027-01-01T00:00:00Z,n2").until == {}
+
+
+def requirement(aff: dict | None) -> list[list[dict]]:
+    terms = (
+        ((aff or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
+    return [t.get("matchExpressions") or [] for t in terms]  # fmt: skip
+
+
+def test_avoided_nodes_are_anded_into_every_term_and_replaced_not_stacked() -> None:
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    pool = {"key": "pool", "operator": "In", "values": ["gpu"]}
+    base = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [zone]}, {"matchExpressions": [pool]}]
+            }
+        },
+        "podAntiAffinity": {"x": 1},
+    }
+    once = with_avoided_nodes(base, ["n1"])
+    not_in = {"key": HOSTNAME, "operator": "NotIn", "values": ["n1"]}
+    assert requirement(once) == [[zone, not_in], [pool, not_in]]
+    assert once is not None and once["podAntiAffinity"] == {"x": 1}
+    twice = with_avoided_nodes(once, ["n1", "n2"], drop=["n1"])
+    both = {"key": HOSTNAME, "operator": "NotIn", "values": ["n1", "n2"]}
+    assert requirement(twice) == [[zone, both], [pool, both]]
+    cleared = with_avoided_nodes(twice, [], drop=["n1", "n2"])
+    assert cleared == base
+    assert with_avoided_nodes(None, []) is None
+    assert requirement(with_avoided_nodes(None, ["n1"])) == [[not_in]]
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True),
+    st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True),
+)
+def test_avoiding_is_idempotent_and_never_drops_a_users_requirement(
+    first: list[str], second: list[str]
+) -> None:
+    user = {"key": HOSTNAME, "operator": "NotIn", "values": ["z"]}  # the user's own exclusion
+    base = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [user]}]}}}  # fmt: skip
+    a = with_avoided_nodes(base, first)
+    b = with_avoided_nodes(a, second, drop=first)
+    assert with_avoided_nodes(b, second, drop=first) == b
+    for term in requirement(b):
+        assert user in term
+        ours = [e for e in term if e is not user and e["values"] != ["z"]]
+        assert [set(e["values"]) for e in ours] == ([set(second)] if second else [])
+
+
+def test_a_node_failing_distinct_workloads_in_the_window_is_reported_once() -> None:
+    flaky = FlakyNodes(workloads=3, window=3600)
+    assert flaky.record("n1", "a", T0) is None
+    assert flaky.record("n1", "a", T0 + 1) is None  # the same workload twice: one
+    assert flaky.record("n1", "b", T0 + 2) is None
+    assert flaky.record("n1", "c", T0 + 3) == 3
+    assert flaky.record("n1", "d", T0 + 4) is None  # reported once per window
+    assert flaky.record("n2", "a", T0) is None
+    assert flaky.record("n2", "b", T0 + 4000) is None  # "a" left the window
+    assert FlakyNodes(workloads=0, window=1).record("n", "a", T0) is None
