@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from admission.engine import messages
-from admission.engine.tas.domains import PODS, TopologyState, Usage, add_usage, usage_key
+from admission.engine.tas.domains import (
+    PODS,
+    TopologyState,
+    Usage,
+    add_usage,
+    usage_key,
+    usage_pool,
+)
 from admission.engine.tas.placement import place_flavor
 from admission.engine.tas.replacement import find_replacement
 from admission.engine.tas.request import PlacementRequest, requests_tas
@@ -67,6 +74,11 @@ class TasCharge:
     flavor: str
     assignment: TopologyAssignment
     per_pod: Mapping[str, int]
+
+    @property
+    def pool(self) -> str:
+        """The usage pool it is charged to (``domains.usage_pool``)."""
+        return usage_pool(self.flavor, self.assignment.levels)
 
 
 def flavor_level_mismatch(
@@ -141,23 +153,39 @@ def place_workload(
     *,
     simulate_empty: bool = False,
     released: Mapping[str, Mapping[tuple[str, ...], Usage]] | None = None,
+    assumed: Mapping[str, Mapping[tuple[str, ...], Usage]] | None = None,
 ) -> tuple[dict[str, TopologyAssignment], tuple[str, str] | None]:
     """Place every TAS podSet; (assignments, None) or ({}, (podSet, reason)).
 
-    ``released`` is usage per flavor and leaf to count as free (preemption victims)."""
+    ``released`` is usage per pool and leaf to count as free (preemption victims),
+    ``assumed`` usage per pool and leaf to count as taken (this cycle's placements not
+    yet committed). The podSets placed on one flavor count as taken for those placed
+    on the next flavor of the same pool (two flavors over the same nodes)."""
     out: dict[str, TopologyAssignment] = {}
+    taken: dict[str, dict[tuple[str, ...], Usage]] = {}
+    if not simulate_empty:
+        for source, sign in ((released, -1), (assumed, 1)):
+            for pool, per_leaf in (source or {}).items():
+                dest = taken.setdefault(pool, {})
+                for key, usage in per_leaf.items():
+                    add_usage(dest.setdefault(key, {}), usage, sign)
     for flavor_name in sorted(requests):
         snap = state.snapshot(flavors[flavor_name])
         reqs = requests[flavor_name]
         if snap is None:
             return {}, (reqs[0].name, messages.tas_information_missing(flavor_name))
-        assumed: dict[tuple[str, ...], Usage] = {}
-        for key, usage in (released or {}).get(flavor_name, {}).items():
-            add_usage(assumed.setdefault(key, {}), usage, -1)
-        result = place_flavor(snap, reqs, assumed=assumed, simulate_empty=simulate_empty)
+        in_pool = taken.setdefault(snap.pool, {})
+        result = place_flavor(snap, reqs, assumed=in_pool, simulate_empty=simulate_empty)
         if result.failed is not None:
             return {}, (result.failed, result.reason)
         out.update(result.assignments)
+        if len(requests) > 1:
+            for r in reqs:
+                ta = result.assignments[r.name]
+                for values, count in ta.domains:
+                    used = in_pool.setdefault(usage_key(ta.levels, values), {})
+                    add_usage(used, {k: v * count for k, v in r.per_pod.items()})
+                    add_usage(used, {PODS: count})
     return out, None
 
 
@@ -190,10 +218,10 @@ def tas_charges(
 
 
 def leaf_usage(charges: Sequence[TasCharge]) -> dict[str, dict[tuple[str, ...], Usage]]:
-    """Per flavor and leaf, what these charges hold (for releasing victims)."""
+    """Per pool and leaf, what these charges hold (for releasing victims)."""
     out: dict[str, dict[tuple[str, ...], Usage]] = {}
     for ch in charges:
-        per = out.setdefault(ch.flavor, {})
+        per = out.setdefault(ch.pool, {})
         for values, count in ch.assignment.domains:
             key = usage_key(ch.assignment.levels, values)
             used = per.setdefault(key, {})
@@ -233,23 +261,30 @@ def still_fits(
     extra: Mapping[str, Mapping[tuple[str, ...], Usage]] | None = None,
 ) -> str:
     """Kueue's TASFlavorSnapshot.Fits: do the assigned pods still fit their leaves after
-    this cycle's earlier admissions? "" when they do, else where they do not."""
-    for flavor, per_leaf in leaf_usage(charges).items():
+    this cycle's earlier admissions (``extra``, per pool and leaf)? "" when they do,
+    else where they do not. Charges of two flavors over one node add up there."""
+    need: dict[tuple[str, tuple[str, ...]], tuple[str, Usage]] = {}
+    for ch in charges:
+        for values, count in ch.assignment.domains:
+            k = (ch.pool, usage_key(ch.assignment.levels, values))
+            flavor, used = need.setdefault(k, (ch.flavor, {}))
+            add_usage(used, {r: v * count for r, v in ch.per_pod.items()})
+            add_usage(used, {PODS: count})
+    for (pool, key), (flavor, want) in sorted(need.items()):
         snap = state.snapshot(flavors[flavor])
         if snap is None:
             return messages.tas_information_missing(flavor)
-        for key, need in sorted(per_leaf.items()):
-            leaf = snap.by_key.get(key)
-            if leaf is None:
-                return messages.topology_domain_gone(key, flavor)
-            free = snap.free(leaf)
-            taken = (extra or {}).get(flavor, {}).get(key)
-            if taken:
-                free = dict(free)
-                add_usage(free, taken, -1)
-            for r, v in need.items():
-                if v > free.get(r, 0):
-                    return messages.topology_domain_short(key, flavor, r, v, free.get(r, 0))
+        leaf = snap.by_key.get(key)
+        if leaf is None:
+            return messages.topology_domain_gone(key, flavor)
+        free = snap.free(leaf)
+        taken = (extra or {}).get(pool, {}).get(key)
+        if taken:
+            free = dict(free)
+            add_usage(free, taken, -1)
+        for r, v in want.items():
+            if v > free.get(r, 0):
+                return messages.topology_domain_short(key, flavor, r, v, free.get(r, 0))
     return ""
 
 

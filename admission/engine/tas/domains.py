@@ -18,6 +18,12 @@ algorithm itself is ``admission.engine.tas.placement``. Pure: no I/O.
 A leaf is a domain of the lowest level. When the lowest level is
 ``kubernetes.io/hostname`` a leaf is one node and assignments name hosts only (as
 Kueue); otherwise a leaf aggregates the nodes that share every level's value.
+
+TAS usage is kept per *pool* (:func:`usage_pool`): every flavor whose topology ends at
+the hostname shares one pool keyed by host, so what one flavor places on a node lowers
+what every other flavor over that node can place there (Kueue's
+TASHandleOverlappingFlavors, on by default since 0.18: usage aggregated across the
+flavors with a hostname leaf). A flavor whose leaves aggregate nodes has a pool of its own.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from queues.model import (
 )
 
 HOSTNAME = "kubernetes.io/hostname"
+HOST_POOL = "\0hosts"  # the usage pool of every flavor whose lowest level is the hostname
 PODS = "pods"
 DEFAULT_MAX_PODS = 110  # the kubelet's default; used when a Node reports no allocatable pods
 DomainValues = tuple[str, ...]
@@ -42,6 +49,7 @@ Usage = dict[str, int]
 
 __all__ = [
     "HOSTNAME",
+    "HOST_POOL",
     "Domain",
     "FlavorSnapshot",
     "Node",
@@ -49,6 +57,7 @@ __all__ = [
     "TopologyState",
     "add_usage",
     "usage_key",
+    "usage_pool",
 ]
 
 
@@ -142,7 +151,7 @@ class FlavorSnapshot:
     per_level: list[list[Domain]]  # each level's domains, sorted by values
     leaves: dict[DomainValues, Domain]
     node_leaf: dict[str, DomainValues]  # node name -> its leaf
-    usage: dict[DomainValues, Usage]  # TAS usage per leaf (shared with the state)
+    usage: dict[DomainValues, Usage]  # TAS usage per leaf of its pool (shared with the state)
     total_nodes: int = 0
     host_leaf: dict[str, Domain] = field(default_factory=dict)  # hostname label -> leaf
     by_key: dict[DomainValues, Domain] = field(default_factory=dict)  # usage key -> leaf
@@ -157,6 +166,11 @@ class FlavorSnapshot:
     @property
     def lowest_is_node(self) -> bool:
         return self.levels[-1] == HOSTNAME
+
+    @property
+    def pool(self) -> str:
+        """The usage pool it shares with other flavors (:func:`usage_pool`)."""
+        return usage_pool(self.flavor, self.levels)
 
     @property
     def roots(self) -> list[Domain]:
@@ -281,7 +295,7 @@ class TopologyState:
     topologies: dict[str, Topology] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     pods: dict[str, PodUsage] = field(default_factory=dict)
-    # flavor -> leaf values -> usage (resources and "pods"), of admitted TAS workloads
+    # pool (usage_pool) -> leaf key -> usage (resources and "pods"), of admitted TAS workloads
     usage: dict[str, dict[DomainValues, Usage]] = field(default_factory=dict)
     generation: int = 0
     _node_usage: dict[str, Usage] = field(default_factory=dict)
@@ -339,7 +353,7 @@ class TopologyState:
             topology,
             (self.nodes[n] for n in sorted(self.nodes)),
             self._node_usage,
-            self.usage.setdefault(flavor.name, {}),
+            self.usage.setdefault(usage_pool(flavor.name, topology.levels), {}),
         )
         self._snapshots[flavor.name] = (self.generation, flavor, snap)
         return snap
@@ -357,18 +371,26 @@ class TopologyState:
 
         Usage is keyed by the host (hostname-lowest topologies) or the full level values,
         not by tree objects, so it survives trees being rebuilt and nodes going away and
-        releasing it later is exact."""
-        per_flavor = self.usage.setdefault(flavor_name, {})
+        releasing it later is exact. It goes to the flavor's pool, so every snapshot of
+        that pool sees it."""
+        pool = usage_pool(flavor_name, assignment.levels)
+        per_pool = self.usage.setdefault(pool, {})
+        sharing = [c[2] for c in self._snapshots.values() if c[2].pool == pool]
         for values, count in assignment.domains:
             key = usage_key(assignment.levels, values)
-            used = per_flavor.setdefault(key, {})
+            used = per_pool.setdefault(key, {})
             add_usage(used, {r: v * count for r, v in per_pod.items() if r != PODS}, sign)
             add_usage(used, {PODS: count}, sign)
             if not used:
-                del per_flavor[key]
-            cached = self._snapshots.get(flavor_name)
-            if cached is not None:
-                cached[2].invalidate(key)
+                del per_pool[key]
+            for snap in sharing:
+                snap.invalidate(key)
+
+
+def usage_pool(flavor_name: str, levels: tuple[str, ...]) -> str:
+    """Where a flavor's TAS usage is kept: the shared host pool when its lowest level is
+    the hostname (an assignment's levels end the same way), else the flavor's own."""
+    return HOST_POOL if levels[-1] == HOSTNAME else flavor_name
 
 
 def usage_key(levels: tuple[str, ...], values: DomainValues) -> DomainValues:
