@@ -254,6 +254,11 @@ class PodSet:
     # The requests the pod template declares, when ``requests`` is what Kueue's resource
     # transformations made of them (queues.transformations); None: untransformed.
     declared_requests: dict[str, int] | None = None
+    # The pod spec's ``resourceClaims`` (name, resourceClaimTemplateName,
+    # resourceClaimName): the DRA devices they ask for are added to ``requests`` by
+    # queues.dra, or ``dra_error`` says why they cannot be counted (Misconfigured).
+    resource_claims: tuple[tuple[str, str | None, str | None], ...] = ()
+    dra_error: str = ""
 
 
 @dataclass(slots=True, frozen=True)

@@ -58,6 +58,7 @@ def scheduling_hash(wl: Workload) -> int:
                     tuple(ps.required_affinity),
                     ps.topology,
                     ps.limit_violations,
+                    ps.dra_error,
                 )
                 for ps in wl.pod_sets
             ),

@@ -349,6 +349,7 @@ def podset_from_template(
         required_affinity=list(asks.required_affinity),
         tolerations=list(asks.tolerations),
         limit_violations=asks.limit_violations,
+        resource_claims=asks.resource_claims,
     )
 
 
@@ -360,6 +361,7 @@ class _TemplateAsks(NamedTuple):
     required_affinity: list[NodeSelectorTerm]
     tolerations: list[Toleration]
     limit_violations: tuple[tuple[str, int, tuple[str, ...]], ...]
+    resource_claims: tuple[tuple[str, str | None, str | None], ...] = ()
 
 
 _TEMPLATE_ASKS: ContentMemo[_TemplateAsks] = ContentMemo()
@@ -379,4 +381,22 @@ def _template_asks(template: Mapping[str, Any]) -> _TemplateAsks:
         required_affinity=pod_required_affinity(spec),
         tolerations=pod_tolerations(spec),
         limit_violations=_limit_violations(init, containers),
+        resource_claims=_resource_claims(spec),
     )
+
+
+def _resource_claims(spec: Mapping[str, Any]) -> tuple[tuple[str, str | None, str | None], ...]:
+    """``spec.resourceClaims`` as (name, template, claim); queues.dra counts them."""
+    out = []
+    for i, raw in enumerate(_list(spec.get("resourceClaims"), "spec.resourceClaims")):
+        where = f"spec.resourceClaims[{i}]"
+        prc = _mapping(raw, where)
+        out.append(
+            (
+                _string(prc.get("name"), f"{where}.name"),
+                _string(prc.get("resourceClaimTemplateName"), f"{where}.resourceClaimTemplateName")
+                or None,
+                _string(prc.get("resourceClaimName"), f"{where}.resourceClaimName") or None,
+            )
+        )
+    return tuple(out)

@@ -25,6 +25,7 @@ from admission.engine.tas.admission import (
 )
 from admission.engine.tas.domains import Node, PodUsage, TopologyState, Usage, add_usage
 from admission.engine.vocabulary import PendingReason
+from queues.dra import DraAccounting
 from queues.model import (
     STOP_NONE,
     ClusterQueue,
@@ -57,10 +58,15 @@ class Cache(QueueManager):
         local_queues: Mapping[str, LocalQueue],
         namespaces: Mapping[str, Namespace] | None = None,
         resources: ResourceTransformer | None = None,
+        dra: DraAccounting | None = None,
     ) -> None:
         # Kueue's workload info options (Configuration.resources): every workload's
-        # requests are what they are for quota once it enters the cache.
+        # requests are what they are for quota once it enters the cache, DRA devices
+        # included (queues.dra; it applies the transformations itself).
         self.resources = resources if resources else None
+        self.dra = dra
+        if dra is not None:
+            dra.transformer = self.resources
         self.flavors: dict[str, ResourceFlavor] = dict(flavors)
         self.cluster_queues: dict[str, ClusterQueue] = dict(cluster_queues)
         self.cohorts: dict[str, Cohort] = dict(cohorts)
@@ -338,6 +344,8 @@ class Cache(QueueManager):
         """
         if self.resources is not None:
             self.resources.apply(wl)  # idempotent: recomputed from the declared requests
+        if self.dra is not None:
+            self.dra.apply(wl)  # idempotent too
         old = self.workloads.get(wl.key)
         held: dict[FlavorResource, int] | None = None
         reprioritised = False
@@ -375,6 +383,18 @@ class Cache(QueueManager):
             return
         if wl.active:
             self._route(wl)
+
+    def dra_changed(self) -> None:
+        """A DeviceClass, ResourceClaimTemplate, ResourceClaim or ResourceSlice changed:
+        count the DRA devices of every workload without quota again and queue it anew."""
+        dra = self.dra
+        if dra is None:
+            return
+        for key, wl in list(self.workloads.items()):
+            if key in self.admitted or not any(dra.uses_dra(ps) for ps in wl.pod_sets):
+                continue
+            self.remove_pending(key)
+            self.add_workload(wl)
 
     def park(self, key: str) -> None:
         """Take a pending workload out of scheduling while it waits out a backoff (a

@@ -84,6 +84,9 @@ class Nominator:
             if ps.limit_violations:
                 e.status = PendingStatus(misconfigured, messages.resource_validation_errors(wl))
                 return
+            if ps.dra_error:  # DRA devices that cannot be counted (queues.dra)
+                e.status = PendingStatus(misconfigured, ps.dra_error)
+                return
         assigner = self._assigner(e.cluster_queue, snap)
         a = assigner.assign(wl)
         if a.mode.needs_preemption:
