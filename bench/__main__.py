@@ -39,6 +39,7 @@ BENCHMARKS = {
     "invariants": "bench.invariants:run",
     "preemption-loss": "bench.preemption_loss:run",
     "dashboard-scale": "bench.dashboard_scale:run",
+    "throughput-1300": "bench.throughput1300:run",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
