@@ -35,6 +35,7 @@ from kubernetes.aio.client import ApiClient, Configuration
 
 from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.interface import Integration
+from admission.integrations.kinds.replicated_jobs import JOBSET_RESOURCE
 from admission.integrations.registry import ALL, INTEGRATIONS, Frameworks
 from admission.kube.client.errors import ApiError, UndeclaredCall, error_from, kubeconfig_problem
 from admission.kube.client.kubeconfig import KubeconfigError, load_configuration
@@ -119,6 +120,8 @@ VALIDATING_WEBHOOKS = Resource(
     False,
 )
 API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", "APIService", False)
+MULTIKUEUE_CLUSTERS = Resource(KUEUE, "v1beta2", "multikueueclusters", "MultiKueueCluster", False)
+MULTIKUEUE_CONFIGS = Resource(KUEUE, "v1beta2", "multikueueconfigs", "MultiKueueConfig", False)
 CUSTOM_RESOURCE_DEFINITIONS = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
 )
@@ -218,6 +221,13 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *_calls(("get",), CONFIG_MAPS),
         *_calls(("create",), TOKEN_REVIEWS),
         *_calls(("create",), SUBJECT_ACCESS_REVIEWS),
+        # MultiKueue: the workers (their Active condition) and the checks' configs; a
+        # worker's kubeconfig is a Secret of the service's namespace; the manager's
+        # job gets its worker's status
+        *_calls(("list", "watch"), MULTIKUEUE_CLUSTERS),
+        *_calls(("patch",), MULTIKUEUE_CLUSTERS, "status"),
+        *_calls(("list", "watch"), MULTIKUEUE_CONFIGS),
+        *_calls(("patch",), JOBSET_RESOURCE, "status"),
     ]
 )
 """Every API call the adapter makes. ``manifests/base/rbac.yaml`` must grant each."""

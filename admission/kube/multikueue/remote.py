@@ -1,0 +1,125 @@
+"""One worker cluster as the manager sees it: a client made from its kubeconfig, an
+informer of the Workloads this manager created there (label
+``kueue.x-k8s.io/multikueue-origin: <origin>``), and whether it answers.
+
+A worker that stops answering (its probe fails or times out) is *lost*: ``connected``
+turns False and ``lost_since`` keeps when, so that the dispatch can wait
+``workerLostTimeout`` before it gives the workloads admitted there to another worker,
+as Kueue's ``connectionState`` does. The informer keeps retrying meanwhile; the first
+probe answered makes the worker connected again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import WORKLOADS, KubeClient, Obj
+from admission.kube.watch.informer import Informer
+from queues.api.labels import MULTIKUEUE_ORIGIN
+
+log = logging.getLogger("quartermaster.kube.multikueue")
+
+
+class RemoteCluster:
+    """A connected (or lost) worker; ``on_change(key)`` hears its Workloads' events and
+    ``on_state()`` a change of ``connected``."""
+
+    def __init__(
+        self,
+        name: str,
+        client: KubeClient,
+        *,
+        origin: str,
+        on_change: Callable[[str], None],
+        on_state: Callable[[], None],
+        probe_interval: float = 5.0,
+        probe_timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.origin = origin
+        self.clock = clock
+        self.on_state = on_state
+        self.probe_interval = probe_interval
+        self.probe_timeout = probe_timeout
+        self.connected = False
+        self.lost_since: float | None = None
+        self.last_error = ""
+        self.workloads = Informer(
+            client,
+            WORKLOADS,
+            label_selector=f"{MULTIKUEUE_ORIGIN}={origin}",
+            rng=random.Random(name),
+            backoff_cap=5.0,
+            handler=lambda _event, key, _new, _old: on_change(key),
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self.workloads.run(), name=f"mk-{self.name}-workloads"),
+            asyncio.create_task(self._probe_loop(), name=f"mk-{self.name}-probe"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+    def workload(self, key: str) -> Obj | None:
+        """The remote copy of the manager's Workload ``key`` (None: none, or not known)."""
+        return self.workloads.store.get(key) if self.connected else None
+
+    async def probe(self) -> bool:
+        """One request to the worker; updates ``connected``."""
+        try:
+            await asyncio.wait_for(
+                self.client.list(
+                    WORKLOADS, label_selector=f"{MULTIKUEUE_ORIGIN}={self.origin}", limit=1
+                ),  # fmt: skip
+                timeout=self.probe_timeout,
+            )
+            ok = self.workloads.synced.is_set()
+            self.last_error = "" if ok else "the worker's Workloads are not listed yet"
+        except (ApiError, TimeoutError, OSError) as err:
+            ok = False
+            self.last_error = _describe(err)
+        self._set(ok)
+        return ok
+
+    def _set(self, ok: bool) -> None:
+        if ok == self.connected and (ok or self.lost_since is not None):
+            return
+        was = self.connected
+        self.connected = ok
+        if ok:
+            self.lost_since = None
+        elif self.lost_since is None:
+            self.lost_since = self.clock()
+        if was != ok:
+            log.info("worker %s %s", self.name, "connected" if ok else "lost")
+        self.on_state()
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await self.workloads.synced.wait()
+            await self.probe()
+            await asyncio.sleep(self.probe_interval)
+
+
+def _describe(err: BaseException) -> str:
+    """What went wrong, without anything of the request (no credentials)."""
+    if isinstance(err, ApiError):
+        return f"the worker answered {err.status or 'nothing'}: {err.reason}"
+    if isinstance(err, TimeoutError):
+        return "the worker did not answer in time"
+    return f"the worker is unreachable: {type(err).__name__}"
