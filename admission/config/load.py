@@ -62,5 +62,10 @@ def parse_config(doc: Any, *, source: str = "configuration") -> Config:
         msg = msg.removeprefix("Value error, ")
         raise ConfigError(f"{source}: {path}: {msg}") from e
     resources = parsed.resources.transformer() if parsed.resources else ResourceTransformer()
+    mappings = tuple(
+        d.mapping() for d in ((parsed.resources and parsed.resources.deviceClassMappings) or [])
+    )
     warnings = [f"{source}: {w}" for w in unimplemented(parsed)]
-    return Config(doc=parsed, warnings=warnings, resources=resources)
+    return Config(
+        doc=parsed, warnings=warnings, resources=resources, device_class_mappings=mappings
+    )

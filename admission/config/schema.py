@@ -42,6 +42,7 @@ from pydantic import (
     model_validator,
 )
 
+from admission.config.dra import DeviceClassMappingDoc, check_mappings
 from admission.config.durations import Duration, parse_duration
 from admission.config.multikueue import MultiKueueSection, MultiKueueSettings
 from admission.config.node_failures import NodeFailuresSection
@@ -57,6 +58,7 @@ from admission.engine.preemption.checkpoint import (
 from admission.engine.scheduler import Refill, Scheduler
 from admission.engine.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, FairSharingStrategy
 from admission.integrations.registry import BY_FRAMEWORK, Frameworks, frameworks
+from queues.dra import DeviceClassMapping
 from queues.quantity import QuantityError, parse_quantity
 from queues.transformations import REPLACE, RETAIN, ResourceTransformation, ResourceTransformer
 
@@ -436,7 +438,7 @@ class Resources(_Strict):
     quotaCheckStrategy: Literal["BlockUndeclared", "IgnoreUndeclared"] | None = None
     excludeResourcePrefixes: list[str] = Field(default_factory=list)
     transformations: list[ResourceTransformationDoc] = Field(default_factory=list)
-    deviceClassMappings: list[dict[str, Any]] | None = None
+    deviceClassMappings: list[DeviceClassMappingDoc] | None = None
 
     @model_validator(mode="after")
     def _unique_inputs(self) -> Resources:
@@ -445,6 +447,7 @@ class Resources(_Strict):
             if t.input in seen:
                 raise ValueError(f'transformations[{i}].input: Duplicate value: "{t.input}"')
             seen.add(t.input)
+        check_mappings(self.deviceClassMappings or [])
         if self.excludeResourcePrefixes and self.quotaCheckStrategy == "IgnoreUndeclared":
             raise ValueError(
                 "quotaCheckStrategy: excludeResourcePrefixes is not allowed when "
@@ -541,6 +544,7 @@ class Config:
     now: float | None = None  # plan --now: evaluation time (epoch seconds)
     warnings: list[str] = field(default_factory=list)  # fields that have no effect
     resources: ResourceTransformer = field(default_factory=ResourceTransformer)
+    device_class_mappings: tuple[DeviceClassMapping, ...] = ()  # resources.deviceClassMappings
 
     @property
     def fair_sharing(self) -> FairSharingSection | None:

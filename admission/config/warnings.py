@@ -96,8 +96,4 @@ def unimplemented(doc: ConfigurationDoc) -> list[str]:
                 "resources.quotaCheckStrategy",
                 "IgnoreUndeclared is not implemented: every resource is checked",
             )
-        if r.deviceClassMappings:
-            no_effect(
-                "resources.deviceClassMappings", "dynamic resource allocation is not implemented"
-            )
     return out

@@ -67,6 +67,8 @@ class Inputs:
     """Jobs no queue manages, with why (:mod:`.unqueued`)."""
     references: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict)
     """Objects job kinds take podSets from (a TrainingRuntime), by (plural, namespace, name)."""
+    dra: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """DRA objects (DeviceClass, ResourceClaimTemplate, ...) by (kind, [namespace/]name)."""
 
 
 def store(inputs: Inputs, obj: api.ModelObject) -> None:
@@ -126,6 +128,7 @@ def merge(base: Inputs, overlay: Inputs) -> Inputs:
         topologies={**base.topologies, **overlay.topologies},
         nodes={**base.nodes, **overlay.nodes},
         pods={**base.pods, **overlay.pods},
+        dra={**base.dra, **overlay.dra},
         workloads=list(workloads.values()),
         namespaces_given=base.namespaces_given or overlay.namespaces_given,
         finished_workloads=(base.finished_workloads - workloads.keys())

@@ -48,6 +48,7 @@ from admission.drivers.documents import (
     json_type,
     sources,
 )
+from admission.drivers.dra_inputs import DRA_API, DRA_KINDS, NAMESPACED_DRA_KINDS
 from admission.drivers.inputs import GeneratedName, Inputs, default_namespaces, store
 from admission.drivers.pod_resources import quantity_problems
 from admission.drivers.unqueued import NotQueued
@@ -89,12 +90,13 @@ _REFERENCED: dict[tuple[str, str], Resource] = {
 }
 # v1 kinds read for topology-aware scheduling: Nodes (capacity) and bound Pods (its use)
 CORE_KINDS = ("Node", "Pod")
-_CORE_KINDS = {("v1", k) for k in CORE_KINDS}
+_CORE_KINDS = {("v1", k) for k in CORE_KINDS} | {(DRA_API, k) for k in DRA_KINDS}  # + DRA
 SUPPORTED_KINDS = tuple(
     sorted(
         {kind for _, kind in api.KINDS}
         | set(JOB_KINDS)
         | set(CORE_KINDS)
+        | set(DRA_KINDS)
         | {k for _, k in _REFERENCED}
     )
 )
@@ -104,6 +106,7 @@ NAMESPACED = frozenset(
         *(i.kind for i in _JOB_KINDS.values() if i.resource.namespaced),
         *(r.kind for r in _REFERENCED.values() if r.namespaced),
         "Pod",
+        *NAMESPACED_DRA_KINDS,
     }
 )
 
@@ -446,7 +449,10 @@ def _with_name(
 def _core_object(
     doc: dict[str, Any], kind: str, name: str, origin: _Origin, inputs: Inputs
 ) -> None:
-    """A v1 Node (topology capacity) or a v1 Pod (capacity used on its node)."""
+    """A v1 Node (topology capacity), a v1 Pod (capacity used on its node) or a DRA object."""
+    if kind in DRA_KINDS:
+        inputs.dra[(kind, name)] = doc
+        return
     try:
         if kind == "Node":
             inputs.nodes[name] = node_from_object(doc)

@@ -18,7 +18,9 @@ from typing import Any
 
 import orjson
 
+from admission.config.dra import accounting
 from admission.config.schema import Config
+from admission.drivers.dra_inputs import catalog as dra_catalog
 from admission.drivers.inputs import Inputs
 from admission.engine import messages
 from admission.engine.cache import Cache
@@ -28,6 +30,7 @@ from admission.engine.queue_manager import PendingStatus
 from admission.engine.scheduler import Scheduler
 from admission.engine.vocabulary import PendingReason
 from queues.api.topology_assignment import from_v1beta2, to_v1beta2
+from queues.dra import DeviceClassMapping
 from queues.model import STRICT_FIFO, Workload
 from queues.quantity import format_quantity
 from queues.transformations import ResourceTransformer
@@ -51,8 +54,14 @@ class PlanResult:
     scheduler: Scheduler | None = None
 
 
-def build_cache(inputs: Inputs, *, resources: ResourceTransformer | None = None) -> Cache:
-    """A cache holding the inputs; ``resources`` is the Configuration's resources section."""
+def build_cache(
+    inputs: Inputs,
+    *,
+    resources: ResourceTransformer | None = None,
+    device_class_mappings: tuple[DeviceClassMapping, ...] = (),
+) -> Cache:
+    """A cache holding the inputs; ``resources`` and ``device_class_mappings`` are the
+    Configuration's resources section (DRA devices are counted from ``inputs.dra``)."""
     cache = Cache(
         flavors=inputs.flavors,
         cluster_queues=inputs.cluster_queues,
@@ -60,6 +69,7 @@ def build_cache(inputs: Inputs, *, resources: ResourceTransformer | None = None)
         local_queues=inputs.local_queues,
         namespaces=inputs.namespaces if inputs.namespaces_given else None,
         resources=resources,
+        dra=accounting(device_class_mappings, dra_catalog(inputs.dra)),
     )
     cache.set_topologies(inputs.topologies)
     for name in sorted(inputs.nodes):
@@ -88,7 +98,9 @@ def run_plan(
     the run raise :class:`DeadlineExceeded` between cycles once passed.
     """
     config = config or Config()
-    cache = build_cache(inputs, resources=config.resources)
+    cache = build_cache(
+        inputs, resources=config.resources, device_class_mappings=config.device_class_mappings
+    )
     if before_cycles is not None:
         before_cycles(cache)
     now = config.now if config.now is not None else 0.0

@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from admission.config.dra import accounting
 from admission.config.load import load_config
 from admission.config.schema import ConfigError
 from admission.engine.cache import Cache
@@ -274,6 +275,7 @@ class Service:
             local_queues={},
             namespaces={},
             resources=config.resources,  # Kueue's cache WithResourceTransformations
+            dra=accounting(config.device_class_mappings),  # Kueue's WithPreprocessedDRAResources
         )
         clock = opts.clock
         self.controller = Controller(

@@ -1,0 +1,182 @@
+"""DRA through ``quartermaster plan``: Kueue's DRA examples, applied unchanged, charge
+the quota Kueue's documentation shows (site/content/en/docs/tasks/manage/setup_dra.md,
+tasks/run/dra.md), and ``resources.deviceClassMappings`` is read and checked as Kueue's
+``validateDeviceClassMappings`` checks it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from admission.cli.main import main
+from admission.config.load import parse_config
+from admission.config.schema import ConfigError
+
+DRA = Path(__file__).resolve().parents[2] / "support" / "data" / "kueue-examples" / "dra"
+SETUP = DRA / "setup"
+CONFIG = str(SETUP / "kueue-config.yaml")
+
+
+def plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    code = main(["plan", *args, "-o", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return dict(json.loads(out))
+
+
+def usage(doc: dict[str, Any], resource: str) -> str:
+    return str(doc["usage"]["cluster-queue"]["default-flavor"][resource]["total"])
+
+
+def test_the_rct_job_is_charged_one_device_per_request(capsys: pytest.CaptureFixture[str]) -> None:
+    """setup_dra.md: each request naming a mapped DeviceClass consumes ``count`` units
+    (default 1)."""
+    doc = plan(
+        capsys, "--config", CONFIG, "-f", str(DRA), "-f", str(SETUP / "deviceclass.yaml"),
+        "-f", str(DRA / "jobs" / "sample-dra-rct-job.yaml"),
+    )  # fmt: skip
+    (job,) = doc["admitted"]
+    assert job["podSetAssignments"][0]["resourceUsage"] == {
+        "cpu": "1", "memory": "200Mi", "example.com/gpu": "1"
+    }  # fmt: skip
+
+
+def test_an_extended_resource_served_by_dra_is_charged_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """tasks/run/dra.md, "Double counting": one GPU is 1, not 2."""
+    doc = plan(capsys, "--config", CONFIG, "-f", str(DRA), "-f", str(SETUP / "deviceclass.yaml"),
+               "-f", str(DRA / "jobs"))  # fmt: skip
+    assert len(doc["admitted"]) == 2 and not doc["pending"]
+    for job in doc["admitted"]:
+        assert job["podSetAssignments"][0]["resourceUsage"]["example.com/gpu"] == "1"
+    assert usage(doc, "example.com/gpu") == "2"
+
+
+def test_without_a_mapping_the_rct_job_is_not_admitted(capsys: pytest.CaptureFixture[str]) -> None:
+    """setup_dra.md: not admitted rather than admitted without quota accounting."""
+    doc = plan(capsys, "-f", str(DRA), "-f", str(SETUP / "deviceclass.yaml"),
+               "-f", str(DRA / "jobs" / "sample-dra-rct-job.yaml"))  # fmt: skip
+    (pending,) = doc["pending"]
+    assert pending["reason"] == "Misconfigured"
+    assert (
+        "DeviceClass gpu.example.com is not mapped in DRA configuration for podset main"
+        in (pending["message"])
+    )
+    assert usage(doc, "example.com/gpu") == "0"
+
+
+def test_the_counter_job_is_charged_the_partitions_counter(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """setup_dra.md, counter-based quota: the device's consumesCounters value (10Gi)."""
+    doc = plan(capsys, "--config", str(SETUP / "counter-config.yaml"), "-f", str(DRA / "counter"),
+               "-f", str(SETUP / "deviceclass.yaml"))  # fmt: skip
+    (job,) = doc["admitted"]
+    assert job["podSetAssignments"][0]["resourceUsage"]["gpu.memory"] == "10Gi"
+
+
+def team(tmp_path: Path, *jobs: tuple[str, int, int]) -> Path:
+    """Kueue's DRA queues (8 GPUs), a DeviceClass, and Jobs of (name, pods, devices per pod)."""
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+         "metadata": {"name": "gpu.example.com"}},
+    ]  # fmt: skip
+    for i, (name, pods, devices) in enumerate(jobs):
+        docs.append({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"namespace": "default", "name": f"{name}-gpus"},
+            "spec": {"spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com",
+                                            "count": devices}}]}}},
+        })  # fmt: skip
+        docs.append({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"namespace": "default", "name": name,
+                         "creationTimestamp": f"2026-01-01T00:00:0{i}Z",
+                         "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "x",
+                                "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": f"{name}-gpus"}],
+            }}},
+        })  # fmt: skip
+    path = tmp_path / "team.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def test_devices_count_per_pod_times_the_pods(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """3 pods x 2 GPUs = 6 of 8; the next Job's 2 x 2 = 4 does not fit, 1 x 2 does."""
+    path = team(tmp_path, ("first", 3, 2), ("second", 2, 2), ("third", 1, 2))
+    doc = plan(capsys, "--config", CONFIG, "-f", str(DRA), "-f", str(path))
+    admitted = {a["workload"].split("-")[1]: a for a in doc["admitted"]}
+    assert set(admitted) == {"first", "third"}
+    assert admitted["first"]["podSetAssignments"][0]["resourceUsage"]["example.com/gpu"] == "6"
+    assert usage(doc, "example.com/gpu") == "8"
+    (pending,) = doc["pending"]
+    assert pending["workload"].startswith("default/job-second-")
+    assert "example.com/gpu" in pending["message"]
+
+
+# -- the configuration ----------------------------------------------------------------------
+
+
+def mappings(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"resources": {"deviceClassMappings": list(entries)}}
+
+
+def test_the_mapping_is_read_without_a_warning() -> None:
+    config = parse_config(yaml.safe_load(Path(CONFIG).read_text()))
+    assert config.warnings == []
+    (m,) = config.device_class_mappings
+    assert (m.name, m.device_class_names) == ("example.com/gpu", ("gpu.example.com",))
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (
+            [{"name": "a.com/gpu", "deviceClassNames": ["gpu.example.com"]},
+             {"name": "b.com/gpu", "deviceClassNames": ["gpu.example.com"]}],
+            'deviceClassMappings[1].deviceClassNames[0]: Invalid value: "gpu.example.com": '
+            "device class already mapped to resource a.com/gpu",
+        ),
+        (
+            [{"name": "a.com/gpu", "deviceClassNames": ["x", "x"]}],
+            'deviceClassMappings[0].deviceClassNames[1]: Duplicate value: "x"',
+        ),
+        (
+            [{"name": "not a name!", "deviceClassNames": ["x"]}],
+            'name: Invalid value: "not a name!"',
+        ),
+        (
+            [{"name": "gpu.memory", "deviceClassNames": ["x"], "sources": [{"capacity": {
+                "name": "gpu.example.com/memory", "driver": "gpu.example.com",
+                "deviceSelector": {"cel": {"expression": "true"}}}}]}],
+            "capacity sources require KueueDRAIntegrationConsumableCapacity to be enabled",
+        ),
+        (
+            [{"name": "gpu.memory", "deviceClassNames": ["x"], "sources": [{"counter": {
+                "name": "memory", "driver": "gpu.example.com",
+                "deviceSelector": {"cel": {"expression": "device.driver =="}}}}]}],
+            "sources[0].counter.deviceSelector.cel.expression: Invalid value",
+        ),
+        (
+            [{"name": "a.com/gpu", "deviceClassNames": ["x"], "deviceClasses": ["y"]}],
+            "deviceClassMappings.0.deviceClasses: unknown field",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_mappings_are_configuration_errors(entries: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(mappings(*entries))
+    assert message in str(err.value)
+    assert "resources" in str(err.value)
