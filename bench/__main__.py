@@ -38,6 +38,7 @@ BENCHMARKS = {
     "stress-sources": "bench.stress:run_multi_source",
     "invariants": "bench.invariants:run",
     "preemption-loss": "bench.preemption_loss:run",
+    "gpu-failures": "bench.gpu_failures:run",
     "dashboard-scale": "bench.dashboard_scale:run",
     "throughput-1300": "bench.throughput1300:run",
 }
