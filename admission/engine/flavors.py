@@ -42,7 +42,7 @@ from admission.engine.tas.admission import (
     place_workload,
     placement_requests,
 )
-from admission.engine.tas.domains import TopologyState
+from admission.engine.tas.domains import TopologyState, Usage
 from admission.engine.tas.request import requests_tas
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
@@ -93,6 +93,12 @@ class FlavorAssigner:
         self.cq = cq
         self.topology = topology
         self.tas_charges = tas_charges if tas_charges is not None else {}
+        # This cycle's TAS placements not yet committed (the snapshot's, per pool and
+        # leaf): placement counts them as taken. Set by the nominator for each cycle.
+        self.tas_assumed: Mapping[str, Mapping[tuple[str, ...], Usage]] = {}
+        # A recomputed placement keeps the flavors it was nominated with (Kueue's
+        # NominationMapping): the other flavors of a group are not tried. None: all are.
+        self.only_flavors: frozenset[str] | None = None
         self.node = node
         self.flavors = flavors
         self.oracle = oracle
@@ -301,7 +307,9 @@ class FlavorAssigner:
                 r.messages.append(why)
 
         if mode == FIT:
-            placed, failure = place_workload(self.topology, self.flavors, reqs)
+            placed, failure = place_workload(
+                self.topology, self.flavors, reqs, assumed=self.tas_assumed
+            )
             if failure is None:
                 for name, ta in placed.items():
                     by_name[name].topology = ta
@@ -319,7 +327,9 @@ class FlavorAssigner:
                 r = by_name[req.name]
                 r.mode = min(r.mode, PREEMPT)
                 out.frs_need_preemption.update((f, res) for res, f in r.flavors.items())
-        out.placement = PlacementCheck(self.topology, self.flavors, reqs, self.tas_charges)
+        out.placement = PlacementCheck(
+            self.topology, self.flavors, reqs, self.tas_charges, self.tas_assumed
+        )
 
     def _assign_group(
         self,
@@ -464,7 +474,10 @@ class FlavorAssigner:
         best: FlavorCandidate | None = None
         why_not: list[str] = []
         reasons: set[PendingReason | None] = set()
+        only = self.only_flavors
         for fq in group.flavors:
+            if only is not None and fq.name not in only:
+                continue
             why = self._mismatch(fq.name, group, pod_sets)
             if why is not None:
                 why_not.append(why)

@@ -51,10 +51,15 @@ class Nominator:
         # the snapshot of the cycle running now, for the assigners' preemption oracle
         self.snap: Snapshot | None = None
 
-    def nominate(self, e: Entry, snap: Snapshot) -> None:
+    def nominate(
+        self, e: Entry, snap: Snapshot, *, only_flavors: frozenset[str] | None = None
+    ) -> None:
         """Kueue's nominate for one head: ``e.status`` when it cannot be considered
         (LocalQueue stopped, namespace not selected, invalid resources), else
-        ``e.assignment`` and, when that needs preemption, its victims ``e.targets``."""
+        ``e.assignment`` and, when that needs preemption, its victims ``e.targets``.
+
+        TAS placement counts this cycle's placements so far (``snap.tas``) as taken;
+        ``only_flavors`` (a recomputed placement) keeps the flavors of the nomination."""
         cache = self._cache
         wl = e.workload
         cq = cache.cluster_queues[e.cluster_queue]
@@ -88,6 +93,16 @@ class Nominator:
                 e.status = PendingStatus(misconfigured, ps.dra_error)
                 return
         assigner = self._assigner(e.cluster_queue, snap)
+        assigner.tas_assumed = snap.tas
+        assigner.only_flavors = only_flavors
+        try:
+            self._assign(assigner, e, snap)
+        finally:
+            assigner.only_flavors = None
+
+    def _assign(self, assigner: FlavorAssigner, e: Entry, snap: Snapshot) -> None:
+        wl = e.workload
+        e.targets = []
         a = assigner.assign(wl)
         if a.mode.needs_preemption:
             e.targets = self._preemptor.targets(

@@ -312,9 +312,14 @@ class Scheduler:
 
     # -- processing: decide against the snapshot ------------------------------------
 
-    def _process(self, e: Entry, snap: Snapshot, cycle: int) -> Outcome:
+    def _process(self, e: Entry, snap: Snapshot, cycle: int, recomputed: bool = False) -> Outcome:
         """Kueue's processEntry: admit, preempt, or requeue with a reason. Changes only
-        the snapshot; what it returns is committed to the cache after the last entry."""
+        the snapshot; what it returns is committed to the cache after the last entry.
+
+        When quota still fits but the TAS placement chosen at nomination no longer does
+        (an earlier entry of this cycle took its nodes), the assignment is recomputed
+        once on what is left, with the nominated flavors (Kueue's
+        TASRecomputeAssignmentWithinSchedulingCycle), and the entry is processed anew."""
         if e.status is not None:
             return PARK
         a = e.assignment
@@ -340,7 +345,12 @@ class Scheduler:
             if not e.targets:
                 e.status = PendingStatus(PendingReason.WAITING_FOR_QUOTA, messages.TARGETS_TAKEN)
                 return BACK_TO_THE_HEAP
-        short = self._still_fits(e, snap)
+        short, on_topology = self._still_fits(e, snap)
+        if short and on_topology and not recomputed:
+            self._nominator.nominate(
+                e, snap, only_flavors=frozenset(f for p in a.pod_sets for f in p.flavors.values())
+            )
+            return self._process(e, snap, cycle, recomputed=True)
         if short:
             e.status = PendingStatus(_WAITING_FOR_QUOTA, messages.no_longer_fits(short))
             return BACK_TO_THE_HEAP
@@ -365,11 +375,12 @@ class Scheduler:
             dict(a.usage),
         )
 
-    def _still_fits(self, e: Entry, snap: Snapshot) -> str:
+    def _still_fits(self, e: Entry, snap: Snapshot) -> tuple[str, bool]:
         """Kueue's fits(): the entry's usage fits once every workload preempted earlier
         in this cycle and the entry's own targets are counted as released.
 
-        Returns "" when it fits, else what is short (for the pending message)."""
+        Returns ("", False) when it fits, else what is short (for the pending message)
+        and whether it is the TAS placement (quota fits)."""
         cache = self._cache
         tree = snap.tree
         a = e.assignment
@@ -390,10 +401,11 @@ class Scheduler:
         else:  # nothing to try on the tree, no scratch block to pay for
             short = _short_on(node, a.usage)
         if short:
-            return short
+            return short, False
         if not targets:  # placed at nomination: do the pods still fit their domains?
-            return cache.topology_still_fits(e.workload, a.pod_sets, snap.tas)
-        return ""
+            short = cache.topology_still_fits(e.workload, a.pod_sets, snap.tas)
+            return short, bool(short)
+        return "", False
 
     @staticmethod
     def _hold(snap: Snapshot, cq: str, usage: dict[FlavorResource, int]) -> None:

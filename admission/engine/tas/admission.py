@@ -240,18 +240,28 @@ class PlacementCheck:
         flavors: Mapping[str, ResourceFlavor],
         requests: Mapping[str, list[PlacementRequest]],
         charges_of: Mapping[str, Sequence[TasCharge]],
+        assumed: Mapping[str, Mapping[tuple[str, ...], Usage]] | None = None,
     ) -> None:
         self.state = state
         self.flavors = flavors
         self.requests = requests
         self.charges_of = charges_of
+        self.assumed = assumed  # this cycle's placements not yet committed (per pool)
+
+    def placement(self, victims: Sequence[str]) -> dict[str, TopologyAssignment] | None:
+        """Where the podSets go once these victims are gone, or None if nowhere."""
+        charges = [ch for key in victims for ch in self.charges_of.get(key, ())]
+        placed, failure = place_workload(
+            self.state,
+            self.flavors,
+            self.requests,
+            released=leaf_usage(charges),
+            assumed=self.assumed,
+        )
+        return placed if failure is None else None
 
     def __call__(self, victims: Sequence[str]) -> bool:
-        charges = [ch for key in victims for ch in self.charges_of.get(key, ())]
-        _, failure = place_workload(
-            self.state, self.flavors, self.requests, released=leaf_usage(charges)
-        )
-        return failure is None
+        return self.placement(victims) is not None
 
 
 def still_fits(

@@ -74,6 +74,8 @@ class FillState:
 
     sig: tuple[object, ...] | None
     dirty: set[Domain] = field(default_factory=set)
+    # the usage assumed on leaves (this cycle's placements) the counts were made with
+    assumed: dict[tuple[str, ...], Usage] = field(default_factory=dict)
     excluded: dict[str, int] = field(default_factory=dict)
     leaf_excluded: dict[tuple[str, ...], dict[str, int]] = field(default_factory=dict)
     free_by_leaf: dict[tuple[str, ...], Usage] = field(default_factory=dict)
@@ -109,12 +111,12 @@ def fill_in_counts(
     """Phase 1 (Kueue's fillInCounts): how many pods (slices, with the leader …)
     each domain holds for this request, leaves first, then every parent.
 
-    The common request — no node selector or affinity, no leader, nothing assumed,
-    not confined — is incremental: the snapshot keeps the counts of the last such
-    request (:class:`FillState`); when the next has the same shape, only the leaves
-    whose usage changed since and the domains the last placement rewrote are
-    computed again, with their ancestors: a full pass costs every leaf of the
-    flavor, this costs the few that changed."""
+    The common request — no node selector or affinity, no leader, not confined — is
+    incremental: the snapshot keeps the counts of the last such request
+    (:class:`FillState`); when the next has the same shape, only the leaves whose
+    usage changed since (committed, or assumed in this cycle) and the domains the
+    last placement rewrote are computed again, with their ancestors: a full pass
+    costs every leaf of the flavor, this costs the few that changed."""
     s = snap
     req = dict(workers.per_pod)
     req[PODS] = req.get(PODS, 0) + 1
@@ -132,7 +134,7 @@ def fill_in_counts(
         or workers.required_affinity
         or (leader is not None and (leader.node_selector or leader.required_affinity))
     )
-    fast = not filter_all and not assumed and lreq is None and within is None
+    fast = not filter_all and lreq is None and within is None
     sig = (
         (shape, simulate_empty, st.slice_size, st.slice_level_idx, tuple(workers.tolerations))
         if fast
@@ -140,10 +142,13 @@ def fill_in_counts(
     )
     fs = s.fill if isinstance(s.fill, FillState) else None
     if sig is not None and fs is not None and fs.sig == sig:
-        _refill(snap, fs, workers, req, counts, st, simulate_empty)
+        _assumed_changes(snap, fs, assumed)
+        _refill(snap, fs, workers, req, counts, st, simulate_empty, assumed)
         return
     fs = FillState(sig) if sig is not None else None
     s.fill = fs
+    if fs is not None:
+        fs.assumed = {k: dict(v) for k, v in assumed.items()}
     for leaf in s.per_level[-1]:
         if within is not None and leaf.values[: len(within)] != within:
             # outside the domain a replacement must stay in: no room there
@@ -156,7 +161,7 @@ def fill_in_counts(
                 simulate_empty, st.excluded, st.free_by_leaf,
             )  # fmt: skip
         else:
-            _fill_tracked(snap, fs, leaf, workers, req, counts, st, simulate_empty)
+            _fill_tracked(snap, fs, leaf, workers, req, counts, st, simulate_empty, assumed)
     if fs is not None:
         st.excluded.update(fs.excluded)
         st.free_by_leaf.update(fs.free_by_leaf)
@@ -164,6 +169,22 @@ def fill_in_counts(
     for lvl in range(len(s.levels) - 2, -1, -1):
         for d in s.per_level[lvl]:
             _aggregate(d, st, lvl, leader_required)
+
+
+def _assumed_changes(
+    snap: FlavorSnapshot, fs: FillState, assumed: Mapping[tuple[str, ...], Usage]
+) -> None:
+    """Mark dirty the leaves whose assumed usage differs from the last fill's."""
+    old = fs.assumed
+    if not old and not assumed:
+        return
+    by_key = snap.by_key
+    for key in old.keys() | assumed.keys():
+        if old.get(key) != assumed.get(key):
+            leaf = by_key.get(key)
+            if leaf is not None:
+                fs.dirty.add(leaf)
+    fs.assumed = {k: dict(v) for k, v in assumed.items()}
 
 
 def _fill_tracked(
@@ -175,6 +196,7 @@ def _fill_tracked(
     counts: dict[tuple[str, ...], tuple[int, str]],
     st: PlacementState,
     simulate_empty: bool,
+    assumed: Mapping[tuple[str, ...], Usage],
 ) -> None:
     """One leaf of an incremental fill: its counts, and its share of the exclusion
     reasons and filtered free capacity kept in ``fs`` (replaced, not added)."""
@@ -184,7 +206,7 @@ def _fill_tracked(
     fs.free_by_leaf.pop(leaf.values, None)
     mine: dict[str, int] = {}
     _fill_leaf(
-        snap, leaf, workers, None, req, None, counts, False, {}, st, simulate_empty,
+        snap, leaf, workers, None, req, None, counts, False, assumed, st, simulate_empty,
         mine, fs.free_by_leaf,
     )  # fmt: skip
     if mine:
@@ -200,6 +222,7 @@ def _refill(
     counts: dict[tuple[str, ...], tuple[int, str]],
     st: PlacementState,
     simulate_empty: bool,
+    assumed: Mapping[tuple[str, ...], Usage],
 ) -> None:
     """The incremental pass: the changed leaves and rewritten domains, then their
     ancestors bottom-up."""
@@ -211,7 +234,7 @@ def _refill(
         if d.children:
             parents[d.level].add(d)
         else:
-            _fill_tracked(snap, fs, d, workers, req, counts, st, simulate_empty)
+            _fill_tracked(snap, fs, d, workers, req, counts, st, simulate_empty, assumed)
         up = d.parent
         while up is not None and up not in parents[up.level]:
             parents[up.level].add(up)

@@ -13,7 +13,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.engine.tas.domains import HOSTNAME, Node, PodUsage, TopologyState
+from admission.engine.tas.domains import (
+    HOSTNAME,
+    Node,
+    PodUsage,
+    TopologyState,
+    add_usage,
+    usage_key,
+)
 from admission.engine.tas.placement import place_flavor
 from admission.engine.tas.request import PlacementRequest
 from queues.api.topology_assignment import from_v1beta2, node_selectors, to_v1beta2
@@ -217,6 +224,7 @@ def _fresh(state: TopologyState) -> TopologyState:
             st.booleans(),
             st.booleans(),
             st.booleans(),
+            st.sampled_from(["commit", "assume", "new cycle"]),
         ),
         min_size=1,
         max_size=12,
@@ -228,11 +236,16 @@ def test_the_incremental_fill_places_exactly_as_a_full_one(
     """Placement reuses the last request's counts and recomputes only what changed
     (charged leaves, domains the last placement rewrote). Whatever the sequence of
     requests (shapes, levels, tolerations, simulated-empty tries) and charges (a
-    placement is not always admitted: quota may refuse it), each
+    placement is not always admitted: quota may refuse it; an admitted one is either
+    committed or only assumed for the rest of a cycle, and a new cycle drops what was
+    assumed), each
     result — assignment or reason, numbers included — is the one a snapshot built afresh
     gives."""
     state = cluster(nodes, levels)
-    for k, (make, count, gpus, tolerate, empty, admit) in enumerate(steps):
+    assumed: dict[tuple[str, ...], dict[str, int]] = {}
+    for k, (make, count, gpus, tolerate, empty, admit, then) in enumerate(steps):
+        if then == "new cycle":
+            assumed.clear()
         tr = make(levels)
         if tr.slice_size and count % tr.slice_size:
             count += 1
@@ -243,13 +256,41 @@ def test_the_incremental_fill_places_exactly_as_a_full_one(
         snap = state.snapshot(FLAVOR)
         fresh = _fresh(state).snapshot(FLAVOR)
         assert snap is not None and fresh is not None
-        got = place_flavor(snap, [req], simulate_empty=empty)
-        want = place_flavor(fresh, [req], simulate_empty=empty)
+        got = place_flavor(snap, [req], simulate_empty=empty, assumed=assumed)
+        want = place_flavor(fresh, [req], simulate_empty=empty, assumed=assumed)
         assert (got.assignments, got.failed, got.reason) == (
             want.assignments, want.failed, want.reason
         )  # fmt: skip
         if got.failed is None and not empty and admit:
-            state.charge("tas", got.assignments[req.name], {"gpu": gpus})
+            ta = got.assignments[req.name]
+            if then == "commit":
+                state.charge("tas", ta, {"gpu": gpus})
+            else:  # held for the rest of the cycle (Snapshot.tas), not committed
+                for values, n in ta.domains:
+                    used = assumed.setdefault(usage_key(ta.levels, values), {})
+                    add_usage(used, {"gpu": gpus * n, "pods": n})
+
+
+def test_what_a_cycle_assumed_is_free_again_when_it_is_dropped() -> None:
+    """Assumed usage (a cycle's placements not yet committed) counts as taken while it
+    is passed, and the incremental fill recomputes the leaves it covered once it is
+    not: the next gang of the same shape sees them free again."""
+    state = cluster([(0, 0, 2, 0, False, True), (0, 1, 2, 0, False, True)], LEVELS)
+    snap = state.snapshot(FLAVOR)
+    assert snap is not None
+
+    def gang(name: str) -> PlacementRequest:
+        return PlacementRequest(name, 2, {"gpu": 1}, TopologyRequest(required="rack"))
+
+    assumed: dict[tuple[str, ...], dict[str, int]] = {}
+    first = place_flavor(snap, [gang("a")], assumed=assumed).assignments["a"]
+    assert first.domains == ((("n00",), 2),)
+    assumed[("n00",)] = {"gpu": 2, "pods": 2}
+    second = place_flavor(snap, [gang("b")], assumed=assumed).assignments["b"]
+    assert second.domains == ((("n01",), 2),)
+    assumed.clear()
+    third = place_flavor(snap, [gang("c")], assumed=assumed).assignments["c"]
+    assert third.domains == ((("n00",), 2),)
 
 
 def test_best_fit_picks_the_smallest_rack_that_holds_the_gang() -> None:
