@@ -134,6 +134,7 @@ def impact_of_snapshot(
         namespaces=snap.namespaces,
         workloads=snap.workloads,
         namespaces_given=snap.namespaces_given,
+        dra_counted=snap.dra_counted,
     )
     key = obj.key if kind == "LocalQueue" else obj.name
     getattr(after, field)[key] = obj

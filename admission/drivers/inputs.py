@@ -69,6 +69,9 @@ class Inputs:
     """Objects job kinds take podSets from (a TrainingRuntime), by (plural, namespace, name)."""
     dra: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """DRA objects (DeviceClass, ResourceClaimTemplate, ...) by (kind, [namespace/]name)."""
+    dra_counted: bool = False
+    """The workloads' podSets already hold their DRA devices (a snapshot of a live cache,
+    which counted them with its own catalog): they are not counted again."""
 
 
 def store(inputs: Inputs, obj: api.ModelObject) -> None:

@@ -69,7 +69,9 @@ def build_cache(
         local_queues=inputs.local_queues,
         namespaces=inputs.namespaces if inputs.namespaces_given else None,
         resources=resources,
-        dra=accounting(device_class_mappings, dra_catalog(inputs.dra)),
+        dra=None
+        if inputs.dra_counted
+        else accounting(device_class_mappings, dra_catalog(inputs.dra)),
     )
     cache.set_topologies(inputs.topologies)
     for name in sorted(inputs.nodes):

@@ -104,6 +104,7 @@ def snapshot(
         namespaces={ns: Namespace(name=ns, labels=namespace_labels(ns)) for ns in used_ns},
         workloads=wls,
         namespaces_given=True,
+        dra_counted=True,  # the live cache counted their DRA devices
     )
 
 

@@ -368,7 +368,8 @@ def job_mismatch(
     wl_obj: Mapping[str, Any], desired: Mapping[str, Any], *, started: bool
 ) -> str | None:
     """Why a Job no longer matches the Workload it was admitted with (Kueue's
-    ``EquivalentToWorkload``), or None: pod counts and per-pod requests of every podSet.
+    ``EquivalentToWorkload``), or None: pod counts, per-pod requests and resource claims
+    of every podSet.
     A ``started`` Job runs at the admitted count under partial admission; a suspended
     one still has its original count. Anything else (the flavors' nodeSelector we
     injected, labels) may differ."""
@@ -387,6 +388,8 @@ def job_mismatch(
         w_spec = (w.get("template") or {}).get("spec") or {}
         if pod_requests(h_spec) != pod_requests(w_spec):
             return f"podSet {name}: the pods' resource requests changed"
+        if (h_spec.get("resourceClaims") or []) != (w_spec.get("resourceClaims") or []):
+            return f"podSet {name}: the pods' resource claims (DRA devices) changed"
     return None
 
 

@@ -16,6 +16,7 @@ handlers of their own; every other kind is served by :func:`mutate_object` and
 from __future__ import annotations
 
 from admission.integrations.framework.interface import Integration
+from admission.integrations.framework.requests import claim_changes
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration, UpdateCheck
 from admission.integrations.ownership import OwnershipError
 from queues.api.labels import MAX_EXEC_TIME as MAX_EXEC_TIME_LABEL
@@ -245,5 +246,7 @@ def validate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerConte
             ctx=ctx,
             errs=errs,
         )
+        if not integ.is_suspended(old) and held_by_kueue(labels, request_namespace(req, new), ctx):
+            errs.errors.extend(claim_changes(integ, new, old))  # running: DRA devices fixed
     errs.errors.extend(integ.validate(new, old))
     return errs.verdict()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from admission.integrations.framework.requests import claim_changes
 from admission.integrations.kinds.job import JOB
 from queues.api.labels import ELASTIC_JOB as ELASTIC_JOB_ANNOTATION
 from queues.api.labels import (
@@ -30,6 +31,7 @@ from queues.api.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.api.labels import QUEUE_NAME as QUEUE_LABEL
 from queues.api.topology_request import topology_annotation_errors
 from webhooks.handlers.common import (
+    held_by_kueue,
     mutate_object,
     request_namespace,
     validate_on_create,
@@ -330,5 +332,8 @@ def validate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         and old.sync_completions != new.sync_completions
     ):
         errs.forbidden(SYNC_COMPLETIONS_PATH, "field is immutable while the job is not suspended")
+    if not old.suspended and held_by_kueue(new.labels, request_namespace(req, req.object), ctx):
+        # running on its admission: its DRA claims are part of what it was admitted for
+        errs.errors.extend(claim_changes(JOB, req.object, req.old_object))
     return errs.verdict()
 

@@ -68,6 +68,44 @@ def request_changes(
     return errors
 
 
+def pod_claims(spec: Any) -> list[Any]:
+    """A pod spec's ``resourceClaims`` as written (the DRA devices its pods are counted
+    for, through their templates: queues.dra)."""
+    claims = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    return list(claims) if isinstance(claims, list) else []
+
+
+def claim_changes(
+    integ: Integration, new: Mapping[str, Any], old: Mapping[str, Any]
+) -> list[str]:
+    """A field error per podSet (in both objects) whose pods' ``resourceClaims`` differ:
+    claims added, removed or pointed at another template are DRA devices the Workload
+    was not admitted for, a resource change like any other."""
+    try:
+        before = {r.name: r for r in integ.roles(old)}
+        after = integ.roles(new)
+    except IntegrationError:
+        return []
+    errors = []
+    for role in after:
+        was = before.get(role.name)
+        if was is None:
+            continue
+        have, want = pod_claims(was.template.get("spec")), pod_claims(role.template.get("spec"))
+        if have == want:
+            continue
+        errors.append(
+            f"{spec_field(role.path, 'spec')}.resourceClaims: Invalid value: {_json(want)}: "
+            f"the pods' resource claims (DRA devices count against quota) are fixed while "
+            f"the object is admitted: podSet {role.name} had {_json(have)}"
+        )
+    return errors
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
 def _quantities(asks: Requests) -> str:
     text = {r: format_quantity(r, v) for r, v in sorted(asks.items())}
     return json.dumps(text, separators=(",", ":"))
