@@ -93,11 +93,9 @@ class FlavorAssigner:
         self.cq = cq
         self.topology = topology
         self.tas_charges = tas_charges if tas_charges is not None else {}
-        # This cycle's TAS placements not yet committed (the snapshot's, per pool and
-        # leaf): placement counts them as taken. Set by the nominator for each cycle.
+        # set by the nominator: the cycle's uncommitted TAS usage (taken for placement),
+        # and the flavors a recomputed placement keeps (Kueue's NominationMapping)
         self.tas_assumed: Mapping[str, Mapping[tuple[str, ...], Usage]] = {}
-        # A recomputed placement keeps the flavors it was nominated with (Kueue's
-        # NominationMapping): the other flavors of a group are not tried. None: all are.
         self.only_flavors: frozenset[str] | None = None
         self.node = node
         self.flavors = flavors
@@ -307,9 +305,8 @@ class FlavorAssigner:
                 r.messages.append(why)
 
         if mode == FIT:
-            placed, failure = place_workload(
-                self.topology, self.flavors, reqs, assumed=self.tas_assumed
-            )
+            assumed = self.tas_assumed
+            placed, failure = place_workload(self.topology, self.flavors, reqs, assumed=assumed)
             if failure is None:
                 for name, ta in placed.items():
                     by_name[name].topology = ta
@@ -327,9 +324,8 @@ class FlavorAssigner:
                 r = by_name[req.name]
                 r.mode = min(r.mode, PREEMPT)
                 out.frs_need_preemption.update((f, res) for res, f in r.flavors.items())
-        out.placement = PlacementCheck(
-            self.topology, self.flavors, reqs, self.tas_charges, self.tas_assumed
-        )
+        check = PlacementCheck(self.topology, self.flavors, reqs, self.tas_charges)
+        check.assumed, out.placement = self.tas_assumed, check
 
     def _assign_group(
         self,
@@ -475,9 +471,7 @@ class FlavorAssigner:
         why_not: list[str] = []
         reasons: set[PendingReason | None] = set()
         only = self.only_flavors
-        for fq in group.flavors:
-            if only is not None and fq.name not in only:
-                continue
+        for fq in group.flavors if only is None else [f for f in group.flavors if f.name in only]:
             why = self._mismatch(fq.name, group, pod_sets)
             if why is not None:
                 why_not.append(why)

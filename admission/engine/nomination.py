@@ -36,6 +36,18 @@ def _built_from(kept: tuple[object, ...], cq: object, node: object, cache: Cache
     )
 
 
+def reserve_placement(e: Entry) -> None:
+    """A TAS entry that needs preemption gets the placement it holds if it preempts
+    (its victims gone) or reserves (no victims: on empty nodes), as Kueue's
+    updateAssignmentForTAS; the scheduler holds it in the cycle's TAS usage."""
+    a = e.assignment
+    if a is None or a.placement is None or not a.mode.needs_preemption:
+        return
+    placed = a.placement.reservation([t.key for t in e.targets])
+    for p in a.pod_sets:
+        p.topology = placed.get(p.name)
+
+
 class Nominator:
     """Nominates heads for one scheduler, keeping one flavor assigner per ClusterQueue
     while what it is built from (the spec, its node of the kept working tree, the
@@ -118,6 +130,7 @@ class Nominator:
             if reduced is not None:
                 a, e.targets = reduced
         e.assignment = a
+        reserve_placement(e)
 
     def _assigner(self, cq_name: str, snap: Snapshot) -> FlavorAssigner:
         cache = self._cache

@@ -49,12 +49,13 @@ from admission.engine.decisions import (
 )
 from admission.engine.faults import cannot_evaluate
 from admission.engine.gc_pause import collector_paused
-from admission.engine.nomination import Nominator
+from admission.engine.nomination import Nominator, reserve_placement
 from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.progress import Notice
 from admission.engine.queue_manager import PendingStatus
 from admission.engine.snapshot import Snapshot
+from admission.engine.tas.domains import add_usage
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
     ANY,
@@ -345,6 +346,7 @@ class Scheduler:
             if not e.targets:
                 e.status = PendingStatus(PendingReason.WAITING_FOR_QUOTA, messages.TARGETS_TAKEN)
                 return BACK_TO_THE_HEAP
+            reserve_placement(e)
         short, on_topology = self._still_fits(e, snap)
         if short and on_topology and not recomputed:
             self._nominator.nominate(
@@ -405,6 +407,19 @@ class Scheduler:
         if not targets:  # placed at nomination: do the pods still fit their domains?
             short = cache.topology_still_fits(e.workload, a.pod_sets, snap.tas)
             return short, bool(short)
+        if a.placement is not None and any(p.topology is not None for p in a.pod_sets):
+            # a preemptor: does its placement still fit once this cycle's victims and its
+            # own are gone, around what earlier entries hold?
+            gone = a.placement.released([*snap.victims, *(t.key for t in targets)])
+            extra = {pool: dict(per) for pool, per in snap.tas.items()}
+            for pool, per_leaf in gone.items():
+                dest = extra.setdefault(pool, {})
+                for key, usage in per_leaf.items():
+                    left = dict(dest.get(key, {}))
+                    add_usage(left, usage, -1)
+                    dest[key] = left
+            short = cache.topology_still_fits(e.workload, a.pod_sets, extra)
+            return short, bool(short)
         return "", False
 
     @staticmethod
@@ -423,6 +438,8 @@ class Scheduler:
             return  # it can always reclaim later
         a = e.assignment
         assert a is not None
+        # its TAS placement on empty nodes too (Kueue's resourcesToReserve, TAS part)
+        self._cache.topology_assume(e.workload, a.pod_sets, snap.tas)
         node = snap.tree.queues[e.cluster_queue]
         hold: dict[FlavorResource, int] = {}
         for fr, req in a.usage.items():
@@ -464,6 +481,8 @@ class Scheduler:
                     # holds beyond the preemptor's need goes to nobody else until it is
                     # evicted.
             self._hold(snap, e.cluster_queue, a.usage)
+        # and its TAS placement (its victims gone), for the rest of the cycle
+        cache.topology_assume(wl, a.pod_sets, snap.tas)
         for t in e.targets:
             if t.key in cache.evicting:
                 continue  # already being evicted: never issue twice

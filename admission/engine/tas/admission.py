@@ -263,6 +263,21 @@ class PlacementCheck:
     def __call__(self, victims: Sequence[str]) -> bool:
         return self.placement(victims) is not None
 
+    def reservation(self, victims: Sequence[str]) -> dict[str, TopologyAssignment]:
+        """Where a preemptor holds capacity for the rest of its cycle (Kueue's
+        updateAssignmentForTAS): with victims, its placement once they are gone; without,
+        its placement on empty nodes. {} when there is none."""
+        if victims:
+            return self.placement(victims) or {}
+        placed, failure = place_workload(
+            self.state, self.flavors, self.requests, simulate_empty=True
+        )
+        return placed if failure is None else {}
+
+    def released(self, victims: Sequence[str]) -> dict[str, dict[tuple[str, ...], Usage]]:
+        """What these victims hold, per pool and leaf."""
+        return leaf_usage([ch for key in victims for ch in self.charges_of.get(key, ())])
+
 
 def still_fits(
     state: TopologyState,
