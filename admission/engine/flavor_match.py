@@ -38,9 +38,11 @@ def topology_mismatch(
         if not explicit:
             return None  # implied: the lowest level, unconstrained
         if flavor.topology_name is None:
-            if covered is not None and not any(r in ps.requests for r in covered if r != "pods"):
-                # Kueue: a flavor sharing none of the podSet's requested resources is
-                # accepted (it may give quota-only resources; an LWS leader asks for none)
+            pod = ps.requests if ps.declared_requests is None else ps.declared_requests
+            if covered is not None and not any(r in pod for r in covered if r != "pods"):
+                # Kueue: a flavor sharing none of the resources the pod spec requests is
+                # accepted (it may give quota-only resources, a transformation's output;
+                # an LWS leader asks for none)
                 return None
             return messages.flavor_lacks_topology(flavor)
         assert tr is not None

@@ -32,7 +32,7 @@ from admission.engine.tas.domains import (
 )
 from admission.engine.tas.placement import place_flavor
 from admission.engine.tas.replacement import find_replacement
-from admission.engine.tas.request import PlacementRequest, requests_tas
+from admission.engine.tas.request import PlacementRequest, pod_requests, requests_tas
 from admission.engine.vocabulary import PendingReason
 from queues.model import ResourceFlavor, TopologyAssignment, Workload
 
@@ -135,7 +135,7 @@ def placement_requests(
             PlacementRequest(
                 name=ps.name,
                 count=res.count,
-                per_pod={r: v for r, v in ps.requests.items() if v > 0 and r != PODS},
+                per_pod=pod_requests(ps),
                 topology=ps.topology,
                 implied=not explicit and tas_only,
                 tolerations=tuple(ps.tolerations),
@@ -212,7 +212,7 @@ def tas_charges(
         )
         if flavor is None:
             continue
-        per_pod = {r: v for r, v in ps.requests.items() if v > 0 and r != PODS}
+        per_pod = pod_requests(ps)
         out.append(TasCharge(flavor, ta, per_pod))
     return out
 
@@ -347,7 +347,7 @@ def node_replacement(
         request = PlacementRequest(
             name=ps.name,
             count=psa.count,
-            per_pod={r: v for r, v in ps.requests.items() if v > 0 and r != PODS},
+            per_pod=pod_requests(ps),
             topology=ps.topology,
             implied=not requests_tas(ps.topology),
             tolerations=tuple(ps.tolerations),

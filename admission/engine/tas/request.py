@@ -5,9 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from queues.model import NodeSelectorTerm, Toleration, TopologyRequest
+from queues.model import NodeSelectorTerm, PodSet, Toleration, TopologyRequest
 
-__all__ = ["PlacementRequest", "requests_tas"]
+__all__ = ["PlacementRequest", "pod_requests", "requests_tas"]
+
+PODS = "pods"
+
+
+def pod_requests(ps: PodSet) -> dict[str, int]:
+    """What one pod takes on a node: the pod template's requests (Kueue's TAS reads
+    the pod spec), not what the Configuration's resource transformations made of them
+    for quota (a Retain output such as credits, a Replace output) nor DRA devices;
+    zero requests and "pods" left out."""
+    declared = ps.requests if ps.declared_requests is None else ps.declared_requests
+    return {r: v for r, v in declared.items() if v > 0 and r != PODS}
 
 
 def requests_tas(tr: TopologyRequest | None) -> bool:
