@@ -9,6 +9,10 @@ under both policies (``admission.sim.failure_policy``), for ``SEEDS`` failure
 schedules; the figures are their totals (GPU-hours) and pooled percentiles. A second
 set of runs adds one flaky node that fails again after every ~4 h of uptime.
 
+``variants`` are two variants of ours, not its defaults (``admission.sim.failure_policy``):
+``oursHoldForSpare`` holds a TAS gang with no spare node for 30 minutes before evicting
+it, ``oursQuarantine`` has a node that failed two distinct workloads cordoned for a day.
+
 Top-level ``ours`` and ``kueue`` are the Meta-rate runs, with
 ``readmissionsOntoFlakyNode`` taken from the flaky-node runs (``flakyNode`` has those in
 full). Simulated time only: the figures do not depend on the machine (CPU seconds do).
@@ -48,6 +52,7 @@ def _sum(runs: list[Any]) -> Any:
 
 
 def run_set(flaky: str | None) -> dict[str, dict[str, Any]]:
+    """Every policy over the seeds' failure schedules (plus ``flaky`` failing often)."""
     from admission.sim import failure_cluster, failure_policy
     from admission.sim.failure_model import FailureModel
     from admission.sim.failure_run import FailureRun
@@ -55,7 +60,13 @@ def run_set(flaky: str | None) -> dict[str, dict[str, Any]]:
 
     horizon = HORIZON_DAYS * 86_400 * US_PER_S
     out: dict[str, dict[str, Any]] = {}
-    for policy in (failure_policy.ours(), failure_policy.kueue()):
+    policies = (
+        failure_policy.ours(),
+        failure_policy.kueue(),
+        failure_policy.ours_hold(),
+        failure_policy.ours_quarantine(),
+    )
+    for policy in policies:
         runs = []
         for seed in SEEDS:
             cluster = failure_cluster.build(days=DAYS)
@@ -81,6 +92,18 @@ def run() -> dict[str, Any]:
         for key in ("readmissionsOntoFlakyNode", "readmissionsOntoFlakyNodeAnyTime"):
             meta[name][key] = flaky[name][key]
     ours, kueue = meta["ours"], meta["kueue"]
+    keep = ("gpuHoursLost", "gpuHoursLostBy", "goodput", "jobsDeactivated", "recoverySeconds")
+    variants = {
+        name: {
+            "metaRate": {k: meta[name][k] for k in keep},
+            "flakyNode": {
+                **{k: flaky[name][k] for k in keep},
+                "readmissionsOntoFlakyNode": flaky[name]["readmissionsOntoFlakyNode"],
+                "nodesQuarantined": flaky[name]["nodesQuarantined"],
+            },
+        }
+        for name in ("oursHoldForSpare", "oursQuarantine")
+    }
 
     def infra(p: dict[str, Any]) -> float:
         return float(p["gpuHoursLostBy"]["failures"] + p["gpuHoursLostBy"]["restarts"])
@@ -96,7 +119,8 @@ def run() -> dict[str, Any]:
         "kueueBackoffLimitCount": BACKOFF_LIMIT_COUNT,
         "ours": ours,
         "kueue": kueue,
-        "flakyNode": flaky,
+        "flakyNode": {"ours": flaky["ours"], "kueue": flaky["kueue"]},
+        "variants": variants,
         "lostRatioOursOverKueue": lost_ratio,
         "infraLostRatioOursOverKueue": _ratio(infra(ours), infra(kueue)),
         "targets": {

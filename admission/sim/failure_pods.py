@@ -20,11 +20,12 @@ class PlainPool:
         self.capacity = dict(nodes)
         self.free = dict(nodes)
         self.down: set[str] = set()
+        self.cordoned: set[str] = set()  # up, but nothing new is bound there
         self.pods: dict[str, list[tuple[str, int]]] = {}  # workload -> (node, GPUs) per pod
 
     def fit(self, need: Iterable[int], exclude: Iterable[str] = ()) -> list[str] | None:
         """Nodes for pods needing ``need`` GPUs each (in that order), or None."""
-        skip = set(exclude) | self.down
+        skip = set(exclude) | self.down | self.cordoned
         free = {n: f for n, f in self.free.items() if n not in skip}
         out: list[str] = []
         needs = list(need)

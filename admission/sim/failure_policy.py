@@ -29,6 +29,15 @@
   affinity ``NotIn`` on ``kubernetes.io/hostname``; TAS placement excludes them) for
   ``bad_node_memory_seconds``.
 
+Two variants of ours, reported beside it (not the product's defaults):
+
+* **hold for a spare** (``evict_when_no_replacement=False``): a TAS workload with no
+  spare node holds its quota and retries the hot swap for ``recovery_timeout_seconds``
+  before the ``NodeFailures`` eviction (Kueue's wait, without its backoff count);
+* **quarantine** (``quarantine_after=N``): the health tooling the project leaves outside
+  (it publishes the metric and Event of a node that failed N distinct workloads) cordons
+  such a node for ``bad_node_memory_seconds``.
+
 Both: a user-side ``PodsReadyTimeout`` (a gang whose pods never all started, e.g. no node
 had room: ``timeout``) counts as Kueue counts it; every restart costs
 ``restart_overhead_seconds`` of the gang's GPUs before it makes progress again (pulling
@@ -59,9 +68,13 @@ class FailurePolicy:
     # non-TAS: act on node failures (True: ours) or only through the pods' recovery
     # (False: Kueue — pod evicted after ``POD_EVICTION_SECONDS``, then recoveryTimeout)
     non_tas_node_failures: bool = True
-    # TAS with no spare node: evict at once (ours) or wait up to ``recovery_timeout``
+    # TAS with no spare node: evict at once (ours) or hold up to ``recovery_timeout``
     evict_when_no_replacement: bool = True
+    # the hold's end is waitForPodsReady's PodsReadyTimeout, counted (Kueue), or an
+    # uncounted NodeFailures eviction (ours' hold variant)
+    hold_is_pods_ready_timeout: bool = False
     bad_node_memory_seconds: float = BAD_NODE_MEMORY_SECONDS
+    quarantine_after: int = 0  # 0: no quarantine
     pods_ready_timeout_seconds: float = PODS_READY_TIMEOUT_SECONDS
     recovery_timeout_seconds: float = PODS_READY_TIMEOUT_SECONDS
     restart_overhead_seconds: float = RESTART_OVERHEAD_SECONDS
@@ -79,6 +92,7 @@ def kueue(**overrides: object) -> FailurePolicy:
     fields: dict[str, object] = {
         "non_tas_node_failures": False,
         "evict_when_no_replacement": False,
+        "hold_is_pods_ready_timeout": True,
         "bad_node_memory_seconds": 0.0,
         **overrides,
     }
@@ -87,4 +101,15 @@ def kueue(**overrides: object) -> FailurePolicy:
 
 def ours(**overrides: object) -> FailurePolicy:
     """This project's behaviour (module docstring)."""
-    return FailurePolicy(OURS, **overrides)  # type: ignore[arg-type]
+    fields: dict[str, object] = {"name": OURS, **overrides}
+    return FailurePolicy(**fields)  # type: ignore[arg-type]
+
+
+def ours_hold(**overrides: object) -> FailurePolicy:
+    """Ours, holding a TAS gang with no spare node for ``recovery_timeout_seconds``."""
+    return ours(**{"name": "oursHoldForSpare", "evict_when_no_replacement": False, **overrides})
+
+
+def ours_quarantine(after: int = 2, **overrides: object) -> FailurePolicy:
+    """Ours, with a node that failed ``after`` distinct workloads cordoned for the window."""
+    return ours(**{"name": "oursQuarantine", "quarantine_after": after, **overrides})

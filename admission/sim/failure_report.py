@@ -51,7 +51,8 @@ class FailureStats:
     hot_swaps: int = 0
     evictions: dict[str, int] = field(default_factory=dict)  # reason -> count
     deactivated: int = 0
-    deactivated_after_infra: int = 0  # ... whose count includes an infrastructure eviction
+    deactivated_after_infra: int = 0  # ... that a node failure had interrupted
+    quarantined: int = 0  # nodes cordoned (the quarantine variant)
     recoveries_us: list[int] = field(default_factory=list)
     never_recovered: int = 0
     flaky_readmissions_in_window: int = 0
@@ -103,6 +104,8 @@ class FailureStats:
                 "neverRecovered": self.never_recovered,
             },
             "outages": self.outages,
+            "nodeDownGpuHours": round(self.down / h, 1),
+            "nodesQuarantined": self.quarantined,
             "interruptions": self.interruptions,
             "hotSwaps": self.hot_swaps,
             "evictions": dict(sorted(self.evictions.items())),

@@ -13,7 +13,8 @@ and preemptions are the ``Scheduler``'s, TAS placement and hot swap the engine's
 * **detect** (30 s later), **pod evicted** (Kueue, 300 s later, plain pool) and
   **recovery timeout** (Kueue, 30 min later) — the policy's steps: hot swap, in-place
   pod replacement, eviction with ``NodeFailures`` or ``PodsReadyTimeout``;
-* **requeue** (a backoff ran out) and **forget** (a remembered bad node's window ended);
+* **requeue** (a backoff ran out), **forget** (a remembered bad node's window ended) and
+  **uncordon** (a quarantined node's window ended: the quarantine variant);
 * **arrival**, **finish**, **checkpoint** and the scheduling **cycle** (1 ms each) as in
   the simulator. A workload that checkpoints resumes from its last checkpoint; one that
   does not reruns from the start. Every restart first pays the policy's restart overhead.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from admission.engine.tas.admission import node_replacement
@@ -48,6 +50,7 @@ PENDING, WAITING, RUNNING, BROKEN, DONE, DEACTIVATED = range(6)
 (_DOWN, _UP, _FINISH, _CKPT, _DETECT, _POD_EVICTED, _RECOVERY, _STARTUP, _REQUEUE, _FORGET) = range(
     10
 )
+_UNCORDON = 10
 NODE_FAILURES, PODS_READY_TIMEOUT, PREEMPTED = "NodeFailures", "PodsReadyTimeout", "Preempted"
 CYCLE_US = 1_000
 
@@ -77,7 +80,7 @@ class Job:
     bad: dict[str, int] = field(default_factory=dict)  # remembered bad node -> until
     flaky_hit_us: int | None = None  # last time the flaky node failed under it
     parked: bool = False  # waiting out a backoff
-    infra_counted: bool = False
+    hit: bool = False  # a node failure interrupted it at least once
 
     @property
     def wl(self) -> Workload:
@@ -140,6 +143,9 @@ class FailureRun:
         self.on_node: dict[str, set[str]] = {}
         self.waiting: dict[str, None] = {}  # admitted plain gangs whose pods wait for room
         self.awaiting: dict[str, None] = {}  # broken gangs waiting for a replacement (Kueue)
+        self.down: set[str] = set()
+        self.cordoned: dict[str, int] = {}  # quarantined node -> until
+        self.node_hits: dict[str, list[tuple[int, str]]] = {}
         self.open = len(self.jobs)
 
     def now(self) -> float:
@@ -203,6 +209,11 @@ class FailureRun:
             return
         if kind == _UP:
             self._node_up(key, tag)
+            return
+        if kind == _UNCORDON:
+            if self.cordoned.get(key, 0) <= self.now_us:
+                self.cordoned.pop(key, None)
+                self._sync_node(key)
             return
         job = self.jobs[key]
         if kind == _FINISH and tag == job.gen and job.state == RUNNING:
@@ -339,13 +350,28 @@ class FailureRun:
 
     # -- failures ---------------------------------------------------------------------
 
+    def _sync_node(self, node: str) -> None:
+        """What scheduling sees of ``node``: Ready unless down, cordoned when quarantined."""
+        cordoned = node in self.cordoned
+        if node in self.tas_nodes:
+            ready = node not in self.down
+            self.cache.set_node(
+                dataclasses.replace(self.tas_nodes[node], ready=ready, unschedulable=cordoned)
+            )
+        elif cordoned:
+            self.pool.cordoned.add(node)
+        else:
+            self.pool.cordoned.discard(node)
+
     def _node_down(self, node: str) -> None:
         now = self.now_us
         self.stats.outages += 1
+        self.down.add(node)
         if node in self.tas_nodes:
-            self.cache.set_node(dataclasses.replace(self.tas_nodes[node], ready=False))
+            self._sync_node(node)
         else:
             self.pool.node_down(node)
+        self._quarantine(node, self.on_node.get(node, ()))
         for key in sorted(self.on_node.get(node, ())):
             job = self.jobs[key]
             if node == self.flaky:
@@ -356,6 +382,7 @@ class FailureRun:
             if job.state != RUNNING:
                 continue
             self.stats.interruptions += 1
+            job.hit = True
             self._stop(job, preempted=False)
             job.state = BROKEN
             job.failed = {node}
@@ -372,15 +399,35 @@ class FailureRun:
 
     def _node_up(self, node: str, down_us: int) -> None:
         self.stats.down += GPUS_PER_NODE * (self.now_us - down_us)
+        self.down.discard(node)
         if node in self.tas_nodes:
-            self.cache.set_node(self.tas_nodes[node])
+            self._sync_node(node)
         else:
             self.pool.node_up(node)
 
+    def _quarantine(self, node: str, keys: Iterable[str]) -> None:
+        """The health pipeline of the ``quarantine_after`` variant: a node that failed
+        under that many distinct workloads within the memory window is cordoned for it."""
+        n = self.policy.quarantine_after
+        if not n:
+            return
+        window = round(self.policy.bad_node_memory_seconds * US_PER_S)
+        hits = self.node_hits.setdefault(node, [])
+        hits.extend((self.now_us, k) for k in sorted(keys) if self.jobs[k].state == RUNNING)
+        hits[:] = [(t, k) for t, k in hits if t > self.now_us - window]
+        if len({k for _, k in hits}) >= n and node not in self.cordoned:
+            self.cordoned[node] = self.now_us + window
+            self.stats.quarantined += 1
+            self._sync_node(node)
+            self._push(self.now_us + window, _UNCORDON, node, 0)
+
     def _policy_step(self, job: Job, kind: int) -> None:
         p = self.policy
-        if kind == _RECOVERY:  # waitForPodsReady's recoveryTimeout ran out (Kueue)
-            self._evict(job, PODS_READY_TIMEOUT, counted=True, infra=True)
+        if kind == _RECOVERY:  # the hold ran out: recoveryTimeout (Kueue), or ours' hold
+            if p.hold_is_pods_ready_timeout:
+                self._evict(job, PODS_READY_TIMEOUT, counted=True)
+            else:
+                self._evict(job, NODE_FAILURES)
             return
         if p.bad_node_memory_seconds:
             until = self._after(p.bad_node_memory_seconds)
@@ -395,9 +442,9 @@ class FailureRun:
         if job.tas and len(job.failed) == 1 and self._hot_swap(job):
             return
         if job.tas and len(job.failed) == 1 and not p.evict_when_no_replacement:
-            self.awaiting[job.wl.key] = None  # Kueue retries until recoveryTimeout
+            self.awaiting[job.wl.key] = None  # retried as capacity frees, until the hold ends
             return
-        self._evict(job, NODE_FAILURES, infra=True)  # requeued at once (Kueue does too)
+        self._evict(job, NODE_FAILURES)  # requeued at once (Kueue does too)
 
     def _hot_swap(self, job: Job) -> bool:
         """Kueue's failed-node replacement, through the engine's ``node_replacement``."""
@@ -438,7 +485,7 @@ class FailureRun:
         for key in list(self.waiting):
             self._bind(self.jobs[key])
 
-    def _evict(self, job: Job, reason: str, *, counted: bool = False, infra: bool = False) -> None:
+    def _evict(self, job: Job, reason: str, *, counted: bool = False) -> None:
         """Evict ``job``: release, then requeue (backoff, or deactivate when counted)."""
         if job.state == RUNNING:
             self._stop(job, preempted=reason == PREEMPTED)
@@ -450,7 +497,6 @@ class FailureRun:
         key = job.wl.key
         wl = job.wl
         if counted:
-            job.infra_counted = job.infra_counted or infra
             d = self.policy.requeue.after_preemption(wl.requeue_count, self.now())
             wl.requeue_count = d.requeue_count
             if d.deactivate:
@@ -458,7 +504,7 @@ class FailureRun:
                 self.cache.evicted(key)
                 job.state = DEACTIVATED
                 self.stats.deactivated += 1
-                self.stats.deactivated_after_infra += job.infra_counted
+                self.stats.deactivated_after_infra += job.hit
                 self.stats.stranded += job.gpus * job.saved_us
                 if job.interrupted_us is not None:
                     self.stats.never_recovered += 1

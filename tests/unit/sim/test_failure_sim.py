@@ -150,11 +150,53 @@ def test_a_random_cluster_balances_its_books_under_both_policies():
     outages = FailureModel(rate_per_gpu_hour=2e-3, seed=5, flaky_node="b0-r0-n0").schedule(
         c.node_gpus, 10 * 24 * H
     )
-    for policy in (failure_policy.ours(), failure_policy.kueue()):
+    policies = (
+        failure_policy.ours(),
+        failure_policy.kueue(),
+        failure_policy.ours_hold(),
+        failure_policy.ours_quarantine(),
+    )
+    for policy in policies:
         st = FailureRun(c, outages, policy, flaky_node="b0-r0-n0").run()  # c is not spent
         assert st.interruptions > 0
         assert st.finished + st.deactivated == st.workloads
         check_books(st)
-        if policy.name == "ours":
+        if policy.name in ("ours", "oursHoldForSpare"):  # cordons can starve a tiny pool's gangs
             assert st.deactivated_after_infra == 0
             assert st.flaky_readmissions_in_window == 0
+
+
+def test_hold_variant_swaps_when_a_node_frees_within_the_hold_else_evicts_uncounted():
+    work = [job("a", TAS), job("b", TAS, hours=1.25)]  # b ends at 1 h 15, inside a's hold
+    swapped = evicted = 0
+    for st in runs_with_each_node_failing(2, work, failure_policy.ours_hold()):
+        assert "PodsReadyTimeout" not in st.evictions  # the hold's end is not counted
+        if st.hot_swaps:
+            swapped += 1
+            (rec,) = st.recoveries_us  # a's node failed: b's node frees at 1 h 15 (+ a cycle)
+            assert 15 * 60 * US_PER_S <= rec <= 15 * 60 * US_PER_S + 10_000
+        else:
+            evicted += 1  # b's node failed: nothing frees before b's hold ends
+            assert st.evictions == {"NodeFailures": 1}
+            assert st.broken_held == 8 * 1800 * US_PER_S
+    assert swapped == 1 and evicted == 1
+
+
+def test_quarantine_variant_cordons_a_node_that_failed_two_distinct_workloads():
+    """n0 breaks a at 1 h; c lands on it once it is back at 3 h; it breaks c at 4 h."""
+    work = [
+        job("a", PLAIN),
+        job("b", PLAIN, arrival_s=1, hours=0.5),
+        job("c", PLAIN, arrival_s=2 * 3600),
+    ]
+    x = "b1-r0-n0"
+    outages = [Outage(x, 1 * H, 3 * H), Outage(x, 4 * H, 6 * H)]
+    slow_start = {"pods_ready_timeout_seconds": 24 * 3600}
+    for after, cordoned in ((2, True), (3, False)):
+        run = FailureRun(
+            cluster(2, work), outages, failure_policy.ours_quarantine(after, **slow_start)
+        )
+        st = run.run()
+        assert st.interruptions == 2 and st.quarantined == int(cordoned)
+        assert (x in run.cordoned) == cordoned and (x in run.pool.cordoned) == cordoned
+        check_books(st)
