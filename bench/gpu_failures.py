@@ -9,9 +9,14 @@ under both policies (``admission.sim.failure_policy``), for ``SEEDS`` failure
 schedules; the figures are their totals (GPU-hours) and pooled percentiles. A second
 set of runs adds one flaky node that fails again after every ~4 h of uptime.
 
-``variants`` are two variants of ours, not its defaults (``admission.sim.failure_policy``):
-``oursHoldForSpare`` holds a TAS gang with no spare node for 30 minutes before evicting
-it, ``oursQuarantine`` has a node that failed two distinct workloads cordoned for a day.
+``ours`` runs the product's ``nodeFailures`` defaults (``queues.node_health``: 30 s
+NotReady delay, fail-fast replacement, bad-node memory 1 h, flaky report at 3 workloads
+in 1 h). ``variants`` change one setting each (``admission.sim.failure_policy``):
+``oursAvoidNodesFor24h`` remembers bad nodes for a day, ``oursHoldForSpare`` is
+``failFast: false`` (a TAS gang with no spare node held 30 minutes before its eviction),
+``oursQuarantine`` has a node reported flaky at 2 workloads in 24 h cordoned for a day.
+Re-admissions onto the flaky node are counted within ours' memory window for every
+policy (and within 24 h, and at any time).
 
 Top-level ``ours`` and ``kueue`` are the Meta-rate runs, with
 ``readmissionsOntoFlakyNode`` taken from the flaky-node runs (``flakyNode`` has those in
@@ -63,15 +68,20 @@ def run_set(flaky: str | None) -> dict[str, dict[str, Any]]:
     policies = (
         failure_policy.ours(),
         failure_policy.kueue(),
+        failure_policy.ours_avoid(24 * 3600.0),
         failure_policy.ours_hold(),
         failure_policy.ours_quarantine(),
     )
+    window = policies[0].bad_node_memory_seconds  # ours' memory: counted so for every policy
     for policy in policies:
         runs = []
         for seed in SEEDS:
             cluster = failure_cluster.build(days=DAYS)
             outages = FailureModel(seed=seed, flaky_node=flaky).schedule(cluster.node_gpus, horizon)
-            runs.append(FailureRun(cluster, outages, policy, flaky_node=flaky).run())
+            run = FailureRun(
+                cluster, outages, policy, flaky_node=flaky, flaky_window_seconds=window
+            )
+            runs.append(run.run())
         out[policy.name] = _sum(runs).as_json()
         out[policy.name]["gpuHoursLostPerSeed"] = [st.as_json()["gpuHoursLost"] for st in runs]
     return out
@@ -83,13 +93,17 @@ def _ratio(a: float, b: float) -> float | None:
 
 def run() -> dict[str, Any]:
     from admission.sim.failure_model import META_RATE_PER_GPU_HOUR, REPAIR_SECONDS
-    from admission.sim.failure_policy import BACKOFF_LIMIT_COUNT, BAD_NODE_MEMORY_SECONDS
+    from admission.sim.failure_policy import BACKOFF_LIMIT_COUNT, PRODUCT
 
     t0 = time.process_time()
     meta = run_set(None)
     flaky = run_set(FLAKY_NODE)
     for name in ("ours", "kueue"):
-        for key in ("readmissionsOntoFlakyNode", "readmissionsOntoFlakyNodeAnyTime"):
+        for key in (
+            "readmissionsOntoFlakyNode",
+            "readmissionsOntoFlakyNodeWithin24h",
+            "readmissionsOntoFlakyNodeAnyTime",
+        ):
             meta[name][key] = flaky[name][key]
     ours, kueue = meta["ours"], meta["kueue"]
     keep = ("gpuHoursLost", "gpuHoursLostBy", "goodput", "jobsDeactivated", "recoverySeconds")
@@ -98,11 +112,14 @@ def run() -> dict[str, Any]:
             "metaRate": {k: meta[name][k] for k in keep},
             "flakyNode": {
                 **{k: flaky[name][k] for k in keep},
-                "readmissionsOntoFlakyNode": flaky[name]["readmissionsOntoFlakyNode"],
+                "readmissionsOntoFlakyNodeWithin24h": flaky[name][
+                    "readmissionsOntoFlakyNodeWithin24h"
+                ],
+                "flakyNodeReports": flaky[name]["flakyNodeReports"],
                 "nodesQuarantined": flaky[name]["nodesQuarantined"],
             },
         }
-        for name in ("oursHoldForSpare", "oursQuarantine")
+        for name in ("oursAvoidNodesFor24h", "oursHoldForSpare", "oursQuarantine")
     }
 
     def infra(p: dict[str, Any]) -> float:
@@ -115,7 +132,7 @@ def run() -> dict[str, Any]:
         "seeds": list(SEEDS),
         "failuresPerGpuHour": round(META_RATE_PER_GPU_HOUR, 8),
         "repairSeconds": REPAIR_SECONDS,
-        "badNodeMemorySeconds": BAD_NODE_MEMORY_SECONDS,
+        "badNodeMemorySeconds": PRODUCT.avoid_for,
         "kueueBackoffLimitCount": BACKOFF_LIMIT_COUNT,
         "ours": ours,
         "kueue": kueue,

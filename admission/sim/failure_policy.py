@@ -29,14 +29,18 @@
   affinity ``NotIn`` on ``kubernetes.io/hostname``; TAS placement excludes them) for
   ``bad_node_memory_seconds``.
 
+Ours is built from the product's own ``nodeFailures`` settings and rules
+(:mod:`queues.node_health`: ``NodeFailurePolicy``, ``AvoidedNodes``, ``FlakyNodes``);
+the controller's reactions (eviction, hot swap, requeue) are modelled here, after it.
+
 Two variants of ours, reported beside it (not the product's defaults):
 
-* **hold for a spare** (``evict_when_no_replacement=False``): a TAS workload with no
-  spare node holds its quota and retries the hot swap for ``recovery_timeout_seconds``
-  before the ``NodeFailures`` eviction (Kueue's wait, without its backoff count);
-* **quarantine** (``quarantine_after=N``): the health tooling the project leaves outside
-  (it publishes the metric and Event of a node that failed N distinct workloads) cordons
-  such a node for ``bad_node_memory_seconds``.
+* **hold for a spare** (``failFast: false``): a TAS workload with no spare node holds
+  its quota and retries the hot swap for ``recovery_timeout_seconds`` before the
+  ``NodeFailures`` eviction (Kueue's wait, without its backoff count);
+* **a longer memory** (``avoidNodesFor`` other than the default hour);
+* **quarantine**: the health tooling the project leaves outside cordons a node the
+  product reports as flaky (here: 2 distinct workloads within 24 h) for that window.
 
 Both: a user-side ``PodsReadyTimeout`` (a gang whose pods never all started, e.g. no node
 had room: ``timeout``) counts as Kueue counts it; every restart costs
@@ -49,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from admission.engine.preemption.checkpoint import RequeuePolicy
+from queues.node_health import NodeFailurePolicy
 
 KUEUE, OURS = "kueue", "ours"
 POD_EVICTION_SECONDS = 300.0  # the node lifecycle controller's default tolerationSeconds
@@ -56,7 +61,8 @@ NOT_READY_DELAY_SECONDS = 30.0  # Kueue's TAS node-failure delay (ours too, conf
 PODS_READY_TIMEOUT_SECONDS = 30 * 60.0  # waitForPodsReady.timeout (and recoveryTimeout)
 BACKOFF_LIMIT_COUNT = 3
 RESTART_OVERHEAD_SECONDS = 5 * 60.0
-BAD_NODE_MEMORY_SECONDS = 24 * 3600.0
+PRODUCT = NodeFailurePolicy()  # the ``nodeFailures`` section's defaults
+QUARANTINE = NodeFailurePolicy(flaky_workloads=2, flaky_window=24 * 3600.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +79,13 @@ class FailurePolicy:
     # the hold's end is waitForPodsReady's PodsReadyTimeout, counted (Kueue), or an
     # uncounted NodeFailures eviction (ours' hold variant)
     hold_is_pods_ready_timeout: bool = False
-    bad_node_memory_seconds: float = BAD_NODE_MEMORY_SECONDS
-    quarantine_after: int = 0  # 0: no quarantine
+    bad_node_memory_seconds: float = PRODUCT.avoid_for
+    # a node that failed ``flaky_workloads`` distinct workloads within ``flaky_window``
+    # is reported (the product's Event and metric) and, with ``quarantine``, cordoned
+    # for that window
+    flaky_workloads: int = PRODUCT.flaky_workloads
+    flaky_window_seconds: float = PRODUCT.flaky_window
+    quarantine: bool = False
     pods_ready_timeout_seconds: float = PODS_READY_TIMEOUT_SECONDS
     recovery_timeout_seconds: float = PODS_READY_TIMEOUT_SECONDS
     restart_overhead_seconds: float = RESTART_OVERHEAD_SECONDS
@@ -99,17 +110,34 @@ def kueue(**overrides: object) -> FailurePolicy:
     return FailurePolicy(KUEUE, **fields)  # type: ignore[arg-type]
 
 
-def ours(**overrides: object) -> FailurePolicy:
-    """This project's behaviour (module docstring)."""
-    fields: dict[str, object] = {"name": OURS, **overrides}
+def ours(node: NodeFailurePolicy = PRODUCT, **overrides: object) -> FailurePolicy:
+    """This project's behaviour (module docstring) under the ``nodeFailures`` settings
+    ``node`` (default: the product's defaults, the same rules the controller reads)."""
+    fields: dict[str, object] = {
+        "name": OURS,
+        "detect_seconds": node.not_ready_delay,
+        "evict_when_no_replacement": node.fail_fast,
+        "bad_node_memory_seconds": node.avoid_for,
+        "flaky_workloads": node.flaky_workloads,
+        "flaky_window_seconds": node.flaky_window,
+        **overrides,
+    }
     return FailurePolicy(**fields)  # type: ignore[arg-type]
 
 
 def ours_hold(**overrides: object) -> FailurePolicy:
-    """Ours, holding a TAS gang with no spare node for ``recovery_timeout_seconds``."""
-    return ours(**{"name": "oursHoldForSpare", "evict_when_no_replacement": False, **overrides})
+    """Ours with ``failFast: false``: a TAS gang with no spare node is held, and the hot
+    swap retried, for ``recovery_timeout_seconds`` before its eviction."""
+    node = NodeFailurePolicy(fail_fast=False)
+    return ours(node, **{"name": "oursHoldForSpare", **overrides})
 
 
-def ours_quarantine(after: int = 2, **overrides: object) -> FailurePolicy:
-    """Ours, with a node that failed ``after`` distinct workloads cordoned for the window."""
-    return ours(**{"name": "oursQuarantine", "quarantine_after": after, **overrides})
+def ours_avoid(seconds: float, **overrides: object) -> FailurePolicy:
+    """Ours with ``avoidNodesFor`` set to ``seconds``."""
+    node = NodeFailurePolicy(avoid_for=seconds)
+    return ours(node, **{"name": f"oursAvoidNodesFor{seconds / 3600:g}h", **overrides})
+
+
+def ours_quarantine(**overrides: object) -> FailurePolicy:
+    """Ours, with a node reported flaky (2 distinct workloads in 24 h) cordoned for 24 h."""
+    return ours(QUARANTINE, **{"name": "oursQuarantine", "quarantine": True, **overrides})

@@ -53,9 +53,11 @@ class FailureStats:
     deactivated: int = 0
     deactivated_after_infra: int = 0  # ... that a node failure had interrupted
     quarantined: int = 0  # nodes cordoned (the quarantine variant)
+    flaky_reports: int = 0  # the product's flaky-node reports (Event and metric)
     recoveries_us: list[int] = field(default_factory=list)
     never_recovered: int = 0
     flaky_readmissions_in_window: int = 0
+    flaky_readmissions_day: int = 0
     flaky_readmissions: int = 0
     finished: int = 0
     workloads: int = 0
@@ -95,6 +97,7 @@ class FailureStats:
             "jobsDeactivated": self.deactivated,
             "jobsDeactivatedAfterInfraEvictions": self.deactivated_after_infra,
             "readmissionsOntoFlakyNode": self.flaky_readmissions_in_window,
+            "readmissionsOntoFlakyNodeWithin24h": self.flaky_readmissions_day,
             "readmissionsOntoFlakyNodeAnyTime": self.flaky_readmissions,
             "recoverySeconds": {
                 "p50": _pct(rec, 50),
@@ -105,6 +108,7 @@ class FailureStats:
             },
             "outages": self.outages,
             "nodeDownGpuHours": round(self.down / h, 1),
+            "flakyNodeReports": self.flaky_reports,
             "nodesQuarantined": self.quarantined,
             "interruptions": self.interruptions,
             "hotSwaps": self.hot_swaps,

@@ -35,16 +35,13 @@ from admission.engine.tas.domains import HOSTNAME
 from admission.sim.failure_cluster import GPU, GPUS_PER_NODE, FailureCluster
 from admission.sim.failure_model import Outage
 from admission.sim.failure_pods import PlainPool
-from admission.sim.failure_policy import (
-    BAD_NODE_MEMORY_SECONDS,
-    POD_EVICTION_SECONDS,
-    FailurePolicy,
-)
+from admission.sim.failure_policy import POD_EVICTION_SECONDS, FailurePolicy
 from admission.sim.failure_report import FailureStats
 from admission.sim.progress import checkpoint_offset
 from admission.sim.scenario import US_PER_S, SimWorkload
 from admission.sim.simulator import EPOCH
 from queues.model import NodeSelectorTerm, SelectorRequirement, Workload
+from queues.node_health import AvoidedNodes, FlakyNodes
 
 PENDING, WAITING, RUNNING, BROKEN, DONE, DEACTIVATED = range(6)
 (_DOWN, _UP, _FINISH, _CKPT, _DETECT, _POD_EVICTED, _RECOVERY, _STARTUP, _REQUEUE, _FORGET) = range(
@@ -53,6 +50,7 @@ PENDING, WAITING, RUNNING, BROKEN, DONE, DEACTIVATED = range(6)
 _UNCORDON = 10
 NODE_FAILURES, PODS_READY_TIMEOUT, PREEMPTED = "NodeFailures", "PodsReadyTimeout", "Preempted"
 CYCLE_US = 1_000
+DAY_US = 86_400 * US_PER_S
 
 
 @dataclass(slots=True)
@@ -77,7 +75,7 @@ class Job:
     checkpoints: int = 0
     runs: int = 0
     interrupted_us: int | None = None  # the node failure being recovered from
-    bad: dict[str, int] = field(default_factory=dict)  # remembered bad node -> until
+    avoid: AvoidedNodes = field(default_factory=AvoidedNodes)  # bad-node memory
     flaky_hit_us: int | None = None  # last time the flaky node failed under it
     parked: bool = False  # waiting out a backoff
     hit: bool = False  # a node failure interrupted it at least once
@@ -97,7 +95,7 @@ class FailureRun:
         policy: FailurePolicy,
         *,
         flaky_node: str | None = None,
-        flaky_window_seconds: float = BAD_NODE_MEMORY_SECONDS,
+        flaky_window_seconds: float | None = None,
     ) -> None:
         from admission.config.schema import Config
         from admission.engine.cache import Cache
@@ -105,8 +103,10 @@ class FailureRun:
         sc = cluster.scenario
         self.policy = policy
         self.flaky = flaky_node
-        # re-admissions onto the flaky node count "within the window" by this window for
-        # both policies (ours remembers bad nodes for as long by default)
+        # re-admissions onto the flaky node count "within the window" by this window
+        # (default: the policy's bad-node memory; a benchmark passes ours' to both)
+        if flaky_window_seconds is None:
+            flaky_window_seconds = policy.bad_node_memory_seconds
         self.flaky_window_us = round(flaky_window_seconds * US_PER_S)
         self.now_us = 0
         self.cache = cache = Cache(
@@ -145,7 +145,9 @@ class FailureRun:
         self.awaiting: dict[str, None] = {}  # broken gangs waiting for a replacement (Kueue)
         self.down: set[str] = set()
         self.cordoned: dict[str, int] = {}  # quarantined node -> until
-        self.node_hits: dict[str, list[tuple[int, str]]] = {}
+        self.flaky_nodes = FlakyNodes(
+            workloads=policy.flaky_workloads, window=policy.flaky_window_seconds
+        )
         self.open = len(self.jobs)
 
     def now(self) -> float:
@@ -294,6 +296,8 @@ class FailureRun:
             self.stats.flaky_readmissions += 1
             if now - job.flaky_hit_us <= self.flaky_window_us:
                 self.stats.flaky_readmissions_in_window += 1
+            if now - job.flaky_hit_us <= DAY_US:
+                self.stats.flaky_readmissions_day += 1
 
     def _next_checkpoint(self, job: Job, since: int) -> None:
         """The next checkpoint, one interval of progress after ``since``."""
@@ -406,20 +410,22 @@ class FailureRun:
             self.pool.node_up(node)
 
     def _quarantine(self, node: str, keys: Iterable[str]) -> None:
-        """The health pipeline of the ``quarantine_after`` variant: a node that failed
-        under that many distinct workloads within the memory window is cordoned for it."""
-        n = self.policy.quarantine_after
-        if not n:
+        """The product's flaky-node report (``FlakyNodes``) for the workloads ``node``
+        breaks now; with the quarantine variant, a reported node is cordoned for the
+        report's window, as health tooling acting on it would."""
+        reported = False
+        for key in sorted(keys):
+            if self.jobs[key].state == RUNNING:
+                reported |= self.flaky_nodes.record(node, key, self.now()) is not None
+        if not reported:
             return
-        window = round(self.policy.bad_node_memory_seconds * US_PER_S)
-        hits = self.node_hits.setdefault(node, [])
-        hits.extend((self.now_us, k) for k in sorted(keys) if self.jobs[k].state == RUNNING)
-        hits[:] = [(t, k) for t, k in hits if t > self.now_us - window]
-        if len({k for _, k in hits}) >= n and node not in self.cordoned:
-            self.cordoned[node] = self.now_us + window
+        self.stats.flaky_reports += 1
+        if self.policy.quarantine and node not in self.cordoned:
+            until = self._after(self.policy.flaky_window_seconds)
+            self.cordoned[node] = until
             self.stats.quarantined += 1
             self._sync_node(node)
-            self._push(self.now_us + window, _UNCORDON, node, 0)
+            self._push(until, _UNCORDON, node, 0)
 
     def _policy_step(self, job: Job, kind: int) -> None:
         p = self.policy
@@ -430,10 +436,10 @@ class FailureRun:
                 self._evict(job, NODE_FAILURES)
             return
         if p.bad_node_memory_seconds:
-            until = self._after(p.bad_node_memory_seconds)
-            for h in job.failed:
-                job.bad[h] = until
-                self._push(until, _FORGET, job.wl.key, 0)
+            job.avoid = job.avoid.remember(
+                job.failed, now=self.now(), duration=p.bad_node_memory_seconds
+            )
+            self._push(self._after(p.bad_node_memory_seconds), _FORGET, job.wl.key, 0)
             self._set_affinity(job)
         if kind == _POD_EVICTED:  # Kueue, plain pool: the Job's pods are recreated
             self.awaiting[job.wl.key] = None
@@ -521,18 +527,18 @@ class FailureRun:
         job.state = PENDING
         wl.requeue_time = None  # not a PodsReadyTimeout: queued by its creation time
         self.cache.evicted(key)
-        if self._set_affinity(job) or job.bad:  # a changed object: re-read, as an informer would
+        if self._set_affinity(job) or self._excluded(job):  # changed: re-read, as an informer would
             self.cache.park(key)
             self.cache.add_workload(wl)
 
     # -- bad-node memory ---------------------------------------------------------------
 
-    def _excluded(self, job: Job) -> set[str]:
-        return {h for h, until in job.bad.items() if until > self.now_us}
+    def _excluded(self, job: Job) -> tuple[str, ...]:
+        return job.avoid.active(self.now())
 
     def _set_affinity(self, job: Job) -> bool:
         """The pods' required affinity ``NotIn`` the remembered bad nodes; True if changed."""
-        bad = tuple(sorted(self._excluded(job)))
+        bad = self._excluded(job)
         terms = [NodeSelectorTerm((SelectorRequirement(HOSTNAME, "NotIn", bad),))] if bad else []
         wl = job.wl
         if all(ps.required_affinity == terms for ps in wl.pod_sets):
@@ -541,9 +547,7 @@ class FailureRun:
         return True
 
     def _forget(self, job: Job) -> None:
-        for h, until in list(job.bad.items()):
-            if until <= self.now_us:
-                del job.bad[h]
+        """A remembered node's time ran out: the pods may go there again."""
         if job.state == PENDING and not job.parked and self._set_affinity(job):
             self.cache.park(job.wl.key)
             self.cache.add_workload(job.wl)

@@ -15,6 +15,8 @@ from queues.model import PodSet, TopologyRequest, Workload
 
 H = 3600 * US_PER_S
 FAST_LIMIT = RequeuePolicy(backoff_limit=1)
+DAY = 24 * 3600.0
+SLOW_START = {"pods_ready_timeout_seconds": DAY}  # no startup timeout in these runs
 
 
 def job(
@@ -88,12 +90,14 @@ def flaky_run(policy: failure_policy.FailurePolicy):
     a, b = job("a", PLAIN), job("b", PLAIN, arrival_s=1, hours=5)
     flaky = "b1-r0-n0"
     outages = [Outage(flaky, 1 * H, 3 * H, True), Outage(flaky, 4 * H, 6 * H, True)]
-    run = FailureRun(cluster(2, [a, b]), outages, policy, flaky_node=flaky)
+    run = FailureRun(
+        cluster(2, [a, b]), outages, policy, flaky_node=flaky, flaky_window_seconds=DAY
+    )
     return run.run()
 
 
 def test_flaky_node_is_avoided_under_ours_and_infra_evictions_do_not_count():
-    st = flaky_run(failure_policy.ours(requeue=FAST_LIMIT, pods_ready_timeout_seconds=24 * 3600))
+    st = flaky_run(failure_policy.ours_avoid(DAY, requeue=FAST_LIMIT, **SLOW_START))
     assert st.evictions == {"NodeFailures": 1}
     assert st.flaky_readmissions == 0  # it waited for B's node, not the repaired one
     assert st.deactivated == 0 and st.finished == 2
@@ -101,8 +105,16 @@ def test_flaky_node_is_avoided_under_ours_and_infra_evictions_do_not_count():
     check_books(st)
 
 
+def test_memory_shorter_than_the_repair_does_not_keep_the_workload_off_the_node():
+    st = flaky_run(failure_policy.ours(requeue=FAST_LIMIT, **SLOW_START))  # avoidNodesFor: 1h
+    assert st.evictions == {"NodeFailures": 2}  # back on the node at 3 h, broken at 4 h
+    assert st.flaky_readmissions_day == 1
+    assert st.deactivated == 0 and st.finished == 2
+    check_books(st)
+
+
 def test_kueue_readmits_onto_the_flaky_node_and_deactivates_after_its_backoff_limit():
-    st = flaky_run(failure_policy.kueue(requeue=FAST_LIMIT, pods_ready_timeout_seconds=24 * 3600))
+    st = flaky_run(failure_policy.kueue(requeue=FAST_LIMIT, **SLOW_START))
     # recoveryTimeout (30 min) evicts it twice with PodsReadyTimeout: past backoffLimitCount 1
     assert st.evictions == {"PodsReadyTimeout": 2}
     assert st.flaky_readmissions_in_window == 1  # back on the node at its repair, 3 h
@@ -191,12 +203,10 @@ def test_quarantine_variant_cordons_a_node_that_failed_two_distinct_workloads():
     ]
     x = "b1-r0-n0"
     outages = [Outage(x, 1 * H, 3 * H), Outage(x, 4 * H, 6 * H)]
-    slow_start = {"pods_ready_timeout_seconds": 24 * 3600}
     for after, cordoned in ((2, True), (3, False)):
-        run = FailureRun(
-            cluster(2, work), outages, failure_policy.ours_quarantine(after, **slow_start)
-        )
+        policy = failure_policy.ours_quarantine(flaky_workloads=after, **SLOW_START)
+        run = FailureRun(cluster(2, work), outages, policy)
         st = run.run()
-        assert st.interruptions == 2 and st.quarantined == int(cordoned)
+        assert st.interruptions == 2 and st.quarantined == st.flaky_reports == int(cordoned)
         assert (x in run.cordoned) == cordoned and (x in run.pool.cordoned) == cordoned
         check_books(st)
