@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from queues.model import NodeSelectorTerm, SelectorRequirement, Taint, Toleration
 from queues.times import rfc3339_seconds
 
 HOSTNAME = "kubernetes.io/hostname"
@@ -70,14 +71,8 @@ def counts_toward_backoff(reason: str) -> bool:
 # -- taints and tolerations -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str = ""
-    effect: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
+def taint_text(t: Taint) -> str:
+    return f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}"
 
 
 def taints_of(node: Mapping[str, Any] | None) -> list[Taint]:
@@ -89,28 +84,13 @@ def taints_of(node: Mapping[str, Any] | None) -> list[Taint]:
     return out
 
 
-def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
-    """Kubernetes' ``Toleration.ToleratesTaint``: empty effect matches every effect,
-    empty key with ``Exists`` matches every taint, ``Equal`` (the default) compares
-    the value. ``tolerationSeconds`` is ignored: such a toleration still tolerates."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.effect:
-        return False
-    key = toleration.get("key") or ""
-    if key and key != taint.key:
-        return False
-    op = toleration.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    return op == "Equal" and bool(key) and (toleration.get("value") or "") == taint.value
-
-
-def untolerated(taints: Iterable[Taint], tolerations: Sequence[Mapping[str, Any]]) -> list[Taint]:
-    """The NoSchedule and NoExecute taints no toleration matches."""
+def untolerated(taints: Iterable[Taint], tolerations: Sequence[Toleration]) -> list[Taint]:
+    """The NoSchedule and NoExecute taints no toleration matches (Kubernetes'
+    ToleratesTaint; a toleration with ``tolerationSeconds`` still tolerates)."""
     return [
         t
         for t in taints
-        if t.effect in SCHEDULING_EFFECTS and not any(tolerates(tol, t) for tol in tolerations)
+        if t.effect in SCHEDULING_EFFECTS and not any(tol.tolerates(t) for tol in tolerations)
     ]
 
 
@@ -150,7 +130,7 @@ def node_failure(
     name: str,
     now: float,
     policy: NodeFailurePolicy,
-    tolerations: Sequence[Mapping[str, Any]] = (),
+    tolerations: Sequence[Toleration] = (),
 ) -> str | None:
     """Why ``name`` counts as failed for a workload whose pods tolerate
     ``tolerations`` (None: it does not). ``state`` None: the node was deleted."""
@@ -161,7 +141,7 @@ def node_failure(
     if policy.taints:
         bad = untolerated(state.taints, tolerations)
         if bad:
-            return f"node {name} has the untolerated taint {bad[0]}"
+            return f"node {name} has the untolerated taint {taint_text(bad[0])}"
     return None
 
 
@@ -263,6 +243,65 @@ def with_avoided_nodes(
     else:
         out.pop("nodeAffinity", None)
     return out or None
+
+
+def excluding_hosts(
+    terms: Sequence[NodeSelectorTerm], hosts: Sequence[str]
+) -> list[NodeSelectorTerm]:
+    """A podSet's required node affinity terms with ``hostname NotIn hosts`` added to
+    each (the model's side of :func:`with_avoided_nodes`: TAS placement skips them)."""
+    if not hosts:
+        return list(terms)
+    req = SelectorRequirement(HOSTNAME, "NotIn", tuple(sorted(hosts)))
+    return [NodeSelectorTerm((*t.match_expressions, req)) for t in terms or [NodeSelectorTerm()]]
+
+
+def avoid_in_start_patch(
+    obj: Mapping[str, Any], patch: dict[str, Any], avoid: Sequence[str], *, podset_label: str
+) -> dict[str, Any]:
+    """A job's start patch with ``avoid`` excluded from every pod template it starts
+    (a template carries ``podset_label``). The hosts excluded are written on the
+    template too (``AVOID_NODES_ANNOTATION``, a plain list), so the next start replaces
+    exactly those and leaves a user's own requirements alone. ``obj`` is the job the
+    patch applies to (a merge patch: a template's missing fields are the object's)."""
+
+    def template(t: dict[str, Any], current: Mapping[str, Any] | None) -> None:
+        cur = current or {}
+        meta_ann = ((t.get("metadata") or {}).get("annotations")) or {}
+        had_ann = ((cur.get("metadata") or {}).get("annotations")) or {}
+        before = str(
+            meta_ann.get(AVOID_NODES_ANNOTATION) or had_ann.get(AVOID_NODES_ANNOTATION) or ""
+        )
+        prev = [n for n in before.split(",") if n]
+        if not prev and not avoid:
+            return
+        spec = t.get("spec") or {}
+        aff = spec["affinity"] if "affinity" in spec else (cur.get("spec") or {}).get("affinity")
+        new = with_avoided_nodes(aff, avoid, drop=prev)
+        if new != aff:
+            t.setdefault("spec", {})["affinity"] = new
+        if sorted(prev) != sorted(avoid):
+            annotations = t.setdefault("metadata", {}).setdefault("annotations", {})
+            annotations[AVOID_NODES_ANNOTATION] = ",".join(sorted(avoid)) or None
+
+    def walk(node: Any, current: Any) -> None:
+        if isinstance(node, dict):
+            labels = (
+                (node.get("metadata") or {}).get("labels")
+                if isinstance(node.get("metadata"), dict)
+                else None
+            )
+            if isinstance(labels, dict) and podset_label in labels:
+                template(node, current if isinstance(current, Mapping) else None)
+                return
+            for k, v in node.items():
+                walk(v, current.get(k) if isinstance(current, Mapping) else None)
+        elif isinstance(node, list):
+            for item in node:  # a list in a merge patch replaces the object's: whole copies
+                walk(item, None)
+
+    walk(patch, obj)
+    return patch
 
 
 # -- flaky nodes -------------------------------------------------------------------------------

@@ -41,10 +41,12 @@ from admission.kube.control.workloads import owner_of
 from admission.kube.control.writer import Writer
 from admission.kube.reconcilers.admit import Applier
 from admission.kube.reconcilers.job_workloads import JobReconciler
+from admission.kube.reconcilers.node_failures import NodeFailures, unhealthy_nodes
 from admission.kube.reconcilers.notices import Notices
 from admission.kube.reconcilers.pod_groups import PodGroupReconciler
 from admission.kube.reconcilers.podsready import PodsReadyWatcher
 from admission.kube.reconcilers.queue_status import StatusWriter
+from admission.kube.reconcilers.stuck_pods import StuckPods
 from admission.kube.reconcilers.topology_nodes import (
     TopologyUngater,
     TopologyWatch,
@@ -129,9 +131,10 @@ class Controller:
         self.pods_ready = PodsReadyWatcher(self.ctx)
         self.status = StatusWriter(self.ctx, fair_sharing=fair_sharing)
         self.topology = TopologyWatch(self.ctx)
-        self.tas_ungater = TopologyUngater(
-            self.ctx, unhealthy=lambda wkey: set(self.topology.failed)
-        )
+        self.tas_ungater = TopologyUngater(self.ctx, unhealthy=self._unhealthy_hosts)
+        self.node_failures = NodeFailures(self.ctx, tas_pods=self.tas_ungater.pods)
+        self.node_failures.notices = self.notices
+        self.stuck_pods = StuckPods(self.ctx)
         self._last_decision = -math.inf  # monotonic time of the last cycle that decided
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
@@ -141,6 +144,13 @@ class Controller:
         self.observers: list[Callable[[str, str, str, kobj.Obj | None, kobj.Obj | None], None]] = []
         for plural, inf in informers.items():
             inf.handler = self._observed(plural, self._handler(plural))
+
+    def _unhealthy_hosts(self, wkey: str) -> set[str]:
+        """Hosts no pod of ``wkey`` is ungated onto: its failed nodes, and those its
+        status lists as awaiting a replacement."""
+        nf = self.node_failures
+        failed = {nf.host_of(n) for n in nf.failed_nodes(wkey)}
+        return failed | set(unhealthy_nodes(self.writer.workload(wkey)))
 
     # -- events (every replica) -------------------------------------------------------------------
 
@@ -175,10 +185,13 @@ class Controller:
         if plural == "pods":
             return self.podgroups.on_pod
         if plural == "nodes":
-            return self.topology.on_node
+            return _both(self.topology.on_node, self.node_failures.on_node)
         if plural == BOUND_PODS:
+            on_pod = _both(
+                _both(self.topology.on_pod, self.node_failures.on_pod), self.stuck_pods.on_pod
+            )
             if self.notices is not None:
-                notices, on_pod = self.notices, self.topology.on_pod
+                notices = self.notices
 
                 def on_bound_pod(
                     event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None
@@ -187,7 +200,7 @@ class Controller:
                     notices.on_pod(key, None if event == DELETED else new, old)
 
                 return on_bound_pod
-            return self.topology.on_pod
+            return on_pod
         if plural == TAS_PODS:
             return self.tas_ungater.on_pod
         for lower_kind, integ in self.jobs.kinds.items():
@@ -265,10 +278,13 @@ class Controller:
             self.enqueue(work.Workload(key))
             if self.notices is not None:
                 self.notices.on_workload(key, new)
+            self.node_failures.on_workload(key, new)
             if admitted_by_tas(new) and not self.podgroups.owns(key):
                 self.enqueue(work.TasUngate(key))
 
-    def _on_object(self, lower_kind: str) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
+    def _on_object(
+        self, lower_kind: str
+    ) -> Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]:
         res = self.jobs.resources[lower_kind]
 
         def on_object(event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None) -> None:
@@ -357,7 +373,7 @@ class Controller:
             try:
                 match item:
                     case work.NodeFailure(key):
-                        await self.topology.handle(key)
+                        await self.node_failures.handle(key)
                     case work.TasUngate(key):
                         await self.tas_ungater.reconcile(key)
                     case work.Job(lower_kind, key):
@@ -516,6 +532,11 @@ class Controller:
                 await self.pods_ready.check()
             except Exception as err:  # noqa: BLE001 - next tick tries again
                 log.warning("waitForPodsReady check failed: %s", err)
+            self.node_failures.check()
+            try:
+                await self.stuck_pods.check()
+            except Exception as err:  # noqa: BLE001 - next tick tries again
+                log.warning("force-failing stuck pods failed: %s", err)
             if self.notices is not None:
                 try:
                     await self.notices.check()
@@ -533,3 +554,14 @@ class Controller:
                     await self.status.release_finalizers()
                 except Exception as err:  # noqa: BLE001
                     log.warning("releasing queue finalizers failed: %s", err)
+
+
+Handler = Callable[[str, str, kobj.Obj | None, kobj.Obj | None], None]
+
+
+def _both(first: Handler, second: Handler) -> Handler:
+    def handle(event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None) -> None:
+        first(event, key, new, old)
+        second(event, key, new, old)
+
+    return handle

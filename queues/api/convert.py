@@ -23,6 +23,7 @@ from queues.api.fields import (
 )
 from queues.api.progress import ProgressError, WorkloadProgress, workload_progress
 from queues.api.topology_assignment import AssignmentFormError, from_v1beta2
+from queues.node_health import AvoidedNodes, excluding_hosts
 from queues.pods import podset_from_template
 from queues.quantity import to_units
 
@@ -225,6 +226,9 @@ def workload(wl: Workload) -> m.Workload:
                 sub_group_count=tr.sub_group_count,
             )
         pod_sets.append(pod_set)
+    avoided = tuple(AvoidedNodes.of(wl.metadata.annotations).until)
+    for pod_set in pod_sets if avoided else ():  # bad-node memory (queues.node_health)
+        pod_set.required_affinity = excluding_hosts(pod_set.required_affinity, avoided)
     ref = wl.spec.priority_class_ref
     reserved = wl.condition("QuotaReserved")
     status = wl.status

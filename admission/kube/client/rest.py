@@ -190,6 +190,10 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *(c for r in QUEUE_WATCHED for c in _calls(("list", "watch"), r)),
         # topology-aware scheduling: every bound pod (whatever its kind) uses its node
         *_calls(("list", "watch"), PODS),
+        # node failures: a pod left on a failed node, or stuck terminating on an unreachable
+        # one (opted in), is marked Failed and deleted so its job replaces it
+        *_calls(("patch",), PODS, "status"),
+        *_calls(("delete",), PODS),
         # every registered integration (enabled or not: the RBAC is static) ...
         *integration_calls(),
         # ... started when its CRD is installed (.integrationgate)
@@ -517,11 +521,14 @@ class KubeClient:
         namespace: str | None = None,
         uid: str | None = None,
         propagation: str = "Background",
+        grace_period_seconds: int | None = None,
     ) -> None:
         call = self._check("delete", res, None)
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         if uid:
             body["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
         await self._send(
             "DELETE",
             res.path(namespace=namespace, name=name),

@@ -172,6 +172,27 @@ class Metrics:
             ["cluster_queue"],
             registry=r,
         )
+        # node failures (admission.kube.reconcilers.node_failures)
+        self.node_failure_evictions_total = Counter(
+            "quartermaster_node_failure_evictions_total",
+            "Workloads evicted for a node failure, by ClusterQueue and what failed "
+            "(NodeDeleted, NodeNotReady, NodeTainted, NoReplacement, MultipleNodes)",
+            ["cluster_queue", "reason"],
+            registry=r,
+        )
+        self.node_failure_recovery = Histogram(
+            "quartermaster_node_failure_recovery_seconds",
+            "From a node failure being acted on to the workload running again "
+            "(re-admitted after an eviction, or its failed node replaced)",
+            buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200),
+            registry=r,
+        )
+        self.flaky_nodes_total = Counter(
+            "quartermaster_flaky_node_reports_total",
+            "A node failed nodeFailures.flakyNode.workloads distinct workloads within the window",
+            ["node"],
+            registry=r,
+        )
         self.leader = Gauge(
             "quartermaster_leader", "1 when this replica holds the Lease", registry=r
         )

@@ -68,8 +68,10 @@ from admission.kube.control.workloads import (
 from admission.kube.reconcilers.prebuilt import PrebuiltWorkloads, prebuilt_name
 from admission.kube.watch.owners import OwnerReader
 from queues.api.conditions import is_true
+from queues.api.labels import PODSET as PODSET_LABEL
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 from queues.model import HOLD_AND_DRAIN, Workload
+from queues.node_health import AvoidedNodes, avoid_in_start_patch
 
 log = logging.getLogger("quartermaster.kube.jobs")
 
@@ -398,6 +400,9 @@ class JobReconciler:
         except (IntegrationError, ValueError) as err:  # podSets changed under us
             log.warning("%s %s: not started: %s", integ.lower_kind, key, err)
             return
+        # bad-node memory (queues.node_health): the nodes it failed on stay excluded
+        avoid = AvoidedNodes.of(kobj.meta(wl).get("annotations")).active(ctx.clock())
+        patch = avoid_in_start_patch(obj, patch, avoid, podset_label=PODSET_LABEL)
         new = await self._patch(integ, key, patch)
         if new is not None:
             ctx.metrics.api_writes.labels("start-job", "ok").inc()

@@ -12,14 +12,8 @@ tas nodesCache, pod_usage_controller and node_controller):
   Workload's topology assignment already counts them). Only what usage needs is kept
   (``slim_pod``): a cluster's pods are many.
 
-**Node failure.** When a node named in an admitted workload's topology assignment is
-deleted, or has been NotReady for ``NODE_FAILURE_DELAY`` (Kueue's 30 s), its pods are
-moved to healthy nodes with room inside the same domain (Kueue's node replacement):
-the new assignment is charged and written to ``status.admission``, with a
-``NodeReplaced`` Event, and the replacement pods are ungated onto the new hosts. When
-the domain has no room (or two of the workload's nodes failed at once) the workload is
-evicted with reason ``NodeFailures`` and an Event, and is queued again, so it is placed
-anew on healthy nodes. Pods are not ungated onto a failed node meanwhile.
+Node failures (replacement of a TAS workload's failed node included) are
+:mod:`.node_failures`'.
 
 **The topology ungater** (:class:`TopologyUngater`): the pods of a started job kind
 (Job, JobSet, …) wait behind the ``kueue.x-k8s.io/topology`` gate and are ungated one
@@ -28,13 +22,10 @@ by one with their domain's node selector (``tas_ungate``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from admission.engine.tas.admission import node_replacement
-from admission.engine.tas.domains import HOSTNAME
 from admission.engine.tas.nodes import NodeInputError, node_from_object, pod_usage_from_object
 from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.pod import ungate_patch
@@ -44,24 +35,23 @@ from admission.kube.client.rest import JSON_PATCH, PODS
 from admission.kube.control import work
 from admission.kube.control.context import TAS_PODS, Context
 from admission.kube.control.tas_ungate import topology_domains
-from admission.kube.control.workloads import evict
 from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.informer import DELETED
-from queues.api.conditions import condition, is_true
+from queues.api.conditions import is_true
 from queues.api.labels import PODSET as PODSET_LABEL
+from queues.api.labels import SAFE_TO_FORCEFULLY_DELETE
 from queues.api.labels import WORKLOAD as WORKLOAD_ANNOTATION
 from queues.api.progress import CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION
-from queues.api.topology_assignment import to_v1beta2
-from queues.model import TopologyAssignment
-from queues.times import rfc3339_seconds
 
 log = logging.getLogger("quartermaster.kube.topology")
 
 Obj = dict[str, Any]
 BOUND_POD_SELECTOR = "spec.nodeName!="
-PROGRESS_ANNOTATIONS = frozenset({CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION})
-NODE_FAILURE_DELAY = 30.0  # Kueue's tas.NodeFailureDelay
-NODE_FAILURES = "NodeFailures"  # Kueue's WorkloadEvictedDueToNodeFailures
+# kept of a bound pod's annotations: training progress (.notices), its TAS Workload and
+# the opt-in to being force-failed when stuck terminating (.node_failures, .stuck_pods)
+KEPT_ANNOTATIONS = frozenset(
+    {CHECKPOINT_ANNOTATION, DEADLINE_ANNOTATION, WORKLOAD_ANNOTATION, SAFE_TO_FORCEFULLY_DELETE}
+)
 
 
 def slim_node(obj: Obj) -> Obj:
@@ -114,9 +104,12 @@ def slim_pod(obj: Obj) -> Obj:
         "annotations": {
             k: v
             for k, v in ann.items()
-            if k.startswith("kueue.x-k8s.io/podset-") or k in PROGRESS_ANNOTATIONS
+            if k.startswith("kueue.x-k8s.io/podset-") or k in KEPT_ANNOTATIONS
         },
     }
+    for k in ("deletionTimestamp", "deletionGracePeriodSeconds"):  # stuck terminating?
+        if k in meta:
+            slim_meta[k] = meta[k]
     if PODSET_LABEL in (meta.get("labels") or {}):
         # a pod of an admitted job: its job object (its checkpoints count for that job's
         # Workload, and it gets the job's eviction deadline); other pods keep no owner
@@ -136,29 +129,18 @@ def slim_pod(obj: Obj) -> Obj:
     }
 
 
-def _ready_since(node: Obj) -> tuple[bool, float | None]:
-    c = condition(node, "Ready")
-    if c is None:
-        return True, None
-    return c.get("status") == "True", rfc3339_seconds(c.get("lastTransitionTime"))
-
-
 class TopologyWatch:
-    """Informer handlers for Nodes and bound pods, and the node-failure check."""
+    """Informer handlers for Nodes and bound pods: what placement counts as capacity."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.failed: dict[str, float] = {}  # hostname -> when it counted as failed
-        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     # -- informer handlers --------------------------------------------------------------
 
     def on_node(self, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
         ctx = self.ctx
-        host = self._host(new if new is not None else old, key)
         if event == DELETED or new is None:
             ctx.sync.apply(lambda: ctx.cache.delete_node(key))
-            self._node_failed(host)
             return
         try:
             node = node_from_object(new)
@@ -171,24 +153,6 @@ class TopologyWatch:
                 ctx.wake()
 
         ctx.sync.apply(apply)
-        ready, since = _ready_since(new)
-        timer = self._timers.pop(host, None)
-        if timer is not None:
-            timer.cancel()
-        if ready:
-            self.failed.pop(host, None)
-            return
-        waited = ctx.clock() - since if since is not None else NODE_FAILURE_DELAY
-        if waited >= NODE_FAILURE_DELAY:
-            self._node_failed(host)
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._timers[host] = loop.call_later(
-            NODE_FAILURE_DELAY - waited, lambda: self._recheck(key, host)
-        )
 
     def on_pod(self, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
         ctx = self.ctx
@@ -204,115 +168,6 @@ class TopologyWatch:
                 ctx.wake()
 
         ctx.sync.apply(apply)
-
-    # -- node failure ---------------------------------------------------------------------
-
-    @staticmethod
-    def _host(node: Obj | None, key: str) -> str:
-        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-        return str(labels.get(HOSTNAME) or key)
-
-    def _recheck(self, key: str, host: str) -> None:
-        self._timers.pop(host, None)
-        nodes = self.ctx.informers.get("nodes")
-        obj = nodes.store.get(key) if nodes is not None else None
-        if obj is None or not _ready_since(obj)[0]:
-            self._node_failed(host)
-
-    def _node_failed(self, host: str) -> None:
-        self.failed.setdefault(host, self.ctx.clock())
-        for wkey in self.affected(host):
-            self.ctx.enqueue(work.NodeFailure(wkey))
-
-    def affected(self, host: str) -> list[str]:
-        """Admitted workloads whose topology assignment puts pods on ``host``."""
-        out = []
-        for wkey, charges in self.ctx.cache.tas_charged.items():
-            for ch in charges:
-                ta = ch.assignment
-                if ta.levels[-1] == HOSTNAME and any(v[-1] == host for v, _ in ta.domains):
-                    out.append(wkey)
-                    break
-        return sorted(out)
-
-    async def handle(self, wkey: str) -> None:
-        """A node of ``wkey``'s assignment failed: replace it inside its domain when
-        capacity allows (Kueue's TASFailedNodeReplacement), else evict.
-
-        One failed node at a time is replaced: its pods get the healthy nodes with room
-        nearest the rest of the gang (``engine.topology.node_replacement``), the new
-        assignment is charged at once and written to ``status.admission``, and the
-        ungater then gives the replacement pods the new hosts. With no room there, or
-        with two of its nodes failed at once, the workload is evicted with reason
-        ``NodeFailures`` (Kueue's messages) and queued again."""
-        ctx = self.ctx
-        if ctx.writer.workload(wkey) is None:
-            return
-        hosts = self._failed_hosts(wkey)
-        if not hosts:
-            return
-        if len(hosts) > 1:
-            message = (
-                "Workload eviction triggered due to multiple TAS assigned node failures, "
-                "including: " + ", ".join(hosts)
-            )
-            if await evict(ctx, wkey, reason=NODE_FAILURES, message=message):
-                log.info("evicted %s: node(s) %s failed", wkey, ", ".join(hosts))
-            return
-        host = hosts[0]
-        await ctx.cache_ready()  # no cycle runs until the next await: the cache is ours
-        wl = ctx.cache.workloads.get(wkey)
-        if wl is None or wl.admission is None:
-            return
-        new, reason = node_replacement(ctx.cache.topology, ctx.cache.flavors, wl, host)
-        if not new:
-            message = f"Workload was evicted as there was no replacement for a failed node: {host}"
-            log.info("workload %s: node %s failed and cannot be replaced: %s", wkey, host, reason)
-            if await evict(ctx, wkey, reason=NODE_FAILURES, message=message):
-                log.info("evicted %s: node %s failed", wkey, host)
-            return
-        old = ctx.cache.replace_topology_assignments(wkey, new)  # assumed until written
-        try:
-            written = await ctx.writer.update_status(wkey, lambda w: _with_assignments(w, new))
-        except ApiError:
-            ctx.sync.apply(lambda: ctx.cache.replace_topology_assignments(wkey, old))
-            raise
-        if written is None or not kobj.has_quota(written):
-            ctx.sync.apply(lambda: ctx.cache.replace_topology_assignments(wkey, old))
-            return
-        added = sorted(
-            {v[-1] for ta in new.values() for v, _ in ta.domains}
-            - {v[-1] for ta in old.values() for v, _ in ta.domains}
-        )
-        message = f"Replaced failed node {host} in the topology assignment with {', '.join(added)}"
-        log.info("workload %s: %s", wkey, message)
-        ctx.record_event(written, "Normal", "NodeReplaced", message)
-        ctx.enqueue(work.TasUngate(wkey))
-
-    def _failed_hosts(self, wkey: str) -> list[str]:
-        charges = self.ctx.cache.tas_charged.get(wkey) or []
-        return sorted(
-            {
-                v[-1]
-                for ch in charges
-                if ch.assignment.levels[-1] == HOSTNAME
-                for v, _ in ch.assignment.domains
-                if v[-1] in self.failed
-            }
-        )
-
-
-def _with_assignments(wl: Obj, new: dict[str, TopologyAssignment]) -> Obj | None:
-    """The status with these podSets' topology assignments replaced (None: not
-    admitted any more, nothing to write)."""
-    adm = kobj.admission_of(wl)
-    if adm is None or not kobj.has_quota(wl) or is_true(wl, kobj.EVICTED):
-        return None
-    psas = []
-    for psa in adm.get("podSetAssignments") or []:
-        ta = new.get(str(psa.get("name", "main"))) if isinstance(psa, dict) else None
-        psas.append({**psa, "topologyAssignment": to_v1beta2(ta)} if ta is not None else psa)
-    return {"admission": {**adm, "podSetAssignments": psas}}
 
 
 # -- the topology ungater for job kinds ------------------------------------------------------

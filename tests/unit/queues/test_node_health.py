@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from queues.model import Taint, Toleration
 from queues.node_health import (
     AVOID_NODES_ANNOTATION,
     HOSTNAME,
@@ -12,11 +13,9 @@ from queues.node_health import (
     FlakyNodes,
     NodeFailurePolicy,
     NodeState,
-    Taint,
     counts_toward_backoff,
     node_failure,
     reachable,
-    tolerates,
     untolerated,
     with_avoided_nodes,
 )
@@ -53,21 +52,17 @@ def test_an_untolerated_scheduling_taint_is_a_failure_and_a_tolerated_one_is_not
     state = NodeState.of("n1", node(taints=[gpu_bad, prefer]))
     why = node_failure(state, name="n1", now=T0, policy=POLICY)
     assert why == "node n1 has the untolerated taint nvidia.com/gpu-unhealthy=true:NoExecute"
-    tolerated = [{"key": "nvidia.com/gpu-unhealthy", "operator": "Exists", "tolerationSeconds": 5}]
+    tolerated = [Toleration("nvidia.com/gpu-unhealthy", "Exists")]
     assert node_failure(state, name="n1", now=T0, policy=POLICY, tolerations=tolerated) is None
     off = NodeFailurePolicy(taints=False)
     assert node_failure(state, name="n1", now=T0, policy=off) is None
 
 
-def test_toleration_matching_follows_kubernetes() -> None:
+def test_only_scheduling_taints_count() -> None:
     t = Taint("k", "v", "NoSchedule")
-    assert tolerates({"key": "k", "value": "v"}, t)
-    assert tolerates({"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}, t)
-    assert not tolerates({"key": "k", "value": "w"}, t)
-    assert not tolerates({"key": "k", "value": "v", "effect": "NoExecute"}, t)
-    assert tolerates({"operator": "Exists"}, t)  # empty key + Exists: every taint
-    assert not tolerates({"value": "v"}, t)  # empty key needs Exists
     assert untolerated([t, Taint("x", "", "PreferNoSchedule")], []) == [t]
+    assert untolerated([t], [Toleration("k", "Equal", "v")]) == []
+    assert untolerated([t], [Toleration("k", "Equal", "w")]) == [t]
 
 
 def test_only_node_failures_spare_the_backoff() -> None:
