@@ -36,7 +36,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from admission.apiserver_double import crdstate
+from admission.apiserver_double import crdstate, dra
 
 from .errors import FieldError, GoValue, invalid_errors
 from .resources import ResourceType
@@ -102,6 +102,8 @@ def apply_defaults(rt: ResourceType, obj: Obj) -> Obj:
         default_statefulset(obj)
     elif is_replicated(rt):
         default_replicated(obj)
+    elif dra.is_claim(rt):
+        dra.apply_defaults(rt, obj)
     elif is_pod(rt):
         spec = obj.get("spec")
         if isinstance(spec, dict):
@@ -263,6 +265,7 @@ def validate_create(rt: ResourceType, obj: Obj) -> None:
         errors += api_service_errors(obj)
     elif is_statefulset(rt) or is_replicated(rt):
         errors += statefulset_spec_errors(obj)
+    errors += dra.spec_errors(rt, obj)
     _raise(rt, obj, errors)
 
 
@@ -276,6 +279,8 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj, *, subresource: str | 
             errors += job_status_errors(old, new)
         elif subresource is None:
             errors += _job_spec_errors(new) + job_spec_update_errors(old, new)
+    elif dra.is_claim(rt) and subresource is None:
+        errors += dra.update_errors(rt, old, new) or dra.spec_errors(rt, new)
     elif is_pod(rt) and subresource is None:
         errors += pod_spec_update_errors(old, new)
     elif is_pod(rt) and subresource == "resize":

@@ -132,6 +132,14 @@ BUILTIN_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("apiextensions.k8s.io", ("v1",), "customresourcedefinitions",
                  "CustomResourceDefinition", namespaced=False, status_subresource=True,
                  short_names=("crd", "crds"), categories=("api-extensions",)),
+    # dynamic resource allocation (GA in 1.34): what quota reads of a pod's claims (.dra)
+    ResourceType("resource.k8s.io", ("v1",), "deviceclasses", "DeviceClass", namespaced=False),
+    ResourceType("resource.k8s.io", ("v1",), "resourceclaimtemplates", "ResourceClaimTemplate",
+                 namespaced=True),
+    ResourceType("resource.k8s.io", ("v1",), "resourceclaims", "ResourceClaim", namespaced=True,
+                 status_subresource=True),
+    ResourceType("resource.k8s.io", ("v1",), "resourceslices", "ResourceSlice", namespaced=False,
+                 field_labels=("spec.driver", "spec.nodeName")),
 )  # fmt: skip
 
 

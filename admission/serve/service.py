@@ -50,6 +50,7 @@ from admission.kube.client.rest import (
     resource_of,
 )
 from admission.kube.control.context import BOUND_PODS, TAS_PODS, ControllerOptions
+from admission.kube.control.dra_apis import DraApis, feed
 from admission.kube.control.integrationgate import IntegrationGate
 from admission.kube.control.leader import LeaderElector
 from admission.kube.control.metrics import Metrics
@@ -104,6 +105,7 @@ class Service:
         self.ca_bundles: CABundleReconciler | None = None
         self.informers: dict[str, Informer] = {}
         self.gate: IntegrationGate | None = None  # runs the informers of CRD-backed kinds
+        self.dra: DraApis | None = None  # the DRA objects quota reads, when served
         self.certs_loaded = False
         self._stop = asyncio.Event()
         self.events = EventRecorder()
@@ -155,6 +157,8 @@ class Service:
                 tasks.append(asyncio.create_task(inf.run(), name=f"informer-{inf.name}"))
             assert self.gate is not None
             tasks.append(asyncio.create_task(self.gate.run(), name="integrations"))
+            assert self.dra is not None
+            tasks.append(asyncio.create_task(self.dra.run(), name="dra"))
             tasks.append(asyncio.create_task(self._serve_http(), name="health-metrics"))
             tasks.append(asyncio.create_task(self._loop_lag.run(), name="loop-lag"))
             if opts.webhooks:
@@ -205,7 +209,8 @@ class Service:
             raise task.exception()  # type: ignore[misc]
 
     async def _all_synced(self) -> None:
-        await asyncio.gather(*(i.synced.wait() for i in self.core_informers))
+        dra = [self.dra.synced.wait()] if self.dra is not None else []
+        await asyncio.gather(*(i.synced.wait() for i in self.core_informers), *dra)
 
     async def _ready_when_serving(self) -> None:
         while not self.certs_loaded:
@@ -290,6 +295,12 @@ class Service:
             progress=config.progress is not None,
         )
         self.controller.ctx.record_event = self.events.record if copts.events else no_event
+        self.dra = DraApis(
+            self.client,
+            slices=any(m.counters for m in config.device_class_mappings),
+            on_object=feed(self.controller.sync),
+            rng=random.Random(rng.random()),
+        )
 
     async def _lead(self) -> None:
         opts = self.options

@@ -119,6 +119,13 @@ VALIDATING_WEBHOOKS = Resource(
     "ValidatingWebhookConfiguration",
     False,
 )
+# dynamic resource allocation: what quota reads of pods' claims (control/dra_apis.py)
+DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES = DRA_WATCHED = tuple(
+    Resource("resource.k8s.io", "v1", plural, kind, namespaced)
+    for plural, kind, namespaced in (("deviceclasses", "DeviceClass", False),
+        ("resourceclaimtemplates", "ResourceClaimTemplate", True),
+        ("resourceslices", "ResourceSlice", False))
+)  # fmt: skip
 API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", "APIService", False)
 MULTIKUEUE_CLUSTERS = Resource(KUEUE, "v1beta2", "multikueueclusters", "MultiKueueCluster", False)
 MULTIKUEUE_CONFIGS = Resource(KUEUE, "v1beta2", "multikueueconfigs", "MultiKueueConfig", False)
@@ -198,6 +205,8 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *integration_calls(),
         # ... started when its CRD is installed (.integrationgate)
         *_calls(("list", "watch"), CUSTOM_RESOURCE_DEFINITIONS),
+        # DRA: DeviceClasses, ResourceClaimTemplates, ResourceSlices, when served
+        *(c for r in DRA_WATCHED for c in _calls(("list", "watch"), r)),
         # the owner chain of a Pod runs through its Deployment's ReplicaSet (.owners)
         *_calls(("get",), REPLICA_SETS),
         # job -> Workload: create, keep in sync, delete with the job, admit via status

@@ -12,8 +12,8 @@ informers of the three kinds that come in large numbers store a *slim* object:
   ``last-applied-configuration``;
 * every pod template keeps what admission reads (per container: name, resources and,
   for init containers, restartPolicy; pod-level resources, overhead, nodeSelector,
-  required node affinity, tolerations, priorityClassName) and its kept labels and
-  annotations, plus :data:`DIGEST`, a 64-bit digest of the template it replaced, so a
+  required node affinity, tolerations, priorityClassName, resourceClaims) and its kept
+  labels and annotations, plus :data:`DIGEST`, a 64-bit digest of the template it replaced, so a
   changed image or environment is still noticed (``objects.workload_spec_drift``);
 * the rest of ``spec`` and ``status`` as they were (a Job's ``selector`` excepted); a
   ``Finished`` Workload keeps only its queue name and conditions.
@@ -70,6 +70,7 @@ _POD_SPEC_KEYS = (
     "priority",
     "runtimeClassName",
     "schedulingGates",  # a TAS podSet's template carries the topology gate while it runs
+    "resourceClaims",  # DRA devices count against quota (queues.dra)
 )
 
 

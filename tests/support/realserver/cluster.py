@@ -59,8 +59,16 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "workloadpriorityclasses": ("apis/kueue.x-k8s.io/v1beta2", False),
     "topologies": ("apis/kueue.x-k8s.io/v1beta2", False),
     "nodes": ("api/v1", False),
+    "deviceclasses": ("apis/resource.k8s.io/v1", False),
+    "resourceclaimtemplates": ("apis/resource.k8s.io/v1", True),
+    "resourceclaims": ("apis/resource.k8s.io/v1", True),
+    "resourceslices": ("apis/resource.k8s.io/v1", False),
 }
 KIND_PLURAL = {
+    "DeviceClass": "deviceclasses",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "ResourceClaim": "resourceclaims",
+    "ResourceSlice": "resourceslices",
     "Namespace": "namespaces",
     "Pod": "pods",
     "Secret": "secrets",
@@ -106,6 +114,10 @@ WIPED = (
     "priorityclasses",
     "leases",
     "secrets",
+    "resourceclaims",
+    "resourceclaimtemplates",
+    "resourceslices",
+    "deviceclasses",
 )
 SERVICE_NS = "quartermaster-system"
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
