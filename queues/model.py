@@ -225,6 +225,9 @@ class TopologyRequest:
     pod_index_label: str | None = None  # the label numbering the pods (ungater order)
     sub_group_index_label: str | None = None  # the label numbering a pod's sub-group (JobSet Job)
     sub_group_count: int | None = None  # how many sub-groups the podSet's pods form
+    # podsetSliceRequiredTopologyConstraints (Kueue's TASMultiLayerTopology): (level,
+    # size) per slice layer, outermost first; exclusive with the two fields above.
+    slice_constraints: tuple[tuple[str, int], ...] = ()
 
     @property
     def requests_tas(self) -> bool:
@@ -235,7 +238,18 @@ class TopologyRequest:
             or self.unconstrained is not None
             or self.slice_required_topology is not None
             or self.slice_size is not None
+            or bool(self.slice_constraints)
         )
+
+    @property
+    def slice_layers(self) -> tuple[tuple[str, int | None], ...]:
+        """Kueue's PodSetSliceRequiredTopologyConstraints: the slice layers, outermost
+        first, from either form; () when no slices are asked for."""
+        if self.slice_constraints:
+            return self.slice_constraints
+        if self.slice_required_topology is not None:
+            return ((self.slice_required_topology, self.slice_size),)
+        return ()
 
 
 @dataclass(slots=True)

@@ -46,9 +46,8 @@ def topology_mismatch(
                 return None
             return messages.flavor_lacks_topology(flavor)
         assert tr is not None
-        wanted = [
-            lv for lv in (tr.required, tr.preferred, tr.slice_required_topology) if lv is not None
-        ]
+        wanted = [lv for lv in (tr.required, tr.preferred) if lv is not None]
+        wanted += [lv for lv, _ in tr.slice_layers]
         return flavor_level_mismatch(topology, flavor, wanted)
     if flavor.topology_name is not None:
         return messages.flavor_only_topology(flavor)

@@ -224,6 +224,10 @@ def workload(wl: Workload) -> m.Workload:
                 pod_index_label=tr.pod_index_label,
                 sub_group_index_label=tr.sub_group_index_label,
                 sub_group_count=tr.sub_group_count,
+                slice_constraints=tuple(
+                    (c.topology, c.size)
+                    for c in tr.podset_slice_required_topology_constraints or ()
+                ),
             )
         pod_sets.append(pod_set)
     avoided = tuple(AvoidedNodes.of(wl.metadata.annotations).until)

@@ -264,6 +264,11 @@ _Str63 = Annotated[str, StringConstraints(max_length=63)]
 _Str317 = Annotated[str, StringConstraints(max_length=317)]
 
 
+class PodsetSliceRequiredTopologyConstraint(KubeModel):
+    topology: Annotated[str, StringConstraints(min_length=1, max_length=63)]
+    size: Annotated[int, Field(ge=1, le=2**31 - 1)]
+
+
 class PodSetTopologyRequest(KubeModel):
     required: _Str63 | None = None
     preferred: _Str63 | None = None
@@ -274,6 +279,9 @@ class PodSetTopologyRequest(KubeModel):
     pod_set_group_name: Annotated[str, StringConstraints(max_length=256)] | None = None
     pod_set_slice_required_topology: _Str63 | None = None
     pod_set_slice_size: Int32 | None = None
+    podset_slice_required_topology_constraints: (
+        Annotated[list[PodsetSliceRequiredTopologyConstraint], Field(max_length=3)] | None
+    ) = None
 
 
 class PodSet(KubeModel):

@@ -51,6 +51,10 @@ PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 PODSET_GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
 PODSET_SLICE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
 PODSET_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+# JSON list of {"topology": level, "size": n}, outermost first (TASMultiLayerTopology)
+PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS = (
+    "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+)
 
 # MultiKueue (apis/kueue/v1beta2/multikueue_types.go, apis/config/v1beta2).
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # AdmissionCheck controllerName, managedBy

@@ -174,6 +174,95 @@ def topology_annotation_errors(
             f"{_key(path, labels.PODSET_SLICE_SIZE)}: Forbidden: may not be set when "
             f"'{labels.PODSET_SLICE_REQUIRED_TOPOLOGY}' is not specified"
         )
+    errs += _constraints_errors(
+        annotations, path, slice_required, slice_size_found, group is not None, count
+    )
+    return errs
+
+
+_CONSTRAINTS = labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS
+_LAYER_COUNT = "topology constraints must contain between 1 and 3 entries"
+
+
+def _constraints(text: str) -> list[tuple[str, int]] | str:
+    """The multi-layer constraints annotation's layers, or why it is not a JSON array of
+    {"topology": string, "size": integer} objects."""
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        return f"must be a valid JSON array: {exc}"
+    if not isinstance(raw, list):
+        return "must be a valid JSON array"
+    out: list[tuple[str, int]] = []
+    for item in raw:
+        if not isinstance(item, dict) or set(item) - {"topology", "size"}:
+            return 'must be a valid JSON array of {"topology": string, "size": integer} objects'
+        topo, size = item.get("topology", ""), item.get("size", 0)
+        if not isinstance(topo, str) or not isinstance(size, int) or isinstance(size, bool):
+            return 'must be a valid JSON array of {"topology": string, "size": integer} objects'
+        out.append((topo, size))
+    return out
+
+
+def _constraints_errors(
+    annotations: Mapping[str, str],
+    path: str,
+    slice_required: bool,
+    slice_size_found: bool,
+    group_found: bool,
+    count: int | None,
+) -> list[str]:
+    """Kueue's validateSliceRequiredTopologyConstraintsAnnotation (TASMultiLayerTopology,
+    on by default since 0.19) and its upper bound: the outermost size <= the podSet count."""
+    text = annotations.get(_CONSTRAINTS)
+    if text is None:
+        return []
+    where = _key(path, _CONSTRAINTS)
+    errs: list[str] = []
+    if slice_required:
+        errs.append(
+            f"{where}: Forbidden: may not be set when "
+            f"'{labels.PODSET_SLICE_REQUIRED_TOPOLOGY}' is specified"
+        )
+    if slice_size_found:
+        errs.append(
+            f"{where}: Forbidden: may not be set when '{labels.PODSET_SLICE_SIZE}' is specified"
+        )
+    if group_found:
+        errs.append(
+            f"{_key(path, labels.PODSET_GROUP_NAME)}: Forbidden: may not be set when "
+            f"'{_CONSTRAINTS}' is specified"
+        )
+    layers = _constraints(text)
+    if isinstance(layers, str):
+        return [*errs, f"{where}: Invalid value: {_quote(text)}: {layers}"]
+    if not 1 <= len(layers) <= 3:
+        return [*errs, f"{where}: Invalid value: {_quote(text)}: {_LAYER_COUNT}"]
+    seen: dict[str, int] = {}
+    for i, (topo, size) in enumerate(layers):
+        errs += label_name_errors(topo, f"{where}[{i}].topology")
+        if size < 1:
+            errs.append(
+                f"{where}[{i}].size: Invalid value: {size}: must be greater than or equal to 1"
+            )
+    for i, (topo, _) in enumerate(layers):
+        if topo in seen:
+            errs.append(
+                f'{where}[{i}].topology: Duplicate value: "{topo} (also at index {seen[topo]})"'
+            )
+        else:
+            seen[topo] = i
+    for i in range(len(layers) - 1):
+        parent, child = layers[i][1], layers[i + 1][1]
+        if child > 0 and parent % child != 0:
+            errs.append(
+                f"{where}[{i + 1}].size: Invalid value: {child}: must evenly divide the parent "
+                f"layer size {parent}"
+            )
+    if count is not None and layers[0][1] > count:
+        errs.append(
+            f"{where}: Invalid value: {layers[0][1]}: must not be greater than pod set count {count}"
+        )
     return errs
 
 
@@ -200,7 +289,11 @@ def topology_request_from_annotations(
     get = annotations.get
     unconstrained = get(labels.PODSET_UNCONSTRAINED_TOPOLOGY)
     size = get(labels.PODSET_SLICE_SIZE)
+    text = get(_CONSTRAINTS)
+    layers = _constraints(text) if text is not None else []
+    assert not isinstance(layers, str)  # checked above
     tr = TopologyRequest(
+        slice_constraints=tuple(layers),
         required=get(labels.PODSET_REQUIRED_TOPOLOGY),
         preferred=get(labels.PODSET_PREFERRED_TOPOLOGY),
         unconstrained=(unconstrained in _BOOL_TRUE) if unconstrained is not None else None,
@@ -277,5 +370,9 @@ def topology_request_json(tr: TopologyRequest) -> dict[str, object]:
         ("podSetGroupName", tr.pod_set_group_name),
         ("podSetSliceRequiredTopology", tr.slice_required_topology),
         ("podSetSliceSize", tr.slice_size),
+        (
+            "podsetSliceRequiredTopologyConstraints",
+            [{"topology": t, "size": n} for t, n in tr.slice_constraints] or None,
+        ),
     )
     return {k: v for k, v in fields if v is not None}

@@ -95,6 +95,10 @@ class PlacementState:
     slice_level_idx: int
     leader_count: int = 0
     simulate_empty: bool = False
+    # multi-layer slices: the inner layers' slice size per level below the outermost,
+    # and every layer (level, size) for the not-fit message; empty for one layer
+    size_at_level: dict[int, int] = field(default_factory=dict)
+    layers: tuple[tuple[str, int], ...] = ()
     excluded: dict[str, int] = field(default_factory=dict)
     free_by_leaf: dict[tuple[str, ...], Usage] = field(default_factory=dict)
 
@@ -136,7 +140,14 @@ def fill_in_counts(
     )
     fast = not filter_all and lreq is None and within is None
     sig = (
-        (shape, simulate_empty, st.slice_size, st.slice_level_idx, tuple(workers.tolerations))
+        (
+            shape,
+            simulate_empty,
+            st.slice_size,
+            st.slice_level_idx,
+            tuple(workers.tolerations),
+            tuple(sorted(st.size_at_level.items())),
+        )
         if fast
         else None
     )
@@ -329,12 +340,17 @@ def _aggregate(d: Domain, st: PlacementState, level: int, leader_required: bool)
     pods = slices = leader = 0
     contributor = False
     min_pod_diff = min_slice_diff = MAX_COUNT
+    # an inner slice layer at the children's level: they give pods in its multiples
+    inner = st.size_at_level.get(level + 1, 1) if st.size_at_level else 1
     for c in d.children:
-        pods += c.pod_count
+        cp, cpw = c.pod_count, c.pod_count_wl
+        if inner > 1:
+            cp, cpw = cp // inner * inner, cpw // inner * inner
+        pods += cp
         slices += c.slice_count
         if not leader_required or c.leader_count > 0:
             contributor = True
-            pd = c.pod_count - c.pod_count_wl
+            pd = cp - cpw
             if pd < min_pod_diff:
                 min_pod_diff = pd
             sd = c.slice_count - c.slice_count_wl

@@ -27,6 +27,8 @@ def not_fit(
     """Kueue's message (only ``fit`` of ``total`` pods or slices fit), then the numbers
     at the level and the nodes excluded, by reason."""
     s = snap
+    if st.layers:
+        return _multi_layer(snap, st, level_idx)
     unit = "pod" if st.slice_size == 1 else "slice"
     if fit == 0:
         msg = f'topology "{s.topology}" doesn\'t allow to fit any of {total} {unit}(s)'
@@ -39,6 +41,38 @@ def not_fit(
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(st.excluded.items()))
         msg += f". Total nodes: {s.total_nodes}; excluded: {reasons}"
     return msg
+
+
+def _multi_layer(snap: FlavorSnapshot, st: PlacementState, level_idx: int) -> str:
+    """Kueue's multiLayerNotFitMessage: for the domain at the level holding the most
+    slices, how many slices of each layer fit in it against how many are needed."""
+    s = snap
+    msg = f'topology "{s.topology}" doesn\'t allow to fit'
+    domains = s.per_level[level_idx]
+    if not domains:
+        return msg
+    best = min(domains, key=lambda d: (-d.slice_count, d.values))
+    for topo, size in st.layers:
+        target = s.level_index(topo)
+        if target is None:
+            continue
+        fit = sum(d.pod_count // size for d in _at_level(best, target))
+        msg += f"; {fit}/{st.count // size} slice(s) fit on level {topo}"
+    if st.excluded:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(st.excluded.items()))
+        msg += f". Total nodes: {s.total_nodes}; excluded: {reasons}"
+    return msg
+
+
+def _at_level(d: Domain, level: int) -> list[Domain]:
+    out, stack = [], [d]
+    while stack:
+        x = stack.pop()
+        if x.level == level or not x.children:
+            out.append(x)
+        else:
+            stack.extend(x.children)
+    return out
 
 
 def _explain(

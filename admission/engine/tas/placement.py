@@ -44,7 +44,7 @@ def _level_key(snap: FlavorSnapshot, tr: TopologyRequest | None, implied: bool) 
             return tr.required
         if tr.preferred is not None:
             return tr.preferred
-        if tr.slice_required_topology is not None:
+        if tr.slice_layers:
             return snap.levels[0]
         if tr.unconstrained:
             return snap.levels[-1]
@@ -66,36 +66,31 @@ def place(
     leader), or an empty dict and why not. ``within`` (a domain's values, from the top
     level down) confines the pods to that domain (Kueue's requiredReplacementDomain)."""
     tr = workers.topology
+    layers = tr.slice_layers if tr is not None else ()
     slice_size = 1
-    if tr is not None and tr.slice_required_topology is not None:
-        if not tr.slice_size or tr.slice_size <= 0:
+    if layers:
+        if not layers[0][1] or layers[0][1] <= 0:
             return {}, "slice topology requested, but slice size not provided"
-        slice_size = tr.slice_size
+        slice_size = layers[0][1]
     key = _level_key(snap, tr, workers.implied)
     if key is None:
         return {}, "topology level not specified"
     level_idx = snap.level_index(key)
     if level_idx is None:
         return {}, f"no requested topology level: {key}"
-    slice_key = (
-        tr.slice_required_topology
-        if tr is not None and tr.slice_required_topology
-        else snap.levels[-1]
-    )
+    slice_key = layers[0][0] if layers else snap.levels[-1]
     slice_level_idx = snap.level_index(slice_key)
     if slice_level_idx is None:
         return {}, f"no requested topology level for slices: {slice_key}"
     if level_idx > slice_level_idx:
         return {}, f"podset slice topology {slice_key} is above the podset topology {key}"
+    size_at_level, why = _inner_layers(snap, layers, slice_size, slice_level_idx)
+    if why:
+        return {}, why
     unconstrained = bool(
         (tr is not None and tr.unconstrained)
         or workers.implied
-        or (
-            tr is not None
-            and tr.required is None
-            and tr.preferred is None
-            and tr.slice_required_topology is not None
-        )
+        or (tr is not None and tr.required is None and tr.preferred is None and bool(layers))
     )
     st = PlacementState(
         count=workers.count,
@@ -106,6 +101,8 @@ def place(
         slice_level_idx=slice_level_idx,
         leader_count=1 if leader is not None else 0,
         simulate_empty=simulate_empty,
+        size_at_level=size_at_level,
+        layers=tuple((t, n or 1) for t, n in layers) if size_at_level else (),
     )
     fill_in_counts(snap, workers, leader, st, assumed or {}, simulate_empty, within)
     descent = Descent(snap, dict(workers.per_pod))
@@ -130,10 +127,15 @@ def place(
             )
             lvl += 1
         while lvl < last:
-            size_here = st.slice_size if lvl < slice_level_idx else 1
+            # below the outermost slice level: pods one by one, or an inner layer's slices
+            size_here = st.slice_size if lvl < slice_level_idx else size_at_level.get(lvl + 1, 1)
             new_fit: list[Domain] = []
             for d in fit:
                 children = descent.sorted_domains(d.children, unconstrained)
+                if lvl >= slice_level_idx and size_here > 1:
+                    for c in children:  # the inner layer's slices, not the outermost's
+                        c.slice_count = c.pod_count // size_here
+                        c.slice_count_wl = c.pod_count_wl // size_here
                 new_fit += descent.update_counts_to_minimum(
                     children, d.pod_count, d.leader_count, size_here, unconstrained, size_here > 1
                 )
@@ -148,6 +150,37 @@ def place(
         return out, ""
     finally:
         descent.done()
+
+
+def _inner_layers(
+    snap: FlavorSnapshot,
+    layers: tuple[tuple[str, int | None], ...],
+    slice_size: int,
+    slice_level_idx: int,
+) -> tuple[dict[int, int], str]:
+    """Kueue's buildSliceSizeAtLevel: per level below the outermost slice level, the
+    slice size of the inner layer that level belongs to (every level down to an inner
+    layer's own distributes in its multiples); or why the layers are not usable."""
+    out: dict[int, int] = {}
+    prev_size, prev_idx = slice_size, slice_level_idx
+    for topo, size in layers[1:]:
+        idx = snap.level_index(topo)
+        if idx is None:
+            return {}, f"no requested topology level for additional slice layer: {topo}"
+        if idx <= prev_idx:
+            return {}, (
+                f"additional slice layer topology {topo} must be at a lower level than "
+                f"{snap.levels[prev_idx]}"
+            )
+        n = size or 1
+        if prev_size % n != 0:
+            return {}, (
+                f"additional slice layer size {n} must evenly divide parent layer size {prev_size}"
+            )
+        for lvl in range(prev_idx + 1, idx + 1):
+            out[lvl] = n
+        prev_size, prev_idx = n, idx
+    return out, ""
 
 
 def _assignment(

@@ -75,8 +75,18 @@ request_st = st.sampled_from(
         lambda lv: TopologyRequest(preferred=lv[0]),
         lambda lv: TopologyRequest(unconstrained=True),
         lambda lv: TopologyRequest(required=lv[0], slice_required_topology=lv[-1], slice_size=2),
+        # multi-layer slices: 4 pods in one domain of the second-lowest level, 2 per leaf
+        lambda lv: TopologyRequest(
+            required=lv[0], slice_constraints=((lv[-2], 4), (lv[-1], 2)) if len(lv) > 1 else ()
+        ),
     ]
 )
+
+
+def _round_to_slices(tr: TopologyRequest, count: int) -> int:
+    """The count rounded up to whole outermost slices."""
+    size = tr.slice_layers[0][1] if tr.slice_layers else None
+    return count + (size - count % size) % size if size else count
 
 
 def leaf_free(state: TopologyState) -> dict[tuple[str, ...], dict[str, int]]:
@@ -119,6 +129,13 @@ def check(state: TopologyState, req: PlacementRequest, result: Any, gpus: int) -
     if tr is not None and tr.required is not None:
         idx = snap.levels.index(tr.required)
         assert len({v[: idx + 1] for v in per_leaf}) == 1, per_leaf
+    for level, size in tr.slice_layers if tr is not None else ():
+        # every slice layer: each of its domains holds whole slices
+        idx = snap.levels.index(level)
+        per_domain: dict[tuple[str, ...], int] = {}
+        for values, count in per_leaf.items():
+            per_domain[values[: idx + 1]] = per_domain.get(values[: idx + 1], 0) + count
+        assert all(n % (size or 1) == 0 for n in per_domain.values()), (level, per_domain)
 
 
 @settings(max_examples=300, deadline=None)
@@ -128,8 +145,7 @@ def test_placement_respects_capacity_counts_and_the_required_domain(
 ) -> None:
     state = cluster(nodes, levels)
     tr = make(levels)
-    if tr.slice_size and count % tr.slice_size:
-        count += 1
+    count = _round_to_slices(tr, count)
     req = PlacementRequest(
         "main",
         count,
@@ -144,7 +160,7 @@ def test_placement_respects_capacity_counts_and_the_required_domain(
         check(state, req, result, gpus)
     else:
         assert result.failed == "main" and result.reason
-        if tr.required is not None and tr.slice_required_topology is None:
+        if tr.required is not None and not tr.slice_layers:
             # Completeness: no domain at the required level could hold the gang.
             idx = levels.index(tr.required)
             per_domain: dict[tuple[str, ...], int] = {}
@@ -161,8 +177,7 @@ def test_placement_is_deterministic_whatever_the_node_order(
     nodes: list[Any], levels: tuple[str, ...], make: Any, count: int, rnd: Any
 ) -> None:
     tr = make(levels)
-    if tr.slice_size and count % tr.slice_size:
-        count += 1
+    count = _round_to_slices(tr, count)
     req = PlacementRequest("main", count, {"gpu": 1}, tr)
     a = cluster(nodes, levels)
     shuffled = list(enumerate(nodes))
@@ -247,8 +262,7 @@ def test_the_incremental_fill_places_exactly_as_a_full_one(
         if then == "new cycle":
             assumed.clear()
         tr = make(levels)
-        if tr.slice_size and count % tr.slice_size:
-            count += 1
+        count = _round_to_slices(tr, count)
         req = PlacementRequest(
             f"g{k}", count, {"gpu": gpus}, tr,
             tolerations=(Toleration("gpu-broken", "Exists"),) if tolerate else (),

@@ -16,6 +16,7 @@ from queues.api.topology_request import (
     TopologyAnnotationError,
     pod_set_group_errors,
     topology_request_from_annotations,
+    topology_request_json,
 )
 from queues.model import Topology, TopologyRequest
 from tests.support.crd_validation import crd_problems
@@ -286,3 +287,117 @@ def test_job_with_a_slice_larger_than_its_pods_is_rejected_naming_the_annotation
             workload_priority_classes={},
             priority_classes={},
         )
+
+
+# ---------------------------------------------------------------- multi-layer slices
+
+LAYERS = f'[{{"topology": "{RACK}", "size": 4}}, {{"topology": "{HOST}", "size": 2}}]'
+
+
+def test_the_constraints_annotation_becomes_the_slice_layers() -> None:
+    """Kueue's podSetTopologyRequestBuilder with TASMultiLayerTopology (on since 0.19)."""
+    tr = topology_request_from_annotations(
+        {
+            labels.PODSET_REQUIRED_TOPOLOGY: BLOCK,
+            labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: LAYERS,
+        },
+        count=8,
+    )
+    assert tr == TopologyRequest(required=BLOCK, slice_constraints=((RACK, 4), (HOST, 2)))
+    assert tr.slice_layers == ((RACK, 4), (HOST, 2))
+    alone = topology_request_from_annotations(
+        {labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: LAYERS}, count=8
+    )
+    assert alone is not None and alone.requests_tas
+
+
+@pytest.mark.parametrize(
+    ("annotations", "want"),
+    [
+        (
+            {labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: "[]"},
+            "topology constraints must contain between 1 and 3 entries",
+        ),
+        (
+            {labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: "{"},
+            "must be a valid JSON array",
+        ),
+        (
+            {
+                labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: LAYERS,
+                labels.PODSET_SLICE_REQUIRED_TOPOLOGY: RACK,
+                labels.PODSET_SLICE_SIZE: "2",
+            },
+            "Forbidden: may not be set when 'kueue.x-k8s.io/podset-slice-required-topology' is",
+        ),
+        (
+            {
+                labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: f'[{{"topology": "{RACK}", "size": 4}}, {{"topology": "{HOST}", "size": 3}}]'
+            },
+            "[1].size: Invalid value: 3: must evenly divide the parent layer size 4",
+        ),
+        (
+            {
+                labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: f'[{{"topology": "{RACK}", "size": 4}}, {{"topology": "{RACK}", "size": 2}}]'
+            },
+            f'[1].topology: Duplicate value: "{RACK} (also at index 0)"',
+        ),
+        (
+            {
+                labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: f'[{{"topology": "{RACK}", "size": 0}}]'
+            },
+            "[0].size: Invalid value: 0: must be greater than or equal to 1",
+        ),
+        (
+            {
+                labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: f'[{{"topology": "{RACK}", "size": 16}}]'
+            },
+            "Invalid value: 16: must not be greater than pod set count 8",
+        ),
+    ],
+)
+def test_bad_constraints_annotations_get_kueues_field_errors(
+    annotations: dict[str, str], want: str
+) -> None:
+    with pytest.raises(TopologyAnnotationError) as exc:
+        topology_request_from_annotations(annotations, count=8)
+    assert any(want in e for e in exc.value.errors), exc.value.errors
+
+
+def test_a_workload_with_slice_layers_is_read_and_written_back() -> None:
+    """The Workload field, no longer an unknown field; the Job's annotation reaches it."""
+    wl = workload_from_job(
+        _job(
+            {
+                labels.PODSET_REQUIRED_TOPOLOGY: BLOCK,
+                labels.PODSET_SLICE_REQUIRED_TOPOLOGY_CONSTRAINTS: LAYERS,
+            },
+            parallelism=8,
+        ),
+        workload_priority_classes={},
+        priority_classes={},
+    )
+    tr = wl.pod_sets[0].topology
+    assert tr is not None and tr.slice_constraints == ((RACK, 4), (HOST, 2))
+    doc = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "ns"},
+        "spec": {
+            "queueName": "lq",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 8,
+                    "template": {"spec": {"containers": [{"name": "c"}]}},
+                    "topologyRequest": topology_request_json(tr),
+                }
+            ],
+        },
+    }
+    parsed = api.parse_model(doc)
+    assert parsed.pod_sets[0].topology == tr
+    doc["spec"]["podSets"][0]["topologyRequest"]["podsetSliceRequiredTopologyConstraints"] = [
+        {"topology": RACK, "size": 4}
+    ] * 4
+    assert problems(doc)  # at most 3 layers
