@@ -133,6 +133,7 @@ def place(
             for d in fit:
                 children = descent.sorted_domains(d.children, unconstrained)
                 if lvl >= slice_level_idx and size_here > 1:
+                    descent.touched.append(children)  # counted again by the next fill
                     for c in children:  # the inner layer's slices, not the outermost's
                         c.slice_count = c.pod_count // size_here
                         c.slice_count_wl = c.pod_count_wl // size_here
