@@ -64,6 +64,7 @@ async def run_why(args: argparse.Namespace, session: api.UserApi, ns: str) -> in
     except InputError as err:
         print(f"why: the cluster holds an object the engine cannot read: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    inputs.dra = await _dra_objects(session)
     key = f"{ns}/{name}"
     why = explain(inputs, key, config=config)
     report = as_json(why)
@@ -73,6 +74,26 @@ async def run_why(args: argparse.Namespace, session: api.UserApi, ns: str) -> in
     else:
         sys.stdout.write(as_text(report))
     return EXIT_OK
+
+
+async def _dra_objects(session: api.UserApi) -> dict[tuple[str, str], dict[str, Any]]:
+    """The DRA objects quota reads (DeviceClasses, ResourceClaimTemplates, ResourceSlices),
+    by (kind, [namespace/]name); none when the cluster does not serve resource.k8s.io/v1
+    or the user may not list them (the plan then says which claim it cannot count)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for res in api.DRA_WATCHED:
+        try:
+            async for page in session.list_all(res):
+                for o in page:
+                    meta = o.get("metadata") or {}
+                    key = f"{meta.get('namespace')}/{meta.get('name')}" if res.namespaced else (
+                        str(meta.get("name"))
+                    )
+                    out[(res.kind, key)] = {"apiVersion": res.api_version, "kind": res.kind, **o}
+        except api.ApiError as err:
+            if err.status not in (403, 404):
+                raise
+    return out
 
 
 def as_json(why: Explanation) -> dict[str, Any]:

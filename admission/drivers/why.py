@@ -183,6 +183,8 @@ def explain(inputs: Inputs, key: str, *, config: Config | None = None) -> Explan
     out = Explanation(key, cq, str(status.reason), status.message, result=before)
     if cq is None or cq not in inputs.cluster_queues:
         return out
+    if before.cache is not None:  # as the plan counted it (DRA devices included)
+        wl = before.cache.workloads.get(key, wl)
     total: dict[str, int] = {}
     for ps in wl.pod_sets:
         for r, v in ps.requests.items():

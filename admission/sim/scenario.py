@@ -96,6 +96,9 @@ class Scenario:
     topologies: dict[str, Topology] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     pods: dict[str, PodUsage] = field(default_factory=dict)
+    # DRA objects (DeviceClasses, ResourceClaimTemplates, ...) by (kind, [ns/]name): the
+    # devices a trace job's claims ask for count against quota (queues.dra)
+    dra: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def class_of_cq(self, cq: str) -> str:
         return self.cq_class.get(cq, cq)

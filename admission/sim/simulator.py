@@ -74,7 +74,9 @@ import time
 from array import array
 from collections.abc import Callable
 
+from admission.config.dra import accounting
 from admission.config.schema import Config
+from admission.drivers.dra_inputs import catalog
 from admission.engine.cache import Cache
 from admission.engine.vocabulary import PendingReason
 from admission.sim.api_model import ApiModel, TokenBucket
@@ -177,6 +179,7 @@ class Simulator:
             local_queues=sc.local_queues,
             namespaces=sc.namespaces,
             resources=getattr(self.config, "resources", None),
+            dra=accounting(getattr(self.config, "device_class_mappings", ()), catalog(sc.dra)),
         )
         if sc.topologies or sc.nodes:  # topology-aware scheduling: the cluster's nodes
             cache.set_topologies(sc.topologies)

@@ -30,7 +30,9 @@ Cohort, LocalQueue, WorkloadPriorityClass, PriorityClass, Namespace) are loaded 
         spec: {replicatedJobs: [...]}
 
 Topology and v1 Node documents (and bound v1 Pods) give topology-aware scheduling its
-cluster, as for ``plan``.
+cluster, and resource.k8s.io/v1 DeviceClasses and ResourceClaimTemplates count the DRA
+devices of the jobs' claims (with the configuration's ``deviceClassMappings``), as for
+``plan``.
 
 A JSON-lines file (``trace: trace.jsonl`` beside the YAML, or ``--trace FILE``) holds one
 such object per line. Workload classes default to the priority class name (or
@@ -212,6 +214,7 @@ def load_trace(path: str, docs: list[Any], *, trace_path: str | None = None) -> 
         topologies=inputs.topologies,
         nodes=inputs.nodes,
         pods=inputs.pods,
+        dra=inputs.dra,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from tests.support.kube_harness import (
     priority_class,
     stack,
 )
+from tests.unit.cli.test_kueuectl import cli
 
 NS = "team-gpu"
 GPU = "example.com/gpu"
@@ -45,9 +47,8 @@ TEMPLATES = Resource(
     "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True
 )
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True)
-CONFIG = parse_config(
-    {"resources": {"deviceClassMappings": [{"name": GPU, "deviceClassNames": [CLASS]}]}}
-)
+MAPPING = {"resources": {"deviceClassMappings": [{"name": GPU, "deviceClassNames": [CLASS]}]}}
+CONFIG = parse_config(MAPPING)
 KUEUE_DRA = Path(__file__).resolve().parents[1] / "support" / "data" / "kueue-examples" / "dra"
 
 
@@ -115,6 +116,17 @@ def test_dra_jobs_are_charged_their_devices_per_pod(tmp_path: Path, backend: Any
                 what="the second Job pending",
             )
             assert GPU in second
+            # why: the GPUs are short, and 8 of them (not 6) would admit it
+            cfg = tmp_path / "config.yaml"
+            cfg.write_text(yaml.safe_dump(MAPPING))
+            kc = s.kubeconfig(tmp_path / "kc", namespace=NS)
+            code, out, err = await cli(kc, "why", "job/second", "--config", str(cfg), "-o", "json")
+            assert code == 0, err
+            why = json.loads(out)
+            assert GPU in why["message"], why
+            changes = {(c["name"], c["field"], c["resource"]): (c["current"], c["needed"])
+                       for c in why["changes"]}  # fmt: skip
+            assert changes[("cq", "nominalQuota", GPU)] == ("6", "8"), why
             await s.user.create(k.JOBS, gpu_job("third", "two-gpus"), namespace=NS)
             third = await eventually(
                 lambda: (w := s.workload_of_job(NS, "third")) and admitted(w) and w,

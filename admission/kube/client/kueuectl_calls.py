@@ -24,6 +24,7 @@ from admission.kube.client.kubeconfig import KubeconfigError, check_kubeconfig
 from admission.kube.client.rest import (
     CLUSTER_QUEUES,
     COHORTS,
+    DRA_WATCHED,
     LOCAL_QUEUES,
     MERGE_PATCH,
     NAMESPACES,
@@ -42,6 +43,7 @@ VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
 LIST_LIMIT_ENV = "KUEUECTL_LIST_REQUEST_LIMIT"
 __all__ = [
     "CLUSTER_QUEUES",
+    "DRA_WATCHED",
     "COHORTS",
     "NAMESPACES",
     "PRIORITY_CLASSES",

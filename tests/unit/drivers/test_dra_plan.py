@@ -5,6 +5,7 @@ tasks/run/dra.md), and ``resources.deviceClassMappings`` is read and checked as 
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from admission.config.schema import ConfigError
 DRA = Path(__file__).resolve().parents[2] / "support" / "data" / "kueue-examples" / "dra"
 SETUP = DRA / "setup"
 CONFIG = str(SETUP / "kueue-config.yaml")
+GPU_RESOURCE = "example.com/gpu"
 
 
 def plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
@@ -180,3 +182,62 @@ def test_bad_mappings_are_configuration_errors(entries: list[dict[str, Any]], me
         parse_config(mappings(*entries))
     assert message in str(err.value)
     assert "resources" in str(err.value)
+
+
+# -- the what-if (the quota webhook's impact warnings), simulate ------------------------------
+
+
+def test_impact_warnings_count_dra_devices(tmp_path: Path) -> None:
+    """The webhook's what-if runs on the live cache's workloads, DRA devices counted: a
+    cut of example.com/gpu below what the DRA Jobs hold is warned about, and an increase
+    says when the pending DRA Job fits."""
+    from admission.drivers.impact import impact_of_edit
+    from admission.drivers.loader import load_paths
+    from admission.drivers.plan import run_plan
+
+    path = team(tmp_path, ("first", 3, 2), ("second", 2, 2))
+    inputs = load_paths([str(DRA), str(path)])
+    config = parse_config(yaml.safe_load(Path(CONFIG).read_text()))
+    run_plan(inputs, config=config)  # the live state: first admitted (6 GPUs), second pending
+    cq = inputs.cluster_queues["cluster-queue"]
+
+    def impact(nominal: int) -> list[str]:
+        edited = copy.deepcopy(cq)
+        edited.resource_groups[0].flavors[0].resources[GPU_RESOURCE].nominal = nominal
+        return impact_of_edit(
+            flavors=inputs.flavors, cluster_queues=inputs.cluster_queues, cohorts=inputs.cohorts,
+            local_queues=inputs.local_queues, workloads={w.key: w for w in inputs.workloads},
+            namespace_labels=lambda ns: {"kubernetes.io/metadata.name": ns},
+            kind="ClusterQueue", obj=edited, config=config,
+        )  # fmt: skip
+
+    cut = impact(2)
+    assert cut[0] == (
+        "ClusterQueue cluster-queue: admitted workloads use 6 example.com/gpu on flavor "
+        "default-flavor, 4 over the new limit 2; they keep running (an edit evicts nothing)"
+    )
+    # second asks 2 pods x 2 GPUs: 10 GPUs leave it room, 9 do not
+    assert "1 pending workload(s) now fit and will be admitted" in impact(10)[0]
+    assert not any("now fit" in line for line in impact(9))
+
+
+def test_simulate_charges_dra_devices(tmp_path: Path) -> None:
+    """A trace of DRA Jobs: 8 GPUs hold two 2-pod x 2-GPU Jobs at a time, the third waits."""
+    from admission.cli.simulate import load_scenario, simulate_summary
+
+    docs = list(yaml.safe_load_all(team(tmp_path, ("j0", 2, 2)).read_text()))
+    dc, rct, job = docs
+    entries = []
+    for i in range(3):
+        j = copy.deepcopy(job)
+        j["metadata"]["name"] = f"train-{i}"
+        entries.append({"arrival": i, "runtime": 60, "job": j})
+    trace = tmp_path / "trace.yaml"
+    queues = (DRA / "sample-dra-queues.yaml").read_text()
+    trace.write_text(queues + "---\n" + yaml.safe_dump_all([dc, rct, {"trace": entries}]))
+    config = parse_config(yaml.safe_load(Path(CONFIG).read_text()))
+    summary, result = simulate_summary(load_scenario(str(trace)), config=config)
+    waits = sorted(
+        r.admitted_us - r.sim.arrival_us for r in result.records if r.admitted_us is not None
+    )
+    assert len(waits) == 3 and waits[-1] >= 55_000_000 and waits[0] < 1_000_000
