@@ -511,8 +511,7 @@ class ConfigurationDoc(_Strict):
     leaderElection: LeaderElection | None = None
     integrations: Integrations | None = None
     clientConnection: ClientConnection = Field(default_factory=ClientConnection)
-    # The rest of Kueue's Configuration: parsed (typos are errors), implemented or
-    # reported as having no effect (see UNIMPLEMENTED).
+    # The rest of Kueue's Configuration: parsed, implemented or reported as without effect.
     resources: Resources | None = None
     controller: ControllerConfigurationSpec | None = None
     pprofBindAddress: str | None = None
@@ -591,6 +590,7 @@ class Config:
             reserve_evicting_capacity=self.doc.reserveEvictingCapacity,
             refill=rf.refill() if (rf := self.doc.schedulingRefill) is not None else None,
             evaluated_at=self.now,
+            tas_balanced_placement=bool((self.doc.featureGates or {}).get("TASBalancedPlacement")),
         )
 
     def make_scheduler(

@@ -39,7 +39,8 @@ def unimplemented(doc: ConfigurationDoc) -> list[str]:
         if mk.clusterProfile is not None:
             no_effect("multiKueue.clusterProfile", "workers connect by kubeconfig Secrets only")
     for gate in sorted(doc.featureGates or {}):
-        no_effect(f"featureGates.{gate}", "Quartermaster has no feature gates")
+        if gate != "TASBalancedPlacement":  # the one gate honoured (TAS placement)
+            no_effect(f"featureGates.{gate}", "Quartermaster has no feature gates")
     if doc.objectRetentionPolicies is not None:
         no_effect("objectRetentionPolicies", "Workloads are not deleted automatically")
     if doc.visibilityServer is not None:

@@ -37,6 +37,7 @@ class EnginePolicy:
     reserve_evicting_capacity: bool = False
     refill: Refill | None = None
     evaluated_at: float | None = None
+    tas_balanced_placement: bool = False  # featureGates.TASBalancedPlacement (Kueue Alpha)
 
 
 def build_scheduler(
@@ -47,6 +48,7 @@ def build_scheduler(
 
     ``explain=False`` skips the numeric pending messages (the simulator, which never
     shows them)."""
+    cache.topology.balanced_placement = policy.tas_balanced_placement
     tracker: UsageTracker | None = None
     if policy.admission_fair_sharing is not None or policy.cohort_credits is not None:
         tracker = UsageTracker(

@@ -179,7 +179,7 @@ def fill_in_counts(
     leader_required = leader is not None
     for lvl in range(len(s.levels) - 2, -1, -1):
         for d in s.per_level[lvl]:
-            _aggregate(d, st, lvl, leader_required)
+            aggregate(d, st, lvl, leader_required)
 
 
 def _assumed_changes(
@@ -252,7 +252,7 @@ def _refill(
             up = up.parent
     for lvl in range(len(s.levels) - 2, -1, -1):
         for d in parents[lvl]:
-            _aggregate(d, st, lvl, False)
+            aggregate(d, st, lvl, False)
     st.excluded.update(fs.excluded)
     st.free_by_leaf.update(fs.free_by_leaf)
 
@@ -335,7 +335,7 @@ def _excluded(
     return bool(why)
 
 
-def _aggregate(d: Domain, st: PlacementState, level: int, leader_required: bool) -> None:
+def aggregate(d: Domain, st: PlacementState, level: int, leader_required: bool) -> None:
     """Kueue's fillInCountsHelper for a parent (its children are done)."""
     pods = slices = leader = 0
     contributor = False

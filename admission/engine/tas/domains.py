@@ -162,6 +162,7 @@ class FlavorSnapshot:
     ] = field(default_factory=dict)
     # the placement's incremental phase-1 state (admission.engine.tas.counts.FillState)
     fill: object | None = None
+    balanced: bool = False  # Kueue's TASBalancedPlacement for preferred requests
 
     @property
     def lowest_is_node(self) -> bool:
@@ -298,6 +299,8 @@ class TopologyState:
     # pool (usage_pool) -> leaf key -> usage (resources and "pods"), of admitted TAS workloads
     usage: dict[str, dict[DomainValues, Usage]] = field(default_factory=dict)
     generation: int = 0
+    # Kueue's TASBalancedPlacement (Alpha, off by default): featureGates in the Configuration
+    balanced_placement: bool = False
     _node_usage: dict[str, Usage] = field(default_factory=dict)
     _snapshots: dict[str, tuple[int, ResourceFlavor, FlavorSnapshot]] = field(default_factory=dict)
 
@@ -347,6 +350,7 @@ class TopologyState:
             return None
         cached = self._snapshots.get(flavor.name)
         if cached is not None and cached[0] == self.generation and cached[1] == flavor:
+            cached[2].balanced = self.balanced_placement
             return cached[2]
         snap = build_snapshot(
             flavor,
@@ -355,6 +359,7 @@ class TopologyState:
             self._node_usage,
             self.usage.setdefault(usage_pool(flavor.name, topology.levels), {}),
         )
+        snap.balanced = self.balanced_placement
         self._snapshots[flavor.name] = (self.generation, flavor, snap)
         return snap
 

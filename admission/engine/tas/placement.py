@@ -1,8 +1,9 @@
 """Placing a podSet (or a podSet group) inside topology domains: Kueue's TAS algorithm.
 
 A port of Kueue's ``TASFlavorSnapshot.findTopologyAssignment`` and its helpers
-(pkg/cache/scheduler/tas_flavor_snapshot.go) with Kueue's default profile (feature
-gates as shipped: TASProfileMixed on, balanced placement and multi-layer slices off):
+(pkg/cache/scheduler/tas_flavor_snapshot.go) with Kueue's default profile
+(TASProfileMixed) and multi-layer slices; balanced placement
+(:mod:`admission.engine.tas.balanced`) when the Configuration turns it on:
 
 1. *Counts* (:mod:`admission.engine.tas.counts`): on every leaf, how many pods (and,
    for a group, whether its leader) fit in what is free; summed up the tree, with
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from admission.engine.tas.balanced import balanced_domains
 from admission.engine.tas.counts import PlacementState, fill_in_counts
 from admission.engine.tas.descent import Descent
 from admission.engine.tas.domains import PODS, Domain, FlavorSnapshot, Usage, add_usage, usage_key
@@ -107,15 +109,21 @@ def place(
     fill_in_counts(snap, workers, leader, st, assumed or {}, simulate_empty, within)
     descent = Descent(snap, dict(workers.per_pod))
     try:
-        fit_level, fit, reason = descent.find_level(level_idx, st)
-        if reason:
-            return {}, reason
+        balanced = None
+        if snap.balanced and not st.required and not unconstrained and within is None:
+            balanced = balanced_domains(snap, st, level_idx)  # None: BestFit after all
+        if balanced is not None:
+            fit, fit_level = balanced
+        else:
+            fit_level, fit, reason = descent.find_level(level_idx, st)
+            if reason:
+                return {}, reason
         fit = descent.update_counts_to_minimum(
             fit, st.count, st.leader_count, st.slice_size, unconstrained, True
         )
         lvl = fit_level
         last = len(snap.levels) - 1
-        while lvl < min(last, slice_level_idx):
+        while lvl < min(last, slice_level_idx) and balanced is None:
             lower = [c for d in fit for c in d.children]
             fit = descent.update_counts_to_minimum(
                 descent.sorted_domains(lower, unconstrained),

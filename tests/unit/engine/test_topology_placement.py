@@ -139,11 +139,26 @@ def check(state: TopologyState, req: PlacementRequest, result: Any, gpus: int) -
 
 
 @settings(max_examples=300, deadline=None)
-@given(nodes_st, levels_st, request_st, st.integers(1, 12), st.integers(1, 4), st.booleans())
+@given(
+    nodes_st,
+    levels_st,
+    request_st,
+    st.integers(1, 12),
+    st.integers(1, 4),
+    st.booleans(),
+    st.booleans(),
+)
 def test_placement_respects_capacity_counts_and_the_required_domain(
-    nodes: list[Any], levels: tuple[str, ...], make: Any, count: int, gpus: int, tolerate: bool
+    nodes: list[Any],
+    levels: tuple[str, ...],
+    make: Any,
+    count: int,
+    gpus: int,
+    tolerate: bool,
+    balanced: bool,
 ) -> None:
     state = cluster(nodes, levels)
+    state.balanced_placement = balanced  # Kueue's TASBalancedPlacement (preferred requests)
     tr = make(levels)
     count = _round_to_slices(tr, count)
     req = PlacementRequest(
@@ -224,6 +239,7 @@ def _fresh(state: TopologyState) -> TopologyState:
     for key, pod in state.pods.items():
         copy.set_pod(pod, key)
     copy.usage = {f: {k: dict(u) for k, u in per.items()} for f, per in state.usage.items()}
+    copy.balanced_placement = state.balanced_placement
     return copy
 
 
@@ -231,6 +247,7 @@ def _fresh(state: TopologyState) -> TopologyState:
 @given(
     nodes_st,
     levels_st,
+    st.booleans(),
     st.lists(
         st.tuples(
             request_st,
@@ -246,7 +263,7 @@ def _fresh(state: TopologyState) -> TopologyState:
     ),
 )
 def test_the_incremental_fill_places_exactly_as_a_full_one(
-    nodes: list[Any], levels: tuple[str, ...], steps: list[Any]
+    nodes: list[Any], levels: tuple[str, ...], balanced: bool, steps: list[Any]
 ) -> None:
     """Placement reuses the last request's counts and recomputes only what changed
     (charged leaves, domains the last placement rewrote). Whatever the sequence of
@@ -255,8 +272,10 @@ def test_the_incremental_fill_places_exactly_as_a_full_one(
     committed or only assumed for the rest of a cycle, and a new cycle drops what was
     assumed), each
     result — assignment or reason, numbers included — is the one a snapshot built afresh
-    gives."""
+    gives, with Kueue's balanced placement or without (it tries on copies of the
+    snapshot's domains, never on them)."""
     state = cluster(nodes, levels)
+    state.balanced_placement = balanced
     assumed: dict[tuple[str, ...], dict[str, int]] = {}
     for k, (make, count, gpus, tolerate, empty, admit, then) in enumerate(steps):
         if then == "new cycle":
