@@ -241,3 +241,28 @@ def test_simulate_charges_dra_devices(tmp_path: Path) -> None:
         r.admitted_us - r.sim.arrival_us for r in result.records if r.admitted_us is not None
     )
     assert len(waits) == 3 and waits[-1] >= 55_000_000 and waits[0] < 1_000_000
+
+
+def test_the_examples_dra_variant_charges_the_organisations_quota(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """manifests/examples/README.md, "The DRA variant": both DRA Jobs admitted on the
+    quota device-plugin Jobs use, mig-batch-eval then 10 slices short; without the
+    configuration neither is admitted."""
+    examples = Path(__file__).resolve().parents[3] / "manifests" / "examples"
+    args = ("-f", str(examples), "-f", str(examples / "extras" / "dra"))
+    doc = plan(capsys, *args, "--config", str(examples / "extras" / "dra-config.yaml"))
+    got = {a["workload"].rsplit("-", 1)[0]: a["podSetAssignments"][0] for a in doc["admitted"]}
+    finetune = got["training-prod/job-dra-llm-finetune"]
+    assert finetune["resourceUsage"]["nvidia.com/gpu"] == "8"
+    assert finetune["flavors"]["nvidia.com/gpu"] == "h100"
+    assert got["inference-prod/job-dra-mig-serving-eval"]["resourceUsage"][
+        "nvidia.com/mig-1g.10gb"
+    ] == "6"  # fmt: skip
+    (batch,) = [p for p in doc["pending"] if "mig-batch-eval" in p["workload"]]
+    assert "10 more needed" in batch["message"]
+    plain = plan(capsys, *args)
+    unmapped = [p for p in plain["pending"] if p["reason"] == "Misconfigured"]
+    assert {p["workload"].rsplit("-", 1)[0] for p in unmapped} == {
+        "training-prod/job-dra-llm-finetune", "inference-prod/job-dra-mig-serving-eval"
+    }  # fmt: skip
