@@ -301,6 +301,8 @@ class DraAccounting:
         self.catalog = catalog if catalog is not None else DraCatalog()
         self.transformer = transformer if transformer else None
         self.selector_match = selector_match
+        self._served_names: frozenset[str] = frozenset()
+        self._served_at = -1
         self.logical: dict[str, str] = {}
         self.counters: dict[str, list[tuple[str, CounterSource]]] = {}
         for m in self.mappings:
@@ -309,12 +311,21 @@ class DraAccounting:
                 for c in m.counters:
                     self.counters.setdefault(dc, []).append((m.name, c))
 
+    def _served(self) -> frozenset[str]:
+        """The extended resources some DeviceClass serves (kept per catalog version)."""
+        version = self.catalog.version
+        if self._served_at != version:
+            names = (c.extended_resource_name for c in self.catalog.classes.values())
+            self._served_names = frozenset(n for n in names if n)
+            self._served_at = version
+        return self._served_names
+
     def uses_dra(self, ps: PodSet) -> bool:
         if ps.resource_claims:
             return True
-        if not self.catalog.classes:
+        served = self._served()
+        if not served:
             return False
-        served = {c.extended_resource_name for c in self.catalog.classes.values()}
         declared = ps.requests if ps.declared_requests is None else ps.declared_requests
         return any(r in served for r in declared)
 

@@ -261,3 +261,36 @@ def test_kueues_dra_example_is_admitted_with_the_usage_its_docs_show(
             assert usage_of(wl) == {"cpu": "1", "memory": "200Mi", GPU: "1"}
 
     asyncio.run(main())
+
+
+def test_the_double_serves_resource_v1_as_the_real_server_does(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Defaults (ExactCount, count 1), a request without its class refused, a template's
+    spec immutable, a DeviceClass's not: on both backends alike."""
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=[namespace(NS)], webhooks=False) as s:
+            bare = template("bare", 1)
+            del bare["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"]
+            created = await s.user.create(TEMPLATES, bare, namespace=NS)
+            (req,) = created["spec"]["spec"]["devices"]["requests"]
+            assert req["exactly"]["allocationMode"] == "ExactCount"
+            assert req["exactly"]["count"] == 1
+            no_class = template("no-class", 1)
+            del no_class["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+            with pytest.raises(ApiError) as err:
+                await s.user.create(TEMPLATES, no_class, namespace=NS)
+            assert err.value.status == 422 and "deviceClassName" in str(err.value)
+            path = "/spec/spec/devices/requests/0/exactly/count"
+            with pytest.raises(ApiError) as err:
+                await s.user.patch(TEMPLATES, "bare", [{"op": "replace", "path": path, "value": 8}],
+                                   namespace=NS, content_type=JSON_PATCH)  # fmt: skip
+            assert err.value.status == 422 and "field is immutable" in str(err.value)
+            await s.user.create(DEVICE_CLASSES, device_class())
+            sel = [{"cel": {"expression": "device.driver == 'other.example.com'"}}]
+            await s.user.patch(DEVICE_CLASSES, CLASS, [{"op": "replace", "path": "/spec/selectors",
+                                                        "value": sel}],
+                               content_type=JSON_PATCH)  # fmt: skip
+
+    asyncio.run(main())
