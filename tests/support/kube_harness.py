@@ -314,7 +314,9 @@ def service_options(
     fields: dict[str, Any] = {
         "config": config or Config(),
         "client_configuration": client_configuration
-        or kube_client_config(server.url, token=CONTROLLER_TOKEN),
+        or kube_client_config(
+            server.url, token=CONTROLLER_TOKEN, ca_pem=getattr(server, "ca_pem", None)
+        ),
         "namespace": SERVICE_NS,
         "host": "127.0.0.1",
         "webhook_port": 0,
@@ -343,6 +345,7 @@ async def stack(
     before_start: Callable[[Any], None] | None = None,
     visibility: bool = False,
     crds: Iterable[str] = ALL_TEST_CRDS,
+    tls: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[Stack]:
     """The service against ``backend``: the double (``DOUBLE``) or a
@@ -355,7 +358,10 @@ async def stack(
 
     ``visibility=True`` also runs the visibility API, registered with the backend's
     aggregation layer (the double's :class:`~admission.apiserver_double.delegation.Aggregator`,
-    with a front-proxy PKI of its own; on the real backend an ``APIService``)."""
+    with a front-proxy PKI of its own; on the real backend an ``APIService``).
+
+    ``tls=True``: the double serves HTTPS (its CA is ``server.ca_pem``), as a real
+    API server does; a MultiKueue worker must, its kubeconfig naming a CA."""
     if not isinstance(backend, str):
         from tests.support.realserver.stack import real_stack
 
@@ -387,6 +393,7 @@ async def stack(
         watch_window=watch_window,
         bookmark_interval=0.5,
         third_party_crds=crds is ALL_TEST_CRDS,
+        tls=tls,
     ) as server:
         if visibility:
             enable_aggregation(server)
@@ -398,7 +405,7 @@ async def stack(
         service = Service(opts)
         task = asyncio.create_task(service.run())
         user = await k.KubeClient.connect(
-            configuration=kube_client_config(server.url), strict=False
+            configuration=kube_client_config(server.url, ca_pem=server.ca_pem), strict=False
         )
         try:
             await eventually(
