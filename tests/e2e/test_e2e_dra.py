@@ -294,3 +294,30 @@ def test_the_double_serves_resource_v1_as_the_real_server_does(
                                content_type=JSON_PATCH)  # fmt: skip
 
     asyncio.run(main())
+
+
+def test_an_extended_resource_served_by_dra_is_charged_once(tmp_path: Path, backend: Any) -> None:
+    """Kueue's sample-dra-extended-resource-job.yaml applied unchanged, with setup_dra.md's
+    DeviceClass (extendedResourceName example.com/gpu): the Job's ``example.com/gpu: 1``
+    is charged once, 1 GPU, not 2 (the claim the scheduler would make is not counted)."""
+    docs = [d for f in ("sample-dra-queues.yaml", "setup/deviceclass.yaml")
+            for d in yaml.safe_load_all((KUEUE_DRA / f).read_text())]  # fmt: skip
+    (job_doc,) = yaml.safe_load_all(
+        (KUEUE_DRA / "jobs" / "sample-dra-extended-resource-job.yaml").read_text()
+    )
+    config = parse_config(yaml.safe_load((KUEUE_DRA / "setup" / "kueue-config.yaml").read_text()))
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=docs, config=config) as s:
+            stored = s.get("deviceclasses", CLASS, None)
+            assert stored is not None
+            assert stored["spec"].get("extendedResourceName") == GPU
+            created = await s.user.create(k.JOBS, job_doc, namespace="default")
+            name = created["metadata"]["name"]
+            wl = await eventually(
+                lambda: (w := s.workload_of_job("default", name)) and admitted(w) and w,
+                what="Kueue's DRA extended-resource sample Job admitted",
+            )
+            assert usage_of(wl) == {"cpu": "1", "memory": "200Mi", GPU: "1"}
+
+    asyncio.run(main())

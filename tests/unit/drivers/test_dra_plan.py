@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from admission.cli.main import main
 from admission.config.load import parse_config
@@ -266,3 +268,71 @@ def test_the_examples_dra_variant_charges_the_organisations_quota(
     assert {p["workload"].rsplit("-", 1)[0] for p in unmapped} == {
         "training-prod/job-dra-llm-finetune", "inference-prod/job-dra-mig-serving-eval"
     }  # fmt: skip
+
+
+# -- no quota escape, whatever the jobs ---------------------------------------------------
+
+job_shapes = st.lists(
+    st.tuples(
+        st.integers(min_value=1, max_value=4),  # pods
+        st.sampled_from(["one", "two", "three", "unmapped", "named", "missing"]),
+    ),
+    min_size=1,
+    max_size=8,
+)
+COUNTS = {"one": 1, "two": 2, "three": 3}
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes=job_shapes)
+def test_admitted_dra_devices_never_exceed_quota(shapes: list[tuple[int, str]]) -> None:
+    """Whatever DRA Jobs come, plan admits devices within the 8 GPUs, each admitted Job
+    holds exactly pods x its claim's count, and a claim that cannot be counted (a class
+    no mapping covers, a ResourceClaim by name, a missing template) is never admitted."""
+    from admission.drivers.loader import load_documents
+    from admission.drivers.plan import run_plan
+
+    docs: list[dict[str, Any]] = list(
+        yaml.safe_load_all((DRA / "sample-dra-queues.yaml").read_text())
+    )
+    for cls in ("gpu.example.com", "fpga.example.com"):
+        docs.append({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                     "metadata": {"name": cls}})  # fmt: skip
+    for name, count in (*COUNTS.items(), ("unmapped", 1)):
+        cls = "fpga.example.com" if name == "unmapped" else "gpu.example.com"
+        docs.append({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"namespace": "default", "name": name},
+            "spec": {"spec": {"devices": {"requests": [
+                {"name": "d", "exactly": {"deviceClassName": cls, "count": count}}]}}},
+        })  # fmt: skip
+    for i, (pods, claim) in enumerate(shapes):
+        ref = {"resourceClaimName": "team"} if claim == "named" else {
+            "resourceClaimTemplateName": claim
+        }  # fmt: skip
+        docs.append({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"namespace": "default", "name": f"j{i}-{claim}",
+                         "creationTimestamp": f"2026-01-01T00:00:{i:02d}Z",
+                         "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "x",
+                                "resources": {"requests": {"cpu": "1"}}}],
+                "resourceClaims": [{"name": "d", **ref}]}}},
+        })  # fmt: skip
+    inputs = load_documents(("t", i, d) for i, d in enumerate(docs))
+    config = parse_config(yaml.safe_load(Path(CONFIG).read_text()))
+    result = run_plan(inputs, config=config)
+    total = 0
+    for decision in result.admitted:
+        name = decision.workload.name
+        index, claim = int(name.split("-")[1][1:]), name.split("-")[2]
+        assert claim in COUNTS, name  # uncountable claims are never admitted
+        (psa,) = decision.workload.admission.pod_set_assignments
+        assert psa.resource_usage[GPU_RESOURCE] == shapes[index][0] * COUNTS[claim]
+        total += psa.resource_usage[GPU_RESOURCE]
+    assert total <= 8
+    for key, (_cq, status) in result.pending.items():
+        if key.split("-")[2] in ("unmapped", "named", "missing"):
+            assert status.reason == "Misconfigured", (key, status)
