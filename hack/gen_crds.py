@@ -153,6 +153,26 @@ QUOTA_RESERVED = (
 
 KINDS: tuple[Kind, ...] = (
     Kind(
+        model=api.AdmissionCheck,
+        plural="admissionchecks",
+        singular="admissioncheck",
+        namespaced=False,
+        short_names=("ac",),
+        description="AdmissionCheck is a check a Workload must pass, after it reserved quota "
+        "and before it is admitted; the controller named by spec.controllerName decides it.",
+        status=True,
+        patches={
+            "status.conditions": {
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+            "status.conditions[].type": {"maxLength": 316},
+            "status.conditions[].reason": {"maxLength": 1024},
+            "status.conditions[].message": {"maxLength": 32768},
+        },
+        rules={"spec.controllerName": (rule("self == oldSelf", "field is immutable"),)},
+    ),
+    Kind(
         model=api.ResourceFlavor,
         plural="resourceflavors",
         singular="resourceflavor",
@@ -366,6 +386,11 @@ KINDS: tuple[Kind, ...] = (
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["name"],
             },
+            "status.admissionChecks": {
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
+            "status.admissionChecks[].podSetUpdates": {"x-kubernetes-list-type": "atomic"},
         },
         rules={
             "": (

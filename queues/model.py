@@ -33,6 +33,11 @@ USAGE_BASED_AFS = "UsageBasedAdmissionFairSharing"
 STOP_NONE = "None"
 HOLD = "Hold"
 HOLD_AND_DRAIN = "HoldAndDrain"
+# status.admissionChecks[].state of a Workload (Kueue's CheckState).
+CHECK_PENDING = "Pending"
+CHECK_READY = "Ready"
+CHECK_RETRY = "Retry"
+CHECK_REJECTED = "Rejected"
 
 
 @dataclass(slots=True, frozen=True)
@@ -164,6 +169,29 @@ class Topology:
     levels: tuple[str, ...]
 
 
+@dataclass(slots=True, frozen=True)
+class AdmissionCheck:
+    """kueue.x-k8s.io AdmissionCheck: which controller decides it, and whether that
+    controller says it is ready to (its ``Active`` condition)."""
+
+    name: str
+    controller_name: str
+    active: bool = False
+    parameters: tuple[str, str, str] | None = None  # (apiGroup, kind, name)
+
+
+@dataclass(slots=True, frozen=True)
+class AdmissionCheckState:
+    """One entry of a Workload's ``status.admissionChecks``."""
+
+    name: str
+    state: str = CHECK_PENDING
+    message: str = ""
+    last_transition: float | None = None
+    requeue_after_seconds: int | None = None
+    retry_count: int | None = None
+
+
 @dataclass(slots=True)
 class ClusterQueue:
     name: str
@@ -176,6 +204,8 @@ class ClusterQueue:
     fair_weight: float = 1.0
     admission_mode: str | None = None  # USAGE_BASED_AFS turns on admission fair sharing
     stop_policy: str = STOP_NONE
+    # spec.admissionChecksStrategy: check name -> onFlavors (empty: every flavor)
+    admission_checks: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -358,6 +388,10 @@ class Workload(_KeyMemo):
     noticed_at: float | None = None
     eviction_deadline: float | None = None
     requeue_count: int = 0  # status.requeueState.count
+    # status.admissionChecks, and whether the Admitted condition is True: a workload
+    # holding quota (``admission``) is admitted once every check it needs is Ready.
+    admission_checks: tuple[AdmissionCheckState, ...] = ()
+    admitted: bool = False
 
     @property
     def key(self) -> str:

@@ -11,6 +11,7 @@ from admission.drivers.unqueued import NotQueued
 from admission.engine.tas.domains import Node, PodUsage
 from queues.api import parse as api
 from queues.model import (
+    AdmissionCheck,
     ClusterQueue,
     Cohort,
     LocalQueue,
@@ -54,6 +55,7 @@ class Inputs:
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     topologies: dict[str, Topology] = field(default_factory=dict)
+    admission_checks: dict[str, AdmissionCheck] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     pods: dict[str, PodUsage] = field(default_factory=dict)
     """Bound, running pods not placed by TAS (their requests use their nodes)."""
@@ -94,6 +96,8 @@ def store(inputs: Inputs, obj: api.ModelObject) -> None:
         inputs.namespaces_given = True
     elif isinstance(obj, Topology):
         inputs.topologies[obj.name] = obj
+    elif isinstance(obj, AdmissionCheck):
+        inputs.admission_checks[obj.name] = obj
     else:  # pragma: no cover - workloads are collected by the caller
         raise TypeError(f"unexpected object {obj!r}")
 
@@ -129,6 +133,7 @@ def merge(base: Inputs, overlay: Inputs) -> Inputs:
         },
         priority_classes={**base.priority_classes, **overlay.priority_classes},
         topologies={**base.topologies, **overlay.topologies},
+        admission_checks={**base.admission_checks, **overlay.admission_checks},
         nodes={**base.nodes, **overlay.nodes},
         pods={**base.pods, **overlay.pods},
         dra={**base.dra, **overlay.dra},

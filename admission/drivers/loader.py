@@ -11,7 +11,7 @@ module is the file side of that, with kubectl's habits:
 * ``metadata.generateName`` gets a name as the API server gives one (the prefix and
   five random characters), drawn from the document itself so the same input always
   gets the same names; namespaced objects without a namespace get the default one;
-* kinds Quartermaster does not read (AdmissionCheck, CronJob, ConfigMap, …) are
+* kinds Quartermaster does not read (CronJob, ConfigMap, …) are
   skipped with one warning each, never an abort; an input without a single object is
   an error, as ``kubectl apply`` says "no objects passed to apply";
 * the kinds it reads are checked as strictly as the API server checks them: Kueue's
@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from admission.drivers import strict
+from admission.drivers.checks import as_written
 from admission.drivers.documents import (
     STDIN,
     STDIN_LABEL,
@@ -590,11 +591,6 @@ def _parse(doc: dict[str, Any], origin: _Origin, inputs: Inputs) -> api_parse.Mo
         model = api_parse.to_model(parsed)
     except api_parse.InputError as exc:
         raise origin.error(exc.message, kind=exc.kind, name=exc.name, path=exc.path) from None
-    if isinstance(parsed, api.ClusterQueue) and parsed.spec.admission_checks_strategy:
-        checks = ", ".join(c.name for c in parsed.spec.admission_checks_strategy.admission_checks)
-        inputs.warnings.append(
-            f"{origin}: ClusterQueue {parsed.metadata.name}: spec.admissionChecksStrategy has "
-            f"no effect: Quartermaster does not run admission checks ({checks}); Kueue "
-            "admits its workloads only once they pass, plan shows their quota reservation"
-        )
+    if isinstance(parsed, api.AdmissionCheck) and parsed.condition("Active") is None:
+        return as_written(model, str(origin), inputs.warnings)
     return model

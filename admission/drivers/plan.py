@@ -20,6 +20,7 @@ import orjson
 
 from admission.config.dra import accounting
 from admission.config.schema import Config
+from admission.drivers.checks import CheckOutcome, apply_verdicts, checks_report
 from admission.drivers.dra_inputs import catalog as dra_catalog
 from admission.drivers.inputs import Inputs
 from admission.engine import messages
@@ -50,6 +51,8 @@ class PlanResult:
     pending: dict[str, tuple[str | None, PendingStatus]] = field(default_factory=dict)
     # progressAwarePreemption: what the requeue policy decided for each evicted victim
     requeues: dict[str, RequeueDecision] = field(default_factory=dict)
+    # the AdmissionChecks' verdicts on the workloads loaded holding quota (.checks)
+    checks: list[CheckOutcome] = field(default_factory=list)
     cache: Cache | None = None
     scheduler: Scheduler | None = None
 
@@ -72,6 +75,7 @@ def build_cache(
         dra=None
         if inputs.dra_counted
         else accounting(device_class_mappings, dra_catalog(inputs.dra)),
+        admission_checks=inputs.admission_checks,
     )
     cache.set_topologies(inputs.topologies)
     for name in sorted(inputs.nodes):
@@ -108,6 +112,7 @@ def run_plan(
     now = config.now if config.now is not None else 0.0
     scheduler = config.make_scheduler(cache, clock=lambda: now)
     result = PlanResult(cycles=0, cache=cache, scheduler=scheduler)
+    result.checks = apply_verdicts(cache, now)
     result.cycles = run_cycles(
         scheduler,
         cycles=cycles,
@@ -276,6 +281,7 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
                     "clusterQueue": d.cluster_queue,
                     "cycle": d.cycle,
                     "podSetAssignments": [_psa_json(p) for p in d.admission.pod_set_assignments],
+                    **({"admissionChecks": list(d.checks)} if d.checks else {}),
                 }
                 for d in _last_admissions(result)
             ),
@@ -302,6 +308,8 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
         ],
         "usage": usage_report(result.cache),
         **fair_sharing_report(result),
+        **({"admissionChecks": checks} if (checks := checks_report(
+            result.checks, _last_admissions(result))) else {}),
     }
 
 

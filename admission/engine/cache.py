@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from admission.engine import messages
+from admission.engine.admission_checks import checks_for, inactive_checks, reset_on_eviction
 from admission.engine.progress import WORKLOAD_SOURCE, Notice, ProgressBook
 from admission.engine.queue_manager import PendingStatus, QueueManager
 from admission.engine.tas.admission import (
@@ -28,6 +29,8 @@ from admission.engine.vocabulary import PendingReason
 from queues.dra import DraAccounting
 from queues.model import (
     STOP_NONE,
+    Admission,
+    AdmissionCheck,
     ClusterQueue,
     Cohort,
     FlavorResource,
@@ -59,6 +62,7 @@ class Cache(QueueManager):
         namespaces: Mapping[str, Namespace] | None = None,
         resources: ResourceTransformer | None = None,
         dra: DraAccounting | None = None,
+        admission_checks: Mapping[str, AdmissionCheck] | None = None,
     ) -> None:
         # Kueue's workload info options (Configuration.resources): every workload's
         # requests are what they are for quota once it enters the cache, DRA devices
@@ -75,6 +79,7 @@ class Cache(QueueManager):
         self.namespaces: dict[str, Namespace] | None = (
             dict(namespaces) if namespaces is not None else None
         )
+        self.admission_checks: dict[str, AdmissionCheck] = dict(admission_checks or {})
         self.tree = CohortTree(self.cluster_queues, self.cohorts)
         self._init_queues()
         self.workloads: dict[str, Workload] = {}
@@ -89,6 +94,9 @@ class Cache(QueueManager):
         self.prio_usage: dict[str, dict[int, dict[FlavorResource, int]]] = {}
         self.evicting: dict[str, str] = {}  # preempted, still holding quota: key -> preemptor
         self.inactive: dict[str, PendingStatus] = {}
+        # ClusterQueue -> the reason of its Active=False condition, when Kueue names one
+        # the pending message does not carry (AdmissionCheckNotFound, ...)
+        self.inactive_reasons: dict[str, str] = {}
         self._same_tree: dict[str, list[str]] = {}
         # Topology-aware scheduling: Topologies, Nodes, bound pods and what each admitted
         # workload's topology assignments hold (released exactly as charged).
@@ -115,6 +123,7 @@ class Cache(QueueManager):
         cohorts: Mapping[str, Cohort] | None = None,
         local_queues: Mapping[str, LocalQueue] | None = None,
         namespaces: Mapping[str, Namespace] | None = None,
+        admission_checks: Mapping[str, AdmissionCheck] | None = None,
     ) -> None:
         """Replace object sets; any change is a capacity event (parked workloads wake).
 
@@ -136,6 +145,10 @@ class Cache(QueueManager):
             changed = tree_changed = True
         if namespaces is not None and namespaces != self.namespaces:
             self.namespaces = dict(namespaces)
+            changed = True
+        checks_changed = admission_checks is not None and admission_checks != self.admission_checks
+        if admission_checks is not None and checks_changed:
+            self.admission_checks = dict(admission_checks)
             changed = True
         old_routes = {k: lq.cluster_queue for k, lq in self.local_queues.items()}
         if local_queues is not None and local_queues != self.local_queues:
@@ -175,7 +188,7 @@ class Cache(QueueManager):
                     pending += q.take_local_queue(lq_key)
         for wl in pending:
             self._route(wl)
-        if tree_changed or flavors_changed:
+        if tree_changed or flavors_changed or checks_changed:
             self._refresh_derived()
         self.requeue_all()
 
@@ -192,6 +205,7 @@ class Cache(QueueManager):
                 self._same_tree[n] = names
         self._refile_parked()
         self.inactive = {}
+        self.inactive_reasons = {}
         for name, cq in self.cluster_queues.items():
             node = self.tree.queues[name]
             missing = sorted(
@@ -221,6 +235,18 @@ class Cache(QueueManager):
                 self.inactive[name] = PendingStatus(
                     PendingReason.MISCONFIGURED, messages.cluster_queue_inactive(name, no_topology)
                 )
+            elif (unusable := inactive_checks(cq, self.admission_checks)) is not None:
+                # Kueue: a missing or inactive AdmissionCheck stops the ClusterQueue.
+                self.inactive_reasons[name] = unusable[0]
+                self.inactive[name] = PendingStatus(
+                    PendingReason.MISCONFIGURED, messages.cluster_queue_inactive(name, unusable[1])
+                )
+
+    def checks_for(self, cq: str, admission: Admission | None) -> tuple[str, ...]:
+        """The AdmissionChecks a workload of ``cq`` with ``admission`` must pass
+        (:func:`admission.engine.admission_checks.checks_for`)."""
+        spec = self.cluster_queues.get(cq)
+        return checks_for(spec, admission) if spec is not None else ()
 
     def _missing_topologies(self, cq: ClusterQueue) -> str:
         names = sorted(
@@ -434,6 +460,7 @@ class Cache(QueueManager):
         self._release(key)
         wl.admission = None
         wl.admission_time = None
+        wl.admitted = False
         self._route(wl, fresh=False)  # Kueue requeues a failed admission at once
 
     def finish(self, key: str) -> None:
@@ -450,14 +477,18 @@ class Cache(QueueManager):
         if wl is not None:
             wl.admission = None
 
-    def evicted(self, key: str) -> None:
-        """An eviction completed: release quota and requeue with the original timestamp."""
+    def evicted(self, key: str, now: float | None = None) -> None:
+        """An eviction completed: release quota and requeue with the original timestamp.
+        Its AdmissionChecks are Pending again (Kueue resets them on every eviction)."""
         wl = self.workloads.get(key)
         if wl is None or key not in self.admitted:
             return
         self._release(key)
         wl.admission = None
         wl.admission_time = None
+        wl.admitted = False
+        if wl.admission_checks:
+            wl.admission_checks = reset_on_eviction(wl.admission_checks, now)
         if wl.active:
             self._route(wl)
 

@@ -20,6 +20,9 @@ class AdmittedDecision:
     cluster_queue: str
     admission: Admission
     cycle: int
+    # The AdmissionChecks this reservation must pass before the workload is admitted
+    # (admission.engine.admission_checks); empty: it is admitted at once.
+    checks: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from admission.engine.vocabulary import PreemptionReason
 from queues.api import labels
-from queues.model import FlavorResource, ResourceFlavor, Taint, Workload
+from queues.model import AdmissionCheckState, FlavorResource, ResourceFlavor, Taint, Workload
 from queues.quantity import format_quantity
 from queues.quota_node import QuotaNode
 
@@ -38,6 +38,35 @@ def flavors_not_found(names: Iterable[str]) -> str:
 
 def topology_not_found(topology: str, flavor: str) -> str:
     return f"Topology {topology} of flavor {flavor} not found"
+
+
+def admission_checks_missing(names: Iterable[str]) -> str:
+    """Kueue's ClusterQueue message part for ``AdmissionCheckNotFound``."""
+    return f"references missing AdmissionCheck(s): {','.join(names)}"
+
+
+def admission_checks_inactive(names: Iterable[str]) -> str:
+    """Kueue's ClusterQueue message part for ``AdmissionCheckInactive``."""
+    return f"references inactive AdmissionCheck(s): {','.join(names)}"
+
+
+def checks_in_state(checks: Iterable[AdmissionCheckState], state: str) -> str:
+    """Kueue's ``buildAdmissionChecksMessage``: ``AdmissionCheck in Retry state: "a"
+    (its message); "b"`` (``checks``: AdmissionCheckStates, sorted by name here)."""
+    ordered = sorted(checks, key=lambda c: c.name)
+    parts = [f"{json.dumps(c.name)} ({c.message})" if c.message else json.dumps(c.name)
+             for c in ordered]  # fmt: skip
+    noun = "AdmissionChecks" if len(ordered) > 1 else "AdmissionCheck"
+    return f"{noun} in {state} state: {'; '.join(parts)}"
+
+
+def evicted_by_checks(detail: str) -> str:
+    """The ``Evicted`` message of a workload whose checks asked to retry."""
+    return f"Evicted due to {detail}"
+
+
+def check_reset_after_eviction(previous: str) -> str:
+    return f"Reset to Pending after eviction. Previously: {previous}"
 
 
 def local_queue_stopped(key: str) -> str:

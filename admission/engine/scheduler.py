@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from admission.engine import messages
+from admission.engine.admission_checks import all_ready, sync_states
 from admission.engine.cache import Cache
 from admission.engine.decisions import (
     BACK_TO_THE_HEAP,
@@ -521,12 +522,16 @@ class Scheduler:
         if isinstance(outcome, Admit):
             wl.admission = outcome.admission
             wl.admission_time = self._clock()
+            checks = cache.checks_for(e.cluster_queue, outcome.admission)
+            if checks or wl.admission_checks:
+                wl.admission_checks = sync_states(wl.admission_checks, checks, wl.admission_time)[0]
+            wl.admitted = all_ready(wl.admission_checks, checks)
             cache.queues[e.cluster_queue].remove(key)
             cache.assume(wl, e.cluster_queue, outcome.usage)
             if self._usage is not None:
                 self._usage.on_admit(wl, e.cluster_queue, outcome.usage)
             result.admitted.append(
-                AdmittedDecision(wl, e.cluster_queue, outcome.admission, result.cycle)
+                AdmittedDecision(wl, e.cluster_queue, outcome.admission, result.cycle, checks)
             )
             result.changed = True
             self.stats["admissions"] += 1

@@ -39,6 +39,7 @@ from admission.kube.control.metrics import Metrics
 from admission.kube.control.work import WorkQueue
 from admission.kube.control.workloads import owner_of
 from admission.kube.control.writer import Writer
+from admission.kube.reconcilers.admission_checks import CheckReconciler
 from admission.kube.reconcilers.admit import Applier
 from admission.kube.reconcilers.job_workloads import JobReconciler
 from admission.kube.reconcilers.node_failures import NodeFailures, unhealthy_nodes
@@ -67,6 +68,7 @@ KIND_OF_PLURAL = {
     "workloadpriorityclasses": "WorkloadPriorityClass",
     "priorityclasses": "PriorityClass",
     "topologies": "Topology",
+    "admissionchecks": "AdmissionCheck",
 }
 assert set(KIND_OF_PLURAL.values()) == set(QUEUE_KINDS)
 DECIDING_GRACE = 2.0  # seconds after a cycle's last decision the scheduler counts as busy
@@ -126,6 +128,7 @@ class Controller:
         self.jobs = JobReconciler(self.ctx)
         self.podgroups = PodGroupReconciler(self.ctx)
         self.applier = Applier(self.ctx)
+        self.checks = CheckReconciler(self.ctx)
         self.notices = Notices(self.ctx) if progress else None
         self.applier.notices = self.notices
         self.pods_ready = PodsReadyWatcher(self.ctx)
@@ -219,6 +222,9 @@ class Controller:
             self.sync.queue_object(kind, key, None if event == DELETED else new)
             if kind in ("ClusterQueue", "LocalQueue") and event != DELETED:
                 self._drain_if_stopped(kind, key, new)
+            if kind == "ClusterQueue":  # its checks may have changed
+                for wkey in list(self.ctx.cache.by_cq.get(key, ())):
+                    self.enqueue(work.Checks(wkey))
 
         return on_queue_object
 
@@ -276,6 +282,8 @@ class Controller:
             self.enqueue(work.Job(lower_kind, job))
         if event != DELETED:
             self.enqueue(work.Workload(key))
+            if self.checks.concerns(new):
+                self.enqueue(work.Checks(key))
             if self.notices is not None:
                 self.notices.on_workload(key, new)
             self.node_failures.on_workload(key, new)
@@ -346,6 +354,8 @@ class Controller:
                 self.queue.add(work.Job(lower_kind, key))
         for key in list(self.informers["workloads"].store):
             self.queue.add(self._item(work.Workload(key)))
+            if self.checks.concerns(self.writer.workload(key)):
+                self.queue.add(work.Checks(key))
         for key in self.podgroups.group_keys():
             self.queue.add(work.PodGroup(key))
         tasks = [
@@ -372,6 +382,8 @@ class Controller:
             item = await self.queue.get()
             try:
                 match item:
+                    case work.Checks(key):
+                        await self.checks.reconcile(key)
                     case work.NodeFailure(key):
                         await self.node_failures.handle(key)
                     case work.TasUngate(key):

@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from admission.engine.admission_checks import all_ready, reset_on_eviction, sync_states
 from admission.kube.digest import DIGEST, template_digest
 from queues.api.conditions import condition, conditions, is_true
 from queues.api.topology_assignment import to_v1beta2
-from queues.model import Admission, PodSetAssignment
+from queues.model import Admission, AdmissionCheckState, PodSetAssignment
 from queues.quantity import format_quantity
 from queues.times import rfc3339_seconds
 
@@ -31,6 +32,8 @@ PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
 FINISHED = "Finished"
 PODS_READY = "PodsReady"
+DEACTIVATION_TARGET = "DeactivationTarget"
+UNSATISFIED_CHECKS = "UnsatisfiedAdmissionChecks"
 
 # -- time and keys ------------------------------------------------------------------------
 
@@ -182,8 +185,13 @@ def _psa_json(psa: PodSetAssignment) -> Obj:
     return out
 
 
-def admission_status(wl: Obj, admission: Admission, *, now: float) -> Obj:
-    """Status merge patch that reserves quota and admits (no admission checks)."""
+def admission_status(
+    wl: Obj, admission: Admission, *, now: float, checks: tuple[str, ...] = ()
+) -> Obj:
+    """Status merge patch that reserves quota; and admits, unless some of ``checks`` (the
+    AdmissionChecks the reservation must pass) is not Ready yet: then
+    ``status.admissionChecks`` gets a Pending entry for each one missing and
+    ``Admitted`` is False (``UnsatisfiedAdmissionChecks``)."""
     gen = generation(wl)
     conds = conditions(wl)
     conds = set_condition(
@@ -195,18 +203,80 @@ def admission_status(wl: Obj, admission: Admission, *, now: float) -> Obj:
         now=now,
         observed_generation=gen,
     )
-    conds = set_condition(
-        conds,
-        type_=ADMITTED,
-        status=True,
-        reason="Admitted",
-        message="The workload is admitted",
-        now=now,
-        observed_generation=gen,
-    )
+    have = check_states(wl)
+    states, _ = sync_states(have, checks, now)
+    conds = admitted_condition(conds, admitted=all_ready(states, checks), now=now, gen=gen)
     for t in (EVICTED, PREEMPTED):
         conds = reset_if_true(conds, t, reason="QuotaReserved", now=now, gen=gen)
-    return {"conditions": conds, "admission": admission_json(admission)}
+    status: Obj = {"conditions": conds, "admission": admission_json(admission)}
+    if checks or have:
+        status["admissionChecks"] = check_states_json(states, wl)
+    return status
+
+
+def admitted_condition(conds: list[Obj], *, admitted: bool, now: float, gen: int) -> list[Obj]:
+    """Kueue's ``SyncAdmittedCondition`` for a workload holding quota."""
+    if admitted:
+        return set_condition(conds, type_=ADMITTED, status=True, reason="Admitted",
+                             message="The workload is admitted", now=now,
+                             observed_generation=gen)  # fmt: skip
+    return set_condition(conds, type_=ADMITTED, status=False, reason=UNSATISFIED_CHECKS,
+                         message="The workload has not all checks ready", now=now,
+                         observed_generation=gen)  # fmt: skip
+
+
+# -- admission checks ---------------------------------------------------------------------
+
+
+def check_states(wl: Mapping[str, Any] | None) -> tuple[AdmissionCheckState, ...]:
+    """``status.admissionChecks`` as the engine reads it (entries without a name or a
+    known state are skipped: the CRD's schema refuses them)."""
+    out = []
+    for item in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            continue
+        if item.get("state") not in ("Pending", "Ready", "Retry", "Rejected"):
+            continue
+        after, count = item.get("requeueAfterSeconds"), item.get("retryCount")
+        out.append(
+            AdmissionCheckState(
+                name=item["name"],
+                state=item["state"],
+                message=str(item.get("message") or ""),
+                last_transition=rfc3339_seconds(item.get("lastTransitionTime")),
+                requeue_after_seconds=after if isinstance(after, int) else None,
+                retry_count=count if isinstance(count, int) else None,
+            )
+        )
+    return tuple(out)
+
+
+def check_states_json(
+    states: tuple[AdmissionCheckState, ...], wl: Mapping[str, Any] | None = None
+) -> list[Obj]:
+    """``status.admissionChecks`` for ``states``; each entry keeps the ``podSetUpdates``
+    its controller wrote on ``wl``."""
+    updates = {
+        item.get("name"): item.get("podSetUpdates")
+        for item in ((wl or {}).get("status") or {}).get("admissionChecks") or []
+        if isinstance(item, dict) and item.get("podSetUpdates")
+    }
+    out: list[Obj] = []
+    for s in states:
+        entry: Obj = {
+            "name": s.name,
+            "state": s.state,
+            "message": s.message[:32768],
+            "lastTransitionTime": rfc3339(s.last_transition or 0),
+        }
+        if s.requeue_after_seconds is not None:
+            entry["requeueAfterSeconds"] = s.requeue_after_seconds
+        if s.retry_count is not None:
+            entry["retryCount"] = s.retry_count
+        if updates.get(s.name):
+            entry["podSetUpdates"] = updates[s.name]
+        out.append(entry)
+    return out
 
 
 def pending_status(wl: Obj, *, reason: str, message: str, now: float) -> Obj | None:
@@ -231,7 +301,8 @@ def evicted_status(
     wl: Obj, *, reason: str, message: str, now: float, preempted_reason: str | None = None
 ) -> Obj:
     """Evicted=True (and Preempted=True for preemptions); the admission stays until the
-    job is inactive."""
+    job is inactive. Its AdmissionChecks go back to Pending (Kueue's
+    ``prepareForEviction``)."""
     gen = generation(wl)
     conds = set_condition(
         conditions(wl),
@@ -252,7 +323,31 @@ def evicted_status(
             now=now,
             observed_generation=gen,
         )
-    return {"conditions": conds}
+    status: Obj = {"conditions": conds}
+    have = check_states(wl)
+    if have:
+        status["admissionChecks"] = check_states_json(reset_on_eviction(have, now), wl)
+    return status
+
+
+def deactivation_eviction(wl: Obj) -> tuple[str, str]:
+    """The ``Evicted`` reason and message of a deactivated workload (Kueue): with a
+    ``DeactivationTarget`` condition (e.g. a Rejected AdmissionCheck),
+    ``DeactivatedDueTo<its reason>`` and "The workload is deactivated due to <its
+    message>"; else ``Deactivated``."""
+    dt = condition(wl, DEACTIVATION_TARGET)
+    if dt is None or dt.get("status") != "True":
+        return "Deactivated", "The workload is deactivated"
+    return (
+        f"DeactivatedDueTo{dt.get('reason') or ''}",
+        f"The workload is deactivated due to {dt.get('message') or ''}",
+    )
+
+
+def without_deactivation_target(status: Obj) -> Obj:
+    """A status write that also removes the ``DeactivationTarget`` condition."""
+    conds = [c for c in status.get("conditions") or [] if c.get("type") != DEACTIVATION_TARGET]
+    return {**status, "conditions": conds}
 
 
 def cleared_status(wl: Obj, *, now: float, requeue_state: Obj | None = None) -> Obj:

@@ -29,6 +29,7 @@ from queues.quantity import to_units
 
 if TYPE_CHECKING:
     from queues.api.kinds import (
+        AdmissionCheck,
         ClusterQueue,
         Cohort,
         LocalQueue,
@@ -121,6 +122,41 @@ def _resource_groups(groups: list[ResourceGroup]) -> list[m.ResourceGroup]:
     return out
 
 
+def admission_check(ac: AdmissionCheck) -> m.AdmissionCheck:
+    active = ac.condition("Active")
+    params = ac.spec.parameters
+    return m.AdmissionCheck(
+        name=ac.metadata.name or "",
+        controller_name=ac.spec.controller_name,
+        active=active is not None and active.status == "True",
+        parameters=None if params is None else (params.api_group, params.kind, params.name),
+    )
+
+
+def _admission_checks(spec: Any) -> dict[str, tuple[str, ...]]:
+    """``spec.admissionChecksStrategy``: check name -> onFlavors, in the spec's order."""
+    strategy = spec.admission_checks_strategy
+    if strategy is None:
+        return {}
+    return {rule.name: tuple(rule.on_flavors) for rule in strategy.admission_checks}
+
+
+def _check_states(status: Any) -> tuple[m.AdmissionCheckState, ...]:
+    if status is None:
+        return ()
+    return tuple(
+        m.AdmissionCheckState(
+            name=acs.name,
+            state=acs.state,
+            message=acs.message,
+            last_transition=epoch(acs.last_transition_time),
+            requeue_after_seconds=acs.requeue_after_seconds,
+            retry_count=acs.retry_count,
+        )
+        for acs in status.admission_checks
+    )
+
+
 def cluster_queue(cq: ClusterQueue) -> m.ClusterQueue:
     spec = cq.spec
     fung = spec.flavor_fungibility
@@ -149,6 +185,7 @@ def cluster_queue(cq: ClusterQueue) -> m.ClusterQueue:
         if spec.admission_scope is None
         else spec.admission_scope.admission_mode,
         stop_policy=spec.stop_policy,
+        admission_checks=_admission_checks(spec),
     )
 
 
@@ -275,6 +312,7 @@ def workload(wl: Workload) -> m.Workload:
     ):
         requeue_time = epoch(evicted.last_transition_time)
     finished = wl.condition("Finished")
+    admitted = wl.condition("Admitted")
     progress = _progress(wl)
     return m.Workload(
         namespace=wl.metadata.namespace or DEFAULT_NAMESPACE,
@@ -298,6 +336,8 @@ def workload(wl: Workload) -> m.Workload:
         noticed_at=progress.noticed_at,
         eviction_deadline=progress.deadline,
         requeue_count=_requeue_count(status),
+        admission_checks=_check_states(status),
+        admitted=admission is not None and admitted is not None and admitted.status == "True",
     )
 
 

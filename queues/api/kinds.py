@@ -49,6 +49,7 @@ __all__ = [
     "NAMESPACED_KINDS",
     "ParsedObject",
     # kinds
+    "AdmissionCheck",
     "ClusterQueue",
     "Cohort",
     "LocalQueue",
@@ -90,6 +91,51 @@ class ResourceFlavor(KubeModel):
     spec: ResourceFlavorSpec = Field(
         default_factory=ResourceFlavorSpec, json_schema_extra={"default": {}}
     )
+
+
+# --------------------------------------------------------------------------------------
+# AdmissionCheck
+# --------------------------------------------------------------------------------------
+
+
+class AdmissionCheckParametersReference(KubeModel):
+    api_group: Annotated[
+        str, StringConstraints(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)
+    ]
+    kind: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z]([-A-Za-z0-9]*[A-Za-z0-9])?$"),
+    ]
+    name: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+    ]
+
+
+class AdmissionCheckSpec(KubeModel):
+    controller_name: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    parameters: AdmissionCheckParametersReference | None = None
+
+
+class AdmissionCheckStatus(StatusModel):
+    conditions: Annotated[list[Condition], Field(max_length=16)] = Field(default_factory=list)
+
+
+class AdmissionCheck(KubeModel):
+    """kueue.x-k8s.io AdmissionCheck (cluster-scoped): a check a Workload must pass,
+    after it reserved quota, before it is admitted; its controller sets ``Active``."""
+
+    api_version: str
+    kind: Literal["AdmissionCheck"]
+    metadata: ObjectMeta
+    spec: AdmissionCheckSpec
+    status: AdmissionCheckStatus | None = None
+
+    def condition(self, type_: str) -> Condition | None:
+        """The status condition of that type, if any."""
+        if self.status is None:
+            return None
+        return next((c for c in self.status.conditions if c.type == type_), None)
 
 
 # --------------------------------------------------------------------------------------
@@ -330,9 +376,34 @@ class Admission(KubeModel):
     )
 
 
+class PodSetUpdate(KubeModel):
+    name: PodSetReference
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: Annotated[list[Toleration], Field(max_length=8)] = Field(default_factory=list)
+
+
+class AdmissionCheckState(KubeModel):
+    """One entry of ``status.admissionChecks``: what the check's controller says."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=316)]
+    state: Literal["Pending", "Ready", "Retry", "Rejected"]
+    last_transition_time: Time | None = None
+    message: Annotated[str, StringConstraints(max_length=32768)] = ""
+    requeue_after_seconds: NonNegInt32 | None = None
+    retry_count: NonNegInt32 | None = None
+    pod_set_updates: Annotated[list[PodSetUpdate], Field(max_length=MAX_PODSETS)] = Field(
+        default_factory=list
+    )
+
+
 class WorkloadStatus(StatusModel):
     conditions: Annotated[list[Condition], Field(max_length=16)] = Field(default_factory=list)
     admission: Admission | None = None
+    admission_checks: Annotated[list[AdmissionCheckState], Field(max_length=8)] = Field(
+        default_factory=list
+    )
 
 
 class Workload(KubeModel):
@@ -356,7 +427,8 @@ class Workload(KubeModel):
 # --------------------------------------------------------------------------------------
 
 ParsedObject = (
-    ResourceFlavor
+    AdmissionCheck
+    | ResourceFlavor
     | ClusterQueue
     | Cohort
     | LocalQueue
@@ -368,6 +440,7 @@ ParsedObject = (
 )
 
 _KUEUE_KINDS: dict[str, type[KubeModel]] = {
+    "AdmissionCheck": AdmissionCheck,
     "ResourceFlavor": ResourceFlavor,
     "ClusterQueue": ClusterQueue,
     "Cohort": Cohort,

@@ -28,6 +28,7 @@ from queues.api.kinds import (
     KINDS,
     KUEUE_V1BETA1,
     NAMESPACED_KINDS,
+    AdmissionCheck,
     ClusterQueue,
     Cohort,
     LocalQueue,
@@ -80,7 +81,8 @@ class InputError(ValueError):
 
 
 ModelObject = (
-    m.ResourceFlavor
+    m.AdmissionCheck
+    | m.ResourceFlavor
     | m.ClusterQueue
     | m.Cohort
     | m.LocalQueue
@@ -98,6 +100,7 @@ _RULES: dict[type[KubeModel], Callable[[Any], Problems]] = {
     Topology: lambda o: topology_api.check_topology(o.spec),
 }
 _CONVERTERS: dict[type[KubeModel], Callable[[Any], ModelObject]] = {
+    AdmissionCheck: api_convert.admission_check,
     ResourceFlavor: api_convert.resource_flavor,
     ClusterQueue: api_convert.cluster_queue,
     Cohort: api_convert.cohort,

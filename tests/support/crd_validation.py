@@ -33,6 +33,7 @@ README = MANIFESTS / "README.md"
 GROUP = "kueue.x-k8s.io"
 V1BETA2 = f"{GROUP}/v1beta2"
 SERVED_KINDS = (
+    "AdmissionCheck",
     "ClusterQueue",
     "Cohort",
     "LocalQueue",

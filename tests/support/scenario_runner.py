@@ -15,7 +15,9 @@ workloads:                       # optional shorthand, expanded to kueue Workloa
      admitted: {clusterQueue: cq, flavors: {cpu: default}, at: 0},
      # progress signals (queues.api.progress), times in seconds like ``created``:
      checkpoint: 3500, checkpointCondition: 3500, notice: {at: 3500, deadline: 3800},
-     requeueCount: 1, finished: true}
+     requeueCount: 1, finished: true,
+     # status.admissionChecks (times in seconds); admitted.admittedCondition: Admitted=True
+     checks: [{name: prov, state: Retry, message: "...", at: 5, requeueAfterSeconds: 60}]}
 whatIf: [ {...} ]                # optional: objects for --what-if
 expect:
   exit: 0                        # optional (2 for bad input)
@@ -32,6 +34,9 @@ expect:
               requeue: {action: Backoff, count: 2, requeueAt: "..."}}  # requeue policy
   usage: {cq: {flavor: {resource: {total: "3", borrowed: "0"}}}}   # partial check
   whatIf: {ns/name: {before: admitted, after: pending}}            # outcome kinds
+  checks:                      # exactly these hold (or held) quota with AdmissionChecks
+    ns/name: {action: Wait, clusterQueue: cq, message: ["substring"], requeueAt: 65,
+              states: {prov: Pending}}
   left: {cq: [ns/name, ...]}              # Kueue's wantLeft: still in the heap at the end
   inadmissibleLeft: {cq: [ns/name, ...]}  # Kueue's wantInadmissibleLeft: parked at the end
 ```
@@ -126,6 +131,17 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
         obj["spec"]["active"] = w["active"]
     if "reclaimablePods" in w:
         obj["status"] = {"reclaimablePods": w["reclaimablePods"]}
+    if "checks" in w:
+        obj.setdefault("status", {})["admissionChecks"] = [
+            {
+                "name": c["name"],
+                "state": c["state"],
+                "message": c.get("message", ""),
+                "lastTransitionTime": _iso(c.get("at", 0)),
+                **{k: c[k] for k in ("requeueAfterSeconds", "retryCount") if k in c},
+            }
+            for c in w["checks"]
+        ]
     _progress_signals(w, obj)
     adm = w.get("admitted")
     if adm:
@@ -164,6 +180,11 @@ def expand_workload(w: dict[str, Any]) -> dict[str, Any]:
             },
             *status.get("conditions", []),
         ]
+        if adm.get("admittedCondition"):
+            status["conditions"].append(
+                {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
+                 "lastTransitionTime": _iso(adm.get("at", 0))}
+            )  # fmt: skip
     return obj
 
 
@@ -340,6 +361,7 @@ WORKLOAD_KEYS = {
     "notice",
     "requeueCount",
     "finished",
+    "checks",
 }
 POD_SET_KEYS = {
     "name",
@@ -352,7 +374,15 @@ POD_SET_KEYS = {
     "affinity",
     "topologyRequest",
 }
-ADMITTED_SHORTHAND_KEYS = {"clusterQueue", "flavors", "at", "topology", "topologyLevels"}
+ADMITTED_SHORTHAND_KEYS = {
+    "clusterQueue",
+    "flavors",
+    "at",
+    "topology",
+    "topologyLevels",
+    "admittedCondition",
+}
+CHECK_SHORTHAND_KEYS = {"name", "state", "message", "at", "requeueAfterSeconds", "retryCount"}
 EXPECT_KEYS = {
     "exit",
     "stderr",
@@ -364,9 +394,11 @@ EXPECT_KEYS = {
     "whatIf",
     "left",
     "inadmissibleLeft",
+    "checks",
 }
 EXPECT_ENTRY_KEYS = {
     "admitted": {
+        "admissionChecks",
         "clusterQueue",
         "cycle",
         "flavors",
@@ -387,6 +419,7 @@ EXPECT_ENTRY_KEYS = {
         "requeue",
     },
     "whatIf": {"before", "after"},
+    "checks": {"action", "clusterQueue", "message", "requeueAt", "states"},
 }
 
 
@@ -407,6 +440,8 @@ def validate_spec(spec: dict[str, Any]) -> None:
         for j, p in enumerate(w.get("podSets") or []):
             _check_keys(f"workloads[{i}].podSets[{j}]", p, POD_SET_KEYS)
         _check_keys(f"workloads[{i}].admitted", w.get("admitted"), ADMITTED_SHORTHAND_KEYS)
+        for j, c in enumerate(w.get("checks") or []):
+            _check_keys(f"workloads[{i}].checks[{j}]", c, CHECK_SHORTHAND_KEYS)
     expect = spec.get("expect") or {}
     _check_keys("expect", expect, EXPECT_KEYS)
     for section, allowed in EXPECT_ENTRY_KEYS.items():
@@ -482,6 +517,8 @@ def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
                 assert a["clusterQueue"] == w["clusterQueue"], (key, a)
             if "cycle" in w:
                 assert a["cycle"] == w["cycle"], (key, a)
+            if "admissionChecks" in w:
+                assert a.get("admissionChecks", []) == w["admissionChecks"], (key, a)
             if "flavors" in w:
                 flavors: dict[str, str] = {}
                 for p in a["podSetAssignments"]:
@@ -553,6 +590,8 @@ def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
                     assert doc["usage"][cq][flv][r] == u, (cq, flv, r, doc["usage"][cq][flv][r])
     if "cycles" in expect:
         assert doc["cycles"] == expect["cycles"]
+    if "checks" in expect:
+        _check_checks(doc, expect["checks"] or {})
     if "whatIf" in expect:
         changes = {c["workload"]: c for c in doc["whatIf"]["changes"]}
         assert set(changes) == set(expect["whatIf"]), f"whatIf changes {sorted(changes)}"
@@ -560,3 +599,18 @@ def check_decisions(doc: dict[str, Any], expect: dict[str, Any]) -> None:
             for side in ("before", "after"):
                 o = changes[key][side]
                 assert (o["outcome"] if o else None) == w[side], (key, side, o)
+
+
+def _check_checks(doc: dict[str, Any], want: dict[str, Any]) -> None:
+    """``expect.checks``: the AdmissionChecks verdicts of the plan (its ``admissionChecks``)."""
+    got = {c["workload"]: c for c in doc.get("admissionChecks", [])}
+    assert set(got) == set(want), f"checks {sorted(got)}, want {sorted(want)}"
+    for key, w in want.items():
+        c, w = got[key], w or {}
+        for field in ("action", "clusterQueue", "requeueAt"):
+            if field in w:
+                assert c.get(field) == w[field], (key, c)
+        if "states" in w:
+            assert {s["name"]: s["state"] for s in c["checks"]} == w["states"], (key, c)
+        for text in w.get("message", []):
+            assert text in c.get("message", ""), f"{key}: message lacks {text!r}: {c}"

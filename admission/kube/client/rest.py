@@ -95,6 +95,7 @@ WORKLOAD_PRIORITY_CLASSES = Resource(
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 TOPOLOGIES = Resource(KUEUE, "v1beta2", "topologies", "Topology", False)
+ADMISSION_CHECKS = Resource(KUEUE, "v1beta2", "admissionchecks", "AdmissionCheck", False)
 NODES = Resource("", "v1", "nodes", "Node", False)
 REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet", True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
@@ -143,6 +144,7 @@ QUEUE_WATCHED: tuple[Resource, ...] = (
     PRIORITY_CLASSES,
     NAMESPACES,
     TOPOLOGIES,
+    ADMISSION_CHECKS,
     NODES,
 )
 """What every replica watches whatever the integrations: Workloads and the queue objects."""

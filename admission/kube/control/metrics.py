@@ -71,6 +71,13 @@ class Metrics:
             buckets=WAIT_BUCKETS,
             registry=r,
         )
+        self.admission_checks_wait = Histogram(
+            "kueue_admission_checks_wait_time_seconds",
+            "The time from when a workload got the quota reservation until admission",
+            ["cluster_queue"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
         self.evicted_total = Counter(
             "kueue_evicted_workloads_total",
             "Evictions",

@@ -26,6 +26,15 @@ class Workload:
 
 
 @dataclass(frozen=True, slots=True)
+class Checks:
+    """Apply the AdmissionChecks of the Workload ``key`` that holds quota: admit it,
+    evict it for a retry, or deactivate it (``reconcilers.admission_checks``)."""
+
+    key: str
+    label: ClassVar[str] = "checks"
+
+
+@dataclass(frozen=True, slots=True)
 class PodGroup:
     """Reconcile a pod group: its Workload ``key`` and the group's pods together."""
 
@@ -61,7 +70,7 @@ class Job:
         return self.lower_kind
 
 
-Item = Workload | PodGroup | NodeFailure | TasUngate | Job
+Item = Workload | Checks | PodGroup | NodeFailure | TasUngate | Job
 """Any work item."""
 
 

@@ -194,7 +194,10 @@ async def evict(
             status["requeueState"] = requeue_state
         if runs_nothing(w) and not deactivate:  # deactivation releases after spec.active lands
             evicted = {**w, "status": {**(w.get("status") or {}), **status}}
-            status = kobj.cleared_status(evicted, now=now, requeue_state=requeue_state)
+            cleared = kobj.cleared_status(evicted, now=now, requeue_state=requeue_state)
+            if "admissionChecks" in status:  # reset to Pending by the eviction
+                cleared["admissionChecks"] = status["admissionChecks"]
+            status = cleared
         return status
 
     try:

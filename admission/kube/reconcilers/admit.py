@@ -31,10 +31,11 @@ from admission.engine.queue_manager import PendingStatus
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority
+from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.workloads import PreemptionNotices, enqueue_owner, evict
 from admission.kube.control.writer import Abandon
-from queues.api.conditions import condition
+from queues.api.conditions import condition, is_true
 from queues.backoff import BackoffPolicy
 from queues.times import rfc3339_seconds
 
@@ -109,21 +110,29 @@ class Applier:
         self.pending_written.pop(key, None)
         cq = d.cluster_queue
         wl = d.workload
-        log.info("admitted %s in ClusterQueue %s: QuotaReserved on %s", key, cq, _flavors(d))
-        ctx.metrics.quota_reserved_total.labels(cq).inc()
-        ctx.metrics.admitted_total.labels(cq).inc()
-        ctx.metrics.api_writes.labels("admit", "ok").inc()
-        if wl.admission_time is not None:
-            ctx.metrics.admission_wait.labels(cq).observe(
-                max(0.0, wl.admission_time - wl.queue_order_time)
-            )
         written = ctx.writer.workload(key)
+        admitted = written is not None and is_true(written, kobj.ADMITTED)
+        log.info("%s %s in ClusterQueue %s: QuotaReserved on %s",
+                 "admitted" if admitted else "reserved quota for", key, cq, _flavors(d))  # fmt: skip
+        ctx.metrics.quota_reserved_total.labels(cq).inc()
+        ctx.metrics.api_writes.labels("admit", "ok").inc()
+        if admitted:
+            ctx.metrics.admitted_total.labels(cq).inc()
+            if wl.admission_time is not None:
+                ctx.metrics.admission_wait.labels(cq).observe(
+                    max(0.0, wl.admission_time - wl.queue_order_time)
+                )
+            if d.checks:  # Kueue reports a zero wait when every check was Ready already
+                ctx.metrics.admission_checks_wait.labels(cq).observe(0.0)
         if written is not None:
             ctx.record_event(
                 written, "Normal", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}"
             )
-            ctx.record_event(written, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}")
-            enqueue_owner(ctx, key, written)  # start its job, ungate its group's pods
+            if admitted:
+                ctx.record_event(written, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}")
+                enqueue_owner(ctx, key, written)  # start its job, ungate its group's pods
+            else:  # its AdmissionChecks' controllers act on the reservation
+                ctx.enqueue(work.Checks(key))
 
     def _roll_back(self, key: str, *, refused: bool) -> None:
         """Undo the assumption. Only a refusal (a 4xx other than 409/429: a webhook's
@@ -175,7 +184,7 @@ class Applier:
                 raise Abandon
             if kobj.generation(w) != gen:
                 raise Abandon  # the spec changed since the decision was made
-            return kobj.admission_status(w, d.admission, now=now)
+            return kobj.admission_status(w, d.admission, now=now, checks=d.checks)
 
         try:
             new = await ctx.writer.update_status(key, compute, attempts=2)

@@ -259,6 +259,9 @@ class JobReconciler:
         if integ.stop_step(obj, originals) is not None:
             obj = await self._stop(integ, key, obj, originals=originals) or obj
         if kobj.has_quota(wl) and wkey not in ctx.sync.inflight:
+            if not kobj.is_active(wl) and not is_true(wl, kobj.EVICTED):
+                ctx.enqueue(work.Workload(wkey))  # evicted first, with its reason
+                return
             if (is_true(wl, kobj.EVICTED) or not kobj.is_active(wl)) and not integ.is_active(obj):
                 await finish_eviction(ctx, wkey)
             return
@@ -463,7 +466,9 @@ class JobReconciler:
         if not kobj.has_quota(wl) or wkey in ctx.sync.inflight:
             return
         if not kobj.is_active(wl) and not is_true(wl, kobj.EVICTED):
-            await evict(ctx, wkey, reason="Deactivated", message="The workload is deactivated")
+            reason, message = kobj.deactivation_eviction(wl)
+            await evict(ctx, wkey, reason=reason, message=message,
+                        also=kobj.without_deactivation_target)  # fmt: skip
             return
         drained = drained_queue(ctx, wl)
         if drained is not None and not is_true(wl, kobj.EVICTED):

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any
 
+from admission.engine.admission_checks import waiting_on
 from admission.engine.cache import Cache
 from admission.engine.usage import UsageTracker
 from admission.engine.vocabulary import PendingReason
@@ -63,14 +64,14 @@ def cluster_queue_status(cache: Cache, name: str, *, fair_sharing: bool) -> Obj:
     status: Obj = {
         "pendingWorkloads": len(q) if q is not None else 0,
         "reservingWorkloads": len(admitted),
-        "admittedWorkloads": len(admitted),
+        "admittedWorkloads": len(admitted) - _waiting_on_checks(cache, admitted),
         "flavorsReservation": flavors,
         "flavorsUsage": flavors,
         "conditions": [
             {
                 "type": "Active",
                 "status": "False" if inactive else "True",
-                "reason": _cq_reason(inactive),
+                "reason": cache.inactive_reasons.get(name) or _cq_reason(inactive),
                 "message": inactive.message if inactive else "Can admit new workloads",
             }
         ],
@@ -100,6 +101,11 @@ def invalid_cluster_queue_status(error: str) -> Obj:
     }
 
 
+def _waiting_on_checks(cache: Cache, keys: Any) -> int:
+    """How many of the workloads ``keys`` (holding quota) wait on AdmissionChecks."""
+    return sum(1 for k in keys if (wl := cache.workloads.get(k)) is not None and waiting_on(wl))
+
+
 def _cq_reason(inactive: Any) -> str:
     if inactive is None:
         return "Ready"
@@ -119,6 +125,7 @@ def local_queue_statuses(cache: Cache) -> dict[str, Obj]:
         k = f"{wl.namespace}/{wl.queue_name}"
         pending[k] = pending.get(k, 0) + 1
     reserving: dict[str, int] = {}
+    waiting: dict[str, int] = {}  # reserving, waiting on AdmissionChecks
     usage: dict[str, dict[tuple[str, str], int]] = {}
     for key in cache.admitted:
         held = cache.workloads.get(key)
@@ -126,6 +133,8 @@ def local_queue_statuses(cache: Cache) -> dict[str, Obj]:
             continue
         k = f"{held.namespace}/{held.queue_name}"
         reserving[k] = reserving.get(k, 0) + 1
+        if waiting_on(held):
+            waiting[k] = waiting.get(k, 0) + 1
         acc = usage.setdefault(k, {})
         for fr, v in cache.usage_of.get(key, {}).items():
             acc[fr] = acc.get(fr, 0) + v
@@ -144,7 +153,7 @@ def local_queue_statuses(cache: Cache) -> dict[str, Obj]:
         out[key] = {
             "pendingWorkloads": pending.get(key, 0),
             "reservingWorkloads": reserving.get(key, 0),
-            "admittedWorkloads": reserving.get(key, 0),
+            "admittedWorkloads": reserving.get(key, 0) - waiting.get(key, 0),
             "flavorsReservation": flavors,
             "flavorsUsage": flavors,
             "conditions": [
@@ -453,7 +462,7 @@ class StatusWriter:
         m.pending.labels(name, "inadmissible").set(len(q) - active if q is not None else 0)
         n = len(cache.by_cq.get(name, {}))
         m.reserving.labels(name).set(n)
-        m.admitted_active.labels(name).set(n)
+        m.admitted_active.labels(name).set(n - _waiting_on_checks(cache, cache.by_cq.get(name, {})))
         inactive = name in cache.inactive
         for s in ("pending", "active", "terminated"):
             m.cq_status.labels(name, s).set(1 if s == ("pending" if inactive else "active") else 0)

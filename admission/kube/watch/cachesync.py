@@ -52,6 +52,7 @@ QUEUE_KINDS = (
     "WorkloadPriorityClass",
     "PriorityClass",
     "Topology",
+    "AdmissionCheck",
 )
 _BY_GENERATION = {"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor"}
 
@@ -77,6 +78,7 @@ class CacheSync:
         self.workload_priority_classes: dict[str, m.PriorityClass] = {}
         self.priority_classes: dict[str, m.PriorityClass] = {}
         self.topologies: dict[str, m.Topology] = {}
+        self.admission_checks: dict[str, m.AdmissionCheck] = {}
         self._sigs: dict[tuple[str, str], Any] = {}
         self.invalid: dict[str, str] = {}  # "Kind key" -> error, for logs and status
         self.objects_dirty = False
@@ -127,6 +129,7 @@ class CacheSync:
             "WorkloadPriorityClass": self.workload_priority_classes,
             "PriorityClass": self.priority_classes,
             "Topology": self.topologies,
+            "AdmissionCheck": self.admission_checks,
         }
         return tables[kind]
 
@@ -175,6 +178,7 @@ class CacheSync:
             cohorts=self.cohorts,
             local_queues=self.local_queues,
             namespaces=self.namespaces,
+            admission_checks=self.admission_checks,
         )
         return True
 
@@ -217,6 +221,11 @@ class CacheSync:
             self.backoff.pop(key, None)
             if is_true(obj, kobj.EVICTED):
                 cache.mark_evicting(key)
+            held = cache.workloads.get(key)
+            if held is not None and (held.admission_checks or not held.admitted):
+                # what its AdmissionChecks' controllers wrote (list, why, status counts)
+                held.admission_checks = kobj.check_states(obj)
+                held.admitted = is_true(obj, kobj.ADMITTED)
             self.wl_sigs.pop(key, None)  # "unchanged" shortcuts apply to pending ones only
             return
         sig = self._sig(obj)

@@ -58,6 +58,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "resourceflavors": ("apis/kueue.x-k8s.io/v1beta2", False),
     "workloadpriorityclasses": ("apis/kueue.x-k8s.io/v1beta2", False),
     "topologies": ("apis/kueue.x-k8s.io/v1beta2", False),
+    "admissionchecks": ("apis/kueue.x-k8s.io/v1beta2", False),
     "nodes": ("api/v1", False),
     "deviceclasses": ("apis/resource.k8s.io/v1", False),
     "resourceclaimtemplates": ("apis/resource.k8s.io/v1", True),
@@ -91,6 +92,7 @@ KIND_PLURAL = {
     "ResourceFlavor": "resourceflavors",
     "WorkloadPriorityClass": "workloadpriorityclasses",
     "Topology": "topologies",
+    "AdmissionCheck": "admissionchecks",
     "Node": "nodes",
 }
 # what reset() empties, in this order (dependents first)
@@ -110,6 +112,7 @@ WIPED = (
     "resourceflavors",
     "workloadpriorityclasses",
     "topologies",
+    "admissionchecks",
     "nodes",  # no kubelet runs: a test's Nodes are plain objects, made Ready by the test
     "priorityclasses",
     "leases",

@@ -63,6 +63,7 @@ def messages(obj: Obj) -> list[str]:
 def test_the_checked_in_crds_are_accepted() -> None:
     crds = load_crds()
     assert {c["spec"]["names"]["kind"] for c in crds} == {
+        "AdmissionCheck",
         "ClusterQueue",
         "Cohort",
         "LocalQueue",

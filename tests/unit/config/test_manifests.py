@@ -47,7 +47,7 @@ PLAN_KINDS = {
 }
 
 BASE_KINDS = {
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): 9,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): 10,
     ("v1", "Namespace"): 1,
     ("v1", "ServiceAccount"): 1,
     ("v1", "Secret"): 1,

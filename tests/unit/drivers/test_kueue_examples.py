@@ -207,32 +207,35 @@ def test_kueueviz_demo_admits_every_job_with_its_priority(
     assert sorted(w.priority for w in inputs.workloads) == [1, 1000, 1_000_000]
 
 
-# -- kinds Quartermaster does not read (yet) ----------------------------------------------------
+# -- AdmissionChecks, and kinds Quartermaster does not read ------------------------------------
 
 
-def test_admission_checks_are_skipped_with_one_warning_each(
+def test_an_admission_check_without_status_is_taken_as_active_with_a_warning(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, doc, err = plan(capsys, "-f", str(EXAMPLES / "admission-check"))
     lines = warnings(err)
     assert len(lines) == 2
-    assert "skipped AdmissionCheck prov-test (kueue.x-k8s.io/v1beta2)" in lines[0]
+    assert "AdmissionCheck prov-test has no Active condition: taken as Active" in lines[0]
     assert "skipped ProvisioningRequestConfig prov-test-config" in lines[1]
     assert "sample-admission-check.yaml document 0" in lines[0]
     assert doc["admitted"] == doc["pending"] == []
 
 
-def test_provisioning_reserves_quota_and_says_the_check_is_not_run(
+def test_provisioning_reserves_quota_and_waits_for_the_check(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """docs/concepts/admission_check/provisioning_request.md: the Job gets quota, then waits
-    for the ProvisioningRequest. Quartermaster runs no admission checks: plan shows the
-    reservation and says so."""
+    for the ProvisioningRequest: plan shows the reservation and the check it waits on."""
     _, doc, err = plan(capsys, "-f", str(EXAMPLES / "provisioning"))
     (job,) = doc["admitted"]
     assert job["clusterQueue"] == "cluster-queue"
-    (line,) = [w for w in warnings(err) if "admissionChecksStrategy" in w]
-    assert "does not run admission checks (sample-prov)" in line
+    assert job["admissionChecks"] == ["sample-prov"]
+    (waiting,) = doc["admissionChecks"]
+    assert waiting["workload"] == job["workload"]
+    assert waiting["action"] == "Wait"
+    assert waiting["checks"] == [{"name": "sample-prov", "state": "Pending"}]
+    assert not [w for w in warnings(err) if "admissionChecksStrategy" in w]
 
 
 def test_a_cronjob_is_skipped(capsys: pytest.CaptureFixture[str]) -> None:

@@ -187,9 +187,10 @@ def test_kinds_not_read_are_skipped_with_one_warning_each(tmp_path: Path) -> Non
     file = write(tmp_path / "mixed.yaml", ADMISSION_CHECK, FLAVOR, cronjob, config_map)
     inputs = load_paths([file])
     assert list(inputs.flavors) == ["default"]
+    assert list(inputs.admission_checks) == ["prov-test"]
     assert inputs.warnings == [
-        f"{file} document 0: skipped AdmissionCheck prov-test (kueue.x-k8s.io/v1beta2): "
-        "Quartermaster does not read this kind",
+        f"{file} document 0: AdmissionCheck prov-test has no Active condition: taken as "
+        "Active (its controller, kueue.x-k8s.io/provisioning-request, sets it on a cluster)",
         f"{file} document 2: skipped CronJob ml/nightly (batch/v1): "
         "Quartermaster does not read this kind",
         f"{file} document 3: skipped ConfigMap cfg-* (v1): Quartermaster does not read this kind",

@@ -143,6 +143,7 @@ NAMES = {
         ["flavor", "flavors", "rf"],
         False,
     ),
+    "AdmissionCheck": ("admissionchecks", "admissioncheck", "Cluster", ["ac"], True),
     "ClusterQueue": ("clusterqueues", "clusterqueue", "Cluster", ["cq"], True),
     "Cohort": ("cohorts", "cohort", "Cluster", ["co"], True),
     "Topology": ("topologies", "topology", "Cluster", ["topo"], False),
@@ -166,6 +167,7 @@ NAMES = {
 }
 
 COLUMNS = {
+    "AdmissionCheck": [],
     "ResourceFlavor": [],
     "MultiKueueConfig": [],
     "MultiKueueCluster": [

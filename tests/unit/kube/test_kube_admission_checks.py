@@ -1,0 +1,88 @@
+"""The Workload status writes of AdmissionChecks (admission.kube.objects): the
+reservation that waits for its checks, the eviction that resets them, and the
+deactivation a Rejected check causes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from admission.kube import objects as kobj
+from queues.api.conditions import condition, is_true
+from queues.model import Admission, PodSetAssignment
+
+T0 = 1_800_000_000.0
+ADMISSION = Admission("cq", [PodSetAssignment("main", {"cpu": "f"}, {"cpu": 2000}, 2)])
+
+
+def _wl(**status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "w", "namespace": "ns", "generation": 1}, "status": status}
+
+
+def test_a_reservation_with_checks_is_not_admitted_and_lists_them_pending() -> None:
+    body = kobj.admission_status(_wl(), ADMISSION, now=T0, checks=("b", "a"))
+    wl = _wl(**body)
+    assert condition(wl, "QuotaReserved")["status"] == "True"
+    adm = condition(wl, "Admitted")
+    assert (adm["status"], adm["reason"], adm["message"]) == (
+        "False",
+        "UnsatisfiedAdmissionChecks",
+        "The workload has not all checks ready",
+    )
+    assert body["admissionChecks"] == [
+        {"name": "a", "state": "Pending", "message": "", "lastTransitionTime": kobj.rfc3339(T0)},
+        {"name": "b", "state": "Pending", "message": "", "lastTransitionTime": kobj.rfc3339(T0)},
+    ]
+    assert kobj.has_quota(wl) and not is_true(wl, "Admitted")
+
+
+def test_a_reservation_without_checks_is_admitted_as_before() -> None:
+    body = kobj.admission_status(_wl(), ADMISSION, now=T0)
+    assert condition(_wl(**body), "Admitted")["status"] == "True"
+    assert "admissionChecks" not in body
+
+
+def test_checks_ready_before_the_reservation_admit_at_once() -> None:
+    ready = {"name": "a", "state": "Ready", "message": "ok",
+             "lastTransitionTime": kobj.rfc3339(T0 - 5)}  # fmt: skip
+    body = kobj.admission_status(_wl(admissionChecks=[ready]), ADMISSION, now=T0, checks=("a",))
+    assert condition(_wl(**body), "Admitted")["status"] == "True"
+    assert body["admissionChecks"] == [ready]
+
+
+def test_an_eviction_resets_the_checks_and_keeps_pod_set_updates_of_pending_ones() -> None:
+    checks = [
+        {"name": "a", "state": "Retry", "message": "later", "requeueAfterSeconds": 30,
+         "lastTransitionTime": kobj.rfc3339(T0 - 9)},
+        {"name": "b", "state": "Pending", "message": "", "lastTransitionTime": kobj.rfc3339(T0),
+         "podSetUpdates": [{"name": "main", "labels": {"x": "y"}}]},
+    ]  # fmt: skip
+    body = kobj.evicted_status(
+        _wl(admissionChecks=checks), reason="AdmissionCheck", message="m", now=T0 + 1
+    )
+    a, b = body["admissionChecks"]
+    assert a == {
+        "name": "a",
+        "state": "Pending",
+        "message": "Reset to Pending after eviction. Previously: Retry",
+        "lastTransitionTime": kobj.rfc3339(T0 + 1),
+        "requeueAfterSeconds": 30,
+        "retryCount": 1,
+    }
+    assert b == checks[1]
+
+
+def test_deactivation_names_its_target_condition() -> None:
+    assert kobj.deactivation_eviction(_wl()) == ("Deactivated", "The workload is deactivated")
+    target = {"type": "DeactivationTarget", "status": "True", "reason": "AdmissionCheck",
+              "message": 'AdmissionCheck in Rejected state: "a"'}  # fmt: skip
+    assert kobj.deactivation_eviction(_wl(conditions=[target])) == (
+        "DeactivatedDueToAdmissionCheck",
+        'The workload is deactivated due to AdmissionCheck in Rejected state: "a"',
+    )
+    status = kobj.without_deactivation_target({"conditions": [target, {"type": "Evicted"}]})
+    assert status["conditions"] == [{"type": "Evicted"}]
+
+
+def test_unknown_states_are_not_read() -> None:
+    wl = _wl(admissionChecks=[{"name": "a", "state": "Maybe"}, {"state": "Ready"}, "x"])
+    assert kobj.check_states(wl) == ()
