@@ -23,6 +23,7 @@ from queues.api.labels import MAX_EXEC_TIME as MAX_EXEC_TIME_LABEL
 from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 from queues.api.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.api.labels import QUEUE_NAME as QUEUE_LABEL
+from webhooks.handlers.dra_warnings import claim_warnings
 from webhooks.handlers.owners import has_managed_ancestor
 from webhooks.review import (
     DEFAULT_LOCAL_QUEUE,
@@ -249,4 +250,7 @@ def validate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerConte
         if not integ.is_suspended(old) and held_by_kueue(labels, request_namespace(req, new), ctx):
             errs.errors.extend(claim_changes(integ, new, old))  # running: DRA devices fixed
     errs.errors.extend(integ.validate(new, old))
-    return errs.verdict()
+    warnings = None
+    if held_by_kueue(labels, request_namespace(req, new), ctx):
+        warnings = claim_warnings(integ, new, request_namespace(req, new), ctx.view) or None
+    return errs.verdict(warnings)

@@ -37,6 +37,7 @@ from webhooks.handlers.common import (
     validate_on_create,
     validate_on_update,
 )
+from webhooks.handlers.dra_warnings import claim_warnings
 from webhooks.review import (
     DEFAULT_LOCAL_QUEUE,
     DEFAULT_PRIORITY_CLASS,
@@ -295,7 +296,9 @@ def validate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     if req.operation == "CREATE":
         _validate_partial_admission_create(new, errs)
         _validate_sync_completions_create(new, errs)
-        return errs.verdict()
+        ns = request_namespace(req, req.object)
+        held = held_by_kueue(new.labels, ns, ctx)
+        return errs.verdict(claim_warnings(JOB, req.object, ns, ctx.view) or None if held else None)
 
     assert req.old_object is not None
     old = JobFields.of(req.old_object)

@@ -346,6 +346,11 @@ class CacheView:
     def workloads(self) -> Mapping[str, m.Workload]:
         return self._sync.cache.workloads
 
+    @property
+    def dra(self) -> Any:
+        """The cache's DRA accounting (webhooks.handlers.dra_warnings)."""
+        return self._sync.cache.dra
+
     def local_queue_exists(self, namespace: str, name: str) -> bool:
         return f"{namespace}/{name}" in self._sync.local_queues
 

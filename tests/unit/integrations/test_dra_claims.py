@@ -13,6 +13,7 @@ from what they claim.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -25,9 +26,14 @@ from admission.integrations.kinds.pod import workload_for_group
 from admission.integrations.registry import INTEGRATIONS
 from admission.kube.objects import job_mismatch
 from queues.api.parse import parse_model
+from queues.dra import DeviceClassMapping, DraAccounting, DraCatalog
 from queues.model import Workload
 from tests.support.integration_kit import NS, review
 from tests.unit.integrations.test_limits_after_admission import BUILDERS, _body, _edited, _pod
+from webhooks.config import WebhookConfig
+from webhooks.review import HandlerContext
+from webhooks.server.app import all_webhooks, process_review
+from webhooks.view import InMemoryView
 
 Obj = dict[str, Any]
 OWNERS = [i for i in INTEGRATIONS if i.reconciler != "pods"]
@@ -120,3 +126,54 @@ def test_a_suspended_object_may_change_its_claims(integ: Integration) -> None:
     set_path(new, integ.suspend_path, True)
     allowed, _patch, message = review(integ, new, mutating=False, operation="UPDATE", old=old)
     assert allowed, message
+
+
+# -- the webhook's warnings ---------------------------------------------------------------
+
+
+class _DraView(InMemoryView):
+    """A webhook view with the live cache's DRA accounting (serve's CacheView has one)."""
+
+    dra: DraAccounting
+
+
+def _warnings(integ: Integration, obj: Obj, view: InMemoryView) -> tuple[bool, list[str]]:
+    path = integ.webhook_paths()[1]
+    config = WebhookConfig()
+    spec = next(s for s in all_webhooks(config.frameworks) if s.path == path)
+    r = integ.resource
+    request = {
+        "uid": "u", "operation": "CREATE", "dryRun": False,
+        "kind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "resource": {"group": r.group, "version": r.version, "resource": r.plural},
+        "name": obj["metadata"]["name"], "namespace": NS, "object": obj, "oldObject": None,
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+    }  # fmt: skip
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": request}).encode()  # fmt: skip
+    status, payload, _ = process_review(body, spec, HandlerContext(view=view, config=config))
+    assert status == 200
+    response = json.loads(payload)["response"]
+    return response["allowed"], list(response.get("warnings") or [])
+
+
+@pytest.mark.parametrize("integ", OWNERS, ids=lambda i: i.framework)
+def test_a_queued_object_whose_claims_cannot_be_counted_is_warned_about(
+    integ: Integration,
+) -> None:
+    catalog = DraCatalog()
+    catalog.set("DeviceClass", "gpu.example.com", {"metadata": {"name": "gpu.example.com"}})
+    catalog.set("ResourceClaimTemplate", f"{NS}/single-gpu", {"spec": {"spec": {"devices": {
+        "requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}})  # fmt: skip
+    view = _DraView(namespaces=[NS])
+    view.dra = DraAccounting([DeviceClassMapping("example.com/gpu", ("gpu.example.com",))], catalog)
+    base = BUILDERS[integ.framework]()
+    allowed, warnings = _warnings(integ, _edited(integ, base, claims("single-gpu")), view)
+    assert allowed and warnings == []
+    allowed, warnings = _warnings(integ, _edited(integ, base, claims("not-yet")), view)
+    assert allowed  # the template may come after its job
+    assert warnings and all(
+        'resourceclaimtemplates.resource.k8s.io "not-yet" not found' in w
+        and "will not be admitted until its DRA claims can be counted" in w
+        for w in warnings
+    ), warnings
