@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from queues.dra_counters import CounterSource, Slice, counter_charge
+from queues.dra_counters import CounterSource, Slice, all_devices, counter_charge
 from queues.model import PodSet, Workload
 from queues.quantity import to_units
 from queues.transformations import ResourceTransformer
@@ -382,6 +382,7 @@ class DraAccounting:
                 raise DraError(f"{where}.{exc}: {who}") from None
             for req in exact:
                 self._count(req, ps.name, where, who, added)
+            self._selectable(exact, where, who)
         replaced = self._extended(ps, index, declared, added)
         return added, replaced
 
@@ -415,6 +416,47 @@ class DraAccounting:
             except ValueError as exc:
                 raise DraError(f"{rp}: {who}, DeviceClass {dc}: {exc}") from None
             added[quota] = added.get(quota, 0) + to_units(quota, charge)
+
+    def _selectable(self, exact: list[ExactRequest], where: str, who: str) -> None:
+        """Kueue's ``validateCELSelectorsAgainstDevices``: a device-count request with CEL
+        selectors waits until the cluster's ResourceSlices hold that many devices matching
+        its class's and its own selectors (each device counted for one request only)."""
+        taken: set[int] = set()
+        devices: list[tuple[str, Mapping[str, Any]]] | None = None
+        for req in exact:
+            if not req.selectors or req.device_class in self.counters:
+                continue
+            cls = self.catalog.classes.get(req.device_class)
+            if cls is None:
+                continue  # _count said so
+            if devices is None:
+                devices = all_devices(self.catalog.slices.values())
+            rp = f"{where}.devices.requests[{req.index}].exactly.selectors"
+            found = 0
+            for i, (driver, dev) in enumerate(devices):
+                if found >= req.count:
+                    break
+                if i in taken:
+                    continue
+                try:
+                    ok = self.selector_match is not None and all(
+                        self.selector_match(e, dev, driver)
+                        for e in (*cls.selectors, *req.selectors)
+                    )
+                except Exception as exc:  # a selector failing on a device: wait, say why
+                    raise DraError(
+                        f"{rp}: Invalid value: null: {who}: CEL evaluation failed for "
+                        f"DeviceClass {req.device_class}: {exc}"
+                    ) from None
+                if ok:
+                    taken.add(i)
+                    found += 1
+            if found < req.count:
+                raise DraError(
+                    f"{rp}: Internal error: {who}: insufficient matching devices for CEL "
+                    f"selector in DeviceClass {req.device_class}: {found} device(s) match in "
+                    f"the cluster but {req.count} requested"
+                )
 
     def _extended(
         self, ps: PodSet, index: int, declared: Mapping[str, int], added: dict[str, int]

@@ -23,7 +23,7 @@ from typing import Any
 
 from queues.quantity import QuantityError, parse_quantity
 
-__all__ = ["CounterSource", "Slice", "counter_charge"]
+__all__ = ["CounterSource", "Slice", "all_devices", "counter_charge"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,12 @@ def complete_pool_devices(slices: Iterable[Slice], driver: str) -> list[Mapping[
         for s in members
         for d in s.devices
     ]
+
+
+def all_devices(slices: Iterable[Slice]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(driver, device) of every device of every slice (Kueue's
+    ``buildDeviceListFromSlices``: no pool completeness check)."""
+    return [(s.driver, d) for s in slices for d in s.devices]
 
 
 def counter_charge(

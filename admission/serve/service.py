@@ -297,7 +297,7 @@ class Service:
         self.controller.ctx.record_event = self.events.record if copts.events else no_event
         self.dra = DraApis(
             self.client,
-            slices=any(m.counters for m in config.device_class_mappings),
+            slices=True,
             on_object=feed(self.controller.sync),
             rng=random.Random(rng.random()),
         )

@@ -2,9 +2,8 @@
 
 A pod's ResourceClaimTemplate and the template's DeviceClass decide how many devices
 its Workload is charged (queues.dra); a DeviceClass's ``extendedResourceName`` decides
-which extended resources DRA serves; ResourceSlices carry the device counters that
-counter sources charge (watched only when a mapping has one, as Kueue reads slices only
-for counters). Each kind has its informer; every event updates the cache's catalog and
+which extended resources DRA serves; ResourceSlices carry the devices that a request's
+CEL selectors must find in the cluster and the counters that counter sources charge. Each kind has its informer; every event updates the cache's catalog and
 counts the DRA devices of the workloads without quota again (``Cache.dra_changed``), so
 a workload waiting for a template that did not exist yet is admitted once it does.
 

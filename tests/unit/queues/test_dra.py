@@ -396,3 +396,22 @@ def test_claim_device_counts_reads_a_claim_spec() -> None:
     spec = {"devices": {"requests": [request(count=3), request("x", adminAccess=True)]}}
     (only,) = claim_device_counts(spec)
     assert (only.device_class, only.count) == (GPU_CLASS, 3)
+
+
+def test_cel_selectors_wait_for_enough_matching_devices_in_the_cluster() -> None:
+    """Kueue's validateCELSelectorsAgainstDevices: 2 devices of profile 1g.10gb are needed,
+    the slices hold one; a second published slice lets the claim be counted (2 devices)."""
+    selector = 'device.attributes["profile"] == "1g.10gb"'
+    cat = catalog(template("mig", request(count=2, selectors=[{"cel": {"expression": selector}}])))
+    one = mig_slice("node-a", [("a", "1g.10gb", "10Gi"), ("b", "3g.40gb", "40Gi")])
+    cat.set("ResourceSlice", "node-a", one)
+    acc = DraAccounting(MAPPINGS, cat, selector_match=fake_cel)
+    _, err = counted(acc, workload(MIG_CLAIM))
+    assert (
+        "insufficient matching devices for CEL selector in DeviceClass gpu.example.com: "
+        "1 device(s) match in the cluster but 2 requested"
+    ) in err
+    assert "podSet main, claim mig" in err
+    cat.set("ResourceSlice", "node-b", mig_slice("node-b", [("c", "1g.10gb", "10Gi")]))
+    got, err = counted(acc, workload(MIG_CLAIM))
+    assert err == "" and got[GPU] == 2
