@@ -141,7 +141,9 @@ def wide_local_queue(lq: Obj) -> list[Any]:
 
 def wide_workload(wl: Obj) -> list[Any]:
     """Priority, its class, and the reason of its latest QuotaReserved (or Evicted,
-    Finished) condition: why it waits, or how it ended."""
+    Finished) condition: why it waits, or how it ended; a reservation waiting for its
+    AdmissionChecks names them with their states (``UnsatisfiedAdmissionChecks:
+    prov=Pending``)."""
     spec = _spec(wl)
     ref = spec.get("priorityClassRef") or {}
     klass = ref.get("name") if isinstance(ref, dict) else None
@@ -151,6 +153,14 @@ def wide_workload(wl: Obj) -> list[Any]:
         if c is not None and (c.get("status") == "True" or type_ == "QuotaReserved"):
             reason = str(c.get("reason") or "")
             break
+    if workload_status(wl) == "quotaReserved" and not is_true(wl, "Evicted"):
+        waiting = ",".join(
+            f"{c.get('name')}={c.get('state')}"
+            for c in _status(wl).get("admissionChecks") or []
+            if isinstance(c, dict) and c.get("state") != "Ready"
+        )
+        if waiting:
+            reason = f"{(condition(wl, 'Admitted') or {}).get('reason') or reason}: {waiting}"
     return [spec.get("priority", ""), klass or spec.get("priorityClassName", ""), reason]
 
 

@@ -20,6 +20,7 @@ from queues.api.parse import InputError
 from queues.quantity import format_quantity
 
 KINDS = (
+    api.ADMISSION_CHECKS,
     api.RESOURCE_FLAVORS,
     api.CLUSTER_QUEUES,
     api.COHORTS,
@@ -103,6 +104,7 @@ def as_json(why: Explanation) -> dict[str, Any]:
         "reason": why.reason,
         "message": why.message,
         "admittedWithoutChange": why.admitted_now,
+        **({"admissionChecks": list(why.checks)} if why.checks else {}),
         "changes": [
             {
                 "kind": c.owner_kind,
@@ -131,10 +133,18 @@ def as_json(why: Explanation) -> dict[str, Any]:
 
 def as_text(doc: dict[str, Any]) -> str:
     wl = doc["workload"]
+    if doc["admittedWithoutChange"] and doc.get("admissionChecks"):
+        return (
+            f"Workload {wl} fits now: the next scheduling cycles reserve quota in ClusterQueue "
+            f"{doc['clusterQueue']}; it is admitted once its AdmissionChecks are Ready: "
+            f"{', '.join(doc['admissionChecks'])}.\n"
+        )
     if doc["admittedWithoutChange"]:
         return f"Workload {wl} fits now: the next scheduling cycles admit it in ClusterQueue {doc['clusterQueue']}.\n"
     if doc["reason"] == "Admitted":
         return f"Workload {wl} is admitted in ClusterQueue {doc['clusterQueue']}.\n"
+    if doc["reason"] == "UnsatisfiedAdmissionChecks":
+        return f"Workload {wl} is not admitted yet: {doc['reason']}\n  {doc['message']}\n"
     lines = [f"Workload {wl} is pending: {doc['reason']}", f"  {doc['message']}"]
     if "positionInClusterQueue" in doc:
         lines.append(

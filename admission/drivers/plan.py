@@ -462,6 +462,8 @@ def plan_table(doc: dict[str, Any], *, wide: bool = False) -> str:
                 )
                 for p in a["podSetAssignments"]
             )
+            if a.get("admissionChecks"):  # reserved; admitted once these checks are Ready
+                assign += f"; waits for AdmissionChecks {','.join(a['admissionChecks'])}"
             rows.append((a["workload"], a["clusterQueue"], str(a["cycle"]), assign))
     lines += _table(rows)
     if doc["preempted"]:

@@ -23,14 +23,18 @@ from typing import Any
 from admission.config.schema import Config
 from admission.drivers.inputs import Inputs, default_namespaces, store
 from admission.drivers.plan import PlanResult, run_plan
+from admission.engine import messages
+from admission.engine.admission_checks import Action
 from queues.api import parse as api
 from queues.model import (
+    CHECK_READY,
     ResourceGroup,
     ResourceQuota,
     Workload,
 )
 
 MAX_STEPS = 24  # binary-search iterations per limit
+UNSATISFIED_CHECKS = "UnsatisfiedAdmissionChecks"  # Kueue's Admitted=False reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class Explanation:
     admitted_now: bool = False  # the next cycles admit it without any change
     changes: list[Change] = field(default_factory=list)
     result: PlanResult | None = None
+    checks: tuple[str, ...] = ()  # admitted_now: the AdmissionChecks it then waits for
 
 
 def inputs_from_objects(docs: Iterable[dict[str, Any]]) -> Inputs:
@@ -174,7 +179,21 @@ def explain(inputs: Inputs, key: str, *, config: Config | None = None) -> Explan
         raise KeyError(key)
     if _admits(before, key):
         d = next(d for d in before.admitted if d.workload.key == key)
-        return Explanation(key, d.cluster_queue, "", "", admitted_now=True, result=before)
+        return Explanation(key, d.cluster_queue, "", "", admitted_now=True, result=before,
+                           checks=d.checks)  # fmt: skip
+    verdict = next((o for o in before.checks if o.workload == key), None)
+    if verdict is not None and verdict.verdict.action == Action.WAIT:
+        waiting = [s for s in verdict.states if s.state != CHECK_READY]
+        return Explanation(key, verdict.cluster_queue, UNSATISFIED_CHECKS,
+                           messages.waiting_for_checks(verdict.cluster_queue, waiting),
+                           result=before)  # fmt: skip
+    if verdict is not None and verdict.verdict.action in (Action.RETRY, Action.REJECT):
+        # Kueue's Evicted reasons: a retry, or a deactivation by a Rejected check
+        reason = "AdmissionCheck" if verdict.verdict.action == Action.RETRY else (
+            "DeactivatedDueToAdmissionCheck"
+        )
+        return Explanation(key, verdict.cluster_queue, reason, verdict.verdict.message,
+                           result=before)  # fmt: skip
     if wl.admission is not None:
         return Explanation(key, wl.admission.cluster_queue, "Admitted", "", result=before)
     cq, status = before.pending.get(key, (None, None))

@@ -60,6 +60,15 @@ def checks_in_state(checks: Iterable[AdmissionCheckState], state: str) -> str:
     return f"{noun} in {state} state: {'; '.join(parts)}"
 
 
+def waiting_for_checks(cluster_queue: str, waiting: Iterable[AdmissionCheckState]) -> str:
+    """A reservation that waits for its AdmissionChecks (``why``, ``list``, the dashboard)."""
+    parts = [f"{c.name} ({c.state}{': ' + c.message if c.message else ''})" for c in waiting]
+    return (
+        f"Quota reserved in ClusterQueue {cluster_queue}; waiting for AdmissionChecks: "
+        + ", ".join(parts)
+    )
+
+
 def evicted_by_checks(detail: str) -> str:
     """The ``Evicted`` message of a workload whose checks asked to retry."""
     return f"Evicted due to {detail}"

@@ -12,7 +12,8 @@ same in-memory model the scheduler uses — never by polling the API server:
   admissions, preemptions, evictions and finishes;
 * ``/api/pending?cq=&offset=&limit=``: a page of a ClusterQueue's pending workloads
   with both positions (:mod:`.queueview`, the visibility API's order) and the pending
-  reason and message in numbers; ``/api/admitted?cq=...``: a page of its admissions;
+  reason and message in numbers; ``/api/admitted?cq=...``: a page of its admissions
+  (a reservation waiting for its AdmissionChecks lists them with their states);
 * ``/events``: Server-Sent Events — a full ``summary`` event when a client connects,
   then, whenever the model changed (informer events and scheduling decisions,
   coalesced), a ``delta`` event with only the tree rows that changed, the totals and
@@ -44,6 +45,7 @@ from typing import Any
 from aiohttp import web
 
 from admission.config.schema import Config
+from admission.engine.admission_checks import waiting_on
 from admission.engine.cache import Cache
 from admission.kube.controller import Controller
 from queues.api.conditions import condition
@@ -269,6 +271,11 @@ def admitted_page(source: DashboardSource, cq: str, offset: int, limit: int) -> 
                 "priority": wl.priority if wl is not None else 0,
                 "priorityClass": (wl.priority_class or "") if wl is not None else "",
                 "evicting": key in cache.evicting,
+                # a reservation waiting for its AdmissionChecks: which, in what state
+                "waitingFor": [
+                    {"name": s.name, "state": s.state, "message": _bounded(s.message)}
+                    for s in (waiting_on(wl) if wl is not None else ())
+                ],
                 "usage": ", ".join(
                     f"{f}/{r} {format_quantity(r, v)}"
                     for (f, r), v in sorted(usage.items(), key=_accelerators_first)

@@ -5,12 +5,14 @@ deactivates (docs/semantics.md, AdmissionChecks)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 from admission.kube.client import rest as k
 from admission.kube.control.context import ControllerOptions
 from admission.kube.objects import rfc3339
+from admission.serve.dashboard import DashboardSource, admitted_page
 from queues.api.conditions import condition
 from tests.support.kube_harness import (
     Stack,
@@ -24,6 +26,7 @@ from tests.support.kube_harness import (
     namespace,
     stack,
 )
+from tests.unit.cli.test_kueuectl import cli, table
 
 NS = "team-a"
 CHECK = "check-a"
@@ -89,6 +92,37 @@ async def _reserved(s: Stack, name: str) -> dict[str, Any]:
     return wl
 
 
+async def _shows_the_wait(s: Stack, tmp_path: Path, name: str) -> None:
+    """``why``, ``list workloads -o wide``, the ClusterQueue's status and the dashboard
+    say the workload reserved quota and waits for its check."""
+    kc = s.kubeconfig(tmp_path / "kc", namespace=NS)
+    code, out, err = await cli(kc, "why", "job/j", "-o", "json")
+    assert code == 0, err
+    why = json.loads(out)
+    assert why["reason"] == "UnsatisfiedAdmissionChecks"
+    assert why["message"] == (
+        "Quota reserved in ClusterQueue cq; waiting for AdmissionChecks: check-a (Pending)"
+    )
+    code, out, err = await cli(kc, "list", "workloads", "-o", "wide")
+    assert code == 0, err
+    (row,) = table(out)
+    assert row["STATUS"] == "QUOTARESERVED"
+    assert row["REASON"] == "UnsatisfiedAdmissionChecks: check-a=Pending"
+    status = await eventually(
+        lambda: (st := (s.get("clusterqueues", "cq") or {}).get("status") or {}).get(
+            "reservingWorkloads"
+        ) == 1 and st,
+        what="the ClusterQueue counts the reservation",
+    )
+    assert status["admittedWorkloads"] == 0
+    controller = s.service.controller
+    source = DashboardSource(controller.cache, controller.cache_ready, lambda cq: None,
+                             lambda name, cohort: None)  # fmt: skip
+    page = admitted_page(source, "cq", 0, 10)
+    (item,) = page["items"]
+    assert item["waitingFor"] == [{"name": CHECK, "state": "Pending", "message": ""}]
+
+
 def test_ready_check_admits_and_only_then_the_job_starts(tmp_path: Path, backend: Any) -> None:
     now = [1_800_000_000.0]
 
@@ -114,6 +148,7 @@ def test_ready_check_admits_and_only_then_the_job_starts(tmp_path: Path, backend
             assert (state["name"], state["state"]) == (CHECK, "Pending")
             assert not _started(s, "j")  # quota reserved, not admitted: still suspended
             assert s.service.controller.cache.admitted  # the reservation holds quota
+            await _shows_the_wait(s, tmp_path, wl["metadata"]["name"])
 
             now[0] += 5
             await _set_check(s, wl, "Ready", now[0], message="provisioned")

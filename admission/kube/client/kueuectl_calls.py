@@ -22,6 +22,7 @@ from kubernetes.aio import config as kube_config
 from admission.kube.client.errors import ApiError
 from admission.kube.client.kubeconfig import KubeconfigError, check_kubeconfig
 from admission.kube.client.rest import (
+    ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     COHORTS,
     DRA_WATCHED,
@@ -42,6 +43,7 @@ DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", True)
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
 LIST_LIMIT_ENV = "KUEUECTL_LIST_REQUEST_LIMIT"
 __all__ = [
+    "ADMISSION_CHECKS",
     "CLUSTER_QUEUES",
     "DRA_WATCHED",
     "COHORTS",

@@ -188,7 +188,9 @@ let admittedItems = [];
 const admittedList = new VList(document.getElementById("admitted"), (i) => {
   const a = admittedItems[i]; if (!a) return null;
   const r = document.createElement("div");
-  r.append(span(a.workload), span(priorityText(a)), span(a.usage + (a.evicting ? " (evicting)" : ""), "message"));
+  const waiting = (a.waitingFor || []).map((c) => `${c.name}: ${c.state}${c.message ? " (" + c.message + ")" : ""}`);
+  const note = a.evicting ? " (evicting)" : waiting.length ? ` (quota reserved, waiting for AdmissionChecks ${waiting.join(", ")})` : "";
+  r.append(span(a.workload), span(priorityText(a)), span(a.usage + note, "message"));
   return r;
 });
 async function refreshAdmitted() {

@@ -236,6 +236,9 @@ def test_provisioning_reserves_quota_and_waits_for_the_check(
     assert waiting["action"] == "Wait"
     assert waiting["checks"] == [{"name": "sample-prov", "state": "Pending"}]
     assert not [w for w in warnings(err) if "admissionChecksStrategy" in w]
+    assert main(["plan", "-f", str(EXAMPLES / "provisioning"), "-o", "table"]) == 0
+    (row,) = [ln for ln in capsys.readouterr().out.splitlines() if job["workload"] in ln]
+    assert row.endswith("; waits for AdmissionChecks sample-prov")
 
 
 def test_a_cronjob_is_skipped(capsys: pytest.CaptureFixture[str]) -> None:
