@@ -64,7 +64,7 @@ States = tuple[AdmissionCheckState, ...]
 class Action(StrEnum):
     """What the state of a quota-holding workload's checks calls for."""
 
-    NONE = "None"  # no check applies, or it is admitted already
+    NONE = "None"  # it is admitted already
     WAIT = "Wait"  # some needed check is Pending (or missing from its status)
     ADMIT = "Admit"  # every needed check is Ready
     RETRY = "Retry"  # evict, release the quota, requeue after the retry time
@@ -239,9 +239,9 @@ def verdict(
             messages.evicted_by_checks(messages.checks_in_state(retry, CHECK_RETRY)),
             max_retry_time(states),
         )
-    if admitted or (not required and not states):
+    if admitted:
         return Verdict(Action.NONE)
-    if all_ready(states, required):
+    if all_ready(states, required):  # no check left (one removed from the queue) admits too
         return Verdict(Action.ADMIT)
     return Verdict(Action.WAIT)
 

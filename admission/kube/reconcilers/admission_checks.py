@@ -45,12 +45,14 @@ class CheckReconciler:
         self.ctx = ctx
 
     def concerns(self, wl: Obj | None) -> bool:
-        """Whether the Workload holds quota and has, or needs, admission checks (the
-        controller enqueues only those)."""
+        """Whether the Workload holds quota and has, or needs, admission checks, or is
+        not admitted yet (the controller enqueues only those)."""
         if wl is None or not kobj.has_quota(wl) or kobj.is_finished(wl):
             return False
-        if ((wl.get("status") or {}).get("admissionChecks")) or is_true(
-            wl, kobj.DEACTIVATION_TARGET
+        if (
+            (wl.get("status") or {}).get("admissionChecks")
+            or is_true(wl, kobj.DEACTIVATION_TARGET)
+            or not is_true(wl, kobj.ADMITTED)
         ):
             return True
         cq = self.ctx.sync.cluster_queues.get(str((kobj.admission_of(wl) or {}).get("clusterQueue")))

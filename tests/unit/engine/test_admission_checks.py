@@ -90,7 +90,9 @@ def test_verdicts() -> None:
     assert verdict((_s("a", "Ready"), _s("b", "Pending")), req).action == Action.WAIT
     assert verdict((_s("a", "Ready"),), req).action == Action.WAIT  # b not yet listed
     assert verdict((_s("a", "Ready"), _s("b", "Ready")), req).action == Action.ADMIT
-    assert verdict((), ()).action == Action.NONE
+    # no check left (the queue dropped it): admitted; admitted already: nothing to do
+    assert verdict((), ()).action == Action.ADMIT
+    assert verdict((), (), admitted=True).action == Action.NONE
     retry = verdict(
         (
             _s("b", "Retry", message="later", last_transition=100.0, requeue_after_seconds=30),
