@@ -327,6 +327,10 @@ def evicted_status(
     have = check_states(wl)
     if have:
         status["admissionChecks"] = check_states_json(reset_on_eviction(have, now), wl)
+    old = wl.get("status") or {}
+    if old.get("clusterName") or old.get("nominatedClusterNames"):
+        # Kueue's resetClusterNomination: MultiKueue dispatches the workload afresh
+        status["clusterName"] = status["nominatedClusterNames"] = None
     return status
 
 

@@ -55,6 +55,7 @@ from admission.kube.control.integrationgate import IntegrationGate
 from admission.kube.control.leader import LeaderElector
 from admission.kube.control.metrics import Metrics
 from admission.kube.controller import Controller
+from admission.kube.multikueue.manager import MultiKueue
 from admission.kube.reconcilers.cabundle import CABundleReconciler
 from admission.kube.reconcilers.topology_nodes import (
     BOUND_POD_SELECTOR,
@@ -101,6 +102,7 @@ class Service:
         self._loop_lag = LoopLagMonitor(self.metrics.loop_lag, self.metrics.loop_lag_max)
         self.client: KubeClient | None = None
         self.controller: Controller | None = None
+        self.multikueue: MultiKueue | None = None  # the admission-check controller of MultiKueue
         self.elector: LeaderElector | None = None
         self.ca_bundles: CABundleReconciler | None = None
         self.informers: dict[str, Informer] = {}
@@ -301,6 +303,17 @@ class Service:
             on_object=feed(self.controller.sync),
             rng=random.Random(rng.random()),
         )
+        controller = self.controller
+        self.multikueue = MultiKueue(
+            controller.ctx,
+            config.multikueue,
+            namespace=opts.namespace,
+            leading=lambda: controller.leading,
+            poll=copts.tick * 4,
+            probe_interval=copts.tick * 10,
+            resync=copts.tick * 60,
+        )
+        controller.observers.append(self.multikueue.observe)
 
     async def _lead(self) -> None:
         opts = self.options
@@ -352,6 +365,8 @@ class Service:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.multikueue is not None:
+            await self.multikueue.stop()
         if self.client is not None:
             await self.client.close()
 

@@ -243,6 +243,7 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *_calls(("patch",), MULTIKUEUE_CLUSTERS, "status"),
         *_calls(("list", "watch"), MULTIKUEUE_CONFIGS),
         *_calls(("patch",), JOBSET_RESOURCE, "status"),
+        *_calls(("patch",), ADMISSION_CHECKS, "status"),
     ]
 )
 """Every API call the adapter makes. ``manifests/base/rbac.yaml`` must grant each."""

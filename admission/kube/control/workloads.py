@@ -197,6 +197,9 @@ async def evict(
             cleared = kobj.cleared_status(evicted, now=now, requeue_state=requeue_state)
             if "admissionChecks" in status:  # reset to Pending by the eviction
                 cleared["admissionChecks"] = status["admissionChecks"]
+            for key in ("clusterName", "nominatedClusterNames"):  # reset by the eviction
+                if key in status:
+                    cleared[key] = None
             status = cleared
         return status
 

@@ -1,0 +1,333 @@
+"""The admission-check controller ``kueue.x-k8s.io/multikueue``: one manager Workload
+and its copies on the workers (Kueue's ``wlReconciler.reconcileGroup``).
+
+The manager reserved quota for the Workload and gave it a ``Pending`` entry for the
+check (the service's admission-check machinery). Then, in order:
+
+1. no quota held any more, or finished: every remote copy (Workload and job) is
+   removed;
+2. a remote copy finished: the job's last status is copied to the manager's job and
+   the manager's Workload finishes with the remote condition's reason and message;
+3. a remote copy was evicted while the check was ``Ready``: the check goes ``Retry``
+   ("Workload evicted on worker cluster: ...") and the service evicts and requeues;
+4. a remote copy is admitted (the first to be admitted wins): every other copy is
+   removed, the job is created on the winner (or its status copied back), and the
+   check goes ``Ready`` ("The workload was admitted on "<worker>"") with
+   ``status.clusterName`` set and ``nominatedClusterNames`` cleared;
+5. the check is ``Ready`` but no admitted copy is visible: if the worker is lost, wait
+   ``workerLostTimeout`` from when it was lost, then ``Retry`` ("Admitting remote
+   lost"); if it answers, ``Retry`` at once ("Admitting remote no longer exists");
+6. otherwise the dispatcher nominates workers (:mod:`.dispatchers`) and a Workload copy
+   is created on each nominated worker and removed from the others.
+
+The manager's own job carries ``spec.managedBy: kueue.x-k8s.io/multikueue`` (else the
+check is ``Rejected``: "The owner is not managed by Kueue: ..."), so its controllers
+leave it alone; the service starts it once the Workload is admitted, as any job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from admission.integrations.framework.fields import controller_ref
+from admission.kube import objects as kobj
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import WORKLOADS, KubeClient, Obj
+from admission.kube.multikueue.adapters import ADAPTERS, Adapter
+from admission.kube.multikueue.remote import RemoteCluster
+from queues.api.conditions import condition, is_true
+from queues.api.labels import JOB_UID, MULTIKUEUE_ORIGIN
+from queues.times import rfc3339_seconds
+
+log = logging.getLogger("quartermaster.kube.multikueue")
+
+PENDING, READY, RETRY, REJECTED = "Pending", "Ready", "Retry", "Rejected"
+EVENT_REASON = "MultiKueue"
+MAX_MESSAGE = 32768
+
+
+@dataclass(slots=True)
+class Group:
+    """The manager's Workload, its check's entry, and its copies on the workers."""
+
+    key: str
+    local: Obj
+    check: str
+    state: Obj
+    workers: list[str]  # the check's MultiKueueConfig, in order
+    remotes: dict[str, RemoteCluster]  # connected workers of ``workers``
+    copies: dict[str, Obj] = field(default_factory=dict)  # worker -> its copy
+    unavailable: list[str] = field(default_factory=list)
+    lost: dict[str, float] = field(default_factory=dict)  # unavailable worker -> since
+
+    @property
+    def namespace(self) -> str:
+        return self.key.partition("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.partition("/")[2]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the reconcile needs next: ``after`` seconds to look again (None: on events)."""
+
+    after: float | None = None
+    reasons: tuple[str, ...] = ()
+
+
+def first_true(copies: Mapping[str, Obj], type_: str) -> tuple[str, Obj] | None:
+    """The worker whose copy has condition ``type_`` True the earliest (Kueue's
+    ``bestMatchByCondition``)."""
+    best: tuple[float, str, Obj] | None = None
+    for worker, wl in sorted(copies.items()):
+        if not is_true(wl, type_):
+            continue
+        at = rfc3339_seconds((condition(wl, type_) or {}).get("lastTransitionTime")) or 0.0
+        if best is None or at < best[0]:
+            best = (at, worker, wl)
+    return None if best is None else (best[1], best[2])
+
+
+def remote_workload(local: Obj, origin: str) -> Obj:
+    """The Workload copy created on a worker (Kueue's ``cloneForCreate``)."""
+    meta = local.get("metadata") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != JOB_UID}
+    labels[MULTIKUEUE_ORIGIN] = origin
+    new_meta: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                     "labels": labels}  # fmt: skip
+    if meta.get("annotations"):
+        new_meta["annotations"] = dict(meta["annotations"])
+    return {
+        "apiVersion": local.get("apiVersion", WORKLOADS.api_version),
+        "kind": "Workload",
+        "metadata": new_meta,
+        "spec": dict(local.get("spec") or {}),
+    }
+
+
+class Dispatch:
+    """Reconciles one Workload group at a time (the manager calls :meth:`reconcile`)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        origin: str,
+        worker_lost_timeout: float,
+        nominate: Callable[[Group], Any],
+        record_event: Callable[..., None],
+        clock: Callable[[], float],
+        full: Callable[[str], Awaitable[Obj | None]],
+    ) -> None:
+        self.client = client
+        self.origin = origin
+        self.worker_lost_timeout = worker_lost_timeout
+        self.nominate = nominate  # async (group) -> (names or None, after, reasons)
+        self.record_event = record_event
+        self.clock = clock
+        self.full = full  # the manager's whole Workload (the informer keeps a slim one)
+
+    # -- remote objects -------------------------------------------------------------------
+
+    async def remove_remote(self, remote: RemoteCluster, key: str, owner_kind: str) -> None:
+        """Delete the job copy and the Workload copy of ``key`` from a worker."""
+        ns, _, name = key.partition("/")
+        adapter = ADAPTERS.get(owner_kind)
+        owner = self.owner_name(remote.workload(key))
+        targets = []
+        if adapter is not None and owner:
+            targets.append((adapter.resource, owner))
+        targets.append((WORKLOADS, name))
+        for res, obj_name in targets:
+            try:
+                await remote.client.delete(res, obj_name, namespace=ns)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+
+    @staticmethod
+    def owner_name(wl: Obj | None) -> str:
+        ref = controller_ref(wl) if wl else None
+        return str(ref.get("name") or "") if ref else ""
+
+    # -- the manager's Workload -------------------------------------------------------------
+
+    async def patch_status(self, group: Group, status: Obj) -> Obj | None:
+        rv = (group.local.get("metadata") or {}).get("resourceVersion")
+        body: Obj = {"status": status}
+        if rv:
+            body["metadata"] = {"resourceVersion": rv}
+        try:
+            new = await self.client.patch(
+                WORKLOADS, group.name, body, namespace=group.namespace, subresource="status"
+            )
+        except ApiError as err:
+            if err.status in (404, 409):
+                return None  # gone, or changed since: its event brings it back
+            raise
+        group.local = new
+        return new
+
+    def _checks_with(self, group: Group, state: str, message: str) -> list[Obj]:
+        out = []
+        now = kobj.rfc3339(self.clock())
+        for entry in ((group.local.get("status") or {}).get("admissionChecks")) or []:
+            if entry.get("name") == group.check:
+                entry = dict(entry)
+                if entry.get("state") != state:
+                    entry["lastTransitionTime"] = now
+                entry["state"] = state
+                entry["message"] = message[:MAX_MESSAGE]
+            out.append(entry)
+        return out
+
+    async def set_state(self, group: Group, state: str, message: str, **extra: Any) -> bool:
+        """Kueue's ``updateACS``: our entry's state and message ("..., Previously: ...")."""
+        message = f'{message}, Previously: "{group.state.get("state")}"'
+        status: Obj = {"admissionChecks": self._checks_with(group, state, message), **extra}
+        new = await self.patch_status(group, status)
+        if new is not None:
+            self.record_event(new, "Normal", EVENT_REASON, message)
+        return new is not None
+
+    async def reject(self, group: Group, message: str) -> None:
+        await self.set_state(group, REJECTED, message)
+
+    # -- the reconcile ----------------------------------------------------------------------
+
+    async def reconcile(self, group: Group, job: Obj | None, adapter: Adapter | None) -> Outcome:
+        local = group.local
+        owner_kind = str((controller_ref(local) or {}).get("kind") or "")
+        if kobj.is_finished(local) or not kobj.has_quota(local) or kobj.deleting(local):
+            for worker in list(group.copies):
+                await self.remove_remote(group.remotes[worker], group.key, owner_kind)
+            if group.unavailable:
+                return Outcome(after=self.worker_lost_timeout)
+            return Outcome()
+        if adapter is None:
+            await self.reject(
+                group, f'No multikueue adapter found for owner kind "{owner_kind or "none"}"'
+            )
+            return Outcome()
+        if job is None:
+            return Outcome()  # the job is not seen yet (or is being deleted)
+        why = adapter.unmanaged_reason(job)
+        if why:
+            await self.reject(group, f"The owner is not managed by Kueue: {why}")
+            return Outcome()
+        state = group.state.get("state")
+
+        finished = first_true(group.copies, "Finished")
+        if finished is not None:
+            worker, copy_ = finished
+            await self.sync_job(group.remotes[worker], group, job, adapter)
+            cond = condition(copy_, "Finished") or {}
+            conds = kobj.set_condition(
+                list((local.get("status") or {}).get("conditions") or []),
+                type_="Finished",
+                status=True,
+                reason=str(cond.get("reason") or "Succeeded"),
+                message=str(cond.get("message") or ""),
+                now=self.clock(),
+                observed_generation=kobj.generation(local),
+            )
+            await self.patch_status(group, {"conditions": conds})
+            return Outcome()
+
+        evicted = first_true(group.copies, "Evicted")
+        if evicted is not None and state == READY and not is_true(local, "Evicted"):
+            worker = str((local.get("status") or {}).get("clusterName") or evicted[0])
+            await self.set_state(
+                group,
+                RETRY,
+                f'Workload evicted on worker cluster: "{worker}", resetting for re-admission',
+            )
+            return Outcome()
+
+        admitted = first_true(group.copies, "Admitted")
+        chosen = str((local.get("status") or {}).get("clusterName") or "")
+        if chosen and is_true(group.copies.get(chosen), "Admitted"):
+            admitted = (chosen, group.copies[chosen])  # a copy from before is not the winner
+        if admitted is None and state == READY:
+            worker = str((local.get("status") or {}).get("clusterName") or "")
+            if worker and worker in group.unavailable:
+                lost = group.lost.get(worker, self.clock())
+                wait = self.worker_lost_timeout - (self.clock() - lost)
+                if wait > 0:
+                    return Outcome(after=wait)
+                await self.set_state(group, RETRY, "Admitting remote lost")
+                return Outcome()
+            await self.set_state(group, RETRY, "Admitting remote no longer exists")
+            return Outcome()
+
+        if admitted is not None:
+            winner = admitted[0]
+            for worker in list(group.copies):
+                if worker != winner:
+                    await self.remove_remote(group.remotes[worker], group.key, owner_kind)
+            await self.sync_job(group.remotes[winner], group, job, adapter)
+            if state not in (READY, RETRY, REJECTED):
+                status = local.get("status") or {}
+                if status.get("clusterName") not in (None, winner):
+                    return Outcome()  # immutable once set
+                await self.set_state(
+                    group,
+                    READY,
+                    f'The workload was admitted on "{winner}"',
+                    clusterName=winner,
+                    nominatedClusterNames=None,
+                )
+            return Outcome(after=self.worker_lost_timeout)
+
+        if state != PENDING or is_true(local, "Evicted"):
+            return Outcome()
+        nominated, after, reasons = await self.nominate(group)
+        if nominated is None:
+            return Outcome(after=after, reasons=reasons)
+        whole: Obj | None = None
+        for worker, remote in group.remotes.items():
+            have = group.copies.get(worker)
+            if worker in nominated and have is None:
+                whole = whole or await self.full(group.key)
+                if whole is None:
+                    return Outcome()
+                try:
+                    await remote.client.create(
+                        WORKLOADS, remote_workload(whole, self.origin), namespace=group.namespace
+                    )
+                except ApiError as err:
+                    if err.status != 409:
+                        log.info("%s: no copy on %s yet: %s", group.key, worker, err.reason)
+                        after = min(after or 5.0, 5.0)
+            elif worker not in nominated and have is not None:
+                await self.remove_remote(remote, group.key, owner_kind)
+        return Outcome(after=after, reasons=reasons)
+
+    async def sync_job(
+        self, remote: RemoteCluster, group: Group, job: Obj, adapter: Adapter
+    ) -> None:
+        """Create the job on the worker, or copy its status back (``SyncJob``)."""
+        ns = group.namespace
+        name = str((job.get("metadata") or {}).get("name"))
+        try:
+            theirs = await remote.client.get(adapter.resource, name, namespace=ns)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            body = adapter.remote_copy(job, group.name, self.origin)
+            try:
+                await remote.client.create(adapter.resource, body, namespace=ns)
+            except ApiError as err2:
+                if err2.status != 409:
+                    raise
+            return
+        status = adapter.status_to_copy(job, theirs)
+        if status is None:
+            return
+        body = {"status": {**{k: None for k in (job.get("status") or {})}, **status}}
+        await self.client.patch(adapter.resource, name, body, namespace=ns, subresource="status")

@@ -1,0 +1,376 @@
+"""MultiKueue's loop on the manager: it starts when the first AdmissionCheck with
+``spec.controllerName: kueue.x-k8s.io/multikueue`` appears (a cluster without one pays
+nothing), then keeps
+
+* the workers (:class:`~.clusters.Clusters`, from an informer of MultiKueueClusters,
+  and their Secrets read again every ``resync`` seconds) and their ``Active``
+  conditions;
+* each MultiKueue AdmissionCheck's ``Active`` condition, as Kueue's ``ACReconciler``:
+  ``True`` (``Active``, or ``SomeActiveClusters`` naming the others) while one of its
+  MultiKueueConfig's workers is active, ``False`` (``NoUsableClusters``, or
+  ``BadConfig`` when the config is missing);
+* every Workload that has an entry for such a check, reconciled by
+  :class:`~.dispatch.Dispatch` on its own events, its copies' events on the workers,
+  a worker's loss or return, and ``poll`` seconds while it runs on a worker (its job's
+  status comes back then);
+* the garbage collection every ``gcInterval``: copies on a worker, created by this
+  manager (its ``origin``), whose Workload no longer exists on the manager are
+  removed with their jobs.
+
+It acts only while the service leads (``leading()``); the informers run regardless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from admission.config.multikueue import MultiKueueSettings
+from admission.integrations.framework.fields import controller_ref
+from admission.kube import objects as kobj
+from admission.kube.client.errors import ApiError
+from admission.kube.client.rest import (
+    ADMISSION_CHECKS,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+    KubeClient,
+    Obj,
+)
+from admission.kube.control.context import Context
+from admission.kube.multikueue.adapters import ADAPTERS
+from admission.kube.multikueue.clusters import Clusters
+from admission.kube.multikueue.dispatch import Dispatch, Group
+from admission.kube.multikueue.dispatchers import Dispatchers
+from admission.kube.multikueue.remote import RemoteCluster
+from admission.kube.watch.informer import DELETED, Informer
+from queues.api.conditions import condition
+from queues.api.labels import MULTIKUEUE_CONTROLLER
+
+log = logging.getLogger("quartermaster.kube.multikueue")
+
+CONCURRENCY = 16
+
+
+class MultiKueue:
+    def __init__(
+        self,
+        ctx: Context,
+        settings: MultiKueueSettings,
+        *,
+        namespace: str,
+        leading: Callable[[], bool],
+        poll: float = 5.0,
+        resync: float = 30.0,
+        probe_interval: float = 5.0,
+    ) -> None:
+        self.ctx = ctx
+        self.client: KubeClient = ctx.client
+        self.settings = settings
+        self.leading = leading
+        self.poll = poll
+        self.resync = resync
+        self.probe_interval = probe_interval
+        self.clock = ctx.clock
+        self.clusters = Clusters(
+            self.client, namespace=namespace, make_remote=self._make_remote, clock=self.clock
+        )
+        rng = random.Random(7)
+        self.cluster_informer = Informer(
+            self.client, MULTIKUEUE_CLUSTERS, rng=rng, handler=self._on_cluster
+        )
+        self.config_informer = Informer(
+            self.client, MULTIKUEUE_CONFIGS, rng=rng, handler=self._on_config
+        )
+        self.dispatchers = Dispatchers(settings, self._patch, self.clock)
+        self.dispatch = Dispatch(
+            self.client,
+            origin=settings.origin,
+            worker_lost_timeout=settings.worker_lost_timeout,
+            nominate=self.dispatchers.nominate,
+            record_event=lambda *a: ctx.record_event(*a),
+            clock=self.clock,
+            full=self._full_workload,
+        )
+        self.reasons: dict[str, tuple[str, ...]] = {}  # Workload key -> the last nomination's
+        self._known: set[str] = set()  # keys of the Workloads with a MultiKueue check
+        self._dirty: set[str] = set()
+        self._dirty_clusters: set[str] = set()
+        self._later: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._started = False
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _checks(self) -> dict[str, Obj]:
+        inf = self.ctx.informers.get(ADMISSION_CHECKS.plural)
+        return dict(inf.store) if inf is not None else {}
+
+    def our_checks(self) -> dict[str, Obj]:
+        """The AdmissionChecks of MultiKueue, by name."""
+        return {
+            k: ac
+            for k, ac in self._checks().items()
+            if (ac.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER
+        }
+
+    def _our_entry(self, wl: Obj | None) -> str:
+        ours = self.our_checks()
+        for entry in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+            if entry.get("name") in ours:
+                return str(entry["name"])
+        return ""
+
+    def observe(self, plural: str, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
+        """The controller's informer events (a :attr:`Controller.observers` entry)."""
+        if plural == ADMISSION_CHECKS.plural:
+            if not self._started and self.our_checks():
+                self._start()
+            self._mark_all()
+        elif plural == "workloads" and self._started:
+            if event == DELETED or key in self._known or self._our_entry(new):
+                self._mark(key)
+
+    def _mark(self, key: str) -> None:
+        self._dirty.add(key)
+        self._wake.set()
+
+    def _mark_all(self) -> None:
+        self._dirty |= self._known
+        self._dirty_clusters.add("")  # "": the checks' conditions
+        self._wake.set()
+
+    def _on_cluster(self, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
+        self._dirty_clusters.add(key)
+        self._wake.set()
+
+    def _on_config(self, event: str, key: str, new: Obj | None, old: Obj | None) -> None:
+        self._mark_all()
+
+    def _make_remote(self, name: str, client: KubeClient) -> RemoteCluster:
+        def on_state() -> None:
+            self._dirty_clusters.add(name)
+            self._mark_all()
+
+        return RemoteCluster(
+            name,
+            client,
+            origin=self.settings.origin,
+            on_change=self._mark,
+            on_state=on_state,
+            probe_interval=self.probe_interval,
+            clock=self.clock,
+        )
+
+    # -- running ----------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._started = True
+        for key in self.ctx.informers["workloads"].store:
+            self._mark(key)
+        self._tasks = [
+            asyncio.create_task(self.cluster_informer.run(), name="mk-clusters"),
+            asyncio.create_task(self.config_informer.run(), name="mk-configs"),
+            asyncio.create_task(self._loop(), name="mk-loop"),
+            asyncio.create_task(self._periodic(), name="mk-periodic"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.clusters.stop()
+
+    async def _periodic(self) -> None:
+        last_gc = self.clock()
+        while True:
+            await asyncio.sleep(min(self.resync, self.settings.gc_interval or self.resync))
+            self._dirty_clusters |= set(self.cluster_informer.store) | {""}
+            gc = self.settings.gc_interval
+            if gc and self.clock() - last_gc >= gc and self.leading():
+                last_gc = self.clock()
+                with contextlib.suppress(ApiError, OSError, TimeoutError):
+                    await self.collect_garbage()
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            timeout = None
+            if self._later:
+                timeout = max(0.0, min(self._later.values()) - self.clock())
+            if not self._dirty and not self._dirty_clusters:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+            if not self.leading():
+                await asyncio.sleep(0.2)
+                continue
+            now = self.clock()
+            for key, at in list(self._later.items()):
+                if at <= now:
+                    del self._later[key]
+                    self._dirty.add(key)
+            names, self._dirty_clusters = self._dirty_clusters, set()
+            for name in sorted(names):
+                await self._guard(self._reconcile_cluster(name), f"cluster {name}")
+            keys, self._dirty = list(self._dirty), set()
+            for i in range(0, len(keys), CONCURRENCY):
+                await asyncio.gather(
+                    *(self._guard(self._reconcile(k), k) for k in keys[i : i + CONCURRENCY])
+                )
+
+    async def _guard(self, coro: Any, what: str) -> None:
+        try:
+            await coro
+        except (ApiError, OSError, TimeoutError) as err:
+            log.info("multikueue: %s: %s; trying again", what, err)
+            if not what.startswith("cluster "):
+                self._later[what] = self.clock() + 1.0
+        except Exception:  # a bug must not stop the others' reconciles
+            log.exception("multikueue: %s failed; trying again", what)
+            if not what.startswith("cluster "):
+                self._later[what] = self.clock() + 1.0
+
+    # -- clusters and checks ----------------------------------------------------------------
+
+    async def _reconcile_cluster(self, name: str) -> None:
+        if name:
+            await self.clusters.reconcile(name, self.cluster_informer.store.get(name))
+            return
+        for ac_name, ac in self.our_checks().items():
+            await self._check_condition(ac_name, ac)
+
+    async def _check_condition(self, name: str, ac: Obj) -> None:
+        params = (ac.get("spec") or {}).get("parameters") or {}
+        config = self.config_informer.store.get(str(params.get("name") or ""))
+        status, reason, message = True, "Active", "The admission check is active"
+        if config is None or params.get("kind") != "MultiKueueConfig":
+            status, reason = False, "BadConfig"
+            message = (
+                "Cannot load the AdmissionChecks parameters: "
+                f'multikueueconfigs.kueue.x-k8s.io "{params.get("name", "")}" not found'
+            )
+        else:
+            workers = list((config.get("spec") or {}).get("clusters") or [])
+            missing = [w for w in workers if w not in self.cluster_informer.store]
+            inactive = [w for w in workers if w not in missing and not self.clusters.active(w)]
+            if missing or inactive:
+                parts = []
+                if missing:
+                    parts.append(f"Missing clusters: [{' '.join(missing)}]")
+                if inactive:
+                    parts.append(f"Inactive clusters: [{' '.join(inactive)}]")
+                message = ", ".join(parts)
+                if len(missing) + len(inactive) < len(workers):
+                    reason = "SomeActiveClusters"
+                else:
+                    status, reason = False, "NoUsableClusters"
+        old = condition(ac, "Active") or {}
+        if (old.get("status"), old.get("reason"), old.get("message")) == (
+            "True" if status else "False",
+            reason,
+            message,
+        ):
+            return
+        conds = kobj.set_condition(
+            list(((ac.get("status") or {}).get("conditions")) or []),
+            type_="Active",
+            status=status,
+            reason=reason,
+            message=message,
+            now=self.clock(),
+            observed_generation=kobj.generation(ac),
+        )
+        await self.client.patch(
+            ADMISSION_CHECKS, name, {"status": {"conditions": conds}}, subresource="status"
+        )
+
+    # -- workloads --------------------------------------------------------------------------
+
+    async def _full_workload(self, key: str) -> Obj | None:
+        return await self.ctx.informers["workloads"].full(key)
+
+    async def _patch(self, group: Group, status: Obj) -> Obj | None:
+        return await self.dispatch.patch_status(group, status)
+
+    def _group(self, key: str, wl: Obj, check: str) -> Group | None:
+        ac = self.our_checks().get(check) or {}
+        params = (ac.get("spec") or {}).get("parameters") or {}
+        config = self.config_informer.store.get(str(params.get("name") or ""))
+        if config is None:
+            return None
+        workers = [str(w) for w in (config.get("spec") or {}).get("clusters") or []]
+        entry = next(
+            e for e in (wl.get("status") or {}).get("admissionChecks") or []
+            if e.get("name") == check
+        )  # fmt: skip
+        group = Group(key=key, local=wl, check=check, state=entry, workers=workers, remotes={})
+        for w in workers:
+            remote = self.clusters.remote(w)
+            if remote is not None and remote.connected:
+                group.remotes[w] = remote
+                copy_ = remote.workload(key)
+                if copy_ is not None:
+                    group.copies[w] = copy_
+            else:
+                group.unavailable.append(w)
+                if remote is not None and remote.lost_since is not None:
+                    group.lost[w] = remote.lost_since
+        return group
+
+    async def _reconcile(self, key: str) -> None:
+        wl = self.ctx.writer.workload(key)
+        check = self._our_entry(wl)
+        if wl is None or not check:
+            if key in self._known or wl is None:
+                await self._remove_everywhere(key)
+            self._known.discard(key)
+            self.dispatchers.forget(key)
+            self.reasons.pop(key, None)
+            return
+        self._known.add(key)
+        group = self._group(key, wl, check)
+        if group is None:
+            return
+        ref = controller_ref(wl) or {}
+        adapter = ADAPTERS.get(str(ref.get("kind") or ""))
+        job = None
+        if adapter is not None and ref.get("name"):
+            inf = self.ctx.informers.get(adapter.resource.plural)
+            if inf is not None:
+                job = await inf.full(f"{group.namespace}/{ref['name']}")
+        outcome = await self.dispatch.reconcile(group, job, adapter)
+        if outcome.reasons and outcome.reasons != self.reasons.get(key):
+            self.reasons[key] = outcome.reasons
+            self.ctx.record_event(group.local, "Normal", "MultiKueue", "; ".join(outcome.reasons))
+        after = outcome.after
+        if (group.state.get("state") == "Ready" or group.copies) and not kobj.is_finished(wl):
+            after = min(after or self.poll, self.poll)
+        if after is not None:
+            self._later[key] = self.clock() + after
+
+    async def _remove_everywhere(self, key: str) -> None:
+        for remote in list(self.clusters.remotes.values()):
+            copy_ = remote.workload(key)
+            if copy_ is not None:
+                kind = str((controller_ref(copy_) or {}).get("kind") or "")
+                await self.dispatch.remove_remote(remote, key, kind)
+
+    async def collect_garbage(self) -> None:
+        """Remove the copies whose manager Workload is gone (Kueue's ``runGC``)."""
+        local = self.ctx.informers["workloads"]
+        if not local.synced.is_set():
+            return
+        for remote in list(self.clusters.remotes.values()):
+            if not remote.connected:
+                continue
+            for key in list(remote.workloads.store):
+                if local.get(key) is None:
+                    log.info("multikueue: collecting %s's orphan %s", remote.name, key)
+                    copy_ = remote.workloads.store.get(key)
+                    kind = str((controller_ref(copy_) or {}).get("kind") or "") if copy_ else ""
+                    await self.dispatch.remove_remote(remote, key, kind)
