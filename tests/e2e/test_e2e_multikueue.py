@@ -16,7 +16,6 @@ import pytest
 
 from admission.kube.client import rest as k
 from tests.support.kube_harness import (
-    DOUBLE,
     Obj,
     cluster_queue,
     eventually,
