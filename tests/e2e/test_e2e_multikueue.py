@@ -199,5 +199,3 @@ def _inactive(m: MultiStack, worker: str) -> Obj | None:
         if c["type"] == "Active" and c["status"] == "False":
             return dict(c)
     return None
-
-

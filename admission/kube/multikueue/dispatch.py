@@ -225,7 +225,9 @@ class Dispatch:
         finished = first_true(group.copies, "Finished")
         if finished is not None:
             worker, copy_ = finished
-            await self.sync_job(group.remotes[worker], group, job, adapter)
+            theirs = await self.sync_job(group.remotes[worker], group, job, adapter)
+            if theirs is not None and not adapter.finished(theirs):
+                return Outcome(after=1.0)  # its last status is not written yet
             cond = condition(copy_, "Finished") or {}
             conds = kobj.set_condition(
                 list((local.get("status") or {}).get("conditions") or []),
@@ -310,8 +312,9 @@ class Dispatch:
 
     async def sync_job(
         self, remote: RemoteCluster, group: Group, job: Obj, adapter: Adapter
-    ) -> None:
-        """Create the job on the worker, or copy its status back (``SyncJob``)."""
+    ) -> Obj | None:
+        """Create the job on the worker, or copy its status back (``SyncJob``); the
+        worker's job as read (None: it was just created, or is gone)."""
         ns = group.namespace
         name = str((job.get("metadata") or {}).get("name"))
         try:
@@ -320,14 +323,18 @@ class Dispatch:
             if not err.not_found:
                 raise
             body = adapter.remote_copy(job, group.name, self.origin)
+            if kobj.is_finished(group.local) or first_true(group.copies, "Finished"):
+                return None  # gone after it finished: not created again
             try:
                 await remote.client.create(adapter.resource, body, namespace=ns)
             except ApiError as err2:
                 if err2.status != 409:
                     raise
-            return
+            return None
         status = adapter.status_to_copy(job, theirs)
-        if status is None:
-            return
-        body = {"status": {**{k: None for k in (job.get("status") or {})}, **status}}
-        await self.client.patch(adapter.resource, name, body, namespace=ns, subresource="status")
+        if status is not None:
+            body = {"status": {**{k: None for k in (job.get("status") or {})}, **status}}
+            await self.client.patch(
+                adapter.resource, name, body, namespace=ns, subresource="status"
+            )
+        return theirs

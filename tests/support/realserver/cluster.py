@@ -59,6 +59,8 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "workloadpriorityclasses": ("apis/kueue.x-k8s.io/v1beta2", False),
     "topologies": ("apis/kueue.x-k8s.io/v1beta2", False),
     "admissionchecks": ("apis/kueue.x-k8s.io/v1beta2", False),
+    "multikueueclusters": ("apis/kueue.x-k8s.io/v1beta2", False),
+    "multikueueconfigs": ("apis/kueue.x-k8s.io/v1beta2", False),
     "nodes": ("api/v1", False),
     "deviceclasses": ("apis/resource.k8s.io/v1", False),
     "resourceclaimtemplates": ("apis/resource.k8s.io/v1", True),
@@ -93,6 +95,8 @@ KIND_PLURAL = {
     "WorkloadPriorityClass": "workloadpriorityclasses",
     "Topology": "topologies",
     "AdmissionCheck": "admissionchecks",
+    "MultiKueueCluster": "multikueueclusters",
+    "MultiKueueConfig": "multikueueconfigs",
     "Node": "nodes",
 }
 # what reset() empties, in this order (dependents first)
@@ -113,6 +117,8 @@ WIPED = (
     "workloadpriorityclasses",
     "topologies",
     "admissionchecks",
+    "multikueueclusters",
+    "multikueueconfigs",
     "nodes",  # no kubelet runs: a test's Nodes are plain objects, made Ready by the test
     "priorityclasses",
     "leases",
