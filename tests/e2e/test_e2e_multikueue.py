@@ -199,3 +199,66 @@ def _inactive(m: MultiStack, worker: str) -> Obj | None:
         if c["type"] == "Active" and c["status"] == "False":
             return dict(c)
     return None
+
+
+def test_a_jobset_runs_on_exactly_one_worker_and_comes_back(
+    tmp_path: Path, backend: Any, real_workers: Any
+) -> None:
+    from admission.integrations.kinds.jobset import JOBSET
+    from tests.unit.integrations.test_integration_jobset import completed, jobset
+
+    js = jobset("js", [("driver", 1), ("workers", 2)], {"name": "js", "namespace": NS,
+                "labels": {"kueue.x-k8s.io/queue-name": "lq"}})  # fmt: skip
+    js["spec"]["managedBy"] = MANAGED_BY
+
+    async def main() -> None:
+        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                               manager_objects=MANAGER, worker_objects=WORKER,
+                               crds=("jobsets",)) as m:  # fmt: skip
+            await m.manager.user.create(JOBSET.resource, js, namespace=NS)
+            wl = await eventually(
+                lambda: (w := _workload_of(m, "JobSet", "js")) and is_true(w, "Admitted") and w,
+                what="the JobSet's Workload admitted on the manager",
+                timeout=60,
+            )
+            worker, name = wl["status"]["clusterName"], wl["metadata"]["name"]
+            remote = await eventually(
+                lambda: m.jobs(NS, "js", "jobsets").get(worker), what="the JobSet on the worker"
+            )
+            assert set(m.jobs(NS, "js", "jobsets")) == {worker}
+            assert remote["metadata"]["labels"][PREBUILT] == name
+            await eventually(lambda: reserved_cpu(m.workers[worker]) == "3", what="worker quota")
+            await eventually(
+                lambda: (
+                    (j := m.workers[worker].get("jobsets", "js", NS)) and not j["spec"]["suspend"]
+                ),
+                what="the worker's JobSet started",
+            )
+            await m.workers[worker].user.patch(
+                JOBSET.resource, "js", {"status": completed(remote)}, namespace=NS,
+                subresource="status",
+            )  # fmt: skip
+            await eventually(
+                lambda: is_true(m.manager.get("jobsets", "js", NS), "Completed"),
+                what="the worker's status synced to the manager's JobSet",
+                timeout=60,
+            )
+            await eventually(
+                lambda: is_true(m.manager.get("workloads", name, NS), "Finished"),
+                what="the manager's Workload finished",
+            )
+            await eventually(
+                lambda: not m.copies(NS, name) and not m.jobs(NS, "js", "jobsets"),
+                what="the remote objects collected",
+                timeout=60,
+            )
+
+    asyncio.run(main())
+
+
+def _workload_of(m: MultiStack, kind: str, owner: str) -> Obj | None:
+    for wl in m.manager.workloads(NS):
+        for ref in wl["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == kind and ref.get("name") == owner:
+                return wl
+    return None
