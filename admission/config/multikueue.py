@@ -60,6 +60,7 @@ class MultiKueueSection(_Strict):
             ),
             dispatcher=self.dispatcherName or ALL_AT_ONCE,
             step_size=(step.stepSize if step and step.stepSize else DEFAULT_STEP_SIZE),
+            incremental_round=INCREMENTAL_ROUND_SECONDS,
         )
 
 

@@ -412,8 +412,9 @@ def _validate_workload_update(
 
 
 # Status fields other identities may write: admission-check controllers own their
-# checks' states (as in Kueue); everything else is the scheduler's record of quota.
-_STATUS_OPEN_TO_OTHERS = frozenset({"admissionChecks"})
+# checks' states, and an external MultiKueue dispatcher the nominated workers (as in
+# Kueue); everything else is the scheduler's record of quota.
+_STATUS_OPEN_TO_OTHERS = frozenset({"admissionChecks", "nominatedClusterNames"})
 
 
 def _service_owned(wl: JsonObj | None, ctx: HandlerContext) -> bool:

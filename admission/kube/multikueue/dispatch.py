@@ -195,6 +195,14 @@ class Dispatch:
             self.record_event(new, "Normal", EVENT_REASON, message)
         return new is not None
 
+    async def explain(self, group: Group, message: str) -> None:
+        """Our entry's message while it is Pending (the dispatcher's reasons, which
+        ``why`` and ``list`` show with the check)."""
+        if group.state.get("state") != PENDING or group.state.get("message") == message:
+            return
+        await self.patch_status(group, {"admissionChecks": self._checks_with(group, PENDING,
+                                                                             message)})  # fmt: skip
+
     async def reject(self, group: Group, message: str) -> None:
         await self.set_state(group, REJECTED, message)
 

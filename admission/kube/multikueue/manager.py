@@ -346,7 +346,9 @@ class MultiKueue:
         outcome = await self.dispatch.reconcile(group, job, adapter)
         if outcome.reasons and outcome.reasons != self.reasons.get(key):
             self.reasons[key] = outcome.reasons
-            self.ctx.record_event(group.local, "Normal", "MultiKueue", "; ".join(outcome.reasons))
+            message = "; ".join(outcome.reasons)
+            self.ctx.record_event(group.local, "Normal", "MultiKueue", message)
+            await self.dispatch.explain(group, message)
         after = outcome.after
         if (group.state.get("state") == "Ready" or group.copies) and not kobj.is_finished(wl):
             after = min(after or self.poll, self.poll)
