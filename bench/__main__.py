@@ -41,6 +41,7 @@ BENCHMARKS = {
     "gpu-failures": "bench.gpu_failures:run",
     "dashboard-scale": "bench.dashboard_scale:run",
     "throughput-1300": "bench.throughput1300:run",
+    "multikueue": "bench.multikueue:run",
 }
 RESULTS = Path(__file__).with_name("RESULTS.md")
 

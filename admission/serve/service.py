@@ -309,7 +309,6 @@ class Service:
             config.multikueue,
             namespace=opts.namespace,
             leading=lambda: controller.leading,
-            poll=copts.tick * 4,
             probe_interval=copts.tick * 10,
             resync=copts.tick * 60,
         )

@@ -161,6 +161,7 @@ async def multi_stack(
     worker_objects: Iterable[Obj] = (),
     workers: Iterable[str] = WORKERS,
     config: Config | None = None,
+    worker_config: Config | None = None,
     crds: Iterable[str] = (),
     manager_overrides: dict[str, Any] | None = None,
 ) -> AsyncIterator[MultiStack]:
@@ -175,6 +176,8 @@ async def multi_stack(
         for name in names:
             wb = next(worker_backends)
             kwargs: dict[str, Any] = {"tls": True} if wb == DOUBLE else {}
+            if worker_config is not None:
+                kwargs["config"] = worker_config
             if crds:
                 kwargs["crds"] = tuple(crds)
             stacks[name] = await exits.enter_async_context(

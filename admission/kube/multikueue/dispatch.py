@@ -27,6 +27,7 @@ leave it alone; the service starts it once the Workload is admitted, as any job.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -299,23 +300,26 @@ class Dispatch:
         nominated, after, reasons = await self.nominate(group)
         if nominated is None:
             return Outcome(after=after, reasons=reasons)
-        whole: Obj | None = None
+        missing = [w for w in group.remotes if w in nominated and w not in group.copies]
         for worker, remote in group.remotes.items():
-            have = group.copies.get(worker)
-            if worker in nominated and have is None:
-                whole = whole or await self.full(group.key)
-                if whole is None:
-                    return Outcome()
-                try:
-                    await remote.client.create(
-                        WORKLOADS, remote_workload(whole, self.origin), namespace=group.namespace
-                    )
-                except ApiError as err:
-                    if err.status != 409:
-                        log.info("%s: no copy on %s yet: %s", group.key, worker, err.reason)
-                        after = min(after or 5.0, 5.0)
-            elif worker not in nominated and have is not None:
+            if worker not in nominated and worker in group.copies:
                 await self.remove_remote(remote, group.key, owner_kind)
+        if missing:
+            whole = await self.full(group.key)
+            if whole is None:
+                return Outcome()
+            body = remote_workload(whole, self.origin)
+            results = await asyncio.gather(
+                *(group.remotes[w].client.create(WORKLOADS, body, namespace=group.namespace)
+                  for w in missing),
+                return_exceptions=True,
+            )  # fmt: skip
+            for worker, result in zip(missing, results, strict=True):
+                if isinstance(result, ApiError) and result.status == 409:
+                    continue
+                if isinstance(result, BaseException):
+                    log.info("%s: no copy on %s yet: %s", group.key, worker, result)
+                    after = min(after or 5.0, 5.0)
         return Outcome(after=after, reasons=reasons)
 
     async def sync_job(
@@ -325,18 +329,21 @@ class Dispatch:
         worker's job as read (None: it was just created, or is gone)."""
         ns = group.namespace
         name = str((job.get("metadata") or {}).get("name"))
-        try:
-            theirs = await remote.client.get(adapter.resource, name, namespace=ns)
-        except ApiError as err:
-            if not err.not_found:
-                raise
+        known, theirs = remote.job(adapter.resource, f"{ns}/{name}")
+        if not known:
+            try:
+                theirs = await remote.client.get(adapter.resource, name, namespace=ns)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+        if theirs is None:
             body = adapter.remote_copy(job, group.name, self.origin)
             if kobj.is_finished(group.local) or first_true(group.copies, "Finished"):
                 return None  # gone after it finished: not created again
             try:
                 await remote.client.create(adapter.resource, body, namespace=ns)
-            except ApiError as err2:
-                if err2.status != 409:
+            except ApiError as err:
+                if err.status != 409:
                     raise
             return None
         status = adapter.status_to_copy(job, theirs)

@@ -11,8 +11,9 @@ nothing), then keeps
   ``BadConfig`` when the config is missing);
 * every Workload that has an entry for such a check, reconciled by
   :class:`~.dispatch.Dispatch` on its own events, its copies' events on the workers,
-  a worker's loss or return, and ``poll`` seconds while it runs on a worker (its job's
-  status comes back then);
+  its job's events on the manager and on the worker (informers of the copies this
+  manager made there), a worker's loss or return, and every ``resync`` seconds as a
+  safety net;
 * the garbage collection every ``gcInterval``: copies on a worker, created by this
   manager (its ``origin``), whose Workload no longer exists on the manager are
   removed with their jobs.
@@ -53,6 +54,7 @@ from queues.api.labels import MULTIKUEUE_CONTROLLER
 log = logging.getLogger("quartermaster.kube.multikueue")
 
 CONCURRENCY = 16
+_JOB_KINDS = {a.resource.plural: a.kind.lower() for a in ADAPTERS.values()}
 
 
 class MultiKueue:
@@ -63,7 +65,6 @@ class MultiKueue:
         *,
         namespace: str,
         leading: Callable[[], bool],
-        poll: float = 5.0,
         resync: float = 30.0,
         probe_interval: float = 5.0,
     ) -> None:
@@ -71,7 +72,6 @@ class MultiKueue:
         self.client: KubeClient = ctx.client
         self.settings = settings
         self.leading = leading
-        self.poll = poll
         self.resync = resync
         self.probe_interval = probe_interval
         self.clock = ctx.clock
@@ -134,6 +134,10 @@ class MultiKueue:
         elif plural == "workloads" and self._started:
             if event == DELETED or key in self._known or self._our_entry(new):
                 self._mark(key)
+        elif self._started and plural in _JOB_KINDS:  # e.g. the manager's job started
+            for wkey in self.ctx.job_index.get((_JOB_KINDS[plural], key)):
+                if wkey in self._known:
+                    self._mark(wkey)
 
     def _mark(self, key: str) -> None:
         self._dirty.add(key)
@@ -351,7 +355,7 @@ class MultiKueue:
             await self.dispatch.explain(group, message)
         after = outcome.after
         if (group.state.get("state") == "Ready" or group.copies) and not kobj.is_finished(wl):
-            after = min(after or self.poll, self.poll)
+            after = min(after or self.resync, self.resync)  # events drive it; a safety net
         if after is not None:
             self._later[key] = self.clock() + after
 

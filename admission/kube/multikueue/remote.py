@@ -18,10 +18,11 @@ import random
 import time
 from collections.abc import Callable
 
+from admission.integrations.framework.addressing import Resource
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import WORKLOADS, KubeClient, Obj
 from admission.kube.watch.informer import Informer
-from queues.api.labels import MULTIKUEUE_ORIGIN
+from queues.api.labels import MULTIKUEUE_ORIGIN, PREBUILT_WORKLOAD
 
 log = logging.getLogger("quartermaster.kube.multikueue")
 
@@ -61,6 +62,42 @@ class RemoteCluster:
             handler=lambda _event, key, _new, _old: on_change(key),
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self.on_change = on_change
+        self.jobs: dict[str, Informer] = {}  # plural -> the job copies of that kind
+
+    def job_informer(self, resource: Resource) -> Informer:
+        """The informer of this manager's job copies of one kind (started on first use:
+        a worker need not serve every kind); an event names the Workload it runs on."""
+        inf = self.jobs.get(resource.plural)
+        if inf is None:
+
+            def handler(_event: str, _key: str, new: Obj | None, old: Obj | None) -> None:
+                obj = new or old or {}
+                meta = obj.get("metadata") or {}
+                wl = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD)
+                if wl:
+                    self.on_change(f"{meta.get('namespace')}/{wl}")
+
+            inf = Informer(
+                self.client,
+                resource,
+                label_selector=f"{MULTIKUEUE_ORIGIN}={self.origin}",
+                rng=random.Random(f"{self.name}/{resource.plural}"),
+                backoff_cap=5.0,
+                handler=handler,
+            )
+            self.jobs[resource.plural] = inf
+            self._tasks.append(
+                asyncio.create_task(inf.run(), name=f"mk-{self.name}-{resource.plural}")
+            )
+        return inf
+
+    def job(self, resource: Resource, key: str) -> tuple[bool, Obj | None]:
+        """(known, the job copy ``key``): known is False until its informer listed."""
+        inf = self.job_informer(resource)
+        if not inf.synced.is_set():
+            return False, None
+        return True, inf.store.get(key)
 
     def start(self) -> None:
         self._tasks = [
