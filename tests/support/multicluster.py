@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from admission.config.schema import Config
-from tests.support.kube_harness import DOUBLE, SERVICE_NS, Obj, Stack, stack
+from tests.support.kube_harness import DOUBLE, ROOT, SERVICE_NS, Obj, Stack, stack
 from tests.support.realserver.proxy import FaultProxy
 
 WORKERS = ("worker1", "worker2")
@@ -86,14 +86,29 @@ def kubeconfig_secret(name: str, url: str, ca_pem: bytes, token: str) -> Obj:
     }
 
 
+WORKER_RBAC = ROOT / "manifests" / "multikueue" / "worker-rbac.yaml"
+WORKER_SA = ("quartermaster-system", "multikueue-sa")
+
+
 def endpoint(s: Stack) -> tuple[str, bytes, str]:
-    """(URL, CA, admin token) of a stack's API server."""
+    """(URL, CA, the manager's token) of a worker stack's API server. On a real control
+    plane the token is the ServiceAccount's of ``manifests/multikueue/worker-rbac.yaml``
+    (applied once), so the manager has exactly the documented rights there; the double
+    does not authorize, its admin token stands in."""
     server: Any = s.server
     cluster = getattr(server, "cluster", None)
     if cluster is not None:  # the real backend
-        from tests.support.realserver.controlplane import ADMIN_TOKEN as REAL_ADMIN
-
-        return cluster.cp.url, cluster.cp.ca_pem, REAL_ADMIN
+        if not getattr(cluster, "multikueue_rbac", False):
+            cluster.kubectl("apply", "-f", str(WORKER_RBAC))
+            cluster.multikueue_rbac = True
+        ns, name = WORKER_SA
+        answer = cluster.view.request(
+            "POST",
+            f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": 86400}},
+        )  # fmt: skip
+        return cluster.cp.url, cluster.cp.ca_pem, str(answer["status"]["token"])
     from admission.apiserver_double import ADMIN_TOKEN
 
     return server.url, server.ca_pem, ADMIN_TOKEN
@@ -173,6 +188,7 @@ async def multi_stack(
     async with contextlib.AsyncExitStack() as exits:
         stacks: dict[str, Stack] = {}
         links: dict[str, FaultProxy] = {}
+        tokens: dict[str, str] = {}
         for name in names:
             wb = next(worker_backends)
             kwargs: dict[str, Any] = {"tls": True} if wb == DOUBLE else {}
@@ -184,16 +200,15 @@ async def multi_stack(
                 stack(tmp_path / name, backend=wb, objects=list(worker_objects), **kwargs)
             )
             url, ca, token = endpoint(stacks[name])
+            tokens[name] = token
             proxy = FaultProxy(url, ca)
             await proxy.start()
             exits.push_async_callback(proxy.stop)
             links[name] = proxy
         mk_objects: list[Obj] = [admission_check(), multikueue_config(names)]
         for name in names:
-            _, _, token = endpoint(stacks[name])
-            mk_objects.append(
-                kubeconfig_secret(f"{name}-secret", links[name].url, links[name].ca_pem, token)
-            )
+            mk_objects.append(kubeconfig_secret(
+                f"{name}-secret", links[name].url, links[name].ca_pem, tokens[name]))  # fmt: skip
             mk_objects.append(multikueue_cluster(name, f"{name}-secret"))
         kwargs = dict(manager_overrides or {})
         if crds:

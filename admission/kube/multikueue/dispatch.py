@@ -111,6 +111,16 @@ def remote_workload(local: Obj, origin: str) -> Obj:
     }
 
 
+def replacing(old: Obj, new: Obj) -> Obj:
+    """A merge patch that turns ``old`` into ``new`` (keys ``new`` lacks, at any depth
+    of maps, set to null: a merge patch would keep them)."""
+    out: Obj = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        was = old.get(k)
+        out[k] = replacing(was, v) if isinstance(v, dict) and isinstance(was, dict) else v
+    return out
+
+
 class Dispatch:
     """Reconciles one Workload group at a time (the manager calls :meth:`reconcile`)."""
 
@@ -348,7 +358,7 @@ class Dispatch:
             return None
         status = adapter.status_to_copy(job, theirs)
         if status is not None:
-            body = {"status": {**{k: None for k in (job.get("status") or {})}, **status}}
+            body = {"status": replacing(job.get("status") or {}, status)}
             await self.client.patch(
                 adapter.resource, name, body, namespace=ns, subresource="status"
             )
