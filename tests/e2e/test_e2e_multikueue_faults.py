@@ -147,7 +147,7 @@ def test_a_worker_disappearing_mid_dispatch_loses_nothing(
 async def restart(s: Any) -> None:
     """Stop the stack's service and start another with the same options."""
     s.service.stop()
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception, asyncio.CancelledError):
         await asyncio.wait_for(s.task, timeout=20)
     service = Service(dataclasses.replace(s.service.options))
     s.service, s.task = service, asyncio.create_task(service.run())
