@@ -262,3 +262,33 @@ def _workload_of(m: MultiStack, kind: str, owner: str) -> Obj | None:
             if ref.get("kind") == kind and ref.get("name") == owner:
                 return wl
     return None
+
+
+def test_a_job_written_as_kueues_docs_write_it_gets_managed_by_and_is_dispatched(
+    tmp_path: Path, backend: Any, real_workers: Any
+) -> None:
+    """Kueue's sample Job names only its queue: the manager's webhook sets
+    ``spec.managedBy`` (Kueue's ``ApplyDefaultForManagedBy``); a queue without a
+    MultiKueue check leaves it alone."""
+    plain_cq = cluster_queue("plain", {"f": {"cpu": 4}})
+
+    async def main() -> None:
+        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                               manager_objects=[*MANAGER, plain_cq,
+                                                local_queue(NS, "plain", "plain")],
+                               worker_objects=WORKER) as m:  # fmt: skip
+            await eventually(
+                lambda: is_true(m.manager.get("admissionchecks", CHECK), "Active"),
+                what="the check active",
+            )
+            created = await m.manager.user.create(k.JOBS, job(NS, "j", queue="lq"), namespace=NS)
+            assert created["spec"]["managedBy"] == MANAGED_BY
+            other = await m.manager.user.create(
+                k.JOBS, job(NS, "local", queue="plain"), namespace=NS
+            )
+            assert "managedBy" not in other["spec"] or other["spec"]["managedBy"] in (
+                None, "kubernetes.io/job-controller")  # fmt: skip
+            worker, _ = await dispatched(m, "j")
+            await eventually(lambda: m.jobs(NS, "j").get(worker), what="the job on the worker")
+
+    asyncio.run(main())

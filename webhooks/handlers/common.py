@@ -20,10 +20,12 @@ from admission.integrations.framework.requests import claim_changes
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration, UpdateCheck
 from admission.integrations.ownership import OwnershipError
 from queues.api.labels import MAX_EXEC_TIME as MAX_EXEC_TIME_LABEL
+from queues.api.labels import MULTIKUEUE_CONTROLLER
 from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 from queues.api.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.api.labels import QUEUE_NAME as QUEUE_LABEL
 from webhooks.handlers.dra_warnings import claim_warnings
+from webhooks.handlers.managed_by import managed_by_default
 from webhooks.handlers.owners import has_managed_ancestor
 from webhooks.review import (
     DEFAULT_LOCAL_QUEUE,
@@ -175,11 +177,14 @@ def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext
     if not deleting and held_by_kueue(m.labels(), namespace, ctx):
         for path, key, value in integ.suspend_edits(obj, m.labels()):
             m.set(path, key, value)
+        queue = m.labels().get(QUEUE_LABEL) or ""
+        if managed_by_default(integ.lower_kind, obj, ctx.view, namespace, queue):
+            m.set(("spec",), "managedBy", MULTIKUEUE_CONTROLLER)
     return allow(m.patch())
 
 
 def _left_to_ancestor(obj: JsonObj, ctx: HandlerContext) -> Verdict | None:
-    """"Allowed" unchanged when a managed ancestor admits ``obj``; a refusal when its
+    """ "Allowed" unchanged when a managed ancestor admits ``obj``; a refusal when its
     owner chain cannot be decided; None: the object is its own."""
     try:
         return allow() if has_managed_ancestor(obj, ctx) else None

@@ -11,8 +11,8 @@ The rules every job kind shares are :mod:`.common`'s; this module adds the Job's
 and a fast path for the common shape of a Job.
 
 The TAS pod-template annotations are checked with Kueue's rules
-(``queues.api.topology_request``). Documented gaps against Kueue: ``spec.managedBy``
-defaulting for MultiKueue is not handled (no AdmissionChecks in our model yet).
+(``queues.api.topology_request``); ``spec.managedBy`` is defaulted for MultiKueue's
+queues (:mod:`.managed_by`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from webhooks.handlers.common import (
     validate_on_update,
 )
 from webhooks.handlers.dra_warnings import claim_warnings
+from webhooks.handlers.managed_by import multikueue_queue
 from webhooks.review import (
     DEFAULT_LOCAL_QUEUE,
     DEFAULT_PRIORITY_CLASS,
@@ -207,6 +208,8 @@ def _mutate_job_fast(req: AdmissionRequest, obj: JsonObj, ctx: HandlerContext) -
     )
     if not (set_queue or set_priority or set_suspend):
         return Verdict(True, [], [])
+    if multikueue_queue(view, namespace, queue or (DEFAULT_LOCAL_QUEUE if set_queue else "")):
+        return None  # managedBy defaulting: the generic path (.managed_by)
     key = (
         labels.get(QUEUE_LABEL, _ABSENT) if set_queue else None,
         labels.get(PRIORITY_CLASS_LABEL, _ABSENT) if set_priority else None,
@@ -339,4 +342,3 @@ def validate_job(req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
         # running on its admission: its DRA claims are part of what it was admitted for
         errs.errors.extend(claim_changes(JOB, req.object, req.old_object))
     return errs.verdict()
-

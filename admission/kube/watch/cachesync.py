@@ -347,6 +347,11 @@ class CacheView:
         return self._sync.cache.workloads
 
     @property
+    def admission_checks(self) -> Mapping[str, m.AdmissionCheck]:
+        """The AdmissionChecks (webhooks.handlers.managed_by: MultiKueue's queues)."""
+        return self._sync.admission_checks
+
+    @property
     def dra(self) -> Any:
         """The cache's DRA accounting (webhooks.handlers.dra_warnings)."""
         return self._sync.cache.dra
