@@ -334,6 +334,29 @@ def evicted_status(
     return status
 
 
+def pod_set_update_conflict(
+    info_labels: dict[str, str],
+    info_annotations: dict[str, str],
+    info_node_selector: dict[str, str],
+    update: Mapping[str, Any],
+) -> str | None:
+    """Kueue's ``PodSetInfo.Merge`` check of one AdmissionCheck ``podSetUpdate`` against
+    what the podSet gets already: the first key both set to different values, or None."""
+    for what, have in (
+        ("annotations", info_annotations),
+        ("labels", info_labels),
+        ("nodeSelector", info_node_selector),
+    ):
+        for k, v in have.items():
+            other = (update.get(what) or {}).get(k)
+            if other is not None and other != v:
+                return (
+                    "invalid admission check PodSetUpdate: conflict for "
+                    f"{what}: conflict for key={k}, value1={v}, value2={other}"
+                )
+    return None
+
+
 def deactivation_eviction(wl: Obj) -> tuple[str, str]:
     """The ``Evicted`` reason and message of a deactivated workload (Kueue): with a
     ``DeactivationTarget`` condition (e.g. a Rejected AdmissionCheck),
@@ -394,12 +417,14 @@ def cleared_status(wl: Obj, *, now: float, requeue_state: Obj | None = None) -> 
     return status
 
 
-def finished_status(wl: Obj, *, succeeded: bool, now: float, message: str = "") -> Obj:
+def finished_status(
+    wl: Obj, *, succeeded: bool, now: float, message: str = "", reason: str = ""
+) -> Obj:
     conds = set_condition(
         conditions(wl),
         type_=FINISHED,
         status=True,
-        reason="Succeeded" if succeeded else "Failed",
+        reason=reason or ("Succeeded" if succeeded else "Failed"),
         message=message or ("Job finished successfully" if succeeded else "Job failed"),
         now=now,
         observed_generation=generation(wl),

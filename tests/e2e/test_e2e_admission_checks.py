@@ -237,3 +237,84 @@ def test_rejected_deactivates_the_workload(tmp_path: Path, backend: Any) -> None
             )
 
     asyncio.run(main())
+
+
+def test_a_reservation_whose_queue_drops_its_check_is_admitted(
+    tmp_path: Path, backend: Any
+) -> None:
+    now = [1_800_000_000.0]
+
+    async def main() -> None:
+        async with stack(
+            tmp_path, backend=backend, objects=OBJECTS, controller=OPTS, clock=lambda: now[0]
+        ) as s:
+            await _activate(s, now[0])
+            await s.user.create(k.JOBS, job(NS, "j", queue="lq", parallelism=1), namespace=NS)
+            wl = await _reserved(s, "j")
+            assert not is_true(wl, "Admitted")
+            await s.user.patch(
+                k.CLUSTER_QUEUES, "cq", {"spec": {"admissionChecksStrategy": None}}
+            )
+            wl = await eventually(
+                lambda: is_true(w := s.workload_of_job(NS, "j"), "Admitted") and w,
+                what="admitted without the check",
+            )
+            assert "admissionChecks" not in wl["status"]
+            await eventually(lambda: _started(s, "j"), what="the job starts")
+
+    asyncio.run(main())
+
+
+def test_the_checks_pod_set_updates_reach_the_started_job(tmp_path: Path, backend: Any) -> None:
+    now = [1_800_000_000.0]
+    update = {"name": "main", "labels": {"example.com/provisioned": "yes"},
+              "annotations": {"example.com/request": "r-1"},
+              "nodeSelector": {"example.com/pool": "a"},
+              "tolerations": [{"key": "example.com/pool", "operator": "Exists",
+                               "effect": "NoSchedule"}]}  # fmt: skip
+
+    async def main() -> None:
+        async with stack(
+            tmp_path, backend=backend, objects=OBJECTS, controller=OPTS, clock=lambda: now[0]
+        ) as s:
+            await _activate(s, now[0])
+            await s.user.create(k.JOBS, job(NS, "j", queue="lq", parallelism=1), namespace=NS)
+            wl = await _reserved(s, "j")
+            await _set_check(s, wl, "Ready", now[0], podSetUpdates=[update])
+            await eventually(lambda: _started(s, "j"), what="the job starts")
+            template = s.get("jobs", "j", NS)["spec"]["template"]
+            assert template["metadata"]["labels"]["example.com/provisioned"] == "yes"
+            assert template["metadata"]["annotations"]["example.com/request"] == "r-1"
+            assert template["spec"]["nodeSelector"]["example.com/pool"] == "a"
+            assert update["tolerations"][0] in template["spec"]["tolerations"]
+
+    asyncio.run(main())
+
+
+def test_a_conflicting_pod_set_update_fails_the_workload(tmp_path: Path, backend: Any) -> None:
+    """Kueue: a podSetUpdate that contradicts what the podSet gets cannot be applied, and
+    retrying cannot help: the Workload finishes, FailedToStart."""
+    now = [1_800_000_000.0]
+    update = {"name": "main", "labels": {"kueue.x-k8s.io/podset": "other"}}
+
+    async def main() -> None:
+        async with stack(
+            tmp_path, backend=backend, objects=OBJECTS, controller=OPTS, clock=lambda: now[0]
+        ) as s:
+            await _activate(s, now[0])
+            await s.user.create(k.JOBS, job(NS, "j", queue="lq", parallelism=1), namespace=NS)
+            wl = await _reserved(s, "j")
+            await _set_check(s, wl, "Ready", now[0], podSetUpdates=[update])
+            wl = await eventually(
+                lambda: is_true(w := s.workload_of_job(NS, "j"), "Finished") and w,
+                what="the Workload fails",
+            )
+            finished = condition(wl, "Finished")
+            assert finished["reason"] == "FailedToStart"
+            assert finished["message"] == (
+                'in admission check "check-a": invalid admission check PodSetUpdate: conflict '
+                "for labels: conflict for key=kueue.x-k8s.io/podset, value1=main, value2=other"
+            )
+            assert not _started(s, "j")
+
+    asyncio.run(main())

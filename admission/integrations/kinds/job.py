@@ -136,8 +136,8 @@ class JobIntegration(Integration):
         return ready >= count
 
     def run_patch(self, obj: Mapping[str, Any], infos: Sequence[PodSetInfo]) -> Obj:
-        """Unsuspend with the flavors' node selector and tolerations and the podset
-        label; under partial admission the admitted count becomes ``parallelism``."""
+        """Unsuspend with the flavors' node selector and tolerations, the podset label
+        (and the labels of AdmissionChecks' podSetUpdates); under partial admission the admitted count becomes ``parallelism``."""
         (info,) = infos
         (role,) = self.roles(obj)
         tspec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -154,7 +154,7 @@ class JobIntegration(Integration):
             pod_spec["schedulingGates"] = gates + [
                 {"name": g} for g in info.scheduling_gates if g not in have_gates
             ]
-        template: Obj = {"metadata": {"labels": {PODSET_LABEL: info.name}}}
+        template: Obj = {"metadata": {"labels": {**info.labels, PODSET_LABEL: info.name}}}
         if info.annotations:
             template["metadata"]["annotations"] = dict(info.annotations)
         if pod_spec:

@@ -7,6 +7,7 @@ cache what it changed (``ctx.sync``), so the next scheduling cycle sees it at on
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from admission.integrations.framework.composition import (
     OWNER_GVK_ANNOTATION,
 )
 from admission.integrations.framework.interface import Integration
+from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.pod import is_group_workload
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
@@ -146,6 +148,33 @@ def enqueue_owner(ctx: Context, wkey: str, wl: Mapping[str, Any] | None) -> None
         ctx.enqueue(work.PodGroup(wkey))
 
 
+def apply_pod_set_updates(info: PodSetInfo, wl: Mapping[str, Any]) -> str | None:
+    """Add to ``info`` what the Workload's AdmissionChecks ask of its podSet
+    (``status.admissionChecks[].podSetUpdates``: labels, annotations, nodeSelector,
+    tolerations; Kueue's ``getPodSetsInfoFromStatus``). A key one sets that the podSet
+    has with another value is an error (returned, ``info`` then partly merged): Kueue
+    does not start such a job and finishes its Workload (``FailedToStart``)."""
+    for check in ((wl.get("status") or {}).get("admissionChecks")) or []:
+        if not isinstance(check, dict):
+            continue
+        for update in check.get("podSetUpdates") or []:
+            if not isinstance(update, dict) or update.get("name") != info.name:
+                continue
+            conflict = kobj.pod_set_update_conflict(
+                info.labels, info.annotations, info.node_selector, update
+            )
+            if conflict is not None:
+                return f"in admission check {json.dumps(check.get('name'))}: {conflict}"
+            info.annotations.update(update.get("annotations") or {})
+            info.labels.update(update.get("labels") or {})
+            info.node_selector.update(update.get("nodeSelector") or {})
+            for t in update.get("tolerations") or []:
+                if t not in info.tolerations:
+                    info.tolerations.append(t)
+            break
+    return None
+
+
 def runs_nothing(wl: Obj) -> bool:
     """A standalone Workload (no owner, no job-uid label or owner annotation, not a pod
     group): nothing runs on its admission that has to be stopped first, so an eviction
@@ -239,7 +268,7 @@ async def evict(
 
 
 async def finish_workload(
-    ctx: Context, wkey: str, wl: Obj | None, *, succeeded: bool, message: str
+    ctx: Context, wkey: str, wl: Obj | None, *, succeeded: bool, message: str, reason: str = ""
 ) -> None:
     """Finished=True (a job or a pod group ended), then the quota is released at once
     (not when the informer delivers it): the API never shows the quota free while the
@@ -252,7 +281,9 @@ async def finish_workload(
         lambda w: (
             None
             if kobj.is_finished(w)
-            else kobj.finished_status(w, succeeded=succeeded, now=now, message=message)
+            else kobj.finished_status(
+                w, succeeded=succeeded, now=now, message=message, reason=reason
+            )
         ),
     )
     if new is None or not kobj.is_finished(new):

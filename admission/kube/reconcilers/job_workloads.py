@@ -58,6 +58,7 @@ from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.workloads import (
     ComposeErrors,
+    apply_pod_set_updates,
     create_workload,
     delete_workload,
     evict,
@@ -371,8 +372,9 @@ class JobReconciler:
         self.ctx.sync.workload(wkey, new)
 
     def admitted_infos(self, wl: Obj) -> list[PodSetInfo] | None:
-        """Each podSet's PodSetInfo from the Workload's admission (None: a flavor is
-        not known yet)."""
+        """Each podSet's PodSetInfo from the Workload's admission and its AdmissionChecks'
+        podSetUpdates (None: a flavor is not known yet). Raises ``ValueError`` when an
+        update conflicts with what the podSet gets (the job cannot start)."""
         adm = kobj.admission_of(wl)
         infos = []
         for ps in (wl.get("spec") or {}).get("podSets") or []:
@@ -390,12 +392,21 @@ class JobReconciler:
             )
             if kobj.topology_assignment_of(adm, name) is not None:
                 tas_info(info, wl_name=kobj.meta(wl).get("name") or "", pod_set=ps)
+            conflict = apply_pod_set_updates(info, wl)
+            if conflict is not None:
+                raise ValueError(conflict)
             infos.append(info)
         return infos
 
     async def _start(self, integ: Integration, key: str, obj: Obj, wl: Obj) -> None:
         ctx = self.ctx
-        infos = self.admitted_infos(wl)
+        try:
+            infos = self.admitted_infos(wl)
+        except ValueError as err:  # Kueue: no point retrying; the Workload fails
+            log.warning("%s %s: not started: %s", integ.lower_kind, key, err)
+            await finish_workload(ctx, kobj.ns_key(wl), wl, succeeded=False, message=str(err),
+                                  reason="FailedToStart")  # fmt: skip
+            return
         if infos is None:
             return
         try:

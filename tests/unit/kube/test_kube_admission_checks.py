@@ -86,3 +86,29 @@ def test_deactivation_names_its_target_condition() -> None:
 def test_unknown_states_are_not_read() -> None:
     wl = _wl(admissionChecks=[{"name": "a", "state": "Maybe"}, {"state": "Ready"}, "x"])
     assert kobj.check_states(wl) == ()
+
+
+def test_pod_set_updates_merge_and_a_conflict_names_the_check() -> None:
+    from admission.integrations.framework.podset_info import PodSetInfo
+    from admission.kube.control.workloads import apply_pod_set_updates
+
+    info = PodSetInfo("main", 2, node_selector={"pool": "a"}, labels={"kueue.x-k8s.io/podset": "main"})
+    ok = _wl(admissionChecks=[
+        {"name": "a", "state": "Ready", "podSetUpdates": [
+            {"name": "other", "labels": {"x": "1"}},
+            {"name": "main", "labels": {"x": "2"}, "nodeSelector": {"pool": "a", "zone": "z"},
+             "tolerations": [{"key": "t", "operator": "Exists"}]}]},
+        {"name": "b", "state": "Ready", "podSetUpdates": [
+            {"name": "main", "tolerations": [{"key": "t", "operator": "Exists"}]}]},
+    ])  # fmt: skip
+    assert apply_pod_set_updates(info, ok) is None
+    assert info.labels == {"kueue.x-k8s.io/podset": "main", "x": "2"}
+    assert info.node_selector == {"pool": "a", "zone": "z"}
+    assert info.tolerations == [{"key": "t", "operator": "Exists"}]  # not twice
+    bad = _wl(admissionChecks=[
+        {"name": "c", "state": "Ready", "podSetUpdates": [
+            {"name": "main", "nodeSelector": {"pool": "b"}}]}])  # fmt: skip
+    assert apply_pod_set_updates(info, bad) == (
+        'in admission check "c": invalid admission check PodSetUpdate: conflict for '
+        "nodeSelector: conflict for key=pool, value1=a, value2=b"
+    )
