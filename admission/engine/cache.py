@@ -10,6 +10,7 @@ a status write failed) through the methods here.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 
@@ -419,6 +420,12 @@ class Cache(QueueManager):
         for key, wl in list(self.workloads.items()):
             if key in self.admitted or not any(dra.uses_dra(ps) for ps in wl.pod_sets):
                 continue
+            probe = copy.copy(wl)  # counted again on a copy: the queued object keeps its hash
+            dra.apply(probe)
+            if [(p.requests, p.dra_error) for p in probe.pod_sets] == [
+                (p.requests, p.dra_error) for p in wl.pod_sets
+            ]:
+                continue  # nothing changed for it: left where it waits
             self.remove_pending(key)
             self.add_workload(wl)
 
