@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from queues.model import (
+    AdmissionCheck,
     ClusterQueue,
     Cohort,
     LocalQueue,
@@ -45,6 +46,9 @@ class ModelView(Protocol):
 
     @property
     def workloads(self) -> Mapping[str, Workload]: ...
+
+    @property
+    def admission_checks(self) -> Mapping[str, AdmissionCheck]: ...
 
     def local_queue_exists(self, namespace: str, name: str) -> bool: ...
 
@@ -82,6 +86,7 @@ class InMemoryView:
     workload_priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     workloads: dict[str, Workload] = field(default_factory=dict)
+    admission_checks: dict[str, AdmissionCheck] = field(default_factory=dict)
 
     @classmethod
     def from_inputs(cls, inputs: Any) -> InMemoryView:
@@ -96,6 +101,7 @@ class InMemoryView:
             ),
             namespaces=_keyed(getattr(inputs, "namespaces", None), "namespaces"),
             workloads=_keyed(getattr(inputs, "workloads", None), "workloads", "key"),
+            admission_checks=_keyed(getattr(inputs, "admission_checks", None), "admission_checks"),
         )
 
     def local_queue_exists(self, namespace: str, name: str) -> bool:

@@ -32,7 +32,7 @@ from admission.drivers.inputs import Inputs
 from admission.drivers.whatif import snapshot, what_if, with_now
 from admission.engine.cache import Cache
 from admission.engine.vocabulary import PendingReason
-from queues.model import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
+from queues.model import AdmissionCheck, ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 from queues.quantity import format_quantity
 from queues.tree import CohortTree
 
@@ -93,6 +93,7 @@ def impact_of_edit(
     limit: int = 10,
     config: Config | None = None,
     now: float | None = None,
+    admission_checks: Mapping[str, AdmissionCheck] | None = None,
 ) -> list[str]:
     """Lines describing what replacing (or adding) ``obj`` of ``kind`` would do."""
     if kind not in KINDS:
@@ -105,6 +106,7 @@ def impact_of_edit(
         workloads=workloads,
         namespace_labels=namespace_labels,
         extra_namespaces=(obj.namespace,) if kind == "LocalQueue" else (),
+        admission_checks=admission_checks,
     )
     return impact_of_snapshot(snap, kind, obj, config=config, now=now, limit=limit)
 
@@ -135,6 +137,7 @@ def impact_of_snapshot(
         workloads=snap.workloads,
         namespaces_given=snap.namespaces_given,
         dra_counted=snap.dra_counted,
+        admission_checks=snap.admission_checks,
     )
     key = obj.key if kind == "LocalQueue" else obj.name
     getattr(after, field)[key] = obj

@@ -22,7 +22,15 @@ from admission.config.schema import Config
 from admission.drivers.inputs import Inputs
 from admission.drivers.plan import PlanResult, run_plan
 from admission.engine.cache import Cache
-from queues.model import ClusterQueue, Cohort, LocalQueue, Namespace, ResourceFlavor, Workload
+from queues.model import (
+    AdmissionCheck,
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    Namespace,
+    ResourceFlavor,
+    Workload,
+)
 
 __all__ = ["WhatIf", "snapshot", "what_if", "with_now"]
 
@@ -84,6 +92,7 @@ def snapshot(
     workloads: Mapping[str, Workload],
     namespace_labels: Callable[[str], dict[str, str]],
     extra_namespaces: tuple[str, ...] = (),
+    admission_checks: Mapping[str, AdmissionCheck] | None = None,
 ) -> Inputs:
     """A copy of a live model the what-if can run on while the model moves on.
 
@@ -105,6 +114,7 @@ def snapshot(
         workloads=wls,
         namespaces_given=True,
         dra_counted=True,  # the live cache counted their DRA devices
+        admission_checks=dict(admission_checks or {}),
     )
 
 

@@ -104,6 +104,7 @@ class ImpactJob:
             workloads=view.workloads,
             namespace_labels=view.namespace_labels,
             extra_namespaces=(cast(LocalQueue, obj).namespace,) if kind == "LocalQueue" else (),
+            admission_checks=view.admission_checks,
         )
         now = time.time()
 

@@ -11,6 +11,7 @@ from admission.drivers.impact import impact_of_edit
 from admission.drivers.inputs import Inputs
 from admission.drivers.loader import load_paths
 from admission.drivers.plan import run_plan
+from queues.model import AdmissionCheck
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 
@@ -23,7 +24,7 @@ def live() -> Inputs:
     return inputs
 
 
-def _impact(inputs: Inputs, kind: str, obj: object) -> list[str]:
+def _impact(inputs: Inputs, kind: str, obj: object, **extra: object) -> list[str]:
     def labels(ns: str) -> dict[str, str]:
         n = inputs.namespaces.get(ns)
         return n.labels if n is not None else {"kubernetes.io/metadata.name": ns}
@@ -37,6 +38,7 @@ def _impact(inputs: Inputs, kind: str, obj: object) -> list[str]:
         namespace_labels=labels,
         kind=kind,
         obj=obj,
+        **extra,  # type: ignore[arg-type]
     )
 
 
@@ -95,3 +97,18 @@ def test_at_most_ten_lines(live: Inputs) -> None:
         live.cluster_queues["llm-research"], "h100", "nvidia.com/gpu", nominal=0, borrowing_limit=0
     )
     assert 1 <= len(_impact(live, "ClusterQueue", cq)) <= 10
+
+
+def test_a_queue_with_admission_checks_is_judged_with_them(live: Inputs) -> None:
+    """The what-if sees the AdmissionChecks: without them a ClusterQueue naming one would
+    look inactive and the edit would seem to admit nothing."""
+    checks = {"prov": AdmissionCheck("prov", "example.com/prov", active=True)}
+    cq = _set_quota(
+        live.cluster_queues["inference-prod"], "mig-1g-10gb", "nvidia.com/mig-1g.10gb", nominal=100
+    )
+    cq.admission_checks = {"prov": ()}
+    live.cluster_queues["inference-prod"].admission_checks = {"prov": ()}
+    assert _impact(live, "ClusterQueue", cq, admission_checks=checks) == [
+        "1 pending workload(s) now fit and will be admitted: 1 in ClusterQueue inference-prod"
+    ]
+    assert _impact(live, "ClusterQueue", cq) == []  # the check unknown: the queue is inactive
