@@ -134,6 +134,7 @@ class Dispatch:
         record_event: Callable[..., None],
         clock: Callable[[], float],
         full: Callable[[str], Awaitable[Obj | None]],
+        full_job: Callable[[str, str], Awaitable[Obj | None]],
     ) -> None:
         self.client = client
         self.origin = origin
@@ -142,6 +143,7 @@ class Dispatch:
         self.record_event = record_event
         self.clock = clock
         self.full = full  # the manager's whole Workload (the informer keeps a slim one)
+        self.full_job = full_job  # (plural, key) -> the manager's whole job
 
     # -- remote objects -------------------------------------------------------------------
 
@@ -347,9 +349,12 @@ class Dispatch:
                 if not err.not_found:
                     raise
         if theirs is None:
-            body = adapter.remote_copy(job, group.name, self.origin)
             if kobj.is_finished(group.local) or first_true(group.copies, "Finished"):
                 return None  # gone after it finished: not created again
+            whole = await self.full_job(adapter.resource.plural, f"{ns}/{name}")
+            if whole is None:
+                return None
+            body = adapter.remote_copy(whole, group.name, self.origin)
             try:
                 await remote.client.create(adapter.resource, body, namespace=ns)
             except ApiError as err:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import random
 from collections.abc import Callable
@@ -94,12 +95,14 @@ class MultiKueue:
             record_event=lambda *a: ctx.record_event(*a),
             clock=self.clock,
             full=self._full_workload,
+            full_job=self._full_job,
         )
         self.reasons: dict[str, tuple[str, ...]] = {}  # Workload key -> the last nomination's
         self._known: set[str] = set()  # keys of the Workloads with a MultiKueue check
         self._dirty: set[str] = set()
         self._dirty_clusters: set[str] = set()
-        self._later: dict[str, float] = {}
+        self._later: dict[str, float] = {}  # key -> when to look again
+        self._heap: list[tuple[float, str]] = []  # (when, key), stale entries skipped
         self._wake = asyncio.Event()
         self._started = False
         self._tasks: list[asyncio.Task[Any]] = []
@@ -204,8 +207,8 @@ class MultiKueue:
     async def _loop(self) -> None:
         while True:
             timeout = None
-            if self._later:
-                timeout = max(0.0, min(self._later.values()) - self.clock())
+            if self._heap:
+                timeout = max(0.0, self._heap[0][0] - self.clock())
             if not self._dirty and not self._dirty_clusters:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -214,8 +217,9 @@ class MultiKueue:
                 await asyncio.sleep(0.2)
                 continue
             now = self.clock()
-            for key, at in list(self._later.items()):
-                if at <= now:
+            while self._heap and self._heap[0][0] <= now:
+                at, key = heapq.heappop(self._heap)
+                if self._later.get(key) == at:
                     del self._later[key]
                     self._dirty.add(key)
             names, self._dirty_clusters = self._dirty_clusters, set()
@@ -227,17 +231,22 @@ class MultiKueue:
                     *(self._guard(self._reconcile(k), k) for k in keys[i : i + CONCURRENCY])
                 )
 
+    def _look_again(self, key: str, after: float) -> None:
+        at = self.clock() + after
+        self._later[key] = at
+        heapq.heappush(self._heap, (at, key))
+
     async def _guard(self, coro: Any, what: str) -> None:
         try:
             await coro
         except (ApiError, OSError, TimeoutError) as err:
             log.info("multikueue: %s: %s; trying again", what, err)
             if not what.startswith("cluster "):
-                self._later[what] = self.clock() + 1.0
+                self._look_again(what, 1.0)
         except Exception:  # a bug must not stop the others' reconciles
             log.exception("multikueue: %s failed; trying again", what)
             if not what.startswith("cluster "):
-                self._later[what] = self.clock() + 1.0
+                self._look_again(what, 1.0)
 
     # -- clusters and checks ----------------------------------------------------------------
 
@@ -298,6 +307,10 @@ class MultiKueue:
     async def _full_workload(self, key: str) -> Obj | None:
         return await self.ctx.informers["workloads"].full(key)
 
+    async def _full_job(self, plural: str, key: str) -> Obj | None:
+        inf = self.ctx.informers.get(plural)
+        return await inf.full(key) if inf is not None else None
+
     async def _patch(self, group: Group, status: Obj) -> Obj | None:
         return await self.dispatch.patch_status(group, status)
 
@@ -345,8 +358,8 @@ class MultiKueue:
         job = None
         if adapter is not None and ref.get("name"):
             inf = self.ctx.informers.get(adapter.resource.plural)
-            if inf is not None:
-                job = await inf.full(f"{group.namespace}/{ref['name']}")
+            if inf is not None:  # slim: the whole job is read only to copy it
+                job = inf.get(f"{group.namespace}/{ref['name']}")
         outcome = await self.dispatch.reconcile(group, job, adapter)
         if outcome.reasons and outcome.reasons != self.reasons.get(key):
             self.reasons[key] = outcome.reasons
@@ -355,9 +368,10 @@ class MultiKueue:
             await self.dispatch.explain(group, message)
         after = outcome.after
         if (group.state.get("state") == "Ready" or group.copies) and not kobj.is_finished(wl):
-            after = min(after or self.resync, self.resync)  # events drive it; a safety net
+            net = self.resync * 10  # events drive it; this is a safety net
+            after = min(after or net, net)
         if after is not None:
-            self._later[key] = self.clock() + after
+            self._look_again(key, after)
 
     async def _remove_everywhere(self, key: str) -> None:
         for remote in list(self.clusters.remotes.values()):
