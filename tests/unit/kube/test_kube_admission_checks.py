@@ -112,3 +112,31 @@ def test_pod_set_updates_merge_and_a_conflict_names_the_check() -> None:
         'in admission check "c": invalid admission check PodSetUpdate: conflict for '
         "nodeSelector: conflict for key=pool, value1=a, value2=b"
     )
+
+
+def test_a_reservation_read_from_the_api_holds_quota_and_follows_its_checks() -> None:
+    """The cache rebuilt from the API (a restart, a new leader) charges a reservation
+    waiting for its checks, knows what it waits for, and follows the states its check
+    controller writes without charging it again."""
+    from admission.engine.admission_checks import waiting_on
+    from admission.kube.watch.cachesync import CacheSync
+    from tests.unit.kube.test_kube_objects import admission, make_cache, wl_obj
+
+    cache = make_cache()
+    sync = CacheSync(cache, clock=lambda: 0.0)
+    reserved = wl_obj(status=kobj.admission_status(wl_obj(), admission(), now=T0, checks=("a",)))
+    sync.workload("ns/w", reserved)
+    assert cache.tree.queues["cq"].usage == {("f", "cpu"): 2000}
+    model = cache.workloads["ns/w"]
+    assert not model.admitted and [s.name for s in waiting_on(model)] == ["a"]
+    moved = wl_obj(rv="11", status={**reserved["status"], "admissionChecks": [
+        {"name": "a", "state": "Pending", "message": "provisioning",
+         "lastTransitionTime": kobj.rfc3339(T0)}]})  # fmt: skip
+    sync.workload("ns/w", moved)
+    assert [s.message for s in waiting_on(cache.workloads["ns/w"])] == ["provisioning"]
+    conds = kobj.admitted_condition(
+        reserved["status"]["conditions"], admitted=True, now=T0 + 5, gen=1
+    )
+    sync.workload("ns/w", wl_obj(rv="12", status={**moved["status"], "conditions": conds}))
+    assert waiting_on(cache.workloads["ns/w"]) == ()
+    assert cache.tree.queues["cq"].usage == {("f", "cpu"): 2000}  # charged once
