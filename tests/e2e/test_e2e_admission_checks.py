@@ -158,6 +158,17 @@ def test_ready_check_admits_and_only_then_the_job_starts(tmp_path: Path, backend
             )
             await eventually(lambda: _started(s, "j"), what="the job starts")
             assert wl["status"]["admissionChecks"][0]["message"] == "provisioned"
+            registry = s.service.controller.ctx.metrics.registry
+            labels = {"cluster_queue": "cq"}
+            # Kueue's kueue_admission_checks_wait_time_seconds: reservation to admission
+            assert registry.get_sample_value(
+                "kueue_admission_checks_wait_time_seconds_count", labels
+            ) == 1
+            assert registry.get_sample_value(
+                "kueue_admission_checks_wait_time_seconds_sum", labels
+            ) == 5.0
+            assert registry.get_sample_value("kueue_admitted_workloads_total", labels) == 1
+            assert registry.get_sample_value("kueue_quota_reserved_workloads_total", labels) == 1
 
     asyncio.run(main())
 
