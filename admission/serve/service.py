@@ -225,6 +225,8 @@ class Service:
         self.client.on_request = lambda call: counter.labels(call).inc()
         retried = self.metrics.api_retries
         self.client.on_retry = lambda call, code: retried.labels(call, str(code)).inc()
+        failed = self.metrics.api_errors
+        self.client.on_error = lambda call, code: failed.labels(call, str(code)).inc()
         copts = opts.controller or controller_options(opts.config, opts.namespace)
         # the integrations are the configuration's, whoever built the options
         copts = dataclasses.replace(copts, frameworks=opts.config.frameworks)

@@ -270,6 +270,8 @@ class KubeClient:
         # (call, status) of every request sent again after a Retry-After answer
         self.on_retry: Callable[[str, int], None] | None = None
         self.retries: Counter[str] = Counter()
+        # (call, status) of every answer that was not 2xx (status 0: no answer)
+        self.on_error: Callable[[str, int], None] | None = None
         self.sleep: Callable[[float], Any] = asyncio.sleep  # the Retry-After waits
         self.limiter: TokenBucket | None = None  # clientConnection.qps/burst (see .ratelimit)
         # calls with a budget of their own, outside ``limiter`` (client-go gives the
@@ -403,10 +405,14 @@ class KubeClient:
                 raw = await resp.read()
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 self.errors[0] += 1
+                if self.on_error is not None:
+                    self.on_error(call, 0)
                 raise ApiError(0, "TransportError", transport_reason(exc), call=call) from exc
             if 200 <= resp.status <= 299:
                 return _loads(raw) if raw else None
             self.errors[resp.status] += 1
+            if self.on_error is not None:
+                self.on_error(call, resp.status)
             err = error_from(resp.status, raw, call, resp.getheader("Retry-After"))
             wait = err.wait
             if wait is None or retries >= MAX_RETRIES:

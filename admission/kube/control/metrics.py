@@ -146,6 +146,14 @@ class Metrics:
             ["call", "code"],
             registry=r,
         )
+        self.api_errors = Counter(
+            "quartermaster_api_errors_total",
+            "Answers of the API server that were not 2xx, by call and status (0: no "
+            "answer): conflicts, throttling, not found (each request is also counted in "
+            "quartermaster_api_requests_total)",
+            ["call", "code"],
+            registry=r,
+        )
         self.rate_limit_wait = Histogram(
             "quartermaster_client_rate_limit_wait_seconds",
             "Time requests waited for the client-side rate limit (clientConnection.qps/burst)",

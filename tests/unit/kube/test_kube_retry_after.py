@@ -144,6 +144,8 @@ def test_a_throttled_request_is_sent_again_after_retry_after_each_attempt_paying
             client.on_retry = lambda call, code: retried.append((call, code))
             sent: list[str] = []
             client.on_request = sent.append
+            failed: list[tuple[str, int]] = []
+            client.on_error = lambda call, code: failed.append((call, code))
             server.fail_next(2, code=429, verb="create", resource="namespaces")
             created = await client.create(k.NAMESPACES, ns("a"))
             assert created["metadata"]["name"] == "a"
@@ -155,6 +157,7 @@ def test_a_throttled_request_is_sent_again_after_retry_after_each_attempt_paying
             assert sent == ["create core/namespaces"] * 3
             assert bucket.taken == 3
             assert client.errors[429] == 2
+            assert failed == [("create core/namespaces", 429)] * 2  # by call and status
 
     asyncio.run(main())
 
