@@ -255,7 +255,9 @@ class Informer:
 
     async def _watch_once(self) -> None:
         self.stats.watches += 1
-        timeout = max(30, int(self.watch_timeout * (0.5 + self._rng.random() / 2)))
+        # client-go's reflector: between minWatchTimeout (5 min) and twice that, so the
+        # informers' watches do not all end at once; every new watch is a request
+        timeout = max(30, int(self.watch_timeout * (1.0 + self._rng.random())))
         async for event in self.client.watch(
             self.resource,
             resource_version=self.resource_version,
