@@ -139,6 +139,7 @@ class Controller:
         self.node_failures.notices = self.notices
         self.stuck_pods = StuckPods(self.ctx)
         self._last_decision = -math.inf  # monotonic time of the last cycle that decided
+        self._lag_since_decision = 0.0  # the event loop's lag since then (see _deciding)
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
         self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}
@@ -312,10 +313,13 @@ class Controller:
     def _deciding(self) -> bool:
         """Decisions are being written, wait for the client's budget, or were made in
         the last ``DECIDING_GRACE`` seconds (between two cycles' writes the scheduler is
-        still busy: a status pass that happens to fall in the gap is no exception)."""
+        still busy: a status pass that happens to fall in the gap is no exception).
+        Seconds the event loop lagged do not count: on a starved machine the gaps
+        between cycles grow by the lag, not because the scheduler ran out of work."""
         if self.applier.tasks:
             return True
-        if time.monotonic() - self._last_decision < DECIDING_GRACE:
+        idle_for = time.monotonic() - self._last_decision - self._lag_since_decision
+        if idle_for < DECIDING_GRACE:
             return True
         limiter = self.ctx.client.limiter
         return limiter is not None and limiter.decisions_waiting
@@ -457,8 +461,6 @@ class Controller:
                     outcome = "success" if result.admitted else "inadmissible"
                     metrics.admission_attempts.labels(outcome).inc()
                     metrics.attempt_duration.labels(outcome).observe(elapsed)
-                if result.admitted or result.preempted:
-                    self._last_decision = time.monotonic()
                 for d in result.admitted:
                     self.stats["admitted"] += 1
                     self.applier.spawn(self.applier.admit(d))
@@ -521,7 +523,12 @@ class Controller:
             self.sync.resume()
 
     def _assumed(self, result: CycleResult) -> None:
-        """The cycle's admissions are assumed in the cache: in flight until written."""
+        """The cycle's admissions are assumed in the cache: in flight until written.
+        A cycle that decided counts as deciding from here on, before the status pass
+        waiting for the cycle's end runs."""
+        if result.admitted or result.preempted:
+            self._last_decision = time.monotonic()
+            self._lag_since_decision = 0.0
         for d in result.admitted:
             self.sync.inflight.add(d.workload.key)
 
@@ -531,7 +538,9 @@ class Controller:
         sample_every = usage.sampling_interval() if usage is not None else None
         last_sample = self.clock()
         while True:
+            slept = time.monotonic()
             await asyncio.sleep(self.options.tick)
+            self._lag_since_decision += max(0.0, time.monotonic() - slept - self.options.tick)
             await self.cache_ready()
             now = self.clock()
             for key in self.sync.due_backoffs(now):
