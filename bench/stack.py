@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -117,7 +118,31 @@ def double_backend() -> Iterator[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def real_backend() -> Iterator[dict[str, Any]]:
+def load_average() -> Iterator[dict[str, float]]:
+    """The machine's 1-minute load average over a run: at its start, its end, and the
+    highest seen (sampled every 10 s): requests per workload depend on it (a starved
+    service or API server answers later, and more writes meet a moved object)."""
+    out = {"start": round(os.getloadavg()[0], 2)}
+    peak = [out["start"]]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(10.0):
+            peak.append(os.getloadavg()[0])
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        yield out
+    finally:
+        done.set()
+        t.join()
+        out["end"] = round(os.getloadavg()[0], 2)
+        out["max"] = round(max(peak + [out["end"]]), 2)
+
+
+@contextlib.contextmanager
+def real_backend(*, priority_and_fairness: bool = False) -> Iterator[dict[str, Any]]:
     from tests.support.realserver.cluster import RealCluster
     from tests.support.realserver.controlplane import (
         ADMIN_TOKEN,
@@ -129,7 +154,7 @@ def real_backend() -> Iterator[dict[str, Any]]:
     assets = assets_dir()
     if assets is None:
         raise RuntimeError(f"the real backend needs a control plane: {skip_reason()}")
-    cluster = RealCluster(assets)
+    cluster = RealCluster(assets, priority_and_fairness=priority_and_fairness)
     try:
         cp = cluster.cp
         yield {"name": "real", "url": cp.url,
@@ -147,10 +172,18 @@ def run_harness(
     qps: float = KUEUE_BUDGET[0],
     burst: int = KUEUE_BUDGET[1],
     budget_seconds: float = 3600,
+    priority_and_fairness: bool = False,
 ) -> dict[str, Any]:
-    """One run of Kueue's harness: ``scenario`` (baseline | large-scale) on ``backend``."""
+    """One run of Kueue's harness: ``scenario`` (baseline | large-scale) on ``backend``
+    (``priority_and_fairness``: the real API server with API Priority and Fairness on,
+    as real clusters run it, instead of max-in-flight)."""
     config_path = scenario_dir() / f"{scenario}.yaml"
-    with double_backend() if backend == "double" else real_backend() as be:
+    server = (
+        double_backend()
+        if backend == "double"
+        else real_backend(priority_and_fairness=priority_and_fairness)
+    )
+    with server as be, load_average() as load:
         tmp: Path = be["tmp"]
         cfg = tmp / "config.yaml"
         cfg.write_text(
@@ -204,6 +237,8 @@ def run_harness(
     per_workload = budgeted / workloads
     out: dict[str, Any] = {
         "backend": backend,
+        "priorityAndFairness": backend == "real" and priority_and_fairness,
+        "loadAverage": load,
         "clientConnection": {"qps": qps, "burst": burst},
         "wallMs": round((result["stopEpoch"] - started) * 1000),
         "timedOut": result["timedOut"],
@@ -224,6 +259,8 @@ def run_harness(
         # requests sent again after a 429 (or 5xx) with Retry-After, by call and status:
         # each is in serviceRequests too (a token each, as client-go's retries take)
         "serviceRetries": labelled(text, "quartermaster_api_retries_total"),
+        # answers that were not 2xx, by call and status (409 conflicts, 429 throttling)
+        "serviceErrors": labelled(text, "quartermaster_api_errors_total"),
         "runnerRequests": result["runnerRequests"],
         "runnerErrors": result["runnerErrors"],
         "cpuSeconds": cpu,  # the service process's (the runner and API server excluded)
@@ -283,6 +320,10 @@ def _kueue_rows(scenario: str, budget: float) -> dict[str, Any]:
                                    burst=KUEUE_BUDGET[1], budget_seconds=budget),
         "kueueDefault": run_harness(scenario, backend="real", qps=KUEUE_DEFAULT_BUDGET[0],
                                     burst=KUEUE_DEFAULT_BUDGET[1], budget_seconds=budget),
+        # Kueue's budget again, the API server with API Priority and Fairness on
+        "kueueBudgetPriorityAndFairness": run_harness(
+            scenario, backend="real", qps=KUEUE_BUDGET[0], burst=KUEUE_BUDGET[1],
+            budget_seconds=budget, priority_and_fairness=True),
     }  # fmt: skip
     return {"rows": rows, "cpuSeconds": sum(r["cpuSeconds"] for r in rows.values()),
             "peakRssMiB": max(r["peakRssMiB"] for r in rows.values())}  # fmt: skip
@@ -305,9 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--qps", type=float, default=KUEUE_BUDGET[0])
     p.add_argument("--burst", type=int, default=KUEUE_BUDGET[1])
     p.add_argument("--budget-seconds", type=float, default=5400)
+    p.add_argument("--priority-and-fairness", action="store_true",
+                   help="the real API server with API Priority and Fairness on")
     args = p.parse_args(argv)
     out = run_harness(args.scenario, backend=args.backend, qps=args.qps, burst=args.burst,
-                      budget_seconds=args.budget_seconds)  # fmt: skip
+                      budget_seconds=args.budget_seconds,
+                      priority_and_fairness=args.priority_and_fairness)  # fmt: skip
     print(json.dumps(out))
     return 0
 

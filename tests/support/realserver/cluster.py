@@ -389,11 +389,14 @@ class RealCluster:
     the project's CRDs only. A test that needs an operator's CRD (``tests/support/crds/``) has
     it installed by :meth:`install_crds`; it stays for the rest of the session."""
 
-    def __init__(self, assets: Path, *, kustomize: bool = False) -> None:
+    def __init__(
+        self, assets: Path, *, kustomize: bool = False, priority_and_fairness: bool = False
+    ) -> None:
         """``kustomize``: install with ``kubectl apply -k manifests/``, the README's one
         step (the in-process service then stands in for the Deployment, which is
-        removed with the webhook configurations that name its Service)."""
-        self.cp = start_control_plane(assets)
+        removed with the webhook configurations that name its Service).
+        ``priority_and_fairness``: the API server runs API Priority and Fairness."""
+        self.cp = start_control_plane(assets, priority_and_fairness=priority_and_fairness)
         self.view = RealServerView(self.cp)
         self.operator_crds: set[str] = set()  # plurals of the tests/support/crds/ CRDs installed
         try:

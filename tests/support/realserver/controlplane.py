@@ -224,8 +224,13 @@ def _wait(what: str, probe, proc: subprocess.Popen[bytes], cp: ControlPlane, tim
     raise RuntimeError(f"{what} did not become ready in {timeout:.0f}s:\n{cp.log(what)[-4000:]}")
 
 
-def start_control_plane(assets: Path, *, controller_manager: bool | None = None) -> ControlPlane:
-    """Start etcd, kube-apiserver and (when its binary is there) kube-controller-manager."""
+def start_control_plane(
+    assets: Path, *, controller_manager: bool | None = None, priority_and_fairness: bool = False
+) -> ControlPlane:
+    """Start etcd, kube-apiserver and (when its binary is there) kube-controller-manager.
+
+    ``priority_and_fairness``: API Priority and Fairness on, as real clusters run it
+    (off by default here: the tests' control plane limits requests by max-in-flight)."""
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
     workdir = Path(tempfile.mkdtemp(prefix="qm-real-", dir=base))
     ca_pem = _write_pki(workdir)
@@ -285,7 +290,7 @@ def start_control_plane(assets: Path, *, controller_manager: bool | None = None)
                 "--allow-privileged=true",
                 # no kubelet creates the namespaces' default ServiceAccounts' tokens here
                 "--disable-admission-plugins=ServiceAccount",
-                "--enable-priority-and-fairness=false",
+                f"--enable-priority-and-fairness={str(priority_and_fairness).lower()}",
                 "--storage-backend=etcd3",
                 "--v=0",
             ],
