@@ -12,7 +12,8 @@ On a cluster a DELETE often only *starts* a deletion; other components finish it
   ``kubernetes`` spec finalizer) until everything in it is gone;
 * the **kubelet**: a pod bound to a node (``spec.nodeName``) is deleted gracefully --
   ``deletionTimestamp`` plus ``deletionGracePeriodSeconds`` -- and removed once the
-  kubelet has stopped it (here after ``kubelet_delay`` seconds).
+  kubelet has stopped it (here after ``kubelet_delay`` seconds); on a node tainted
+  ``node.kubernetes.io/unreachable`` no kubelet confirms, and the pod stays terminating.
 
 :class:`Controllers` watches the store's events and runs a pass soon after anything
 relevant happened (``delay`` seconds, on the server's loop).  The garbage collector
@@ -388,6 +389,16 @@ class Controllers:
             changed = True
         return changed
 
+    def _unreachable(self, pod: Obj) -> bool:
+        """The pod's node carries ``node.kubernetes.io/unreachable`` (its kubelet is gone)."""
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        nodes = self._types.get("nodes")
+        node = self.store.get(nodes, "", node_name) if node_name and nodes is not None else None
+        return any(
+            isinstance(t, dict) and t.get("key") == "node.kubernetes.io/unreachable"
+            for t in ((node or {}).get("spec") or {}).get("taints") or []
+        )
+
     def _stopped_pods(self, *, force: bool) -> bool:
         changed = False
         now = self._now()
@@ -395,8 +406,10 @@ class Controllers:
         for key, due in list(self._pods.items()):
             if not force and due > now:
                 continue
-            del self._pods[key]
             pod = self.store.get(pods, *key)
+            if pod is not None and not force and self._unreachable(pod):
+                continue  # its node's kubelet is down: nobody confirms (stuck terminating)
+            del self._pods[key]
             if pod is None or not pod["metadata"].get("deletionTimestamp"):
                 continue
             new = copy.deepcopy(pod)

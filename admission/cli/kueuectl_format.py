@@ -5,12 +5,14 @@ columns of ``-o wide``; and the namespace a verb addresses."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
 import yaml
 
 from queues.api.conditions import condition, is_true
+from queues.node_health import AvoidedNodes
 from queues.times import rfc3339_seconds
 
 Obj = dict[str, Any]
@@ -99,7 +101,7 @@ def name_of(obj: Obj, operation: str = "") -> str:
 
 WIDE_CLUSTER_QUEUE = ["QUEUEING STRATEGY", "STOP POLICY", "RESERVING WORKLOADS", "FLAVORS"]
 WIDE_LOCAL_QUEUE = ["STOP POLICY", "RESERVING WORKLOADS", "FLAVORS"]
-WIDE_WORKLOAD = ["PRIORITY", "PRIORITY CLASS", "REASON"]
+WIDE_WORKLOAD = ["PRIORITY", "PRIORITY CLASS", "REASON", "UNHEALTHY NODES", "AVOIDED NODES"]
 WIDE_RESOURCE_FLAVOR = ["NODE TAINTS", "TOPOLOGY"]
 
 
@@ -143,7 +145,9 @@ def wide_workload(wl: Obj) -> list[Any]:
     """Priority, its class, and the reason of its latest QuotaReserved (or Evicted,
     Finished) condition: why it waits, or how it ended; a reservation waiting for its
     AdmissionChecks names them with their states (``UnsatisfiedAdmissionChecks:
-    prov=Pending``)."""
+    prov=Pending``). Then its failed nodes awaiting a replacement
+    (``status.unhealthyNodes``) and the nodes it avoids after a node failure
+    (``quartermaster.io/avoid-nodes``, still in force)."""
     spec = _spec(wl)
     ref = spec.get("priorityClassRef") or {}
     klass = ref.get("name") if isinstance(ref, dict) else None
@@ -161,7 +165,19 @@ def wide_workload(wl: Obj) -> list[Any]:
         )
         if waiting:
             reason = f"{(condition(wl, 'Admitted') or {}).get('reason') or reason}: {waiting}"
-    return [spec.get("priority", ""), klass or spec.get("priorityClassName", ""), reason]
+    unhealthy = [
+        str(n.get("name"))
+        for n in ((wl.get("status") or {}).get("unhealthyNodes") or [])
+        if isinstance(n, dict)
+    ]
+    avoided = AvoidedNodes.of((wl.get("metadata") or {}).get("annotations")).active(time.time())
+    return [
+        spec.get("priority", ""),
+        klass or spec.get("priorityClassName", ""),
+        reason,
+        ",".join(unhealthy),
+        ",".join(avoided),
+    ]
 
 
 def wide_resource_flavor(rf: Obj) -> list[Any]:

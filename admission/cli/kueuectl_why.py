@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from admission.cli.common import EXIT_BAD_INPUT, EXIT_OK, UsageError
@@ -17,6 +18,8 @@ from admission.drivers.why import Explanation, explain, inputs_from_objects
 from admission.kube.client import kueuectl_calls as api
 from admission.serve.queueview import positions
 from queues.api.parse import InputError
+from queues.api.progress import format_time
+from queues.node_health import AvoidedNodes
 from queues.quantity import format_quantity
 
 KINDS = (
@@ -55,7 +58,7 @@ async def run_why(args: argparse.Namespace, session: api.UserApi, ns: str) -> in
     except ConfigError as err:
         raise UsageError(str(err)) from err
     name = await _workload_name(args, session, ns)
-    await session.get(api.WORKLOADS, name, namespace=ns)  # NotFound: the error
+    wl = await session.get(api.WORKLOADS, name, namespace=ns)  # NotFound: the error
     docs: list[dict[str, Any]] = []
     for res in KINDS:
         async for page in session.list_all(res):
@@ -68,7 +71,7 @@ async def run_why(args: argparse.Namespace, session: api.UserApi, ns: str) -> in
     inputs.dra = await _dra_objects(session)
     key = f"{ns}/{name}"
     why = explain(inputs, key, config=config)
-    report = as_json(why)
+    report = as_json(why) | node_failures(wl, time.time())
     if args.output == "json":
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -131,6 +134,33 @@ def as_json(why: Explanation) -> dict[str, Any]:
     return doc
 
 
+def node_failures(wl: dict[str, Any], now: float) -> dict[str, Any]:
+    """The workload's failed nodes awaiting a replacement (``status.unhealthyNodes``)
+    and the nodes it avoids after a node failure, each until when."""
+    doc: dict[str, Any] = {}
+    unhealthy = [
+        str(n.get("name"))
+        for n in ((wl.get("status") or {}).get("unhealthyNodes") or [])
+        if isinstance(n, dict)
+    ]
+    if unhealthy:
+        doc["unhealthyNodes"] = unhealthy
+    mem = AvoidedNodes.of((wl.get("metadata") or {}).get("annotations"))
+    active = mem.active(now)
+    if active:
+        doc["avoidedNodes"] = {n: format_time(mem.until[n]) for n in active}
+    return doc
+
+
+def _node_lines(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    if doc.get("unhealthyNodes"):
+        lines.append(f"  failed node(s) awaiting a replacement: {', '.join(doc['unhealthyNodes'])}")
+    for node, until in sorted((doc.get("avoidedNodes") or {}).items()):
+        lines.append(f"  avoids node {node} until {until} (it failed on it)")
+    return lines
+
+
 def as_text(doc: dict[str, Any]) -> str:
     wl = doc["workload"]
     if doc["admittedWithoutChange"] and doc.get("admissionChecks"):
@@ -140,12 +170,16 @@ def as_text(doc: dict[str, Any]) -> str:
             f"{', '.join(doc['admissionChecks'])}.\n"
         )
     if doc["admittedWithoutChange"]:
-        return f"Workload {wl} fits now: the next scheduling cycles admit it in ClusterQueue {doc['clusterQueue']}.\n"
+        head = f"Workload {wl} fits now: the next scheduling cycles admit it in ClusterQueue {doc['clusterQueue']}."
+        return "\n".join([head, *_node_lines(doc)]) + "\n"
     if doc["reason"] == "Admitted":
-        return f"Workload {wl} is admitted in ClusterQueue {doc['clusterQueue']}.\n"
+        head = f"Workload {wl} is admitted in ClusterQueue {doc['clusterQueue']}."
+        return "\n".join([head, *_node_lines(doc)]) + "\n"
     if doc["reason"] == "UnsatisfiedAdmissionChecks":
-        return f"Workload {wl} is not admitted yet: {doc['reason']}\n  {doc['message']}\n"
+        head = f"Workload {wl} is not admitted yet: {doc['reason']}\n  {doc['message']}"
+        return "\n".join([head, *_node_lines(doc)]) + "\n"
     lines = [f"Workload {wl} is pending: {doc['reason']}", f"  {doc['message']}"]
+    lines += _node_lines(doc)
     if "positionInClusterQueue" in doc:
         lines.append(
             f"  position {doc['positionInClusterQueue']} in ClusterQueue {doc['clusterQueue']}, "

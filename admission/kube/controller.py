@@ -134,7 +134,7 @@ class Controller:
         self.pods_ready = PodsReadyWatcher(self.ctx)
         self.status = StatusWriter(self.ctx, fair_sharing=fair_sharing)
         self.topology = TopologyWatch(self.ctx)
-        self.tas_ungater = TopologyUngater(self.ctx, unhealthy=self._unhealthy_hosts)
+        self.tas_ungater = TopologyUngater(self.ctx, unhealthy=self.unhealthy_hosts)
         self.node_failures = NodeFailures(self.ctx, tas_pods=self.tas_ungater.pods)
         self.node_failures.notices = self.notices
         self.stuck_pods = StuckPods(self.ctx)
@@ -149,7 +149,7 @@ class Controller:
         for plural, inf in informers.items():
             inf.handler = self._observed(plural, self._handler(plural))
 
-    def _unhealthy_hosts(self, wkey: str) -> set[str]:
+    def unhealthy_hosts(self, wkey: str) -> set[str]:
         """Hosts no pod of ``wkey`` is ungated onto: its failed nodes, and those its
         status lists as awaiting a replacement."""
         nf = self.node_failures

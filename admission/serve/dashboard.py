@@ -73,6 +73,8 @@ class DashboardSource:
     lq_usage: Callable[[str], LqUsage]
     credits: Callable[[str, bool], float | None]  # (name, is cohort) -> credit, or None
     clock: Callable[[], float] = time.time
+    # workload -> its failed nodes awaiting a replacement or an eviction
+    unhealthy: Callable[[str], list[str]] = lambda _key: []
 
 
 @dataclass(slots=True)
@@ -276,6 +278,7 @@ def admitted_page(source: DashboardSource, cq: str, offset: int, limit: int) -> 
                     {"name": s.name, "state": s.state, "message": _bounded(s.message)}
                     for s in (waiting_on(wl) if wl is not None else ())
                 ],
+                "unhealthyNodes": source.unhealthy(key),
                 "usage": ", ".join(
                     f"{f}/{r} {format_quantity(r, v)}"
                     for (f, r), v in sorted(usage.items(), key=_accelerators_first)
@@ -321,8 +324,13 @@ class Dashboard:
                 return None
             return float(tracker.credit_of_node(name, cohort=cohort))
 
+        def unhealthy(key: str) -> list[str]:
+            return sorted(controller.unhealthy_hosts(key))
+
         dashboard = cls(
-            DashboardSource(controller.cache, controller.cache_ready, lq_usage, credits)
+            DashboardSource(
+                controller.cache, controller.cache_ready, lq_usage, credits, unhealthy=unhealthy
+            )
         )
         controller.observers.append(dashboard.observe)
         return dashboard

@@ -29,6 +29,7 @@ from admission.config.load import parse_config
 from admission.kube.client import rest as k
 from admission.serve.options import controller_options
 from queues.node_health import AvoidedNodes
+from queues.times import rfc3339_seconds
 from tests.e2e.test_e2e_topology import BLOCK, GPU, HOST, gates, job_pods, tas_job
 from tests.support.kube_harness import (
     SERVICE_NS,
@@ -208,16 +209,38 @@ async def start_pods(s: Stack, backend: Any, name: str, nodes: list[str]) -> lis
 
 
 async def stop_pods(s: Stack, backend: Any, name: str) -> None:
-    """After an eviction: the Job is suspended; on the double the test plays the Job
-    controller and deletes its pods (the kubelet stand-in removes them)."""
+    """After an eviction the Job is suspended and its pods deleted (on the double the
+    test plays the Job controller). The kubelets of the healthy nodes confirm their pods'
+    deletion (the test force-deletes them there, on the real server); a pod on a
+    NotReady node stays terminating, as on a cluster."""
     await eventually(
         lambda: (j := s.get("jobs", name, NS)) and j["spec"].get("suspend") is True,
         what=f"{name} is suspended",
     )
+    got = await s.user.list(k.PODS, namespace=NS, label_selector=f"job-name={name}")
     if backend == "double":
-        got = await s.user.list(k.PODS, namespace=NS, label_selector=f"job-name={name}")
         for p in got["items"]:
             await s.user.delete(k.PODS, p["metadata"]["name"], namespace=NS)
+        return
+
+    async def deleting() -> list[Obj] | None:
+        got = await s.user.list(k.PODS, namespace=NS, label_selector=f"job-name={name}")
+        live = [p for p in got["items"] if p["status"].get("phase") not in ("Failed", "Succeeded")]
+        return got["items"] if all(p["metadata"].get("deletionTimestamp") for p in live) else None
+
+    for p in await eventually(deleting, what=f"{name}'s pods are being deleted"):
+        node = s.get("nodes", p["spec"].get("nodeName") or "-")
+        ready = node is not None and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in node["status"].get("conditions") or []
+        )
+        if node is None or ready:  # pod GC, or the node's kubelet, finishes the deletion
+            path = f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}"
+            try:
+                backend.view.request("DELETE", path, {"gracePeriodSeconds": 0})
+            except Exception as err:  # noqa: BLE001 - gone already
+                if getattr(err, "status", None) != 404:
+                    raise
 
 
 def evicted_for_node_failure(s: Stack, name: str) -> Obj | None:
@@ -549,3 +572,93 @@ def test_two_node_failures_under_a_backoff_limit_of_one_still_requeue_and_avoid_
 
 async def delete_node(s: Stack, name: str) -> None:
     await s.user.delete(k.NODES, name)
+
+
+def test_with_progress_aware_preemption_a_reachable_failed_node_gives_the_notice_window(
+    tmp_path: Path, backend: Any
+) -> None:
+    """A taint leaves the node reachable: the gang gets its ClusterQueue's notice window
+    (the eviction deadline on the Workload, as for a preemption victim) and is evicted for
+    the node failure when it passes."""
+
+    async def main() -> None:
+        cfg = parse_config(
+            {
+                "nodeFailures": {"notReadyDelay": "1s"},
+                "progressAwarePreemption": {"noticeWindow": "3s"},
+            }
+        )
+        async with run(tmp_path, backend, BASE, cfg) as s:
+            for n in ("n0", "n1"):
+                await add_node(s, n)
+            await s.user.create(k.JOBS, job("train", 2), namespace=NS)
+            await eventually(
+                lambda: admitted(s.workload_of_job(NS, "train")), what="train is admitted"
+            )
+            await start_pods(s, backend, "train", ["n0", "n1"])
+            await taint(
+                s, "n1", {"key": "nvidia.com/gpu-health", "value": "bad", "effect": "NoSchedule"}
+            )
+
+            def deadline() -> str | None:
+                w = s.workload_of_job(NS, "train") or {}
+                return (w["metadata"].get("annotations") or {}).get(
+                    "quartermaster.io/eviction-deadline"
+                )
+
+            at = await eventually(deadline, what="the eviction deadline is announced")
+            assert evicted_for_node_failure(s, "train") is None  # it runs on until then
+            cond = await eventually(
+                lambda: evicted_for_node_failure(s, "train"), what="evicted at the deadline"
+            )
+            assert rfc3339_seconds(cond["lastTransitionTime"]) >= rfc3339_seconds(at) - 1
+            assert cond["message"].endswith("no replacement for a failed node: n1")
+
+    asyncio.run(main())
+
+
+def test_an_opted_in_pod_stuck_terminating_on_an_unreachable_node_is_force_failed(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Kueue's FailureRecoveryPolicy: the evicted Job's pod on the dead node stays
+    Terminating (no kubelet confirms); it opted in with ``safe-to-forcefully-delete``, so
+    after its grace it is failed and deleted, with Kueue's Event; the Job, which kept its
+    place in the queue, is admitted again."""
+
+    async def main() -> None:
+        cfg = config(forcefulTerminationGracePeriod="1s")
+        async with run(tmp_path, backend, BASE, cfg) as s:
+            await add_node(s, "n0")
+            opted = job("train", 2)
+            opted["spec"]["template"]["metadata"] = {
+                "annotations": {"kueue.x-k8s.io/safe-to-forcefully-delete": "true"}
+            }
+            # the API server sets deletionTimestamp to the deletion time plus this grace
+            opted["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1
+            await s.user.create(k.JOBS, opted, namespace=NS)
+            await eventually(lambda: admitted(s.workload_of_job(NS, "train")), what="admitted")
+            await s.user.create(k.JOBS, job("next", 2), namespace=NS)
+            names = await start_pods(s, backend, "train", ["n0", "n0"])
+
+            # the node lifecycle controller's view of a dead kubelet
+            await taint(s, "n0", {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"})
+            await not_ready(s, "n0")
+            await eventually(lambda: evicted_for_node_failure(s, "train"), what="evicted")
+            await stop_pods(s, backend, "train")
+
+            async def forced() -> bool:
+                events = await s.user.list(k.EVENTS, namespace=NS)
+                return all(s.get("pods", n, NS) is None for n in names) and any(
+                    e.get("reason") == "KueueForcefullyDeleted"
+                    and "due to unreachable node `n0`" in e.get("message", "")
+                    for e in events["items"]
+                )
+
+            await eventually(forced, what="the stuck pods force-failed and deleted", timeout=30)
+            # the evicted Job kept its place: it is admitted again, ahead of the next one
+            await eventually(
+                lambda: admitted(s.workload_of_job(NS, "train")), what="train re-admitted"
+            )
+            assert not admitted(s.workload_of_job(NS, "next"))
+
+    asyncio.run(main())

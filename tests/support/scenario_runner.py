@@ -17,7 +17,8 @@ workloads:                       # optional shorthand, expanded to kueue Workloa
      checkpoint: 3500, checkpointCondition: 3500, notice: {at: 3500, deadline: 3800},
      requeueCount: 1, finished: true,
      # status.admissionChecks (times in seconds); admitted.admittedCondition: Admitted=True
-     checks: [{name: prov, state: Retry, message: "...", at: 5, requeueAfterSeconds: 60}]}
+     checks: [{name: prov, state: Retry, message: "...", at: 5, requeueAfterSeconds: 60}],
+     annotations: {quartermaster.io/avoid-nodes: "h0=2030-01-01T00:00:00Z"}}
 whatIf: [ {...} ]                # optional: objects for --what-if
 expect:
   exit: 0                        # optional (2 for bad input)
@@ -222,6 +223,7 @@ def _progress_signals(w: dict[str, Any], obj: dict[str, Any]) -> None:
         annotations[DEADLINE_ANNOTATION] = _iso(w["notice"]["deadline"])
     if w.get("finished"):
         condition("Finished", w.get("created", 0), "Succeeded")
+    annotations.update(w.get("annotations") or {})
     if annotations:
         obj["metadata"]["annotations"] = annotations
     status = obj.setdefault("status", {})
@@ -362,6 +364,7 @@ WORKLOAD_KEYS = {
     "requeueCount",
     "finished",
     "checks",
+    "annotations",
 }
 POD_SET_KEYS = {
     "name",

@@ -46,6 +46,17 @@ class PreemptionNotices(Protocol):
         ...
 
 
+class DeadlineNotices(Protocol):
+    """Progress-aware preemption as node failures use it (``reconcilers.notices.Notices``):
+    the engine's side (``aware``: its notice windows) and the deadline annotations."""
+
+    aware: Any
+
+    async def announce_deadline(self, wl: Obj, deadline: str | None) -> None:
+        """The eviction deadline on the Workload, its job and pods (None removes it)."""
+        ...
+
+
 class ComposeErrors:
     """Objects whose Workload cannot be built: each error logged and recorded once."""
 

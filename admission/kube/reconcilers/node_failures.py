@@ -18,7 +18,9 @@ acts on the workloads whose pods a failed node hosts:
 * **Every other workload**: evicted with reason ``NodeFailures`` and Kueue's message
   naming the node; requeued without backoff (:func:`queues.node_health.counts_toward_backoff`).
   With progress-aware preemption on and the node still reachable (a taint), the
-  eviction is noticed like a preemption: the workload gets its notice window first.
+  workload first gets its ClusterQueue's notice window: the eviction deadline is
+  announced on the Workload, its job and pods as for a preemption victim, and the
+  eviction comes when it passes (or never, if the node recovers meanwhile).
 * **Afterwards**: the failed nodes are remembered on the Workload
   (``quartermaster.io/avoid-nodes``) for ``avoidNodesFor``; a node failing
   ``flakyNode.workloads`` distinct workloads within the window gets a ``FlakyNode``
@@ -39,7 +41,7 @@ from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import PODS, WORKLOADS
 from admission.kube.control import work
 from admission.kube.control.context import BOUND_PODS, Context, Obj
-from admission.kube.control.workloads import PreemptionNotices, evict, owner_of
+from admission.kube.control.workloads import DeadlineNotices, evict, owner_of
 from admission.kube.watch.informer import DELETED
 from queues.api.conditions import is_true
 from queues.api.labels import WORKLOAD as WORKLOAD_ANNOTATION
@@ -95,7 +97,7 @@ class NodeFailures:
         self.ctx = ctx
         self.policy = ctx.options.node_failures
         self.tas_pods = tas_pods
-        self.notices: PreemptionNotices | None = None
+        self.notices: DeadlineNotices | None = None  # with progress-aware preemption
         self.states: dict[str, NodeState] = {}  # node name -> what failure reads of it
         self.name_of: dict[str, str] = {}  # hostname label -> node name
         self.deleted: set[str] = set()  # nodes deleted while hosting our pods
@@ -104,6 +106,7 @@ class NodeFailures:
         self.node_of_pod: dict[str, str] = {}
         self.retry_at: dict[str, float] = {}  # workload -> next replacement attempt
         self.acted_at: dict[str, float] = {}  # workload -> when a failure was acted on
+        self.notice_until: dict[str, float] = {}  # workload -> its node failure's deadline
         self.flaky = FlakyNodes(
             workloads=self.policy.flaky_workloads, window=self.policy.flaky_window
         )
@@ -306,6 +309,7 @@ class NodeFailures:
         failed = self.failed_nodes(wkey)
         listed = unhealthy_nodes(wl)
         if not failed:
+            self.notice_until.pop(wkey, None)  # the node recovered within the notice
             if listed:  # recovered before a replacement was found (Kueue's handleHealthyNode)
                 await self._set_unhealthy(wkey, [])
             return
@@ -322,18 +326,47 @@ class NodeFailures:
             message = multiple_failures_message(hosts)
         else:
             message = no_replacement_message(hosts[0])
-        state = self.states.get(next(iter(failed)))
-        if self.notices is not None and reachable(state) and len(failed) == 1:
-            # progress-aware preemption: a reachable node's pods get the notice window
-            if await self._notice(wkey, message):
-                return
+        if all(reachable(self.states.get(n)) for n in failed) and await self._noticed(
+            wkey, wl, message
+        ):
+            return
         await self._evict(wkey, failed, message, _cause(next(iter(failed.values()))))
 
-    async def _notice(self, wkey: str, message: str) -> bool:
-        notify = getattr(self.notices, "notify_node_failure", None)
-        if notify is None:
+    async def _noticed(self, wkey: str, wl: Obj, message: str) -> bool:
+        """Progress-aware preemption's notice window for a failure on nodes that still
+        run the pods (a taint): the eviction deadline is announced as for a preemption
+        victim, and the workload is evicted when it passes. True while it runs."""
+        notices = self.notices
+        aware = getattr(notices, "aware", None)
+        if notices is None or aware is None:
             return False
-        return bool(await notify(wkey, message=message, reason=NODE_FAILURES))
+        now = self.ctx.clock()
+        deadline = self.notice_until.get(wkey)
+        if deadline is None:
+            cq = str((kobj.admission_of(wl) or {}).get("clusterQueue", ""))
+            at = aware.notice_deadline(cq)
+            if at is None:
+                return False
+            self.notice_until[wkey] = at
+            self.retry_at[wkey] = at
+            text = kobj.rfc3339(at)
+            try:
+                await notices.announce_deadline(wl, text)
+            except ApiError as err:
+                log.warning("announcing the eviction deadline of %s failed: %s", wkey, err)
+            self.ctx.record_event(
+                wl, "Normal", "NodeFailureNotice", f"To be evicted at {text}: {message}"
+            )
+            return True
+        if now < deadline:
+            self.retry_at[wkey] = deadline
+            return True
+        del self.notice_until[wkey]
+        try:
+            await notices.announce_deadline(wl, None)
+        except ApiError as err:
+            log.warning("removing the eviction deadline of %s failed: %s", wkey, err)
+        return False
 
     async def _replace(self, wkey: str, wl: Obj, host: str, failed: dict[str, str]) -> None:
         ctx = self.ctx

@@ -161,7 +161,10 @@ class Notices:
         if wl is None or is_true(wl, kobj.EVICTED) or not is_true(wl, NOTICE_CONDITION):
             return
         deadline = (kobj.meta(wl).get("annotations") or {}).get(DEADLINE_ANNOTATION)
-        if deadline and (kobj.meta(pod).get("annotations") or {}).get(DEADLINE_ANNOTATION) != deadline:
+        if (
+            deadline
+            and (kobj.meta(pod).get("annotations") or {}).get(DEADLINE_ANNOTATION) != deadline
+        ):
             self._late_pods[key] = deadline
 
     # -- notices out ---------------------------------------------------------------------
@@ -211,6 +214,12 @@ class Notices:
         await self._annotate_job(new, deadline)
         return True
 
+    async def announce_deadline(self, wl: Obj, deadline: str | None) -> None:
+        """The eviction deadline annotation on the Workload, its job and the job's pods
+        (None removes it): a notice that is not a preemption's (a node failure's)."""
+        await self._annotate(WORKLOADS, kobj.ns_key(wl), deadline)
+        await self._annotate_job(wl, deadline)
+
     def _undo(self, key: str) -> None:
         cache = self.ctx.cache
         cache.progress.released(key)
@@ -241,7 +250,10 @@ class Notices:
             await self._annotate(resource_of(integ), job_key, deadline)
         except ApiError as err:
             log.warning(
-                "annotating %s %s with its eviction deadline failed: %s", integ.lower_kind, job_key, err
+                "annotating %s %s with its eviction deadline failed: %s",
+                integ.lower_kind,
+                job_key,
+                err,
             )
         pods = ctx.informers.get(BOUND_PODS)
         ns = kobj.split_key(job_key)[0]

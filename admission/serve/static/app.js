@@ -190,7 +190,8 @@ const admittedList = new VList(document.getElementById("admitted"), (i) => {
   const r = document.createElement("div");
   const waiting = (a.waitingFor || []).map((c) => `${c.name}: ${c.state}${c.message ? " (" + c.message + ")" : ""}`);
   const note = a.evicting ? " (evicting)" : waiting.length ? ` (quota reserved, waiting for AdmissionChecks ${waiting.join(", ")})` : "";
-  r.append(span(a.workload), span(priorityText(a)), span(a.usage + note, "message"));
+  const sick = (a.unhealthyNodes || []).length ? ` · unhealthy nodes: ${a.unhealthyNodes.join(", ")}` : "";
+  r.append(span(a.workload), span(priorityText(a)), span(a.usage + note + sick, "message"));
   return r;
 });
 async function refreshAdmitted() {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from queues.api.parse import parse_model
 from queues.model import Taint, Toleration
 from queues.node_health import (
     AVOID_NODES_ANNOTATION,
@@ -13,6 +14,7 @@ from queues.node_health import (
     FlakyNodes,
     NodeFailurePolicy,
     NodeState,
+    avoid_in_start_patch,
     counts_toward_backoff,
     node_failure,
     reachable,
@@ -145,3 +147,83 @@ def test_a_node_failing_distinct_workloads_in_the_window_is_reported_once() -> N
     assert flaky.record("n2", "a", T0) is None
     assert flaky.record("n2", "b", T0 + 4000) is None  # "a" left the window
     assert FlakyNodes(workloads=0, window=1).record("n", "a", T0) is None
+
+
+PODSET = "kueue.x-k8s.io/podset"
+
+
+def template_affinity(t: dict) -> list[list[dict]]:
+    return requirement(t["spec"].get("affinity"))
+
+
+def test_a_start_patch_excludes_the_remembered_nodes_and_a_restart_replaces_them() -> None:
+    user_term = {"key": "zone", "operator": "In", "values": ["a"]}
+    job = {"spec": {"template": {"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [user_term]}]}}}}}}}  # fmt: skip
+    patch = {"spec": {"suspend": False, "template": {"metadata": {"labels": {PODSET: "main"}}}}}
+    out = avoid_in_start_patch(job, patch, ["n1"], podset_label=PODSET)
+    tmpl = out["spec"]["template"]
+    not_n1 = {"key": HOSTNAME, "operator": "NotIn", "values": ["n1"]}
+    assert template_affinity(tmpl) == [[user_term, not_n1]]
+    assert tmpl["metadata"]["annotations"] == {AVOID_NODES_ANNOTATION: "n1"}
+    # the Job as stored after that start; the next start avoids n1 and n2, not n1 twice
+    job["spec"]["template"] = {**tmpl, "spec": {"affinity": tmpl["spec"]["affinity"]}}
+    patch = {"spec": {"suspend": False, "template": {"metadata": {"labels": {PODSET: "main"}}}}}
+    again = avoid_in_start_patch(job, patch, ["n1", "n2"], podset_label=PODSET)["spec"]["template"]
+    both = {"key": HOSTNAME, "operator": "NotIn", "values": ["n1", "n2"]}
+    assert template_affinity(again) == [[user_term, both]]
+    # the memory expired: the user's affinity is back as it was
+    job["spec"]["template"] = {**again, "spec": {"affinity": again["spec"]["affinity"]}}
+    patch = {"spec": {"suspend": False, "template": {"metadata": {"labels": {PODSET: "main"}}}}}
+    done = avoid_in_start_patch(job, patch, [], podset_label=PODSET)["spec"]["template"]
+    assert template_affinity(done) == [[user_term]]
+    assert done["metadata"]["annotations"] == {AVOID_NODES_ANNOTATION: None}
+
+
+def test_every_pod_template_of_a_list_patch_gets_the_exclusion() -> None:
+    rj = [
+        {"name": w, "template": {"spec": {"template": {"metadata": {"labels": {PODSET: w}},
+                                                       "spec": {}}}}}
+        for w in ("leader", "workers")
+    ]  # fmt: skip
+    patch = {"spec": {"suspend": False, "replicatedJobs": rj}}
+    out = avoid_in_start_patch({"spec": {}}, patch, ["n3"], podset_label=PODSET)
+    for r in out["spec"]["replicatedJobs"]:
+        assert template_affinity(r["template"]["spec"]["template"]) == [
+            [{"key": HOSTNAME, "operator": "NotIn", "values": ["n3"]}]
+        ]
+    untouched = {"spec": {"suspend": False}}
+    assert avoid_in_start_patch({}, untouched, ["n3"], podset_label=PODSET) == untouched
+
+
+def wire_workload(**meta: object) -> dict:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
+                     **meta},
+        "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": {
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}}]},
+    }  # fmt: skip
+
+
+def evicted(wl: dict, reason: str) -> dict:
+    cond = {"type": "Evicted", "status": "True", "reason": reason, "message": "",
+            "lastTransitionTime": "2026-01-01T01:00:00Z"}  # fmt: skip
+    return {**wl, "status": {"conditions": [cond]}}
+
+
+def test_a_node_failure_keeps_the_workloads_place_in_the_queue() -> None:
+    created = parse_model(wire_workload()).queue_order_time
+    assert parse_model(evicted(wire_workload(), "NodeFailures")).queue_order_time == created
+    assert parse_model(evicted(wire_workload(), "PodsReadyTimeout")).queue_order_time > created
+
+
+def test_the_remembered_nodes_become_a_required_hostname_exclusion_of_every_pod_set() -> None:
+    mem = {AVOID_NODES_ANNOTATION: "n1=2030-01-01T00:00:00Z,n2=2030-01-01T00:00:00Z"}
+    wl = parse_model(wire_workload(annotations=mem))
+    (ps,) = wl.pod_sets
+    assert [[(e.key, e.operator, e.values) for e in t.match_expressions]
+            for t in ps.required_affinity] == [[(HOSTNAME, "NotIn", ("n1", "n2"))]]  # fmt: skip
+    assert parse_model(wire_workload()).pod_sets[0].required_affinity == []
