@@ -78,6 +78,12 @@ TAS_BASE = [
 READY = {"type": "Ready", "status": "True"}
 
 
+async def next_second() -> None:
+    """Wait into the next whole second, so a Job created now has a later
+    ``creationTimestamp`` (whole seconds) than one created before the call."""
+    await asyncio.sleep(1.05 - time.time() % 1.0)
+
+
 def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -525,8 +531,7 @@ def test_two_node_failures_under_a_backoff_limit_of_one_still_requeue_and_avoid_
     """Infrastructure failures are not the job's: two evictions for node failures under
     ``waitForPodsReady.requeuingStrategy.backoffLimitCount: 1`` neither count nor back
     off; the workload is requeued both times, avoids both nodes, and no ClusterQueue
-    holds more than its quota at any point. (Its place in the queue, its creation time,
-    is the unit tests'.)"""
+    holds more than its quota at any point."""
 
     async def main() -> None:
         cfg = parse_config({
@@ -539,7 +544,12 @@ def test_two_node_failures_under_a_backoff_limit_of_one_still_requeue_and_avoid_
             for n in ("n0", "n1", "n2", "n3"):
                 await add_node(s, n)
             await s.user.create(k.JOBS, job("train", 2), namespace=NS)
+            # a second Job waits behind it for the same quota, created in a later second:
+            # creationTimestamp has whole seconds, and equal ones are ordered by UID
+            await next_second()
+            await s.user.create(k.JOBS, job("later", 2), namespace=NS)
             await eventually(lambda: admitted(s.workload_of_job(NS, "train")), what="admitted")
+            assert not admitted(s.workload_of_job(NS, "later"))
 
             rounds = [("n0", ["n0", "n1"], not_ready), ("n2", ["n1", "n2"], delete_node)]
             for i, (bad, nodes, fail) in enumerate(rounds):
@@ -556,6 +566,7 @@ def test_two_node_failures_under_a_backoff_limit_of_one_still_requeue_and_avoid_
                 )
                 assert wl["spec"].get("active", True) is True
                 assert not (wl["status"].get("requeueState") or {}).get("count")
+                assert not admitted(s.workload_of_job(NS, "later"))  # it kept its place
             assert avoided(s, "train") == ("n0", "n2")
             await eventually(
                 lambda: avoided_in_template(s, "train") == ["n0", "n2"],
@@ -619,8 +630,8 @@ def test_an_opted_in_pod_stuck_terminating_on_an_unreachable_node_is_force_faile
 ) -> None:
     """Kueue's FailureRecoveryPolicy: the evicted Job's pod on the dead node stays
     Terminating (no kubelet confirms); it opted in with ``safe-to-forcefully-delete``, so
-    after its grace it is failed and deleted, with Kueue's Event, and the head of the
-    queue is admitted."""
+    after its grace it is failed and deleted, with Kueue's Event; the Job, which kept its
+    place in the queue, is admitted again."""
 
     async def main() -> None:
         cfg = config(forcefulTerminationGracePeriod="1s")
@@ -634,6 +645,7 @@ def test_an_opted_in_pod_stuck_terminating_on_an_unreachable_node_is_force_faile
             opted["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1
             await s.user.create(k.JOBS, opted, namespace=NS)
             await eventually(lambda: admitted(s.workload_of_job(NS, "train")), what="admitted")
+            await next_second()  # a later creationTimestamp than train's (whole seconds)
             await s.user.create(k.JOBS, job("next", 2), namespace=NS)
             names = await start_pods(s, backend, "train", ["n0", "n0"])
 
@@ -652,14 +664,10 @@ def test_an_opted_in_pod_stuck_terminating_on_an_unreachable_node_is_force_faile
                 )
 
             await eventually(forced, what="the stuck pods force-failed and deleted", timeout=30)
-            # the quota is free again: the head of the queue (the evicted Job, requeued
-            # at its creation time, or the next one if it was alone in the queue then) runs
+            # the evicted Job kept its place: it is admitted again, ahead of the next one
             await eventually(
-                lambda: (
-                    admitted(s.workload_of_job(NS, "train"))
-                    or admitted(s.workload_of_job(NS, "next"))
-                ),
-                what="the queue's head admitted",
+                lambda: admitted(s.workload_of_job(NS, "train")), what="train re-admitted"
             )
+            assert not admitted(s.workload_of_job(NS, "next"))
 
     asyncio.run(main())
