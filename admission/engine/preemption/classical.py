@@ -117,28 +117,32 @@ class Preemptor(CandidateSearch):
         a walk to the root, not a sum over 5,000 (the same answer)."""
         cache = self.cache
         p = cache.cluster_queues[cq.name].preemption
-        own = cache.prio_usage.get(cq.name, {})
-        others = cq.parent is not None and p.reclaim_within_cohort != NEVER
-        if others and self._within_nominal_search_hopeless(wl, cq, frs, requests):
-            # Only candidates with a hierarchical advantage are usable (see candidates):
-            # they exist only if the request fits some subtree below the root.
-            advantage, remaining = fits_in_quota(cq, requests)
-            node = cq.parent
-            while not advantage and node is not None and node.parent is not None:
-                advantage, remaining = fits_in_quota(node, remaining)
-                node = node.parent
-            others = advantage
+        within = p.within_cluster_queue
+        own: list[dict[FlavorResource, int]] = []
+        if within != NEVER:
+            prio = wl.priority
+            equal_ok = within == LOWER_OR_NEWER_EQUAL_PRIORITY
+            own = [
+                usage
+                for q_prio, usage in cache.prio_usage.get(cq.name, {}).items()
+                if q_prio < prio or (equal_ok and q_prio == prio)
+            ]
+        others: bool | None = cq.parent is not None and p.reclaim_within_cohort != NEVER
+        if others:
+            others = None  # worked out when first needed (it only reads the tree)
         for fr in frs:
-            need = requests.get(fr, 0) - max(0, cq.available(fr))
+            available = cq.available(fr)
+            need = requests.get(fr, 0) - (available if available > 0 else 0)
             if need <= 0:
                 continue
             free = 0
-            if p.within_cluster_queue != NEVER:
-                equal_ok = p.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY
-                for prio, usage in own.items():
-                    if prio < wl.priority or (equal_ok and prio == wl.priority):
-                        free += usage.get(fr, 0)
-            if others and free < need:
+            for usage in own:
+                free += usage.get(fr, 0)
+            if free >= need:
+                continue
+            if others is None:
+                others = self._may_take_from_others(wl, cq, frs, requests)
+            if others:
                 root = cq.root()
                 if fr not in kept_locally(root):
                     # usage bubbles up whole: the root holds the tree's sum (O(depth))
@@ -152,6 +156,26 @@ class Preemptor(CandidateSearch):
             if free < need:
                 return False
         return True
+
+    def _may_take_from_others(
+        self,
+        wl: Workload,
+        cq: QuotaNode,
+        frs: set[FlavorResource],
+        requests: Mapping[FlavorResource, int],
+    ) -> bool:
+        """For :meth:`_could_free_enough`, of a queue in a cohort that may reclaim: can
+        other queues' workloads be victims at all? Not when the search that keeps the
+        preemptor within nominal is hopeless and no subtree below the root has the
+        hierarchical advantage (only such candidates are usable then, see candidates)."""
+        if not self._within_nominal_search_hopeless(wl, cq, frs, requests):
+            return True
+        advantage, remaining = fits_in_quota(cq, requests)
+        node = cq.parent
+        while not advantage and node is not None and node.parent is not None:
+            advantage, remaining = fits_in_quota(node, remaining)
+            node = node.parent
+        return advantage
 
     def minimal_targets(
         self,
@@ -186,8 +210,8 @@ class Preemptor(CandidateSearch):
                         continue
                     tree.remove_usage(c.cq, self.cache.usage_of[c.key])
                     removed.append(c)
-                    if self._fits(cq, requests, allow_borrowing) and self._placement_fits(
-                        r.key for r in removed
+                    if self._fits(cq, requests, allow_borrowing) and (
+                        self.placement is None or self._placement_fits(r.key for r in removed)
                     ):
                         kept = self._fill_back(snap, cq, requests, removed, allow_borrowing)
                         return [Target(t.key, t.cq, t.variant.reason) for t in kept]
@@ -205,16 +229,21 @@ class Preemptor(CandidateSearch):
 
         Runs inside the caller's ``tree.scratch()`` block, which undoes it."""
         tree = snap.tree
+        usage_of = self.cache.usage_of
+        fits = self._fits
+        untopological = self.placement is None
         targets = list(removed)
         for i in range(len(targets) - 2, -1, -1):
             c = targets[i]
-            tree.add_usage(c.cq, self.cache.usage_of[c.key])
-            if self._fits(cq, requests, allow) and self._placement_fits(
-                t.key for j, t in enumerate(targets) if j != i
+            usage = usage_of[c.key]
+            tree.add_usage(c.cq, usage)
+            if fits(cq, requests, allow) and (
+                untopological
+                or self._placement_fits(t.key for j, t in enumerate(targets) if j != i)
             ):
                 targets.pop(i)
             else:
-                tree.remove_usage(c.cq, self.cache.usage_of[c.key])
+                tree.remove_usage(c.cq, usage)
         return targets
 
     # -- scheduler seams ---------------------------------------------------------

@@ -567,3 +567,34 @@ def test_the_wake_index_forgets_tickets_nobody_holds_and_keeps_the_others() -> N
     assert held <= fired, "a ticket still held was lost"
     assert len(fired) < 10_000
     assert not index.released([node], [("f1", "cpu")])  # each fires once
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world(), st.data())
+def test_the_precheck_never_rejects_a_request_the_full_search_finds_victims_for(
+    w: tuple, data: st.DataObject
+) -> None:
+    """``_could_free_enough`` is a necessary condition only: whenever the victim search
+    run without it (every candidate collected and tried) finds victims, it says yes."""
+    cqs, _, _ = w
+    cache, _ = _filled(w)
+    snap = Snapshot(cache.tree)
+    pre = Preemptor(cache)
+    for cq in sorted(cqs):
+        node = snap.tree.queues[cq]
+        flavor = cqs[cq].resource_groups[0].flavors[0].name
+        for prio in range(1, 5):
+            wl = _workload(
+                cq, 9999, 1, data.draw(st.integers(1, 6)), data.draw(st.integers(0, 6)), prio
+            )
+            requests = {(flavor, r): v for r, v in wl.pod_sets[0].requests.items() if v}
+            frs = {fr for fr, v in requests.items() if v > node.available(fr)}
+            if not frs:
+                continue
+            allowed = pre._could_free_enough(snap, wl, node, frs, requests)
+            with mock.patch.object(Preemptor, "_could_free_enough", lambda *_a: True):
+                found = pre.minimal_targets(snap, wl, node, frs, requests)
+            if found:
+                assert allowed, (cq, prio, requests, found)
+            assert pre.minimal_targets(snap, wl, node, frs, requests) == found
+    snap.release()
