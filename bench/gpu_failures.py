@@ -10,9 +10,9 @@ schedules; the figures are their totals (GPU-hours) and pooled percentiles. A se
 set of runs adds one flaky node that fails again after every ~4 h of uptime.
 
 ``ours`` runs the product's ``nodeFailures`` defaults (``queues.node_health``: 30 s
-NotReady delay, fail-fast replacement, bad-node memory 1 h, flaky report at 3 workloads
-in 1 h). ``variants`` change one setting each (``admission.sim.failure_policy``):
-``oursAvoidNodesFor24h`` remembers bad nodes for a day, ``oursHoldForSpare`` is
+NotReady delay, fail-fast replacement, bad-node memory 24 h, flaky report at 2 workloads
+in 24 h). ``variants`` change one setting each (``admission.sim.failure_policy``):
+``oursAvoidNodesFor1h`` remembers bad nodes for an hour, less than a repair, ``oursHoldForSpare`` is
 ``failFast: false`` (a TAS gang with no spare node held 30 minutes before its eviction),
 ``oursQuarantine`` has a node reported flaky at 2 workloads in 24 h cordoned for a day.
 Re-admissions onto the flaky node are counted within ours' memory window for every
@@ -68,7 +68,7 @@ def run_set(flaky: str | None) -> dict[str, dict[str, Any]]:
     policies = (
         failure_policy.ours(),
         failure_policy.kueue(),
-        failure_policy.ours_avoid(24 * 3600.0),
+        failure_policy.ours_avoid(3600.0),
         failure_policy.ours_hold(),
         failure_policy.ours_quarantine(),
     )
@@ -119,7 +119,7 @@ def run() -> dict[str, Any]:
                 "nodesQuarantined": flaky[name]["nodesQuarantined"],
             },
         }
-        for name in ("oursAvoidNodesFor24h", "oursHoldForSpare", "oursQuarantine")
+        for name in ("oursAvoidNodesFor1h", "oursHoldForSpare", "oursQuarantine")
     }
 
     def infra(p: dict[str, Any]) -> float:

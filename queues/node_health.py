@@ -56,9 +56,9 @@ class NodeFailurePolicy:
     # Kueue's TASFailedNodeReplacementFailFast: evict at once when no spare fits (off:
     # keep the gang and retry the replacement until a spare frees up)
     fail_fast: bool = True
-    avoid_for: float = 3600.0  # bad-node memory; 0 turns it off
-    flaky_workloads: int = 3  # distinct workloads a node fails within the window ...
-    flaky_window: float = 3600.0  # ... to be reported as flaky (0 workloads: never)
+    avoid_for: float = 86400.0  # bad-node memory; 0 turns it off
+    flaky_workloads: int = 2  # distinct workloads a node fails within the window ...
+    flaky_window: float = 86400.0  # ... to be reported as flaky (0 workloads: never)
     forceful_termination_grace: float = FORCEFUL_TERMINATION_GRACE
 
 

@@ -11,8 +11,8 @@ replacement, a 60 s grace for pods stuck terminating), and on for the rest::
       taints: true                    # an untolerated NoSchedule/NoExecute taint too
       replaceOnPodTermination: false  # Kueue's TASReplaceNodeOnPodTermination
       failFast: true                  # Kueue's TASFailedNodeReplacementFailFast
-      avoidNodesFor: 1h               # bad-node memory (0: none)
-      flakyNode: {workloads: 3, window: 1h}   # Event + metric (workloads 0: never)
+      avoidNodesFor: 24h              # bad-node memory, longer than a repair (0: none)
+      flakyNode: {workloads: 2, window: 24h}  # Event + metric (workloads 0: never)
       forcefulTerminationGracePeriod: 60s     # kueue.x-k8s.io/safe-to-forcefully-delete pods
 """
 
@@ -29,8 +29,8 @@ class _Strict(BaseModel):
 
 
 class FlakyNode(_Strict):
-    workloads: int = Field(default=3, ge=0)
-    window: Duration = "1h"
+    workloads: int = Field(default=2, ge=0)
+    window: Duration = "24h"
 
 
 class NodeFailuresSection(_Strict):
@@ -39,7 +39,7 @@ class NodeFailuresSection(_Strict):
     taints: StrictBool = True
     replaceOnPodTermination: StrictBool = False
     failFast: StrictBool = True
-    avoidNodesFor: Duration = "1h"
+    avoidNodesFor: Duration = "24h"
     flakyNode: FlakyNode = Field(default_factory=FlakyNode)
     forcefulTerminationGracePeriod: Duration = "60s"
 

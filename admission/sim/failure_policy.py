@@ -38,7 +38,7 @@ Two variants of ours, reported beside it (not the product's defaults):
 * **hold for a spare** (``failFast: false``): a TAS workload with no spare node holds
   its quota and retries the hot swap for ``recovery_timeout_seconds`` before the
   ``NodeFailures`` eviction (Kueue's wait, without its backoff count);
-* **a longer memory** (``avoidNodesFor`` other than the default hour);
+* **another memory** (``avoidNodesFor`` other than the default day);
 * **quarantine**: the health tooling the project leaves outside cordons a node the
   product reports as flaky (here: 2 distinct workloads within 24 h) for that window.
 

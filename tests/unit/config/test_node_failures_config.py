@@ -15,7 +15,10 @@ def test_defaults_are_kueues_delays_and_memory_on() -> None:
     policy = parse_config({}).doc.nodeFailures.policy()
     assert policy == NodeFailurePolicy()
     assert policy.not_ready_delay == 30 and policy.forceful_termination_grace == 60
-    assert policy.taints and policy.fail_fast and policy.avoid_for == 3600
+    assert policy.taints and policy.fail_fast
+    # the memory outlasts a repair (~2 h); a node that fails two workloads in a day is reported
+    assert policy.avoid_for == 86400
+    assert (policy.flaky_workloads, policy.flaky_window) == (2, 86400)
 
 
 def test_every_knob_reaches_the_controller() -> None:

@@ -97,7 +97,7 @@ def flaky_run(policy: failure_policy.FailurePolicy):
 
 
 def test_flaky_node_is_avoided_under_ours_and_infra_evictions_do_not_count():
-    st = flaky_run(failure_policy.ours_avoid(DAY, requeue=FAST_LIMIT, **SLOW_START))
+    st = flaky_run(failure_policy.ours(requeue=FAST_LIMIT, **SLOW_START))  # a day's memory
     assert st.evictions == {"NodeFailures": 1}
     assert st.flaky_readmissions == 0  # it waited for B's node, not the repaired one
     assert st.deactivated == 0 and st.finished == 2
@@ -106,7 +106,7 @@ def test_flaky_node_is_avoided_under_ours_and_infra_evictions_do_not_count():
 
 
 def test_memory_shorter_than_the_repair_does_not_keep_the_workload_off_the_node():
-    st = flaky_run(failure_policy.ours(requeue=FAST_LIMIT, **SLOW_START))  # avoidNodesFor: 1h
+    st = flaky_run(failure_policy.ours_avoid(3600.0, requeue=FAST_LIMIT, **SLOW_START))
     assert st.evictions == {"NodeFailures": 2}  # back on the node at 3 h, broken at 4 h
     assert st.flaky_readmissions_day == 1
     assert st.deactivated == 0 and st.finished == 2
