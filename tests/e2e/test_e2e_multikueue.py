@@ -25,8 +25,13 @@ from tests.support.kube_harness import (
     local_queue,
     namespace,
 )
-from tests.support.multicluster import CHECK, WORKERS, MultiStack, RealWorkers, multi_stack
-from tests.support.realserver.controlplane import assets_dir
+from tests.support.multicluster import (
+    CHECK,
+    WORKERS,
+    MultiStack,
+    multi_stack,
+    real_workers_or_none,
+)
 
 NS = "team-a"
 MANAGED_BY = "kueue.x-k8s.io/multikueue"
@@ -46,15 +51,7 @@ WORKER = [namespace(NS), flavor("f"), cluster_queue("cq", {"f": {"cpu": 4}}),
 
 @pytest.fixture(scope="session")
 def real_workers() -> Iterator[Any]:
-    assets = assets_dir()
-    if assets is None:
-        yield None
-        return
-    workers = RealWorkers(assets)
-    try:
-        yield workers
-    finally:
-        workers.stop()
+    yield from real_workers_or_none()
 
 
 def mk_job(name: str, cpu: str = "1") -> Obj:

@@ -29,21 +29,12 @@ from tests.support.kube_harness import (
     local_queue,
     namespace,
 )
-from tests.support.multicluster import MultiStack, RealWorkers, multi_stack
-from tests.support.realserver.controlplane import assets_dir
+from tests.support.multicluster import MultiStack, multi_stack, real_workers_or_none
 
 
 @pytest.fixture(scope="session")
 def real_workers() -> Iterator[Any]:
-    assets = assets_dir()
-    if assets is None:
-        yield None
-        return
-    workers = RealWorkers(assets)
-    try:
-        yield workers
-    finally:
-        workers.stop()
+    yield from real_workers_or_none()
 
 
 def config(name: str, **more: Any) -> Config:

@@ -22,8 +22,7 @@ from admission.kube.client import rest as k
 from admission.serve.service import Service
 from tests.e2e.test_e2e_multikueue import MANAGER, NS, WORKER, mk_job
 from tests.support.kube_harness import SERVICE_ROUTE, eventually, is_true, settled
-from tests.support.multicluster import MultiStack, RealWorkers, multi_stack
-from tests.support.realserver.controlplane import assets_dir
+from tests.support.multicluster import MultiStack, multi_stack, real_workers_or_none
 
 JOBS = ("a", "b", "c")
 CONFIG = parse_config({"apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -33,15 +32,7 @@ CONFIG = parse_config({"apiVersion": "config.kueue.x-k8s.io/v1beta2",
 
 @pytest.fixture(scope="session")
 def real_workers() -> Iterator[Any]:
-    assets = assets_dir()
-    if assets is None:
-        yield None
-        return
-    workers = RealWorkers(assets)
-    try:
-        yield workers
-    finally:
-        workers.stop()
+    yield from real_workers_or_none()
 
 
 @contextlib.asynccontextmanager

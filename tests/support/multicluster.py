@@ -28,6 +28,7 @@ import yaml
 
 from admission.config.schema import Config
 from tests.support.kube_harness import DOUBLE, ROOT, SERVICE_NS, Obj, Stack, stack
+from tests.support.realserver.controlplane import assets_dir
 from tests.support.realserver.proxy import FaultProxy
 
 WORKERS = ("worker1", "worker2")
@@ -156,6 +157,20 @@ class MultiStack:
             if obj is not None:
                 out[worker] = obj
         return out
+
+
+def real_workers_or_none() -> Iterator[Any]:
+    """The body of a test module's ``real_workers`` fixture: worker control planes
+    while the module runs when ``KUBEBUILDER_ASSETS`` names the binaries, else None."""
+    assets = assets_dir()
+    if assets is None:
+        yield None
+        return
+    workers = RealWorkers(assets)
+    try:
+        yield workers
+    finally:
+        workers.stop()
 
 
 def backends(backend: Any, real_workers: Any) -> Iterator[Any]:
