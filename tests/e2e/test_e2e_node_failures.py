@@ -366,7 +366,8 @@ def test_an_untolerated_taint_is_a_node_failure_and_a_tolerated_one_is_not(
                 lambda: evicted_for_node_failure(s, "train"), what="train evicted", timeout=30
             )
             assert cond["message"].endswith("no replacement for a failed node: n1")
-            assert evictions(s, "NodeTainted") == 1
+            # counted once the eviction write returns, which the user may see first
+            await eventually(lambda: evictions(s, "NodeTainted") == 1, what="the eviction counted")
             assert await eventually(lambda: avoided(s, "train"), what="n1 remembered") == ("n1",)
 
     asyncio.run(main())
