@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable
 from typing import Any
 
 SUPERBLOCKS, BLOCKS, RACKS, HOSTS = 5, 10, 5, 20
@@ -37,48 +38,50 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 GANG_PODS = 10_000
 
 
-def cluster_documents() -> list[dict]:
-    """The Topology, the TAS flavor and the 5,000 Nodes."""
-    kueue = KUEUE
+def tas_documents(
+    levels: tuple[str, ...], hosts: Iterable[tuple[str, ...]], allocatable: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The Topology ``gpu`` over ``levels``, the TAS flavor ``tas`` on ``pool: gpu``, and a
+    Node per host: each host is its domain value at every level, the hostname last."""
     docs: list[dict[str, Any]] = [
         {
-            "apiVersion": kueue,
+            "apiVersion": KUEUE,
             "kind": "Topology",
             "metadata": {"name": "gpu"},
-            "spec": {"levels": [{"nodeLabel": lv} for lv in LEVELS]},
+            "spec": {"levels": [{"nodeLabel": lv} for lv in levels]},
         },
         {
-            "apiVersion": kueue,
+            "apiVersion": KUEUE,
             "kind": "ResourceFlavor",
             "metadata": {"name": "tas"},
             "spec": {"nodeLabels": {"pool": "gpu"}, "topologyName": "gpu"},
         },
     ]
-    for s in range(SUPERBLOCKS):
-        for b in range(BLOCKS):
-            for r in range(RACKS):
-                for h in range(HOSTS):
-                    name = f"s{s}-b{b}-r{r}-h{h:02d}"
-                    docs.append(
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Node",
-                            "metadata": {
-                                "name": name,
-                                "labels": {
-                                    "pool": "gpu",
-                                    LEVELS[0]: f"s{s}",
-                                    LEVELS[1]: f"s{s}-b{b}",
-                                    LEVELS[2]: f"s{s}-b{b}-r{r}",
-                                    LEVELS[3]: name,
-                                },
-                            },
-                            "status": {
-                                "allocatable": {"cpu": "96", "nvidia.com/gpu": "8", "pods": "110"}
-                            },
-                        }
-                    )
+    for domains in hosts:
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": domains[-1],
+                    "labels": {"pool": "gpu", **dict(zip(levels, domains, strict=True))},
+                },
+                "status": {"allocatable": dict(allocatable)},
+            }
+        )
     return docs
+
+
+def cluster_documents() -> list[dict]:
+    """The Topology, the TAS flavor and the 5,000 Nodes."""
+    hosts = (
+        (f"s{s}", f"s{s}-b{b}", f"s{s}-b{b}-r{r}", f"s{s}-b{b}-r{r}-h{h:02d}")
+        for s in range(SUPERBLOCKS)
+        for b in range(BLOCKS)
+        for r in range(RACKS)
+        for h in range(HOSTS)
+    )
+    return tas_documents(LEVELS, hosts, {"cpu": "96", "nvidia.com/gpu": "8", "pods": "110"})
 
 
 def _queue(name: str, gpus: int, cohort: str | None) -> dict:

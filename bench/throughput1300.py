@@ -50,6 +50,8 @@ from typing import Any
 
 import yaml
 
+from bench.plan_tas import tas_documents
+
 BLOCKS, RACKS, HOSTS, GPUS = 13, 5, 20, 8
 COHORTS, QUEUES_PER_COHORT, NOMINAL_GPUS = 8, 5, 256
 ARRIVAL_MINUTES = 60
@@ -72,40 +74,13 @@ REPORTED = {  # the production cluster's own figures: context, not this run
 
 def _queue_docs() -> list[dict[str, Any]]:
     kueue = "kueue.x-k8s.io/v1beta2"
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": kueue,
-            "kind": "Topology",
-            "metadata": {"name": "gpu"},
-            "spec": {"levels": [{"nodeLabel": lv} for lv in LEVELS]},
-        },
-        {
-            "apiVersion": kueue,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "tas"},
-            "spec": {"nodeLabels": {"pool": "gpu"}, "topologyName": "gpu"},
-        },
-    ]
-    for b in range(BLOCKS):
-        for r in range(RACKS):
-            for h in range(HOSTS):
-                name = f"b{b}-r{r}-h{h:02d}"
-                docs.append(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Node",
-                        "metadata": {
-                            "name": name,
-                            "labels": {
-                                "pool": "gpu",
-                                LEVELS[0]: f"b{b}",
-                                LEVELS[1]: f"b{b}-r{r}",
-                                LEVELS[2]: name,
-                            },
-                        },
-                        "status": {"allocatable": {"nvidia.com/gpu": str(GPUS), "pods": "110"}},
-                    }
-                )
+    hosts = (
+        (f"b{b}", f"b{b}-r{r}", f"b{b}-r{r}-h{h:02d}")
+        for b in range(BLOCKS)
+        for r in range(RACKS)
+        for h in range(HOSTS)
+    )
+    docs = tas_documents(LEVELS, hosts, {"nvidia.com/gpu": str(GPUS), "pods": "110"})
     for c in range(COHORTS):
         docs.append({"apiVersion": kueue, "kind": "Cohort", "metadata": {"name": f"co-{c}"}})
         for q in range(QUEUES_PER_COHORT):
