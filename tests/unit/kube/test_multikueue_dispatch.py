@@ -9,7 +9,7 @@ from typing import Any
 
 from admission.kube.multikueue.adapters import ADAPTERS
 from admission.kube.multikueue.dispatch import first_true, remote_workload, replacing
-from admission.kube.multikueue.dispatchers import fit_in, requests_of
+from queues.multikueue_fit import fit_in, requests_of
 
 JOB = ADAPTERS["Job"]
 
