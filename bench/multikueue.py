@@ -56,7 +56,7 @@ def _ready(wl: dict[str, Any]) -> bool:
 
 async def _run(n: int, tmp: Path, *, refill: bool) -> dict[str, Any]:
     from admission.config.load import parse_config
-    from admission.kube.client import rest as k
+    from admission.kube.client import resources as k
     from tests.e2e.test_e2e_multikueue import NS, mk_job
     from tests.support.kube_harness import DOUBLE
     from tests.support.multicluster import RealWorkers, multi_stack

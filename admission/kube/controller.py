@@ -32,7 +32,8 @@ from admission.integrations.framework.interface import Integration
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import ShareCredit
-from admission.kube.client.rest import WORKLOADS, KubeClient
+from admission.kube.client.resources import WORKLOADS
+from admission.kube.client.rest import KubeClient
 from admission.kube.control import work
 from admission.kube.control.context import BOUND_PODS, TAS_PODS, Context, ControllerOptions
 from admission.kube.control.metrics import Metrics

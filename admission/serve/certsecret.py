@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import SECRETS, KubeClient
+from admission.kube.client.resources import SECRETS
+from admission.kube.client.rest import KubeClient
 from webhooks.server.certs import (
     CertBundle,
     CertError,

@@ -24,7 +24,8 @@ from typing import Any
 
 from admission.apiserver_double.jobcontroller import finish_patches, start_patch, suspend_patch
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import JOBS, KubeClient
+from admission.kube.client.resources import JOBS
+from admission.kube.client.rest import KubeClient
 from queues.api.conditions import is_true
 from queues.api.labels import PRIORITY_CLASS, QUEUE_NAME
 

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from admission.kube.client.ratelimit import low_priority
-from admission.kube.client.rest import EVENTS, KubeClient
+from admission.kube.client.resources import EVENTS
+from admission.kube.client.rest import KubeClient
 from admission.kube.objects import rfc3339
 
 EVENT_BURST, EVENT_QPS = 50, 10.0

@@ -38,17 +38,16 @@ from admission.config.schema import ConfigError
 from admission.engine.cache import Cache
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import TokenBucket
-from admission.kube.client.rest import (
+from admission.kube.client.resources import (
     API_SERVICES,
     MUTATING_WEBHOOKS,
     NODES,
     PODS,
     QUEUE_WATCHED,
     VALIDATING_WEBHOOKS,
-    KubeClient,
-    KubeconfigError,
     resource_of,
 )
+from admission.kube.client.rest import KubeClient, KubeconfigError
 from admission.kube.control.context import BOUND_PODS, TAS_PODS, ControllerOptions
 from admission.kube.control.dra_apis import DraApis, feed
 from admission.kube.control.integrationgate import IntegrationGate

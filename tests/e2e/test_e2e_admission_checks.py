@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.control.context import ControllerOptions
 from admission.kube.objects import rfc3339
 from admission.serve.dashboard import DashboardSource, admitted_page

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.config.load import parse_config
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from queues.api.conditions import condition
 from queues.api.progress import (
     CHECKPOINT_ANNOTATION,

@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError
 from admission.kube.control.context import ControllerOptions
@@ -58,7 +59,7 @@ def test_a_refused_stop_write_backs_off_with_an_event_then_completes(
         async with stack(
             tmp_path, backend=backend, objects=BASE, controller=controller(retry_base=0.2)
         ) as s:
-            await s.user.create(k.JOBS, job("team-a", "train", queue="lq"), namespace="team-a")
+            await s.user.create(kr.JOBS, job("team-a", "train", queue="lq"), namespace="team-a")
             await eventually(
                 lambda: (j := s.get("jobs", "train", "team-a")) and not j["spec"]["suspend"],
                 what="the job starts",
@@ -78,7 +79,7 @@ def test_a_refused_stop_write_backs_off_with_an_event_then_completes(
             client.on_request = on_request
             s.server.fail_next(1000, code=403, verb="patch", resource="jobs", name="train")
             await s.user.patch(
-                k.WORKLOADS, wl["metadata"]["name"], {"spec": {"active": False}}, namespace="team-a"
+                kr.WORKLOADS, wl["metadata"]["name"], {"spec": {"active": False}}, namespace="team-a"
             )
             t0 = loop.time()
             await asyncio.sleep(5.0)
@@ -96,7 +97,7 @@ def test_a_refused_stop_write_backs_off_with_an_event_then_completes(
             assert 3 <= attempts <= allowed, (attempts, allowed)
             gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
             assert gaps[-1] >= 1.5, gaps  # the backoff grew; no fixed-rate retry
-            events = (await s.user.list(k.EVENTS, namespace="team-a"))["items"]
+            events = (await s.user.list(kr.EVENTS, namespace="team-a"))["items"]
             refused = [e for e in events if e.get("reason") == "ApiRequestRefused"]
             assert len(refused) == 1  # once per run of failures, not per retry
             assert refused[0]["involvedObject"]["name"] == "train"
@@ -139,8 +140,8 @@ def test_the_ca_bundle_is_restored_after_the_webhook_configurations_are_reapplie
                 lambda: trusted(MUTATING, "mutatingwebhookconfigurations"), what="injected"
             )
             for res, name, plural in (
-                (k.MUTATING_WEBHOOKS, MUTATING, "mutatingwebhookconfigurations"),
-                (k.VALIDATING_WEBHOOKS, VALIDATING, "validatingwebhookconfigurations"),
+                (kr.MUTATING_WEBHOOKS, MUTATING, "mutatingwebhookconfigurations"),
+                (kr.VALIDATING_WEBHOOKS, VALIDATING, "validatingwebhookconfigurations"),
             ):
                 cfg = await s.user.get(res, name)
                 fresh = {
@@ -159,7 +160,7 @@ def test_the_ca_bundle_is_restored_after_the_webhook_configurations_are_reapplie
                     what=f"{name} trusts the service's CA again",
                 )
             created = await s.user.create(
-                k.JOBS, job("team-a", "after", queue="lq"), namespace="team-a"
+                kr.JOBS, job("team-a", "after", queue="lq"), namespace="team-a"
             )
             assert created["spec"]["suspend"] is True  # through the mutating webhook, over TLS
 
@@ -171,7 +172,7 @@ def test_every_write_is_recorded_under_the_quartermaster_field_manager(
 ) -> None:
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
-            await s.user.create(k.JOBS, job("team-a", "train", queue="lq"), namespace="team-a")
+            await s.user.create(kr.JOBS, job("team-a", "train", queue="lq"), namespace="team-a")
             await eventually(
                 lambda: (j := s.get("jobs", "train", "team-a")) and not j["spec"]["suspend"],
                 what="the job starts",
@@ -221,7 +222,7 @@ def test_preempting_a_started_job_takes_three_writes_and_no_retries(
                 getattr(s.server, "cluster", None), "controller_manager", False
             )
             await s.user.create(
-                k.JOBS, job("team-a", "victim", queue="lq", cpu="3", priority_class="low"),
+                kr.JOBS, job("team-a", "victim", queue="lq", cpu="3", priority_class="low"),
                 namespace="team-a",
             )  # fmt: skip
             j = await eventually(
@@ -232,7 +233,7 @@ def test_preempting_a_started_job_takes_three_writes_and_no_retries(
                 patch = start_patch(j)
                 assert patch is not None
                 await s.user.patch(
-                    k.JOBS, "victim", patch, namespace="team-a", subresource="status"
+                    kr.JOBS, "victim", patch, namespace="team-a", subresource="status"
                 )
             await eventually(
                 lambda: (
@@ -255,7 +256,7 @@ def test_preempting_a_started_job_takes_three_writes_and_no_retries(
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             await s.user.create(
-                k.JOBS, job("team-a", "urgent", queue="lq", cpu="3", priority_class="high"),
+                kr.JOBS, job("team-a", "urgent", queue="lq", cpu="3", priority_class="high"),
                 namespace="team-a",
             )  # fmt: skip
             await eventually(
@@ -264,7 +265,7 @@ def test_preempting_a_started_job_takes_three_writes_and_no_retries(
             )
             if not controller_manager:  # its pods go away
                 await s.user.patch(
-                    k.JOBS, "victim", {"status": {"active": 0}}, namespace="team-a",
+                    kr.JOBS, "victim", {"status": {"active": 0}}, namespace="team-a",
                     subresource="status",
                 )  # fmt: skip
             await eventually(
@@ -353,11 +354,11 @@ def test_with_the_service_down_only_queued_pods_are_refused(tmp_path: Path, back
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             s.service.stop()
             await asyncio.wait_for(s.task, timeout=20)
-            created = await s.user.create(k.PODS, pod("plain", app="web"), namespace="team-a")
+            created = await s.user.create(kr.PODS, pod("plain", app="web"), namespace="team-a")
             assert created["metadata"]["name"] == "plain"
             try:
                 await s.user.create(
-                    k.PODS, pod("queued", **{"kueue.x-k8s.io/queue-name": "lq"}), namespace="team-a"
+                    kr.PODS, pod("queued", **{"kueue.x-k8s.io/queue-name": "lq"}), namespace="team-a"
                 )
             except ApiError as err:
                 assert err.status == 500 and "mpod.kb.io" in err.message, err
@@ -392,7 +393,7 @@ def test_a_cluster_queue_the_model_cannot_hold_is_reported_inactive(
             assert "nominalQuota" in active["message"], active
             ok = await eventually(lambda: s.get("clusterqueues", "cq"), what="cq")
             assert ok is not None  # the others keep working
-            await s.user.create(k.JOBS, job("team-a", "fine", queue="lq"), namespace="team-a")
+            await s.user.create(kr.JOBS, job("team-a", "fine", queue="lq"), namespace="team-a")
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "fine")), what="cq still admits"
             )
@@ -411,12 +412,12 @@ def test_scaling_a_running_job_stops_it_and_requeues_it_at_its_new_size(
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             grow = job("team-a", "grow", queue="lq", cpu="1")
             del grow["spec"]["completions"]  # work queue style: parallelism pods run
-            await s.user.create(k.JOBS, grow, namespace="team-a")
+            await s.user.create(kr.JOBS, grow, namespace="team-a")
             await eventually(
                 lambda: (j := s.get("jobs", "grow", "team-a")) and not j["spec"]["suspend"],
                 what="the job runs",
             )
-            await s.user.patch(k.JOBS, "grow", {"spec": {"parallelism": 8}}, namespace="team-a")
+            await s.user.patch(kr.JOBS, "grow", {"spec": {"parallelism": 8}}, namespace="team-a")
             wl = await eventually(
                 lambda: (
                     (w := s.workload_of_job("team-a", "grow"))
@@ -436,7 +437,7 @@ def test_scaling_a_running_job_stops_it_and_requeues_it_at_its_new_size(
             assert reserved["status"] == "False"
             # the freed quota is the ClusterQueue's again: a 4-cpu job is admitted
             await s.user.create(
-                k.JOBS, job("team-a", "other", queue="lq", cpu="4"), namespace="team-a"
+                kr.JOBS, job("team-a", "other", queue="lq", cpu="4"), namespace="team-a"
             )
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "other")), what="other admitted"
@@ -454,7 +455,7 @@ def test_a_partially_admitted_job_runs_at_the_admitted_count(tmp_path: Path, bac
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             body = job("team-a", "elastic", queue="lq", cpu="1", parallelism=6)
             body["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "2"}
-            await s.user.create(k.JOBS, body, namespace="team-a")
+            await s.user.create(kr.JOBS, body, namespace="team-a")
             j = await eventually(
                 lambda: (
                     (j := s.get("jobs", "elastic", "team-a")) and not j["spec"]["suspend"] and j
@@ -468,7 +469,7 @@ def test_a_partially_admitted_job_runs_at_the_admitted_count(tmp_path: Path, bac
             assert admitted(s.workload_of_job("team-a", "elastic"))
             assert not is_true(s.workload_of_job("team-a", "elastic"), "Evicted")
             await s.user.patch(
-                k.WORKLOADS, wl["metadata"]["name"], {"spec": {"active": False}}, namespace="team-a"
+                kr.WORKLOADS, wl["metadata"]["name"], {"spec": {"active": False}}, namespace="team-a"
             )
             await eventually(
                 lambda: (
@@ -502,14 +503,14 @@ def test_a_raised_priority_of_an_admitted_workload_protects_it_from_preemption(
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=objects) as s:
             await s.user.create(
-                k.JOBS, job("team-a", "a", queue="lq", cpu="3", priority_class="low"),
+                kr.JOBS, job("team-a", "a", queue="lq", cpu="3", priority_class="low"),
                 namespace="team-a",
             )  # fmt: skip
             wl = await eventually(
                 lambda: admitted(w := s.workload_of_job("team-a", "a")) and w, what="a admitted"
             )
             await s.user.patch(
-                k.WORKLOADS,
+                kr.WORKLOADS,
                 wl["metadata"]["name"],
                 {"spec": {"priority": 5000}},
                 namespace="team-a",
@@ -523,7 +524,7 @@ def test_a_raised_priority_of_an_admitted_workload_protects_it_from_preemption(
                 what="the service sees the new priority",
             )
             await s.user.create(
-                k.JOBS, job("team-a", "b", queue="lq", cpu="3", priority_class="mid"),
+                kr.JOBS, job("team-a", "b", queue="lq", cpu="3", priority_class="mid"),
                 namespace="team-a",
             )  # fmt: skip
             await eventually(lambda: s.workload_of_job("team-a", "b"), what="b's Workload")
@@ -546,7 +547,7 @@ def test_only_the_service_may_change_the_status_of_a_jobs_workload(
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await s.user.create(
-                k.JOBS, job("team-a", "train", queue="lq", cpu="4"), namespace="team-a"
+                kr.JOBS, job("team-a", "train", queue="lq", cpu="4"), namespace="team-a"
             )
             wl = await eventually(
                 lambda: admitted(w := s.workload_of_job("team-a", "train")) and w,
@@ -561,7 +562,7 @@ def test_only_the_service_may_change_the_status_of_a_jobs_workload(
             for patch in ([finished], [{"op": "remove", "path": "/status/admission"}]):
                 try:
                     await s.user.patch(
-                        k.WORKLOADS, wl["metadata"]["name"], patch, namespace="team-a",
+                        kr.WORKLOADS, wl["metadata"]["name"], patch, namespace="team-a",
                         subresource="status", content_type=JSON_PATCH,
                     )  # fmt: skip
                 except ApiError as err:
@@ -591,21 +592,21 @@ def test_real_server_fences_the_service_identity_to_the_changes_it_makes(
                 "metadata": {"name": "p", "namespace": "team-a", "labels": {"app": "x"}},
                 "spec": {"containers": [{"name": "c", "image": "busybox"}]},
             }  # fmt: skip
-            await s.user.create(k.PODS, pod, namespace="team-a")
+            await s.user.create(kr.PODS, pod, namespace="team-a")
             patch = {"spec": {"containers": [{"name": "c", "image": "evil:latest"}]}}
             try:
-                await svc.patch(k.PODS, "p", patch, namespace="team-a")
+                await svc.patch(kr.PODS, "p", patch, namespace="team-a")
             except ApiError as err:
                 assert err.status in (403, 422), err
                 assert "may not change a pod's containers" in err.message, err
             else:
                 raise AssertionError("the service account swapped a pod's image")
-            hooks = await s.user.get(k.MUTATING_WEBHOOKS, MUTATING)
+            hooks = await s.user.get(kr.MUTATING_WEBHOOKS, MUTATING)
             name = hooks["webhooks"][0]["name"]
             rewrite = {"webhooks": [{"name": name, "failurePolicy": "Ignore"}]}
             try:
                 await svc.patch(
-                    k.MUTATING_WEBHOOKS, MUTATING, rewrite, content_type=k.STRATEGIC_MERGE_PATCH
+                    kr.MUTATING_WEBHOOKS, MUTATING, rewrite, content_type=k.STRATEGIC_MERGE_PATCH
                 )
             except ApiError as err:
                 assert "may change only the webhooks' caBundle" in err.message, err
@@ -613,7 +614,7 @@ def test_real_server_fences_the_service_identity_to_the_changes_it_makes(
                 raise AssertionError("the service account rewrote its webhook")
             # what the service does itself still works: the caBundle stays ours
             # (checked by the stack), and a queued pod is still admitted and ungated
-            await s.user.create(k.JOBS, job("team-a", "j", queue="lq"), namespace="team-a")
+            await s.user.create(kr.JOBS, job("team-a", "j", queue="lq"), namespace="team-a")
             await eventually(lambda: admitted(s.workload_of_job("team-a", "j")), what="admitted")
 
     run(main)
@@ -659,7 +660,7 @@ def test_a_cohort_cycle_that_slipped_past_the_webhook_disables_its_members(
             (active,) = cq["status"]["conditions"]
             assert "cycle" in active["message"].lower(), active
             assert "a" in active["message"] and "b" in active["message"]
-            await s.user.create(k.JOBS, job("team-a", "j", queue="lq"), namespace="team-a")
+            await s.user.create(kr.JOBS, job("team-a", "j", queue="lq"), namespace="team-a")
             wl = await eventually(
                 lambda: (
                     (w := s.workload_of_job("team-a", "j"))
@@ -720,12 +721,12 @@ def test_the_visibility_api_services_trust_the_service_ca_and_are_repaired(
             name = shipped[1]["metadata"]["name"]
             kueue_style = {**shipped[1], "spec": {**shipped[1]["spec"]}}
             kueue_style["spec"]["insecureSkipTLSVerify"] = True
-            await s.user.delete(k.API_SERVICES, name)
-            await s.user.create(k.API_SERVICES, kueue_style)
+            await s.user.delete(kr.API_SERVICES, name)
+            await s.user.create(kr.API_SERVICES, kueue_style)
             await eventually(lambda: trusted(name), what=f"{name} trusts the service's CA again")
             # why the manifests must not ship insecureSkipTLSVerify: true (both backends)
             try:
-                await s.user.patch(k.API_SERVICES, name, {"spec": {"insecureSkipTLSVerify": True}})
+                await s.user.patch(kr.API_SERVICES, name, {"spec": {"insecureSkipTLSVerify": True}})
                 raise AssertionError("insecureSkipTLSVerify next to a caBundle was accepted")
             except ApiError as err:
                 assert err.status == 422, err

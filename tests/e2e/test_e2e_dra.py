@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from admission.config.load import parse_config
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH, Resource
 from tests.support.kube_harness import (

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from admission.config.load import parse_config
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.e2e.test_e2e_tenant_escapes import SMALL_QUEUE
 from tests.support.kube_harness import admitted, eventually, job, stack
 

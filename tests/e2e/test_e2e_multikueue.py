@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.support.kube_harness import (
     Obj,
     cluster_queue,

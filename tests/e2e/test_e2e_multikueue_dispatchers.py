@@ -18,7 +18,7 @@ import pytest
 from admission.config import multikueue as mk_config
 from admission.config.load import parse_config
 from admission.config.schema import Config
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.e2e.test_e2e_multikueue import MANAGER, NS, check_state, mk_job
 from tests.support.kube_harness import (
     Obj,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from admission.config.load import parse_config
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.serve.service import Service
 from tests.e2e.test_e2e_multikueue import MANAGER, NS, WORKER, mk_job
 from tests.support.kube_harness import SERVICE_ROUTE, eventually, is_true, settled

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.config.load import parse_config
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.serve.options import controller_options
 from queues.node_health import AvoidedNodes
 from queues.times import rfc3339_seconds

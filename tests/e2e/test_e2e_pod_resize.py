@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH
 from tests.e2e.test_e2e_tenant_escapes import SMALL_QUEUE, gated, queued_pod

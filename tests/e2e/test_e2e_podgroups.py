@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.support.kube_harness import (
     Obj,
     Stack,

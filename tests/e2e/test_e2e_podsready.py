@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.control.context import ControllerOptions, PodsReadyOptions
 from admission.kube.objects import rfc3339
 from queues.api.conditions import condition

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from admission.integrations.framework.composition import compose
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.e2e.test_e2e_tenant_escapes import CASES
 from tests.support.integration_kit import KindCase, crds_of, lifecycle_objects
 from tests.support.integration_kit import meta as kit_meta

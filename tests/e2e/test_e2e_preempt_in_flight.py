@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.kube import objects as kobj
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from queues.api.conditions import is_true
 from tests.support.kube_harness import Stack, admitted, eventually, stack
 from tests.support.kube_invariants import InvariantChecker, quotas_of

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError
 from tests.support.kube_harness import (
@@ -47,7 +48,7 @@ def test_a_queued_job_is_suspended_gets_a_workload_and_starts_on_its_flavor(
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             created = await s.user.create(
-                k.JOBS, job("team-a", "train", queue="lq", cpu="2"), namespace="team-a"
+                kr.JOBS, job("team-a", "train", queue="lq", cpu="2"), namespace="team-a"
             )
             assert created["spec"]["suspend"] is True  # the mutating webhook suspended it
             wl = await eventually(lambda: s.workload_of_job("team-a", "train"), what="a Workload")
@@ -82,8 +83,8 @@ def test_a_queued_job_is_suspended_gets_a_workload_and_starts_on_its_flavor(
 def test_a_job_without_a_queue_label_is_left_alone(tmp_path: Path, backend: Any) -> None:
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
-            await s.user.create(k.JOBS, job("team-a", "plain", queue=None), namespace="team-a")
-            await s.user.create(k.JOBS, job("team-a", "queued", queue="lq"), namespace="team-a")
+            await s.user.create(kr.JOBS, job("team-a", "plain", queue=None), namespace="team-a")
+            await s.user.create(kr.JOBS, job("team-a", "queued", queue="lq"), namespace="team-a")
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "queued")), what="admission"
             )
@@ -99,7 +100,7 @@ def test_a_gang_of_pod_sets_is_admitted_only_when_all_of_it_fits(
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             small = workload("team-a", "small", queue="lq", pod_sets=[("main", 1, "2")])
-            await s.user.create(k.WORKLOADS, small, namespace="team-a")
+            await s.user.create(kr.WORKLOADS, small, namespace="team-a")
             await eventually(
                 lambda: admitted(s.get("workloads", "small", "team-a")), what="small admitted"
             )
@@ -107,7 +108,7 @@ def test_a_gang_of_pod_sets_is_admitted_only_when_all_of_it_fits(
             gang = workload(
                 "team-a", "gang", queue="lq", pod_sets=[("launcher", 1, "1"), ("worker", 2, "1")]
             )
-            await s.user.create(k.WORKLOADS, gang, namespace="team-a")
+            await s.user.create(kr.WORKLOADS, gang, namespace="team-a")
             wl = await eventually(
                 lambda: (
                     (w := s.get("workloads", "gang", "team-a"))
@@ -125,7 +126,7 @@ def test_a_gang_of_pod_sets_is_admitted_only_when_all_of_it_fits(
             assert "cpu" in cond["message"]
             # the small one finishes: the whole gang fits and is admitted at once
             await s.user.patch(
-                k.WORKLOADS,
+                kr.WORKLOADS,
                 "small",
                 [
                     {
@@ -172,7 +173,7 @@ def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=objects) as s:
             await s.user.create(
-                k.JOBS,
+                kr.JOBS,
                 job("team-a", "victim", queue="lq", cpu="3", priority_class="low"),
                 namespace="team-a",
             )
@@ -182,14 +183,14 @@ def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(
             )
             # the job controller would report active pods; let the victim be running
             await s.user.patch(
-                k.JOBS,
+                kr.JOBS,
                 "victim",
                 {"status": {"active": 1}},
                 namespace="team-a",
                 subresource="status",
             )
             await s.user.create(
-                k.JOBS,
+                kr.JOBS,
                 job("team-a", "urgent", queue="lq", cpu="3", priority_class="high"),
                 namespace="team-a",
             )
@@ -209,7 +210,7 @@ def test_preemption_suspends_the_victims_job_and_starts_the_preemptor(
             assert admitted(s.workload_of_job("team-a", "victim"))
             assert not admitted(s.workload_of_job("team-a", "urgent"))
             await s.user.patch(
-                k.JOBS,
+                kr.JOBS,
                 "victim",
                 {"status": {"active": 0}},
                 namespace="team-a",
@@ -246,13 +247,13 @@ def test_a_finished_job_lets_the_next_one_in(tmp_path: Path, backend: Any) -> No
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await s.user.create(
-                k.JOBS, job("team-a", "first", queue="lq", cpu="3"), namespace="team-a"
+                kr.JOBS, job("team-a", "first", queue="lq", cpu="3"), namespace="team-a"
             )
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "first")), what="first admitted"
             )
             await s.user.create(
-                k.JOBS, job("team-a", "second", queue="lq", cpu="3"), namespace="team-a"
+                kr.JOBS, job("team-a", "second", queue="lq", cpu="3"), namespace="team-a"
             )
             await eventually(
                 lambda: s.workload_of_job("team-a", "second"), what="second has a workload"
@@ -282,7 +283,7 @@ def test_a_quota_edit_through_the_api_changes_admissions(tmp_path: Path, backend
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await s.user.create(
-                k.JOBS, job("team-a", "big", queue="lq", cpu="6"), namespace="team-a"
+                kr.JOBS, job("team-a", "big", queue="lq", cpu="6"), namespace="team-a"
             )
             wl = await eventually(
                 lambda: (
@@ -311,7 +312,7 @@ def test_a_quota_edit_through_the_api_changes_admissions(tmp_path: Path, backend
                     ]
                 }
             }
-            await s.user.patch(k.CLUSTER_QUEUES, "cq", patch)
+            await s.user.patch(kr.CLUSTER_QUEUES, "cq", patch)
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "big")), what="admitted after the edit"
             )
@@ -352,7 +353,7 @@ def test_an_invalid_quota_edit_is_denied_with_kueues_message(tmp_path: Path, bac
 
             with pytest.raises(ApiError) as err:
                 await s.user.patch(
-                    k.CLUSTER_QUEUES, "cq", edit({"nominalQuota": "4", "borrowingLimit": "2"})
+                    kr.CLUSTER_QUEUES, "cq", edit({"nominalQuota": "4", "borrowingLimit": "2"})
                 )
             # the CRD's CEL rule refuses it before any validating webhook runs (as
             # kube-apiserver does): 422, not the webhook's 403
@@ -360,7 +361,7 @@ def test_an_invalid_quota_edit_is_denied_with_kueues_message(tmp_path: Path, bac
             assert "borrowingLimit must be nil when cohort is empty" in err.value.message
             assert "admission webhook" not in err.value.message
             with pytest.raises(ApiError) as err:
-                await s.user.patch(k.CLUSTER_QUEUES, "cq", edit({"nominalQuota": "-1"}))
+                await s.user.patch(kr.CLUSTER_QUEUES, "cq", edit({"nominalQuota": "-1"}))
             assert "nominalQuota" in err.value.message
             cq = s.get("clusterqueues", "cq")
             assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == {
@@ -377,21 +378,21 @@ def test_a_deleted_cluster_queue_admits_nothing_and_goes_once_its_workloads_fini
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE[:1] + BASE[3:]) as s:
             # created through the API: the mutating webhook adds the resource-in-use finalizer
-            await s.user.create(k.RESOURCE_FLAVORS, flavor("a100"))
-            await s.user.create(k.CLUSTER_QUEUES, cluster_queue("cq", {"a100": {"cpu": 4}}))
+            await s.user.create(kr.RESOURCE_FLAVORS, flavor("a100"))
+            await s.user.create(kr.CLUSTER_QUEUES, cluster_queue("cq", {"a100": {"cpu": 4}}))
             assert s.get("clusterqueues", "cq")["metadata"]["finalizers"] == [
                 "kueue.x-k8s.io/resource-in-use"
             ]
             await s.user.create(
-                k.JOBS, job("team-a", "first", queue="lq", cpu="2"), namespace="team-a"
+                kr.JOBS, job("team-a", "first", queue="lq", cpu="2"), namespace="team-a"
             )
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "first")), what="first admitted"
             )
-            await s.user.delete(k.CLUSTER_QUEUES, "cq")
+            await s.user.delete(kr.CLUSTER_QUEUES, "cq")
             assert s.get("clusterqueues", "cq")["metadata"].get("deletionTimestamp")
             await s.user.create(
-                k.JOBS, job("team-a", "second", queue="lq", cpu="1"), namespace="team-a"
+                kr.JOBS, job("team-a", "second", queue="lq", cpu="1"), namespace="team-a"
             )
             wl = await eventually(
                 lambda: (
@@ -421,14 +422,14 @@ def test_deleting_a_job_deletes_its_workload_and_frees_its_quota(
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=BASE) as s:
             await s.user.create(
-                k.JOBS, job("team-a", "gone", queue="lq", cpu="3"), namespace="team-a"
+                kr.JOBS, job("team-a", "gone", queue="lq", cpu="3"), namespace="team-a"
             )
             await eventually(
                 lambda: admitted(s.workload_of_job("team-a", "gone")), what="gone admitted"
             )
             # only once "gone" holds the quota: a cycle may otherwise see "next" alone
             await s.user.create(
-                k.JOBS, job("team-a", "next", queue="lq", cpu="3"), namespace="team-a"
+                kr.JOBS, job("team-a", "next", queue="lq", cpu="3"), namespace="team-a"
             )
             lq = await eventually(
                 lambda: (
@@ -443,7 +444,7 @@ def test_deleting_a_job_deletes_its_workload_and_frees_its_quota(
                 {"name": "a100", "resources": [{"name": "cpu", "total": "3"}]}
             ]
             # kubectl's default for Jobs orphans dependents: the controller deletes it
-            await s.user.delete(k.JOBS, "gone", namespace="team-a", propagation="Orphan")
+            await s.user.delete(kr.JOBS, "gone", namespace="team-a", propagation="Orphan")
             await eventually(
                 lambda: (
                     s.workload_of_job("team-a", "gone") is None

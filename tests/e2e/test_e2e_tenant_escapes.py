@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH
 from admission.kube.control.context import ControllerOptions

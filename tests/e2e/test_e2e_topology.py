@@ -19,7 +19,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from queues.api.topology_assignment import from_v1beta2
 from tests.support.kube_harness import (
     Obj,
@@ -259,7 +259,7 @@ def test_a_jobset_requiring_one_block_is_admitted_into_one_block(
         async with stack(tmp_path, backend=backend, objects=BASE, crds=("jobsets",)) as s:
             await add_nodes(s)
             from admission.integrations.kinds.jobset import JOBSET
-            from admission.kube.client.rest import resource_of
+            from admission.kube.client.resources import resource_of
 
             await s.user.create(resource_of(JOBSET), jobset, namespace="team-a")
 

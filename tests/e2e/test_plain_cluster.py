@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from admission.integrations.kinds.jobset import JOBSET
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.support.integration_kit import NS, workload_of
 from tests.support.kube_harness import admitted, eventually, job, stack
 from tests.support.plain_cluster import (

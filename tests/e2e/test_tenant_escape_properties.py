@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from admission.integrations.framework.fields import IntegrationError
 from admission.integrations.kinds.statefulset import STATEFULSET
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import JSON_PATCH
@@ -121,26 +122,26 @@ class Tenant:
             made = job(NS, self.name("job"), queue=args[1], parallelism=args[0])
             if args[2]:  # a work-queue Job: no completions, so parallelism is what runs
                 del made["spec"]["completions"]
-            await self.create(k.JOBS, made)
+            await self.create(kr.JOBS, made)
         elif what == "pod":
             pod = queued_pod(self.name("pod"), cpu="1")
             pod["metadata"]["labels"][Q] = args[0]
-            await self.create(k.PODS, pod)
+            await self.create(kr.PODS, pod)
         elif what == "statefulset":
             name = self.name("sts")
             made = statefulset(name, [("main", args[0])], meta(name, queue=args[1]))
             await self.create(STATEFULSET.resource, made)
         elif (picked := self.pick(args[0])) is None:
             return
-        elif what == "scale" and picked[0] in (k.JOBS, STATEFULSET.resource):
-            field = "parallelism" if picked[0] == k.JOBS else "replicas"
+        elif what == "scale" and picked[0] in (kr.JOBS, STATEFULSET.resource):
+            field = "parallelism" if picked[0] == kr.JOBS else "replicas"
             await s.user.patch(picked[0], picked[1], {"spec": {field: args[1]}}, namespace=NS)
         elif what == "limits":
             await self.raise_limits(picked, str(args[1]))
         elif what == "kill":
             pods = sorted(p["metadata"]["name"] for p in self.statefulset_pods())
             if pods:
-                await s.user.delete(k.PODS, pods[args[0] % len(pods)], namespace=NS)
+                await s.user.delete(kr.PODS, pods[args[0] % len(pods)], namespace=NS)
         elif what == "relabel":
             obj = s.get(picked[0].plural, picked[1], NS) or {}
             lq = (
@@ -154,7 +155,7 @@ class Tenant:
                 ps = wl["spec"]["podSets"][0]
                 patch = [{"op": "add", "path": "/status/reclaimablePods",
                           "value": [{"name": ps["name"], "count": ps["count"]}]}]  # fmt: skip
-                await s.user.patch(k.WORKLOADS, wl["metadata"]["name"], patch, namespace=NS,
+                await s.user.patch(kr.WORKLOADS, wl["metadata"]["name"], patch, namespace=NS,
                                    subresource="status", content_type=JSON_PATCH)  # fmt: skip
         elif what in ("forged-pod", "forged-job"):
             owner = s.get(picked[0].plural, picked[1], NS)
@@ -162,24 +163,24 @@ class Tenant:
                 return
             pod = forged_pod(self.name("stowaway"), owner)
             if what == "forged-pod":
-                await self.create(k.PODS, pod)
+                await self.create(kr.PODS, pod)
                 return
             child = job(NS, self.name("forged"), queue="lq-a", parallelism=args[1])
             child["metadata"]["ownerReferences"] = pod["metadata"]["ownerReferences"]
-            await self.create(k.JOBS, child)
-        elif what == "ungate" and picked[0] == k.PODS:
+            await self.create(kr.JOBS, child)
+        elif what == "ungate" and picked[0] == kr.PODS:
             patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]
-            await s.user.patch(k.PODS, picked[1], patch, namespace=NS, content_type=JSON_PATCH)
+            await s.user.patch(kr.PODS, picked[1], patch, namespace=NS, content_type=JSON_PATCH)
 
     async def raise_limits(self, picked: tuple[k.Resource, str, KindCase | None], cpu: str) -> None:
         """A pod: resized in place to ``cpu``. An object: its (first) pod template's
         container asks ``cpu`` as a limit only (the limit stands in for the request)."""
         res, name, case = picked
         resources = {"limits": {"cpu": cpu}}
-        if res == k.PODS:
+        if res == kr.PODS:
             patch = [{"op": "replace", "path": "/spec/containers/0/resources",
                       "value": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]  # fmt: skip
-            await self.s.user.patch(k.PODS, name, patch, namespace=NS, subresource="resize",
+            await self.s.user.patch(kr.PODS, name, patch, namespace=NS, subresource="resize",
                                     content_type=JSON_PATCH)  # fmt: skip
             return
         obj = self.s.get(res.plural, name, NS)
@@ -232,7 +233,7 @@ class Tenant:
                                          "controller": True, "blockOwnerDeletion": True}]},
                     "spec": tmpl["spec"]}  # fmt: skip
                 try:
-                    await self.s.user.create(k.PODS, pod, namespace=NS)
+                    await self.s.user.create(kr.PODS, pod, namespace=NS)
                 except ApiError:
                     pass  # refused: the controller retries, and so does the next round
             for pod_name, pod in pods.items():
@@ -240,7 +241,7 @@ class Tenant:
                 if pod_name.startswith(f"{name}-") and ordinal.isdigit():
                     if int(ordinal) >= replicas and not pod["metadata"].get("deletionTimestamp"):
                         try:
-                            await self.s.user.delete(k.PODS, pod_name, namespace=NS)
+                            await self.s.user.delete(kr.PODS, pod_name, namespace=NS)
                         except ApiError:
                             pass
 
@@ -267,10 +268,10 @@ class Tenant:
                 out[queue_of(pod)] += cpu(pod["spec"])
         for res, name, case in self.made:
             obj = self.s.get(res.plural, name, NS)
-            if obj is None or res in (k.PODS, STATEFULSET.resource):
+            if obj is None or res in (kr.PODS, STATEFULSET.resource):
                 continue
             cq = queue_of(obj)
-            if res == k.JOBS and not obj["spec"].get("suspend"):
+            if res == kr.JOBS and not obj["spec"].get("suspend"):
                 # the Job controller keeps min(parallelism, completions) pods running
                 parallelism = obj["spec"].get("parallelism", 1)
                 completions = obj["spec"].get("completions")

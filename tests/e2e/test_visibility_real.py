@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.support.kube_harness import eventually, stack, workload
 from tests.unit.kube.test_visibility import BASE, OBJECTS, expected_order
 

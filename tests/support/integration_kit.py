@@ -32,7 +32,7 @@ from typing import Any
 
 from admission.integrations.framework.interface import Integration
 from admission.kube.client import rest as k
-from admission.kube.client.rest import resource_of
+from admission.kube.client.resources import resource_of
 from tests.support.kube_harness import admitted, eventually, is_true, namespace, stack
 from tests.support.scenario_runner import run_scenario_spec
 from tests.support.webhook_server import decode_patch

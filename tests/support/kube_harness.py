@@ -27,6 +27,7 @@ from admission.apiserver_double import (
 )
 from admission.apiserver_double.jobcontroller import finish_patches
 from admission.config.schema import Config
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.control.context import ControllerOptions
 from admission.serve.options import ServiceOptions
@@ -276,7 +277,7 @@ class Stack:
         assert job is not None, f"no Job {ns}/{name}"
         # in the Job controller's order (the double enforces 1.32's Job status rules)
         for patch in finish_patches(job, succeeded=succeeded):
-            await self.user.patch(k.JOBS, name, patch, namespace=ns, subresource="status")
+            await self.user.patch(kr.JOBS, name, patch, namespace=ns, subresource="status")
 
 
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"

@@ -17,6 +17,7 @@ import aiohttp
 from admission.config.load import load_config
 from admission.config.schema import Config
 from admission.integrations.kinds.jobset import JOBSET
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError
 from tests.support.integration_kit import NS, meta, pod_template, workload_of
@@ -110,7 +111,7 @@ async def create_when_served(s: Stack, res: k.Resource, obj: Obj) -> Obj:
 
 async def install_crd(s: Stack, plural: str) -> None:
     (crd,) = operator_crds([plural])
-    await s.user.create(k.CUSTOM_RESOURCE_DEFINITIONS, crd)
+    await s.user.create(kr.CUSTOM_RESOURCE_DEFINITIONS, crd)
 
 
 async def plain_cluster_scenario(s: Stack) -> None:
@@ -125,7 +126,7 @@ async def plain_cluster_scenario(s: Stack) -> None:
     assert active(s, JOBSET_FRAMEWORK) == 0
 
     # the Job lifecycle: suspended by the webhook, admitted, started, finished
-    created = await s.user.create(k.JOBS, job(NS, "first", queue="lq"), namespace=NS)
+    created = await s.user.create(kr.JOBS, job(NS, "first", queue="lq"), namespace=NS)
     assert created["spec"]["suspend"] is True, "the mutating webhook suspends a queued Job"
     await eventually(lambda: admitted(s.workload_of_job(NS, "first")), what="the Job admitted")
     await eventually(
@@ -159,7 +160,7 @@ async def plain_cluster_scenario(s: Stack) -> None:
         {"apiVersion": JOBSET.api_version, "kind": "JobSet", "name": "train",
          "uid": created["metadata"]["uid"], "controller": True}
     ]  # fmt: skip
-    made = await s.user.create(k.JOBS, child, namespace=NS)
+    made = await s.user.create(kr.JOBS, child, namespace=NS)
     assert made["spec"]["suspend"] is False, "the webhook leaves a managed JobSet's child alone"
     controller = s.service.controller
     assert controller is not None

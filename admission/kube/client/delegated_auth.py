@@ -38,12 +38,8 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import (
-    CONFIG_MAPS,
-    SUBJECT_ACCESS_REVIEWS,
-    TOKEN_REVIEWS,
-    KubeClient,
-)
+from admission.kube.client.resources import CONFIG_MAPS, SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS
+from admission.kube.client.rest import KubeClient
 
 log = logging.getLogger("quartermaster.kube.delegated")
 

@@ -21,23 +21,19 @@ from kubernetes.aio import config as kube_config
 
 from admission.kube.client.errors import ApiError
 from admission.kube.client.kubeconfig import KubeconfigError, check_kubeconfig
-from admission.kube.client.rest import (
+from admission.kube.client.resources import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     COHORTS,
     DRA_WATCHED,
     LOCAL_QUEUES,
-    MERGE_PATCH,
     NAMESPACES,
     PRIORITY_CLASSES,
     RESOURCE_FLAVORS,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
-    WRITE_QUERY,
-    KubeClient,
-    Obj,
-    Resource,
 )
+from admission.kube.client.rest import MERGE_PATCH, WRITE_QUERY, KubeClient, Obj, Resource
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", True)
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"

@@ -24,14 +24,12 @@ import random
 from collections.abc import Callable
 
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import (
+from admission.kube.client.resources import (
     DEVICE_CLASSES,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_SLICES,
-    KubeClient,
-    Obj,
-    Resource,
 )
+from admission.kube.client.rest import KubeClient, Obj, Resource
 from admission.kube.watch.cachesync import CacheSync
 from admission.kube.watch.informer import DELETED, Informer, strip_managed_fields
 

@@ -42,7 +42,8 @@ from typing import Any
 
 from admission.integrations.framework.addressing import Resource
 from admission.integrations.framework.interface import Integration
-from admission.kube.client.rest import CUSTOM_RESOURCE_DEFINITIONS, KUEUE, KubeClient, Obj
+from admission.kube.client.resources import CUSTOM_RESOURCE_DEFINITIONS, KUEUE
+from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.control.metrics import Metrics
 from admission.kube.watch.informer import Informer
 from queues.api.conditions import is_true

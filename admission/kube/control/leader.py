@@ -26,7 +26,8 @@ from typing import Any
 
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import LEASES, KubeClient
+from admission.kube.client.resources import LEASES
+from admission.kube.client.rest import KubeClient
 
 log = logging.getLogger("quartermaster.kube.leader")
 

@@ -22,7 +22,7 @@ from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.pod import is_group_workload
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import WORKLOADS
+from admission.kube.client.resources import WORKLOADS
 from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from queues.api.conditions import is_true

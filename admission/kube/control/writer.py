@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import MERGE_PATCH, WORKLOADS, KubeClient, Obj, Resource
+from admission.kube.client.resources import WORKLOADS
+from admission.kube.client.rest import MERGE_PATCH, KubeClient, Obj, Resource
 from admission.kube.watch.informer import Informer
 from admission.kube.watch.read_your_writes import LastWrites, newer, read_back
 

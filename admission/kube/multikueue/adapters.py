@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from admission.integrations.framework.addressing import Resource
 from admission.integrations.kinds.replicated_jobs import JOBSET_RESOURCE
-from admission.kube.client.rest import JOBS, Obj
+from admission.kube.client.resources import JOBS
+from admission.kube.client.rest import Obj
 from queues.api.conditions import is_true
 from queues.api.labels import MULTIKUEUE_CONTROLLER, MULTIKUEUE_ORIGIN, PREBUILT_WORKLOAD
 

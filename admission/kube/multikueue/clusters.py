@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import MULTIKUEUE_CLUSTERS, SECRETS, KubeClient, Obj
+from admission.kube.client.resources import MULTIKUEUE_CLUSTERS, SECRETS
+from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.multikueue import kubeconfig
 from admission.kube.multikueue.remote import RemoteCluster
 from queues.api.conditions import condition

@@ -36,7 +36,8 @@ from typing import Any
 from admission.integrations.framework.fields import controller_ref
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import WORKLOADS, KubeClient, Obj
+from admission.kube.client.resources import WORKLOADS
+from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.multikueue.adapters import ADAPTERS, Adapter
 from admission.kube.multikueue.remote import RemoteCluster
 from queues.api.conditions import condition, is_true

@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable
 
 from admission.config.multikueue import ALL_AT_ONCE, FITS, INCREMENTAL, MultiKueueSettings
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import CLUSTER_QUEUES, LOCAL_QUEUES, Obj
+from admission.kube.client.resources import CLUSTER_QUEUES, LOCAL_QUEUES
+from admission.kube.client.rest import Obj
 from admission.kube.multikueue.dispatch import Group
 from queues.multikueue_fit import Fit, choose, fit_in, requests_of, unfit
 

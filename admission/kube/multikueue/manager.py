@@ -35,13 +35,12 @@ from admission.config.multikueue import MultiKueueSettings
 from admission.integrations.framework.fields import controller_ref
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import (
+from admission.kube.client.resources import (
     ADMISSION_CHECKS,
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
-    KubeClient,
-    Obj,
 )
+from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.control.context import Context
 from admission.kube.multikueue.adapters import ADAPTERS
 from admission.kube.multikueue.clusters import Clusters

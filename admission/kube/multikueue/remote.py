@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 from admission.integrations.framework.addressing import Resource
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import WORKLOADS, KubeClient, Obj
+from admission.kube.client.resources import WORKLOADS
+from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.watch.informer import Informer
 from queues.api.labels import MULTIKUEUE_ORIGIN, PREBUILT_WORKLOAD
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from admission.engine.admission_checks import Action, checks_for, sync_states, verdict
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import WORKLOADS
+from admission.kube.client.resources import WORKLOADS
 from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.workloads import enqueue_owner, evict

@@ -53,7 +53,8 @@ from admission.integrations.ownership import (
 )
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import WORKLOADS, Resource, resource_of
+from admission.kube.client.resources import WORKLOADS, resource_of
+from admission.kube.client.rest import Resource
 from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.workloads import (

@@ -38,7 +38,7 @@ from admission.engine.tas.admission import node_replacement
 from admission.engine.tas.domains import HOSTNAME
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import PODS, WORKLOADS
+from admission.kube.client.resources import PODS, WORKLOADS
 from admission.kube.control import work
 from admission.kube.control.context import BOUND_PODS, Context, Obj
 from admission.kube.control.workloads import DeadlineNotices, evict, owner_of

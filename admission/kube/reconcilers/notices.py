@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from admission.engine.preemption.checkpoint import LostWork
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import PODS, WORKLOADS, resource_of
+from admission.kube.client.resources import PODS, WORKLOADS, resource_of
 from admission.kube.control.context import BOUND_PODS
 from admission.kube.control.workloads import evict, owner_of
 from queues.api.conditions import condition, conditions, is_true

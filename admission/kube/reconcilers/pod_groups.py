@@ -78,7 +78,8 @@ from admission.integrations.ownership import OwnerRef
 from admission.integrations.registry import BY_FRAMEWORK
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import JSON_PATCH, PODS, WORKLOADS
+from admission.kube.client.resources import PODS, WORKLOADS
+from admission.kube.client.rest import JSON_PATCH
 from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
 from admission.kube.control.tas_ungate import topology_domains

@@ -17,7 +17,7 @@ import logging
 from admission.config.durations import parse_duration
 from admission.config.schema import Config
 from admission.kube import objects as kobj
-from admission.kube.client.rest import resource_of
+from admission.kube.client.resources import resource_of
 from admission.kube.control.context import Context, PodsReadyOptions
 from admission.kube.control.workloads import evict, owner_of
 

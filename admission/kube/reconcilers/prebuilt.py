@@ -26,7 +26,7 @@ from admission.integrations.framework.fields import controller_ref
 from admission.integrations.framework.interface import Integration
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import WORKLOADS
+from admission.kube.client.resources import WORKLOADS
 from admission.kube.control.context import Context, Obj
 from queues.api.conditions import conditions
 from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL

@@ -20,7 +20,7 @@ from admission.engine.vocabulary import PendingReason
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.ratelimit import low_priority
-from admission.kube.client.rest import CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS
+from admission.kube.client.resources import CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS
 from admission.kube.control.context import Context
 from queues.api.labels import RESOURCE_IN_USE
 from queues.quantity import format_quantity

@@ -22,7 +22,7 @@ import logging
 
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import PODS
+from admission.kube.client.resources import PODS
 from admission.kube.control.context import BOUND_PODS, Context, Obj
 from admission.kube.watch.informer import DELETED
 from queues.api.labels import SAFE_TO_FORCEFULLY_DELETE

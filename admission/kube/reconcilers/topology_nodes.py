@@ -31,7 +31,8 @@ from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.kinds.pod import ungate_patch
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import JSON_PATCH, PODS
+from admission.kube.client.resources import PODS
+from admission.kube.client.rest import JSON_PATCH
 from admission.kube.control import work
 from admission.kube.control.context import TAS_PODS, Context
 from admission.kube.control.tas_ungate import topology_domains

@@ -18,7 +18,8 @@ from typing import Any
 from admission.integrations.ownership import REPLICA_SET, OwnerRef, stand_in
 from admission.integrations.registry import BY_KIND, Frameworks
 from admission.kube.client.errors import ApiError
-from admission.kube.client.rest import REPLICA_SETS, KubeClient, Resource
+from admission.kube.client.resources import REPLICA_SETS
+from admission.kube.client.rest import KubeClient, Resource
 from admission.kube.watch.informer import Informer
 
 

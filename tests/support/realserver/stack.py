@@ -25,6 +25,7 @@ import pytest
 from admission.apiserver_double import load_webhook_configurations
 from admission.apiserver_double.jobcontroller import finish_patches, rfc3339
 from admission.config.schema import Config
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.control.context import ControllerOptions
 from admission.serve.service import Service
@@ -196,9 +197,9 @@ class RealBackend:
         if self.cluster.controller_manager:
             await self._finish_pods(user, ns, name, succeeded=succeeded)
             return
-        job = await user.get(k.JOBS, name, namespace=ns)
+        job = await user.get(kr.JOBS, name, namespace=ns)
         for patch in finish_patches(job, succeeded=succeeded):
-            await user.patch(k.JOBS, name, patch, namespace=ns, subresource="status")
+            await user.patch(kr.JOBS, name, patch, namespace=ns, subresource="status")
 
     async def _finish_pods(
         self, user: k.KubeClient, ns: str, name: str, *, succeeded: bool
@@ -206,7 +207,7 @@ class RealBackend:
         phase = "Succeeded" if succeeded else "Failed"
         deadline = asyncio.get_running_loop().time() + 30
         while True:
-            pods = (await user.list(k.PODS, namespace=ns, label_selector=f"job-name={name}"))[
+            pods = (await user.list(kr.PODS, namespace=ns, label_selector=f"job-name={name}"))[
                 "items"
             ]
             live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -236,7 +237,7 @@ class RealBackend:
                 for c in containers
             ]
             await user.patch(
-                k.PODS,
+                kr.PODS,
                 pod["metadata"]["name"],
                 {"status": {"phase": phase, "containerStatuses": statuses}},
                 namespace=ns,

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from tests.support.kube_harness import (
     ROOT,
@@ -72,7 +73,7 @@ def table(text: str) -> list[dict[str, str]]:
 async def _pending_workloads(s: Stack, n: int) -> None:
     for i in range(n):
         wl = workload("team-a", f"w{i}", queue="lq", pod_sets=[("main", 1, "1")], priority=i)
-        await s.user.create(k.WORKLOADS, wl, namespace="team-a")
+        await s.user.create(kr.WORKLOADS, wl, namespace="team-a")
 
 
 def test_list_verbs_show_kueuectls_columns_and_positions(tmp_path: Path, backend: Any) -> None:
@@ -203,9 +204,9 @@ def test_create_stop_and_resume_change_the_objects_the_service_acts_on(tmp_path:
                 what="the LocalQueue drained",
             )
             assert evicted_reason(s.get("workloads", "w0", "team-a")) == "LocalQueueStopped"
-            await s.user.delete(k.WORKLOADS, "w1", namespace="team-a")
+            await s.user.delete(kr.WORKLOADS, "w1", namespace="team-a")
             extra = workload("team-a", "w9", queue="lq", pod_sets=[("main", 1, "1")])
-            await s.user.create(k.WORKLOADS, extra, namespace="team-a")
+            await s.user.create(kr.WORKLOADS, extra, namespace="team-a")
             await asyncio.sleep(1.0)
             assert not admitted(s.get("workloads", "w9", "team-a"))
             code, out, err = await cli(kc, "resume", "localqueue", "lq", "-o", "yaml")
@@ -302,7 +303,7 @@ def test_why_gives_the_reason_in_numbers_and_the_quota_that_would_admit(tmp_path
         async with stack(tmp_path, backend=backend, objects=objects) as s:
             kc = s.kubeconfig(tmp_path / "kc", namespace="team-a")
             big = workload("team-a", "big", queue="lq", pod_sets=[("main", 5, "1")])
-            await s.user.create(k.WORKLOADS, big, namespace="team-a")
+            await s.user.create(kr.WORKLOADS, big, namespace="team-a")
             await eventually(
                 lambda: "QuotaReserved" in json.dumps(s.get("workloads", "big", "team-a")),
                 what="big is pending",
@@ -325,7 +326,7 @@ def test_why_gives_the_reason_in_numbers_and_the_quota_that_would_admit(tmp_path
             assert "ClusterQueue research's borrowingLimit for f/cpu were 3 (now 1)" in out
             # check the claim: with that borrowing limit the service admits it
             await s.user.patch(
-                k.CLUSTER_QUEUES, "research",
+                kr.CLUSTER_QUEUES, "research",
                 [{"op": "replace",
                   "path": "/spec/resourceGroups/0/flavors/0/resources/0/borrowingLimit",
                   "value": "3"}],

@@ -20,7 +20,7 @@ from admission.cli import main as cli_main
 from admission.cli.common import version
 from admission.cli.main import _parser, main
 from admission.kube.client import kueuectl_calls as api
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.support.kube_harness import (
     cluster_queue,
     flavor,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from admission.engine.flavors import FlavorAssigner
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.support.kube_harness import (
     cluster_queue,
     eventually,

@@ -18,7 +18,7 @@ from admission.integrations.kinds.jobset import JOBSET
 from admission.integrations.kinds.pytorchjob import PYTORCHJOB
 from admission.integrations.kinds.raycluster import RAYCLUSTER
 from admission.integrations.kinds.trainjob import TRAINJOB
-from admission.kube.client.rest import resource_of
+from admission.kube.client.resources import resource_of
 from admission.kube.objects import job_mismatch
 from tests.support.integration_kit import NS, crds_of, meta, pod_template, review, workload_of
 from tests.support.kube_harness import admitted, eventually, is_true, namespace, stack

@@ -18,7 +18,7 @@ import jsonpatch
 from admission.drivers.loader import load_documents
 from admission.integrations.kinds.deployment import DEPLOYMENT
 from admission.integrations.kinds.pod import single_pod_workload_name
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import Resource
 from tests.support.integration_kit import (

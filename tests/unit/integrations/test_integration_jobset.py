@@ -19,7 +19,7 @@ from admission.config.load import parse_config
 from admission.integrations.framework.composition import workload_model
 from admission.integrations.framework.fields import IntegrationError
 from admission.integrations.kinds.jobset import JOBSET
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from tests.support.integration_kit import (
     NS,

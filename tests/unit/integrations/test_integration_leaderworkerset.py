@@ -20,8 +20,8 @@ from admission.integrations.kinds.leaderworkerset import (
     LEADERWORKERSET,
     NAME_LABEL,
 )
-from admission.kube.client import rest as k
-from admission.kube.client.rest import resource_of
+from admission.kube.client import resources as k
+from admission.kube.client.resources import resource_of
 from tests.support.integration_kit import (
     NS,
     KindCase,

@@ -18,7 +18,7 @@ import jsonpatch
 from admission.drivers.loader import load_documents
 from admission.integrations.kinds.statefulset import STATEFULSET
 from admission.kube import objects as kobj
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import Resource
 from queues.model import Admission, Workload

@@ -170,7 +170,7 @@ def test_a_statefulset_limit_raise_is_refused_by_the_server(tmp_path: Path, back
     from admission.integrations.kinds.statefulset import STATEFULSET
     from admission.kube.client import rest as k
     from admission.kube.client.errors import ApiError
-    from admission.kube.client.rest import resource_of
+    from admission.kube.client.resources import resource_of
     from tests.support.kube_harness import cluster_queue, flavor, local_queue, namespace, stack
 
     sts = _limits_only(STATEFULSET, BUILDERS["statefulset"](), "1")
@@ -202,8 +202,8 @@ def test_a_replacement_pod_asking_more_than_its_podset_stays_gated(tmp_path: Pat
     group's labels): a pod of an admitted group that asks for more than its podSet's pods
     were counted for is left gated, saying why, and the group's other pods run."""
     from admission.integrations.kinds.statefulset import STATEFULSET
-    from admission.kube.client import rest as k
-    from admission.kube.client.rest import resource_of
+    from admission.kube.client import resources as kr
+    from admission.kube.client.resources import resource_of
     from tests.support.integration_kit import KindCase, lifecycle_objects
     from tests.support.kube_harness import admitted, eventually, stack
     from tests.unit.integrations.test_integration_statefulset import (
@@ -228,7 +228,7 @@ def test_a_replacement_pod_asking_more_than_its_podset_stays_gated(tmp_path: Pat
                 ),
                 what="both pods ungated",
             )
-            await s.user.delete(k.PODS, "web-1", namespace=NS)
+            await s.user.delete(kr.PODS, "web-1", namespace=NS)
             await eventually(lambda: s.get("pods", "web-1", NS) is None, what="web-1 gone")
             grown = copy.deepcopy(web)
             grown["spec"]["template"]["spec"]["containers"][0]["resources"] = {

@@ -25,7 +25,7 @@ from admission.integrations.ownership import (
     managed_ancestor,
 )
 from admission.integrations.registry import Frameworks, frameworks
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from tests.support.integration_kit import NS, Q, lifecycle_objects, meta, pod_template, workload_of
 from tests.support.kube_harness import admitted, eventually, stack

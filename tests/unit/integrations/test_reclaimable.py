@@ -17,7 +17,7 @@ from typing import Any
 from admission.apiserver_double.jobcontroller import start_patch
 from admission.integrations.kinds.job import JOB, terminal_indexes
 from admission.integrations.kinds.jobset import JOBSET
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from queues.model import Admission, PodSet, PodSetAssignment, Workload
 from tests.support.integration_kit import NS, lifecycle_objects, meta, workload_of
 from tests.support.kube_harness import (

@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from admission.apiserver_double import running_apiserver
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError, UndeclaredCall
-from admission.kube.client.rest import API_CALLS
+from admission.kube.client.resources import API_CALLS
 from admission.kube.watch.informer import Backoff, Informer
 from tests.support.double_client import kube_client_config
 
@@ -34,7 +35,7 @@ def test_every_declared_api_call_is_granted_by_the_rbac_manifest() -> None:
         if doc and doc.get("kind") in ("ClusterRole", "Role"):
             rules += doc.get("rules") or []
 
-    def granted(call: k.ApiCall) -> bool:
+    def granted(call: kr.ApiCall) -> bool:
         res = f"{call.resource}/{call.subresource}" if call.subresource else call.resource
         return any(
             call.group in r.get("apiGroups", [])
@@ -70,7 +71,7 @@ def test_an_undeclared_call_is_refused_before_it_is_sent() -> None:
             client = await k.KubeClient.connect(configuration=kube_client_config(server.url))
             try:
                 with pytest.raises(UndeclaredCall, match="create core/namespaces"):
-                    await client.create(k.NAMESPACES, ns("x"))
+                    await client.create(kr.NAMESPACES, ns("x"))
                 assert server.request_count(verb="create") == 0
             finally:
                 await client.close()
@@ -88,32 +89,32 @@ def test_patches_keep_their_content_type_and_errors_are_typed() -> None:
                 job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "default"},
                        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}],
                                                       "restartPolicy": "Never"}}}}  # fmt: skip
-                await client.create(k.JOBS, job, namespace="default")
-                await client.patch(k.JOBS, "j", [{"op": "add", "path": "/spec/suspend", "value": True}],
+                await client.create(kr.JOBS, job, namespace="default")
+                await client.patch(kr.JOBS, "j", [{"op": "add", "path": "/spec/suspend", "value": True}],
                                    namespace="default", content_type=k.JSON_PATCH)  # fmt: skip
                 new = await client.patch(
-                    k.JOBS, "j", {"spec": {"parallelism": 2}}, namespace="default"
+                    kr.JOBS, "j", {"spec": {"parallelism": 2}}, namespace="default"
                 )
                 assert new["spec"]["suspend"] is True and new["spec"]["parallelism"] == 2
                 types = [r.content_type for r in server.requests if r.verb == "patch"]
                 assert types == [k.JSON_PATCH, k.MERGE_PATCH]  # never rewritten to strategic merge
                 with pytest.raises(ValueError, match="JSON patch"):
                     await client.patch(
-                        k.JOBS, "j", {"spec": {}}, namespace="default", content_type=k.JSON_PATCH
+                        kr.JOBS, "j", {"spec": {}}, namespace="default", content_type=k.JSON_PATCH
                     )
                 with pytest.raises(ApiError) as err:
-                    await client.get(k.JOBS, "missing", namespace="default")
+                    await client.get(kr.JOBS, "missing", namespace="default")
                 assert err.value.not_found and err.value.reason == "NotFound"
                 stale = {"metadata": {"resourceVersion": "1"}, "spec": {"parallelism": 3}}
                 with pytest.raises(ApiError) as err:
-                    await client.patch(k.JOBS, "j", stale, namespace="default")
+                    await client.patch(kr.JOBS, "j", stale, namespace="default")
                 assert err.value.conflict
                 server.fail_next(1, code=500)
                 with pytest.raises(ApiError) as err:
-                    await client.get(k.JOBS, "j", namespace="default")
+                    await client.get(kr.JOBS, "j", namespace="default")
                 assert err.value.status == 500 and err.value.retryable
                 with pytest.raises(ApiError) as err:
-                    await client.patch(k.JOBS, "j", [{"op": "test", "path": "/spec/parallelism", "value": 9}],
+                    await client.patch(kr.JOBS, "j", [{"op": "test", "path": "/spec/parallelism", "value": 9}],
                                        namespace="default", content_type=k.JSON_PATCH)  # fmt: skip
                 assert err.value.status == 422 and not err.value.retryable
             finally:
@@ -141,7 +142,7 @@ def test_informer_lists_watches_and_relists_after_a_410_reporting_missed_deletio
                 configuration=kube_client_config(server.url), strict=False
             )
             events: list[tuple[str, str]] = []
-            inf = Informer(client, k.NAMESPACES, handler=lambda t, key, new, old: events.append((t, key)),
+            inf = Informer(client, kr.NAMESPACES, handler=lambda t, key, new, old: events.append((t, key)),
                            rng=random.Random(1), backoff_base=0.01)  # fmt: skip
             task = asyncio.create_task(inf.run())
             try:
@@ -186,7 +187,7 @@ def test_informer_retries_failed_lists_and_watches_with_backoff() -> None:
             )
             server.fail_next(3, code=500, verb="list")
             server.fail_next(2, code=429, verb="watch", retry_after=0)
-            inf = Informer(client, k.NAMESPACES, rng=random.Random(2), backoff_base=0.01)
+            inf = Informer(client, kr.NAMESPACES, rng=random.Random(2), backoff_base=0.01)
             task = asyncio.create_task(inf.run())
             try:
                 await asyncio.wait_for(inf.synced.wait(), 10)

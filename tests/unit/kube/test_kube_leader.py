@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 
 from admission.apiserver_double import running_apiserver
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.control.leader import LeaderElector
 from admission.serve.service import Service
@@ -69,7 +70,7 @@ def test_one_replica_leads_and_a_released_lease_hands_over_at_once(tmp_path: Pat
             )
             try:
                 await user.create(
-                    k.JOBS, job("team-a", "one", queue="lq", suspend=True), namespace="team-a"
+                    kr.JOBS, job("team-a", "one", queue="lq", suspend=True), namespace="team-a"
                 )
                 await eventually(
                     lambda: any(admitted(w) for w in server.list_objects("workloads")),
@@ -93,7 +94,7 @@ def test_one_replica_leads_and_a_released_lease_hands_over_at_once(tmp_path: Pat
                 assert lease["spec"]["holderIdentity"] in ("", "b")
                 await eventually(lambda: b.elector.is_leader.is_set(), what="b takes over")
                 await user.create(
-                    k.JOBS, job("team-a", "two", queue="lq", suspend=True), namespace="team-a"
+                    kr.JOBS, job("team-a", "two", queue="lq", suspend=True), namespace="team-a"
                 )
                 await eventually(
                     lambda: sum(admitted(w) for w in server.list_objects("workloads")) == 2,
@@ -140,7 +141,7 @@ def test_health_and_metrics_endpoints(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with stack(tmp_path, objects=OBJECTS[:1] + OBJECTS[2:]) as s:
-            await s.user.create(k.JOBS, job("team-a", "one", queue="lq"), namespace="team-a")
+            await s.user.create(kr.JOBS, job("team-a", "one", queue="lq"), namespace="team-a")
             await eventually(lambda: any(admitted(w) for w in s.workloads()), what="admission")
             ports = s.service.ports
             async with aiohttp.ClientSession() as http:
@@ -229,7 +230,7 @@ def test_a_leader_whose_lease_requests_hang_stops_writing_before_a_successor_lea
 
                 async def arrive(i: int) -> None:
                     await user.create(
-                        k.JOBS, job("team-a", f"j{i}", queue="lq", cpu="100m", suspend=True),
+                        kr.JOBS, job("team-a", f"j{i}", queue="lq", cpu="100m", suspend=True),
                         namespace="team-a",
                     )  # fmt: skip
 
@@ -241,7 +242,7 @@ def test_a_leader_whose_lease_requests_hang_stops_writing_before_a_successor_lea
                 real_get, real_replace = a.client.get, a.client.replace
 
                 async def hang_leases(res, *args, _real, **kw):  # type: ignore[no-untyped-def]
-                    if res is k.LEASES:
+                    if res is kr.LEASES:
                         await asyncio.sleep(3600)
                     return await _real(res, *args, **kw)
 

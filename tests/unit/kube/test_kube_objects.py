@@ -267,7 +267,7 @@ def test_the_writer_reads_only_the_stores_it_keeps() -> None:
     resource is a bug, not a silent read of the Jobs store."""
     import pytest
 
-    from admission.kube.client.rest import JOBS, PODS, WORKLOADS
+    from admission.kube.client.resources import JOBS, PODS, WORKLOADS
     from admission.kube.control.writer import Writer
 
     class Store:

@@ -10,6 +10,7 @@ import pytest
 
 from admission.config.load import parse_config
 from admission.config.schema import ConfigError
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.ratelimit import TokenBucket, low_priority
 from tests.support.kube_harness import (
@@ -229,7 +230,7 @@ def test_the_service_keeps_to_its_budget(tmp_path: Path, backend: Any) -> None:
             s.service.client.on_request = on_request
             for i in range(12):
                 await s.user.create(
-                    k.JOBS, job("team-a", f"j{i}", queue="lq", cpu="1"), namespace="team-a"
+                    kr.JOBS, job("team-a", f"j{i}", queue="lq", cpu="1"), namespace="team-a"
                 )
             await eventually(
                 lambda: sum(admitted(w) for w in s.workloads("team-a")) == 12,

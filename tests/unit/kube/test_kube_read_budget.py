@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from tests.support.kube_harness import admitted, eventually, stack
 from tests.unit.kube.test_kube_write_economy import NS, create, objects, shut, standalone

@@ -27,6 +27,7 @@ import pytest
 from admission.apiserver_double import ADMIN_TOKEN, running_apiserver
 from admission.apiserver_double.errors import MAX_IN_FLIGHT_MESSAGE
 from admission.kube import objects as kobj
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.errors import RETRY_AFTER_CAP, ApiError
 from admission.kube.client.ratelimit import TokenBucket
@@ -147,7 +148,7 @@ def test_a_throttled_request_is_sent_again_after_retry_after_each_attempt_paying
             failed: list[tuple[str, int]] = []
             client.on_error = lambda call, code: failed.append((call, code))
             server.fail_next(2, code=429, verb="create", resource="namespaces")
-            created = await client.create(k.NAMESPACES, ns("a"))
+            created = await client.create(kr.NAMESPACES, ns("a"))
             assert created["metadata"]["name"] == "a"
             assert server.get_object("namespaces", "a") is not None
             assert waits == [1.0, 1.0]  # max-in-flight's Retry-After
@@ -168,22 +169,22 @@ def test_which_answers_are_retried_and_how_long_the_client_waits() -> None:
     async def main() -> None:
         async with throttled_client() as (server, client, waits):
             server.fail_next(code=503, verb="get", resource="namespaces", retry_after=2)
-            assert (await client.get(k.NAMESPACES, "default"))["metadata"]["name"] == "default"
+            assert (await client.get(kr.NAMESPACES, "default"))["metadata"]["name"] == "default"
             assert waits == [2.0]
             server.fail_next(code=429, verb="get", resource="namespaces", retry_after=3)
-            await client.get(k.NAMESPACES, "default")
+            await client.get(kr.NAMESPACES, "default")
             assert waits == [2.0, 3.0]
             for code in (500, 429):  # no Retry-After: the caller decides
                 server.fail_next(code=code, verb="get", resource="namespaces", retry_after=0)
                 with pytest.raises(ApiError) as err:
-                    await client.get(k.NAMESPACES, "default")
+                    await client.get(kr.NAMESPACES, "default")
                 assert err.value.status == code and err.value.wait is None
             server.fail_next(code=409, verb="get", resource="namespaces", retry_after=1)
             with pytest.raises(ApiError) as err:  # a 4xx other than 429: never
-                await client.get(k.NAMESPACES, "default")
+                await client.get(kr.NAMESPACES, "default")
             assert err.value.conflict
             server.fail_next(code=429, verb="get", resource="namespaces", retry_after=3600)
-            await client.get(k.NAMESPACES, "default")
+            await client.get(kr.NAMESPACES, "default")
             assert waits[-1] == RETRY_AFTER_CAP
             assert len(waits) == 3
 
@@ -195,7 +196,7 @@ def test_the_retries_are_bounded_and_the_last_429_is_raised() -> None:
         async with throttled_client() as (server, client, waits):
             rule = server.fail_next(k.MAX_RETRIES + 5, code=429, verb="get")
             with pytest.raises(ApiError) as err:
-                await client.get(k.NAMESPACES, "default")
+                await client.get(kr.NAMESPACES, "default")
             assert err.value.throttled and err.value.message == MAX_IN_FLIGHT_MESSAGE
             assert rule.fired == k.MAX_RETRIES + 1  # the first attempt and 10 retries
             assert len(waits) == k.MAX_RETRIES
@@ -211,7 +212,7 @@ def test_an_explicit_timeout_bounds_all_attempts() -> None:
         async with throttled_client() as (server, client, waits):
             rule = server.fail_next(3, code=429, verb="get", resource="namespaces")
             with pytest.raises(ApiError) as err:
-                await client.get(k.NAMESPACES, "default", timeout=0.5)
+                await client.get(kr.NAMESPACES, "default", timeout=0.5)
             assert err.value.throttled and waits == [] and rule.fired == 1
 
     asyncio.run(main())
@@ -277,7 +278,7 @@ def test_a_throttled_admission_is_retried_in_place_and_admitted_once(
             rule = s.server.fail_next(
                 2, code=429, verb="patch", resource="workloads/status", namespace=NS, name="a"
             )
-            await s.user.create(k.WORKLOADS, standalone("a", cpu="3"), namespace=NS)
+            await s.user.create(kr.WORKLOADS, standalone("a", cpu="3"), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "a", NS)), what="a admitted")
             await eventually(lambda: written(s, "admit", "ok"), what="the service saw it land")
             assert rule.fired == 2 and waits == [1.0, 1.0]
@@ -298,13 +299,13 @@ def test_a_throttled_eviction_is_retried_and_the_preemptor_admitted(
 ) -> None:
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=objects()) as s:
-            await s.user.create(k.WORKLOADS, standalone("low"), namespace=NS)
+            await s.user.create(kr.WORKLOADS, standalone("low"), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "low", NS)), what="low admitted")
             waits = wait_recorder(s)
             rule = s.server.fail_next(
                 1, code=429, verb="patch", resource="workloads/status", namespace=NS, name="low"
             )
-            await s.user.create(k.WORKLOADS, standalone("high", priority=100), namespace=NS)
+            await s.user.create(kr.WORKLOADS, standalone("high", priority=100), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "high", NS)), what="high admitted")
             await eventually(
                 lambda: counter(s.service.metrics.admitted_total, "cq") >= 2,
@@ -328,7 +329,7 @@ def test_a_throttled_queue_status_is_retried(tmp_path: Path, backend: Any) -> No
             await eventually(lambda: cq_usage(s) == (0, "0"), what="cq's first status")
             waits = wait_recorder(s)
             rule = s.server.fail_next(1, code=429, verb="patch", resource="clusterqueues/status")
-            await s.user.create(k.WORKLOADS, standalone("a", cpu="2"), namespace=NS)
+            await s.user.create(kr.WORKLOADS, standalone("a", cpu="2"), namespace=NS)
             await eventually(lambda: cq_usage(s) == (1, "2"), what="cq's status shows a")
             assert rule.fired == 1 and 1.0 in waits
             assert retried(s, CQ_STATUS_CALL) == 1
@@ -352,7 +353,7 @@ def test_an_admission_throttled_beyond_the_retries_rolls_back_unread_and_is_admi
             rule = s.server.fail_next(
                 k.MAX_RETRIES + 1, code=429, verb="patch", resource="workloads/status", name="a"
             )
-            await s.user.create(k.WORKLOADS, standalone("a", cpu="3"), namespace=NS)
+            await s.user.create(kr.WORKLOADS, standalone("a", cpu="3"), namespace=NS)
             await eventually(lambda: admitted(s.get("workloads", "a", NS)), what="a admitted")
             await eventually(lambda: written(s, "admit", "ok"), what="the service saw it land")
             assert rule.fired == k.MAX_RETRIES + 1 and len(waits) == k.MAX_RETRIES

@@ -15,7 +15,7 @@ import pytest
 from admission.integrations.framework.composition import compose
 from admission.integrations.kinds.job import JOB, workload_from_job
 from admission.kube import objects as kobj
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.digest import DIGEST, template_digest
 from admission.kube.watch.packing import ModelInterner, RecordDeflater
 from admission.kube.watch.slim import (

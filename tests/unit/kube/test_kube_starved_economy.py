@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.control.context import ControllerOptions
 from tests.support.kube_harness import (
     SA_USERNAME,

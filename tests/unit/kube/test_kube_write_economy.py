@@ -16,6 +16,7 @@ from typing import Any
 
 from admission.engine.queue_manager import PendingStatus
 from admission.kube import objects as kobj
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.ratelimit import TokenBucket
 from admission.kube.control.context import ControllerOptions
@@ -121,7 +122,7 @@ async def pending_reason_waiting(s: Stack, name: str) -> Gate:
 
 
 async def create(s: Stack, obj: dict[str, Any]) -> None:
-    await s.user.create(k.WORKLOADS, obj, namespace=NS)
+    await s.user.create(kr.WORKLOADS, obj, namespace=NS)
 
 
 async def mark_finished(s: Stack, name: str) -> None:
@@ -130,7 +131,7 @@ async def mark_finished(s: Stack, name: str) -> None:
         "type": "Finished", "status": "True", "reason": "Succeeded", "message": "done",
         "lastTransitionTime": "2026-01-01T00:00:00Z"}}]  # fmt: skip
     await s.user.patch(
-        k.WORKLOADS, name, patch, namespace=NS, subresource="status", content_type=k.JSON_PATCH
+        kr.WORKLOADS, name, patch, namespace=NS, subresource="status", content_type=k.JSON_PATCH
     )
 
 
@@ -234,7 +235,7 @@ def test_no_pending_reason_is_written_for_a_workload_admitted_while_it_waited(
             cq = s.get("clusterqueues", "cq")
             assert cq is not None
             cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "4"
-            await s.user.replace(k.CLUSTER_QUEUES, "cq", cq)
+            await s.user.replace(kr.CLUSTER_QUEUES, "cq", cq)
             await eventually(lambda: key in ctrl.cache.admitted, what="the admission is decided")
             gate.open()
             await eventually(lambda: admitted(s.get("workloads", "w", NS)), what="w admitted")
@@ -325,7 +326,7 @@ def test_a_queue_status_that_changed_back_while_it_waited_is_not_written(
                 lambda: f"{NS}/w" in ctrl.cache.workloads and gate.waiting >= 2,
                 what="status writes wait for their turn",
             )
-            await s.user.delete(k.WORKLOADS, "w", namespace=NS)  # ... and back to 0
+            await s.user.delete(kr.WORKLOADS, "w", namespace=NS)  # ... and back to 0
             await eventually(lambda: f"{NS}/w" not in ctrl.cache.workloads, what="w gone")
             await asyncio.sleep(ctrl.options.status_interval * 2)
             mark = len(s.server.requests)

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from tests.support.kube_harness import (
     SERVICE_NS,
@@ -95,7 +96,7 @@ def test_positions_follow_the_engine_order_after_a_burst_and_admission_takes_the
                 ns, lq = lqs[rng.randrange(3)]
                 wl = workload(ns, f"w{i:02d}", queue=lq, pod_sets=[("main", 1, "1")],
                               priority=rng.choice([0, 10, 100]))  # fmt: skip
-                burst.append(s.user.create(k.WORKLOADS, wl, namespace=ns))
+                burst.append(s.user.create(kr.WORKLOADS, wl, namespace=ns))
             await asyncio.gather(*burst)
 
             async def all_pending() -> list[dict[str, Any]] | None:
@@ -132,7 +133,7 @@ def test_positions_follow_the_engine_order_after_a_burst_and_admission_takes_the
 
             # Quota for five: the scheduler admits exactly the first five positions.
             await s.user.patch(
-                k.CLUSTER_QUEUES,
+                kr.CLUSTER_QUEUES,
                 "cq",
                 [{"op": "replace",
                   "path": "/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota",

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from queues.cohort_chains import MAX_COHORT_DEPTH, depth_through
 from queues.model import (
     ClusterQueue,

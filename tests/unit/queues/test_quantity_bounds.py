@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from admission.kube.reconcilers import queue_status as status_module
 from queues.api.labels import RESOURCE_IN_USE
 from queues.quantity import MAX_MAGNITUDE

@@ -22,7 +22,7 @@ from admission.cli.main import main
 from admission.cli.simulate import load_scenario, simulate_summary
 from admission.config.load import parse_config
 from admission.config.schema import ConfigError
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from queues.model import PodSet, Workload
 from queues.quantity import to_units
 from queues.transformations import ResourceTransformation, ResourceTransformer

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from playwright import async_api as playwright
 
-from admission.kube.client import rest as k
+from admission.kube.client import resources as k
 from tests.support.kube_harness import (
     ROOT,
     Obj,

@@ -20,7 +20,8 @@ import yaml
 
 from admission.apiserver_double import ApiServer, running_apiserver, start_apiserver
 from admission.kube.client.kueuectl_calls import UserApi
-from admission.kube.client.rest import JOBS, KubeClient
+from admission.kube.client.resources import JOBS
+from admission.kube.client.rest import KubeClient
 from admission.serve.apply import LAST_APPLIED, create_directory, with_last_applied
 from admission.serve.demo_jobs import STREAM_LABEL, JobRunner, JobShape, JobStream
 from tests.support.double_client import kube_client_config

@@ -19,6 +19,7 @@ import pytest
 
 from admission.cli.logs import LEVEL_ENV, log_level
 from admission.cli.main import _parser
+from admission.kube.client import resources as kr
 from admission.kube.client import rest as k
 from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import KubeClient
@@ -82,13 +83,13 @@ def test_admissions_and_preemptions_are_one_info_line_each(
     async def main() -> None:
         async with stack(tmp_path, objects=objects) as s:
             low = job("team-a", "victim", queue="lq", cpu="3", priority_class="low")
-            await s.user.create(k.JOBS, low, namespace="team-a")
+            await s.user.create(kr.JOBS, low, namespace="team-a")
             await eventually(
                 lambda: (j := s.get("jobs", "victim", "team-a")) and not j["spec"]["suspend"],
                 what="victim runs",
             )
             high = job("team-a", "urgent", queue="lq", cpu="3", priority_class="high")
-            await s.user.create(k.JOBS, high, namespace="team-a")
+            await s.user.create(kr.JOBS, high, namespace="team-a")
             await eventually(
                 lambda: is_true(s.workload_of_job("team-a", "victim"), "Evicted"),
                 what="victim evicted",
@@ -164,7 +165,7 @@ def test_a_refused_connection_is_said_in_aiohttps_words_not_its_repr() -> None:
     async def main() -> str:
         client = await KubeClient.connect(kubeconfig=None, configuration=_dead_configuration())
         try:
-            await client.list(k.NAMESPACES)
+            await client.list(kr.NAMESPACES)
         except ApiError as err:
             return str(err)
         finally:
@@ -205,8 +206,8 @@ def test_informers_of_an_unreachable_server_log_a_handful_of_lines(
     assert 1 <= len(lines) <= failures // 4, (len(lines), failures)
 
 
-_RESOURCES = [k.NAMESPACES, k.JOBS, k.WORKLOADS, k.CLUSTER_QUEUES, k.LOCAL_QUEUES,
-              k.RESOURCE_FLAVORS, k.PODS, k.NODES]  # fmt: skip
+_RESOURCES = [kr.NAMESPACES, kr.JOBS, kr.WORKLOADS, kr.CLUSTER_QUEUES, kr.LOCAL_QUEUES,
+              kr.RESOURCE_FLAVORS, kr.PODS, kr.NODES]  # fmt: skip
 
 
 def _dead_configuration() -> k.Configuration:
