@@ -138,6 +138,17 @@ def _parser() -> argparse.ArgumentParser:
         "changes; repeatable",
     )
     plan.add_argument(
+        "--worker",
+        dest="workers",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a MultiKueue worker cluster: NAME is a MultiKueueCluster of the -f files (the "
+        "manager's), PATH a file or directory of that worker's own objects; the plan then "
+        "dispatches the manager's workloads and says on which worker each would run; "
+        "repeatable",
+    )
+    plan.add_argument(
         "-o",
         "--output",
         choices=["json", "table", "wide", "yaml"],
@@ -334,6 +345,10 @@ def _plan(args: argparse.Namespace) -> int:
         raise BadInput(f"--cycles: must be a non-negative integer, got {args.cycles}")
     if sum(p == "-" for p in [*args.paths, *args.what_if]) > 1:
         raise BadInput("-f -: standard input can be read only once")
+    if args.workers:
+        from .plan_clusters import plan_clusters
+
+        return plan_clusters(args, _output_format(args.output))
     try:
         config = load_config(args.config)
         inputs = _load(args, args.paths, config)
