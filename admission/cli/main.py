@@ -149,6 +149,15 @@ def _parser() -> argparse.ArgumentParser:
         "repeatable",
     )
     plan.add_argument(
+        "--what-if-worker",
+        dest="what_if_workers",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="with --worker: objects that replace or add to those of worker NAME (a quota "
+        "edit on that cluster); prints where each workload's run changes; repeatable",
+    )
+    plan.add_argument(
         "-o",
         "--output",
         choices=["json", "table", "wide", "yaml"],
@@ -345,6 +354,8 @@ def _plan(args: argparse.Namespace) -> int:
         raise BadInput(f"--cycles: must be a non-negative integer, got {args.cycles}")
     if sum(p == "-" for p in [*args.paths, *args.what_if]) > 1:
         raise BadInput("-f -: standard input can be read only once")
+    if args.what_if_workers and not args.workers:
+        raise BadInput("--what-if-worker: needs the workers, given with --worker NAME=PATH")
     if args.workers:
         from .plan_clusters import plan_clusters
 

@@ -22,18 +22,20 @@ dispatch it (docs/semantics.md §6.1):
   other copies are removed (what they preempted is readmitted if it can be). Copies no
   worker admits stay queued on their workers, as on the clusters.
 
-Every worker uses the same ``--config`` as the manager.
+Every worker uses the same ``--config`` as the manager. A what-if (a manager's or a
+worker's objects replaced) runs the whole of it twice.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
 from admission.config.multikueue import ALL_AT_ONCE, FITS, INCREMENTAL
 from admission.config.schema import Config
+from admission.drivers.inputs import Inputs
 from admission.drivers.multicluster_inputs import ManagerInputs, WorkerInputs
 from admission.drivers.plan import PlanResult, pending_report, run_cycles, run_plan
 from admission.engine.cache import Cache
@@ -208,10 +210,10 @@ def run_clusters(
 ) -> ClustersResult:
     """The manager's plan, each worker's, and the dispatch of every workload that holds
     quota on the manager with a MultiKueue check (see the module docstring)."""
-    plan = run_plan(manager.inputs, cycles=cycles, config=config)
+    plan = run_plan(_fresh(manager.inputs), cycles=cycles, config=config)
     assert plan.cache is not None
     mcache = plan.cache
-    running = {w.name: _Worker(w.name, run_plan(w.inputs, config=config)) for w in workers}
+    running = {w.name: _Worker(w.name, run_plan(_fresh(w.inputs), config=config)) for w in workers}
     settings = config.multikueue
     checks = {
         name: ac
@@ -246,6 +248,12 @@ def run_clusters(
         paths={w.name: list(w.paths) for w in workers},
         dispatches=sorted(out, key=lambda d: d.workload),
     )
+
+
+def _fresh(inputs: Inputs) -> Inputs:
+    """The same objects, every workload shallow-copied: a run changes what it holds
+    (``admission``, ``admitted``), never the inputs, so a what-if can run them twice."""
+    return replace(inputs, workloads=[copy.copy(wl) for wl in inputs.workloads])
 
 
 def _reserved_order(plan: PlanResult) -> list[str]:

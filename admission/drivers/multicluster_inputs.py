@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from admission.drivers.documents import STDIN, STDIN_LABEL, LoadError, documents_of, sources
-from admission.drivers.inputs import Inputs
+from admission.drivers.inputs import Inputs, merge
 from admission.drivers.loader import load_documents, load_paths
 from admission.integrations.registry import ALL, Frameworks
 from queues.api.fields import KubeModel, loc_path, pydantic_message
@@ -52,11 +52,11 @@ class WorkerInputs:
     inputs: Inputs
 
 
-def parse_worker_flag(value: str) -> tuple[str, str]:
-    """``NAME=PATH`` of ``--worker``; a value without both is a ``ValueError``."""
+def parse_worker_flag(value: str, flag: str = "--worker") -> tuple[str, str]:
+    """``NAME=PATH`` of ``--worker`` (or ``flag``); a value without both is a ``ValueError``."""
     name, sep, path = value.partition("=")
     if not sep or not name or not path:
-        raise ValueError(f"--worker {value!r}: expected NAME=PATH (a MultiKueueCluster name)")
+        raise ValueError(f"{flag} {value!r}: expected NAME=PATH (a MultiKueueCluster name)")
     return name, path
 
 
@@ -213,3 +213,47 @@ def _take(
             raise fail("spec.clusterSource", f"Invalid value: {EXACTLY_ONE_SOURCE}")
         out.clusters[display] = where
     return True
+
+
+def merge_manager(base: ManagerInputs, overlay: ManagerInputs) -> ManagerInputs:
+    """``base`` with ``overlay``'s objects replacing or adding to its own (the what-if)."""
+    return ManagerInputs(
+        merge(base.inputs, overlay.inputs),
+        configs={**base.configs, **overlay.configs},
+        clusters={**base.clusters, **overlay.clusters},
+    )
+
+
+def overlay_workers(
+    workers: list[WorkerInputs],
+    flags: list[tuple[str, str]],
+    *,
+    recursive: bool = False,
+    namespace: str | None = None,
+    frameworks: Frameworks = ALL,
+) -> list[WorkerInputs]:
+    """``workers`` with the objects of each ``(name, path)`` replacing or adding to that
+    worker's own; a name not among ``workers`` is a ``LoadError``."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in flags:
+        if name not in {w.name for w in workers}:
+            given = ", ".join(w.name for w in workers)
+            raise LoadError(
+                f"--what-if-worker {name}: no --worker {name}=PATH given (workers: {given})"
+            )
+        if path == STDIN:
+            raise LoadError(f"--what-if-worker {name}: give a file or directory", file=STDIN_LABEL)
+        by_name.setdefault(name, []).append(path)
+    out = []
+    for w in workers:
+        if w.name not in by_name:
+            out.append(w)
+            continue
+        try:
+            extra = load_paths(
+                by_name[w.name], recursive=recursive, namespace=namespace, frameworks=frameworks
+            )
+        except LoadError as e:
+            raise LoadError(f"--what-if-worker {w.name}: {e}") from None
+        out.append(WorkerInputs(w.name, [*w.paths, *by_name[w.name]], merge(w.inputs, extra)))
+    return out

@@ -99,10 +99,17 @@ def test_a_bad_multikueue_object_of_the_manager(
     assert f": {field}: " in line and words in line
 
 
-def test_what_if_is_refused_with_workers(capsys: pytest.CaptureFixture[str], dirs: Path) -> None:
+def test_a_what_if_for_a_worker_not_given(capsys: pytest.CaptureFixture[str], dirs: Path) -> None:
     line = refused(capsys, "-f", str(dirs / "manager"), "--worker", f"w1={dirs / 'w1'}",
-                   "--what-if", str(dirs / "w2"))  # fmt: skip
-    assert "--what-if" in line
+                   "--what-if-worker", f"w2={dirs / 'w2'}")  # fmt: skip
+    assert "--what-if-worker w2: no --worker w2=PATH given (workers: w1)" in line
+
+
+def test_a_what_if_for_a_worker_without_workers(
+    capsys: pytest.CaptureFixture[str], dirs: Path
+) -> None:
+    line = refused(capsys, "-f", str(dirs / "manager"), "--what-if-worker", f"w2={dirs / 'w2'}")
+    assert "--what-if-worker: needs the workers" in line
 
 
 def test_the_multikueue_kinds_are_not_skipped_with_a_warning(

@@ -120,3 +120,44 @@ def test_every_output_format_names_the_worker(fmt: str) -> None:
         assert "WORKER w1" in text and "WORKER w2" in text
         if fmt == "wide":
             assert "fits in flavor default" in text or "AllAtOnce" in text
+
+
+def test_a_quota_edit_on_a_worker_tried_as_a_what_if(tmp_path: Path) -> None:
+    d = ROOT / "two-workers"
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        "multiKueue:\n  dispatcherName: quartermaster.x-k8s.io/multikueue-dispatcher-fits\n"
+    )
+    code, doc, err = plan(
+        ["-f", str(d / "manager"), "--worker", f"w1={d / 'w1'}", "--worker", f"w2={d / 'w2'}",
+         "--what-if-worker", f"w1={d / 'w1-more-quota' / 'queues.yaml'}", "--config", str(cfg),
+         "-o", "json"]
+    )  # fmt: skip
+    assert code == 0, err
+    assert doc is not None
+    assert doc["whatIf"]["dispatchChanges"] == [
+        {"workload": "team/a", "before": {"worker": "w2", "reason": "Admitted"},
+         "after": {"worker": "w1", "reason": "Admitted"}},
+        {"workload": "team/b", "before": {"worker": "w1", "reason": "Admitted"},
+         "after": {"worker": "w2", "reason": "Admitted"}},
+    ]  # fmt: skip
+    assert doc["whatIf"]["changes"] == []  # nothing changes on the manager
+    assert {w["workload"]: w["worker"] for w in doc["multiKueue"]["workloads"]}["team/a"] == "w1"
+
+
+def test_a_quota_edit_on_the_manager_tried_as_a_what_if(tmp_path: Path) -> None:
+    d = ROOT / "two-workers"
+    edit = tmp_path / "cq.yaml"
+    edit.write_text((d / "manager" / "queues.yaml").read_text().replace('"30"', '"40"'))
+    code, doc, err = plan(
+        ["-f", str(d / "manager"), "--worker", f"w1={d / 'w1'}", "--worker", f"w2={d / 'w2'}",
+         "--what-if", str(edit), "-o", "json"]
+    )  # fmt: skip
+    assert code == 0, err
+    assert doc is not None
+    changes = {c["workload"]: c for c in doc["whatIf"]["dispatchChanges"]}
+    assert set(changes) == {"team/d"}
+    assert changes["team/d"]["before"] == {"worker": None, "reason": "PendingOnManager"}
+    # the manager now reserves it; no worker has cpu 2 left (w1 1, w2 1)
+    assert changes["team/d"]["after"] == {"worker": None, "reason": "NoWorkerAdmits"}
+    assert [c["workload"] for c in doc["whatIf"]["changes"]] == ["team/d"]
