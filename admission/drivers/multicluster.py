@@ -187,7 +187,9 @@ def _request(wl: Workload) -> dict[str, Fraction]:
 
 def _copy(wl: Workload) -> Workload:
     """The Workload copy a worker gets: the spec, nothing of the manager's status."""
-    c = copy.deepcopy(wl)
+    c = copy.copy(wl)
+    c.pod_sets = [replace(ps, requests=dict(ps.requests)) for ps in wl.pod_sets]
+    c.labels, c.annotations = dict(wl.labels), dict(wl.annotations)
     c.admission = None
     c.admission_time = None
     c.admitted = False
