@@ -15,6 +15,10 @@ dispatch it (docs/semantics.md §6.1):
   one was admitted); the ``fits`` dispatcher runs the service's own choice
   (:mod:`queues.multikueue_fit`) on each worker's ClusterQueue as the worker's plan has
   it now; an external dispatcher nominates nothing plan can know;
+* a copy already on a worker (a Workload of the same name labelled
+  ``kueue.x-k8s.io/multikueue-origin``, from an earlier dispatch) is the workload's copy
+  there, and when it holds quota the workload runs there without a new nomination; a
+  Workload of that name without the label is the worker's own, and no copy can go there;
 * a copy of the Workload goes to each nominated worker, and that worker's scheduler runs
   over its own objects plus the copies so far (each worker's plan starts from its own
   files, run until nothing changes). The first worker that admits the copy runs it; when
@@ -33,12 +37,13 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from admission.config.multikueue import ALL_AT_ONCE, FITS, INCREMENTAL
+from admission.config.multikueue import ALL_AT_ONCE, FITS, INCREMENTAL, MultiKueueSettings
 from admission.config.schema import Config
 from admission.drivers.inputs import Inputs
 from admission.drivers.multicluster_inputs import ManagerInputs, WorkerInputs
 from admission.drivers.plan import PlanResult, pending_report, run_cycles, run_plan
 from admission.engine.cache import Cache
+from queues.api.labels import MULTIKUEUE_ORIGIN
 from queues.api.multikueue import CONTROLLER_NAME
 from queues.model import Workload
 from queues.multikueue_fit import Fit, choose, fit_in, unfit
@@ -50,6 +55,7 @@ NO_WORKER_ADMITS = "NoWorkerAdmits"  # copies nominated, none admitted
 NO_USABLE_WORKER = "NoUsableWorker"
 EXTERNAL_DISPATCHER = "ExternalDispatcher"
 BAD_CONFIG = "BadConfig"  # the check's parameters name no MultiKueueConfig of the files
+CONFLICT = "conflict"  # a copy's outcome: the worker has a Workload of that name of its own
 
 
 @dataclass(slots=True)
@@ -185,11 +191,13 @@ def _request(wl: Workload) -> dict[str, Fraction]:
     return {res: parse_quantity(format_quantity(res, v)) for res, v in units.items()}
 
 
-def _copy(wl: Workload) -> Workload:
-    """The Workload copy a worker gets: the spec, nothing of the manager's status."""
+def _copy(wl: Workload, origin: str) -> Workload:
+    """The Workload copy a worker gets: the spec and the origin label, nothing of the
+    manager's status."""
     c = copy.copy(wl)
     c.pod_sets = [replace(ps, requests=dict(ps.requests)) for ps in wl.pod_sets]
-    c.labels, c.annotations = dict(wl.labels), dict(wl.annotations)
+    c.labels = {**wl.labels, MULTIKUEUE_ORIGIN: origin}
+    c.annotations = dict(wl.annotations)
     c.admission = None
     c.admission_time = None
     c.admitted = False
@@ -222,7 +230,7 @@ def run_clusters(
         for name, ac in manager.inputs.admission_checks.items()
         if ac.controller_name == CONTROLLER_NAME
     }
-    sim = _Dispatcher(manager, running, settings.dispatcher, settings.step_size)
+    sim = _Dispatcher(manager, running, settings)
     out: list[Dispatch] = []
     for key in _reserved_order(plan):
         cq = mcache.admitted[key]
@@ -278,12 +286,13 @@ class _Dispatcher:
     """The dispatch of one workload after another over the running workers."""
 
     def __init__(
-        self, manager: ManagerInputs, workers: dict[str, _Worker], name: str, step: int
+        self, manager: ManagerInputs, workers: dict[str, _Worker], settings: MultiKueueSettings
     ) -> None:
         self.manager = manager
+        self.origin = settings.origin
         self.workers = workers
-        self.name = name
-        self.step = step
+        self.name = settings.dispatcher
+        self.step = settings.step_size
         self.waiting: dict[str, tuple[Dispatch, list[str]]] = {}  # copies queued, no winner
 
     def dispatch(
@@ -306,6 +315,17 @@ class _Dispatcher:
                 f"{w}: {self._absent(w)}" for w in order
             )
             return d
+        for name in usable:  # copies already on the workers (an earlier dispatch)
+            if MULTIKUEUE_ORIGIN in getattr(
+                self.workers[name].cache.workloads.get(wl.key), "labels", {}
+            ):
+                d.copies[name] = self.workers[name].outcome(wl.key)
+        if d.copies:
+            self.waiting[wl.key] = (d, order)
+            self._settle()
+            if d.worker is not None:
+                d.dispatcher_reasons = (f"its copy on {d.worker} holds quota there already",)
+                return d
         if self.name == ALL_AT_ONCE:
             rounds = [sorted(usable)]
             reasons: tuple[str, ...] = ("AllAtOnce: nominated every connected worker",)
@@ -356,10 +376,10 @@ class _Dispatcher:
                 continue
             w = self.workers[name]
             if wl.key in w.cache.workloads:
-                d.copies[name] = {"outcome": "conflict",
+                d.copies[name] = {"outcome": CONFLICT,
                                   "message": f"the worker already has a Workload {wl.key}"}  # fmt: skip
                 continue
-            w.cache.add_workload(_copy(wl))
+            w.cache.add_workload(_copy(wl, self.origin))
             w.run()
             d.copies[name] = w.outcome(wl.key)
         self.waiting[wl.key] = (d, order)
@@ -372,10 +392,13 @@ class _Dispatcher:
         while changed:
             changed = False
             for key, (d, order) in list(self.waiting.items()):
-                won = [w for w in order if w in d.copies and key in self.workers[w].cache.admitted]
+                held = [
+                    w for w in order if d.copies.get(w, {}).get("outcome") not in (None, CONFLICT)
+                ]
+                won = [w for w in held if key in self.workers[w].cache.admitted]
                 if not won:
                     for w in d.copies:
-                        if d.copies[w]["outcome"] != "conflict":
+                        if d.copies[w]["outcome"] != CONFLICT:
                             d.copies[w] = self.workers[w].outcome(key)
                     continue
                 del self.waiting[key]
@@ -383,7 +406,7 @@ class _Dispatcher:
                 d.worker, d.reason = won[0], ADMITTED
                 d.message = f'The workload was admitted on "{won[0]}"'
                 for w in d.copies:
-                    if w != won[0] and d.copies[w]["outcome"] != "conflict":
+                    if w != won[0] and d.copies[w]["outcome"] != CONFLICT:
                         self.workers[w].cache.finish(key)
                         self.workers[w].run()
                         d.copies[w] = {"outcome": "removed"}
