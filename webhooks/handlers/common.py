@@ -178,8 +178,9 @@ def mutate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext
         for path, key, value in integ.suspend_edits(obj, m.labels()):
             m.set(path, key, value)
         queue = m.labels().get(QUEUE_LABEL) or ""
-        if managed_by_default(integ.lower_kind, obj, ctx.view, namespace, queue):
-            m.set(("spec",), "managedBy", MULTIKUEUE_CONTROLLER)
+        where = managed_by_default(integ.lower_kind, obj, ctx.view, namespace, queue)
+        if where is not None:
+            m.set(where, "managedBy", MULTIKUEUE_CONTROLLER)
     return allow(m.patch())
 
 

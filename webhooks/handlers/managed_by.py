@@ -1,9 +1,11 @@
-"""``spec.managedBy`` defaulting for MultiKueue (Kueue's ``ApplyDefaultForManagedBy``,
-pkg/controller/jobframework/defaults.go): a Job or JobSet created for a LocalQueue whose
-ClusterQueue has an AdmissionCheck of controller ``kueue.x-k8s.io/multikueue`` gets
-``spec.managedBy: kueue.x-k8s.io/multikueue`` when it names no other manager than its
-kind's own controller, so a user's manifests need not say it: the manager's own Job or
-JobSet controller then leaves it alone, and MultiKueue runs it on a worker.
+"""``managedBy`` defaulting for MultiKueue (Kueue's ``ApplyDefaultForManagedBy``,
+pkg/controller/jobframework/defaults.go, and each kind's ``CanDefaultManagedBy``): a job
+of a kind MultiKueue dispatches, created for a LocalQueue whose ClusterQueue has an
+AdmissionCheck of controller ``kueue.x-k8s.io/multikueue``, gets ``managedBy:
+kueue.x-k8s.io/multikueue`` when it names no other manager than its kind's own
+operator, so a user's manifests need not say it: the manager's own operator then leaves
+it alone, and MultiKueue runs it on a worker. The field is ``spec.managedBy``, or
+``spec.runPolicy.managedBy`` for the Kubeflow jobs (PyTorchJob, MPIJob).
 
 The AdmissionChecks come from the view's ``admission_checks`` (the live cache has them;
 a view without them defaults nothing)."""
@@ -14,11 +16,19 @@ from typing import Any
 
 from queues.api.labels import MULTIKUEUE_CONTROLLER
 
-#: kind -> the managedBy values that mean "its own controller" (Kueue's defaulting
-#: replaces only these)
-OWN_CONTROLLER = {
-    "job": ("", "kubernetes.io/job-controller"),
-    "jobset": ("", "jobset.sigs.k8s.io/jobset-controller"),
+SPEC = ("spec",)
+RUN_POLICY = ("spec", "runPolicy")
+
+#: kind -> (the map holding its ``managedBy``, the values that mean "its own operator":
+#: Kueue's defaulting replaces only these)
+OWN_CONTROLLER: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "job": (SPEC, ("", "kubernetes.io/job-controller")),
+    "jobset": (SPEC, ("", "jobset.sigs.k8s.io/jobset-controller")),
+    "trainjob": (SPEC, ("", "trainer.kubeflow.org/trainjob-controller")),
+    "pytorchjob": (RUN_POLICY, ("", "kubeflow.org/training-operator")),
+    "mpijob": (RUN_POLICY, ("", "kubeflow.org/mpi-operator")),
+    "rayjob": (SPEC, ("", "ray.io/kuberay-operator")),
+    "raycluster": (SPEC, ("", "ray.io/kuberay-operator")),
 }
 
 
@@ -37,12 +47,22 @@ def multikueue_queue(view: Any, namespace: str, queue: str) -> bool:
     )
 
 
-def managed_by_default(kind: str, obj: Any, view: Any, namespace: str, queue: str) -> bool:
-    """Whether ``obj`` (of ``kind``, lower case) should get MultiKueue's managedBy."""
-    own = OWN_CONTROLLER.get(kind)
-    if own is None or not isinstance(obj, dict):
-        return False
-    spec = obj.get("spec")
-    if not isinstance(spec, dict) or (spec.get("managedBy") or "") not in own:
-        return False
-    return multikueue_queue(view, namespace, queue)
+def managed_by_default(
+    kind: str, obj: Any, view: Any, namespace: str, queue: str
+) -> tuple[str, ...] | None:
+    """The map where ``obj`` (of ``kind``, lower case) should get MultiKueue's
+    ``managedBy`` (None: it should not)."""
+    entry = OWN_CONTROLLER.get(kind)
+    if entry is None or not isinstance(obj, dict):
+        return None
+    where, own = entry
+    node: Any = obj
+    for key in where:
+        node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            break
+    if node is not None and not isinstance(node, dict):
+        return None
+    if ((node or {}).get("managedBy") or "") not in own:
+        return None
+    return where if multikueue_queue(view, namespace, queue) else None

@@ -128,6 +128,15 @@ def integration_calls(integrations: Iterable[Integration] = INTEGRATIONS) -> fro
     )
 
 
+MULTIKUEUE_STATUS_COPIED: tuple[Resource, ...] = (
+    JOBSET_RESOURCE,
+    *(i.resource for i in INTEGRATIONS
+      if i.resource.plural in ("trainjobs", "pytorchjobs", "mpijobs", "rayjobs", "rayclusters")),
+)  # fmt: skip
+"""The kinds whose status MultiKueue copies from the worker to the manager's job
+(batch/v1 Job's status patch comes with its integration)."""
+
+
 API_CALLS: frozenset[ApiCall] = frozenset(
     [
         # informers
@@ -177,7 +186,7 @@ API_CALLS: frozenset[ApiCall] = frozenset(
         *_calls(("list", "watch"), MULTIKUEUE_CLUSTERS),
         *_calls(("patch",), MULTIKUEUE_CLUSTERS, "status"),
         *_calls(("list", "watch"), MULTIKUEUE_CONFIGS),
-        *_calls(("patch",), JOBSET_RESOURCE, "status"),
+        *(c for r in MULTIKUEUE_STATUS_COPIED for c in _calls(("patch",), r, "status")),
         *_calls(("patch",), ADMISSION_CHECKS, "status"),
     ]
 )
