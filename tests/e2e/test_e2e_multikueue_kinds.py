@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_e2e_multikueue import MANAGER, MANAGED_BY, NS, PREBUILT, WORKER
+from tests.e2e.test_e2e_multikueue import MANAGED_BY, MANAGER, NS, PREBUILT, WORKER
 from tests.support.integration_kit import KindCase, Roles, meta
 from tests.support.kube_harness import Obj, eventually, is_true
 from tests.support.multicluster import WORKERS, MultiStack, multi_stack, real_workers_or_none
