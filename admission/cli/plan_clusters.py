@@ -89,6 +89,16 @@ def plan_clusters(args: argparse.Namespace, fmt: str) -> int:
             files.setdefault(name, []).append(path)
         doc["whatIf"] = clusters_what_if(before, doc, list(args.what_if), files)
     add_positions(doc, result.manager.cache)
+    sides = [manager.inputs] + ([overlay.inputs] if overlay is not None else [])
+    generated = [g for side in sides for g in side.generated_names]
+    if generated:  # as a single-cluster plan reports them, for the manager's files
+        doc["generatedNames"] = [
+            {"kind": g.kind, "generateName": g.generate_name, "name": g.name, "source": g.where}
+            for g in generated
+        ]
+    not_queued = [n.json() for side in sides for n in side.not_queued]
+    if not_queued:
+        doc["notQueued"] = not_queued
     if fmt == "json":
         sys.stdout.write(plan_json_text(doc))
         sys.stdout.write("\n")

@@ -161,3 +161,23 @@ def test_a_quota_edit_on_the_manager_tried_as_a_what_if(tmp_path: Path) -> None:
     # the manager now reserves it; no worker has cpu 2 left (w1 1, w2 1)
     assert changes["team/d"]["after"] == {"worker": None, "reason": "NoWorkerAdmits"}
     assert [c["workload"] for c in doc["whatIf"]["changes"]] == ["team/d"]
+
+
+def test_the_managers_unqueued_jobs_and_generated_names_are_reported(tmp_path: Path) -> None:
+    d = ROOT / "two-workers"
+    extra = tmp_path / "jobs.yaml"
+    extra.write_text(
+        yaml.safe_dump_all([
+            {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"generateName": "unqueued-", "namespace": "team"},
+             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                 {"name": "c", "image": "busybox"}]}}}},
+        ])
+    )  # fmt: skip
+    code, doc, err = plan(
+        ["-f", str(d / "manager"), "-f", str(extra), "--worker", f"w1={d / 'w1'}", "-o", "json"]
+    )
+    assert code == 0, err
+    assert doc is not None
+    assert [g["generateName"] for g in doc["generatedNames"]] == ["unqueued-"]
+    assert [n["kind"] for n in doc["notQueued"]] == ["Job"]
