@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
@@ -21,6 +21,7 @@ from admission.kube.client.resources import WORKLOADS
 from admission.kube.client.rest import MERGE_PATCH, KubeClient, Obj, Resource
 from admission.kube.watch.informer import Informer
 from admission.kube.watch.read_your_writes import LastWrites, newer, read_back
+from admission.kube.watch.slim import PackedStore
 
 if TYPE_CHECKING:
     from admission.kube.watch.cachesync import CacheSync
@@ -61,6 +62,19 @@ class Writer:
 
     def workload(self, key: str) -> Obj | None:
         return self.current(WORKLOADS, key)
+
+    def stamp(self, res: Resource, key: str) -> tuple[Any, Any]:
+        """What :meth:`current` reads ``key`` from, without reading it: the informer's
+        stored record and our pending write. Both are replaced, never changed, so a
+        stamp whose parts are the same objects (``is``) as an earlier one's means the
+        object is unchanged since; a scan that runs every tick compares stamps instead
+        of unpacking every object."""
+        informer = self._stores.get(res.plural)
+        if informer is None:
+            raise ValueError(f"Writer keeps no {res.plural}: only workloads and job objects")
+        store = informer.store
+        stored = store.record(key) if isinstance(store, PackedStore) else store.get(key)
+        return stored, self.latest.mine((res.plural, key))
 
     def remember(self, res: Resource, key: str, obj: Obj) -> None:
         informer = self._stores.get(res.plural)

@@ -8,16 +8,22 @@ grows by one and ``requeueAt = now + min(base·2^(count−1), max)``; its queue-
 timestamp becomes the eviction time (``requeuingStrategy.timestamp: Eviction``). Past
 ``backoffLimitCount`` requeues it is deactivated (``spec.active=false``) instead.
 Time comes from the controller's injectable clock.
+
+The check runs every tick over the admitted workloads; one found not ready and not yet
+due is looked at again only when its Workload or its job changes or its timeout comes
+(:meth:`~admission.kube.control.writer.Writer.stamp`), so a tick costs little however
+many admitted jobs wait for their pods.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from admission.config.durations import parse_duration
 from admission.config.schema import Config
 from admission.kube import objects as kobj
-from admission.kube.client.resources import resource_of
+from admission.kube.client.resources import WORKLOADS, resource_of
 from admission.kube.control.context import Context, PodsReadyOptions
 from admission.kube.control.workloads import evict, owner_of
 
@@ -44,6 +50,24 @@ class PodsReadyWatcher:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.ready: set[str] = set()  # workloads whose pods were all ready once
+        # not ready, not due: key -> (due at, the job, the stamps it was judged on)
+        self.waiting: dict[str, tuple[float, Any, str, tuple[Any, ...]]] = {}
+
+    def _stamps(self, key: str, res: Any, job_key: str) -> tuple[Any, ...]:
+        writer = self.ctx.writer
+        return (*writer.stamp(WORKLOADS, key), *writer.stamp(res, job_key))
+
+    def _unchanged(self, key: str, now: float) -> bool:
+        """Whether ``key`` was judged not ready, is not due, and nothing changed since."""
+        entry = self.waiting.get(key)
+        if entry is None:
+            return False
+        due, res, job_key, stamps = entry
+        if now < due and all(a is b for a, b in zip(stamps, self._stamps(key, res, job_key),
+                                                     strict=True)):  # fmt: skip
+            return True
+        del self.waiting[key]
+        return False
 
     async def check(self) -> None:
         """Evict every admitted job-backed workload past its PodsReady timeout."""
@@ -53,9 +77,14 @@ class PodsReadyWatcher:
             return
         await ctx.cache_ready()
         now = ctx.clock()
-        self.ready &= set(ctx.cache.admitted)
-        for key in list(ctx.cache.admitted):
+        admitted = set(ctx.cache.admitted)
+        self.ready &= admitted
+        for key in [k for k in self.waiting if k not in admitted]:
+            del self.waiting[key]
+        for key in admitted:
             if key in self.ready or key in ctx.cache.evicting or key in ctx.sync.inflight:
+                continue
+            if self._unchanged(key, now):
                 continue
             wl_obj = ctx.writer.workload(key)
             model = ctx.cache.workloads.get(key)
@@ -65,18 +94,23 @@ class PodsReadyWatcher:
             if owner is None or not owner[1]:
                 continue  # readiness is only known for job objects
             integ, job_key, _ = owner
-            job = ctx.writer.current(resource_of(integ), job_key)
+            res = resource_of(integ)
+            stamps = self._stamps(key, res, job_key)
+            job = ctx.writer.current(res, job_key)
             if job is None:
                 continue
             count = sum(ps.count for ps in model.pod_sets)
             ready = integ.pods_ready(job, count)
-            if ready is None:
-                continue  # the kind does not report readiness
+            admitted_at = model.admission_time
+            if ready is None:  # the kind does not report readiness
+                self.waiting[key] = (float("inf"), res, job_key, stamps)
+                continue
             if ready:
                 self.ready.add(key)
                 continue
-            admitted_at = model.admission_time
             if admitted_at is None or now - admitted_at < opts.timeout:
+                due = float("inf") if admitted_at is None else admitted_at + opts.timeout
+                self.waiting[key] = (due, res, job_key, stamps)
                 continue
             await self._timeout(key, wl_obj, now)
 

@@ -70,6 +70,10 @@ class LastWrites(Generic[K]):
     def remember(self, key: K, obj: Obj) -> None:
         self._mine[key] = obj
 
+    def mine(self, key: K) -> Obj | None:
+        """Our last write of ``key`` while the informer has not caught up (no check)."""
+        return self._mine.get(key)
+
     def forget(self, key: K) -> None:
         """The object is gone (deleted): nothing of ours is newer than that."""
         self._mine.pop(key, None)

@@ -391,6 +391,10 @@ class PackedStore(MutableMapping[str, Obj]):
         record = self.records.get(key)
         return default if record is None else self._unpack(record)
 
+    def record(self, key: str) -> Any:
+        """The packed record of ``key`` as stored (a new one on every change; no unpack)."""
+        return self.records.get(key)
+
     def __setitem__(self, key: str, obj: Obj) -> None:
         """Store ``obj``, which the caller has slimmed (``Slimmer.slim``)."""
         self.records[key] = self.slimmer.pack(obj)
