@@ -64,6 +64,7 @@ class Group:
     copies: dict[str, Obj] = field(default_factory=dict)  # worker -> its copy
     unavailable: list[str] = field(default_factory=list)
     lost: dict[str, float] = field(default_factory=dict)  # unavailable worker -> since
+    whole: Obj | None = None  # the whole Workload, once a status write answered it
 
     @property
     def namespace(self) -> str:
@@ -185,6 +186,7 @@ class Dispatch:
                 return None  # gone, or changed since: its event brings it back
             raise
         group.local = new
+        group.whole = new
         return new
 
     def _checks_with(self, group: Group, state: str, message: str) -> list[Obj]:
@@ -318,7 +320,8 @@ class Dispatch:
             if worker not in nominated and worker in group.copies:
                 await self.remove_remote(remote, group.key, owner_kind)
         if missing:
-            whole = await self.full(group.key)
+            # the nomination's write answered the whole Workload: no read for the copy
+            whole = group.whole or await self.full(group.key)
             if whole is None:
                 return Outcome()
             body = remote_workload(whole, self.origin)

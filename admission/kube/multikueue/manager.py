@@ -13,7 +13,9 @@ nothing), then keeps
   :class:`~.dispatch.Dispatch` on its own events, its copies' events on the workers,
   its job's events on the manager and on the worker (informers of the copies this
   manager made there), a worker's loss or return, and every ``resync`` seconds as a
-  safety net;
+  safety net; up to ``CONCURRENCY`` Workloads at once, each started as soon as a slot
+  frees and in the order they were marked (never two reconciles of one Workload at
+  once, and none waits for another's round trips to the workers);
 * the garbage collection every ``gcInterval``: copies on a worker, created by this
   manager (its ``origin``), whose Workload no longer exists on the manager are
   removed with their jobs.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import logging
 import random
@@ -98,7 +101,8 @@ class MultiKueue:
         )
         self.reasons: dict[str, tuple[str, ...]] = {}  # Workload key -> the last nomination's
         self._known: set[str] = set()  # keys of the Workloads with a MultiKueue check
-        self._dirty: set[str] = set()
+        self._dirty: dict[str, None] = {}  # keys to reconcile, oldest first
+        self._running: dict[str, asyncio.Task[None]] = {}  # key -> its reconcile
         self._dirty_clusters: set[str] = set()
         self._later: dict[str, float] = {}  # key -> when to look again
         self._heap: list[tuple[float, str]] = []  # (when, key), stale entries skipped
@@ -142,11 +146,11 @@ class MultiKueue:
                     self._mark(wkey)
 
     def _mark(self, key: str) -> None:
-        self._dirty.add(key)
+        self._dirty[key] = None
         self._wake.set()
 
     def _mark_all(self) -> None:
-        self._dirty |= self._known
+        self._dirty.update(dict.fromkeys(self._known))
         self._dirty_clusters.add("")  # "": the checks' conditions
         self._wake.set()
 
@@ -186,9 +190,10 @@ class MultiKueue:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._running.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.clusters.stop()
 
     async def _periodic(self) -> None:
@@ -208,7 +213,7 @@ class MultiKueue:
             timeout = None
             if self._heap:
                 timeout = max(0.0, self._heap[0][0] - self.clock())
-            if not self._dirty and not self._dirty_clusters:
+            if not self._startable() and not self._dirty_clusters:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
@@ -220,15 +225,32 @@ class MultiKueue:
                 at, key = heapq.heappop(self._heap)
                 if self._later.get(key) == at:
                     del self._later[key]
-                    self._dirty.add(key)
+                    self._dirty[key] = None
             names, self._dirty_clusters = self._dirty_clusters, set()
             for name in sorted(names):
                 await self._guard(self._reconcile_cluster(name), f"cluster {name}")
-            keys, self._dirty = list(self._dirty), set()
-            for i in range(0, len(keys), CONCURRENCY):
-                await asyncio.gather(
-                    *(self._guard(self._reconcile(k), k) for k in keys[i : i + CONCURRENCY])
-                )
+            self._start_reconciles()
+
+    def _startable(self) -> bool:
+        """Whether a marked Workload can start now (a free slot, not running already)."""
+        if len(self._running) >= CONCURRENCY:
+            return False
+        return any(key not in self._running for key in self._dirty)
+
+    def _start_reconciles(self) -> None:
+        for key in list(self._dirty):
+            if len(self._running) >= CONCURRENCY:
+                return
+            if key in self._running:
+                continue  # marked again while it runs: once it ends
+            del self._dirty[key]
+            task = asyncio.create_task(self._guard(self._reconcile(key), key))
+            self._running[key] = task
+            task.add_done_callback(functools.partial(self._finished, key))
+
+    def _finished(self, key: str, _task: asyncio.Task[None]) -> None:
+        self._running.pop(key, None)
+        self._wake.set()
 
     def _look_again(self, key: str, after: float) -> None:
         at = self.clock() + after
