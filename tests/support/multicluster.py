@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from admission.config.schema import Config
+from admission.kube.control.context import ControllerOptions
 from tests.support.kube_harness import DOUBLE, ROOT, SERVICE_NS, Obj, Stack, stack
 from tests.support.realserver.controlplane import assets_dir
 from tests.support.realserver.proxy import FaultProxy
@@ -194,10 +195,12 @@ async def multi_stack(
     worker_config: Config | None = None,
     crds: Iterable[str] = (),
     manager_overrides: dict[str, Any] | None = None,
+    controller: ControllerOptions | None = None,
 ) -> AsyncIterator[MultiStack]:
     """The workers' stacks (each with ``worker_objects``), then the manager's with
     ``manager_objects`` plus the MultiKueue objects and Secrets naming the workers.
-    ``crds``: operator CRDs every cluster needs (JobSet...)."""
+    ``crds``: operator CRDs every cluster needs (JobSet...); ``controller``: every
+    service's controller options (the harness's fast test timings when None)."""
     names = list(workers)
     worker_backends = backends(backend, real_workers)
     async with contextlib.AsyncExitStack() as exits:
@@ -207,6 +210,8 @@ async def multi_stack(
         for name in names:
             wb = next(worker_backends)
             kwargs: dict[str, Any] = {"tls": True} if wb == DOUBLE else {}
+            if controller is not None:
+                kwargs["controller"] = controller
             if worker_config is not None:
                 kwargs["config"] = worker_config
             if crds:
@@ -226,6 +231,8 @@ async def multi_stack(
                 f"{name}-secret", links[name].url, links[name].ca_pem, tokens[name]))  # fmt: skip
             mk_objects.append(multikueue_cluster(name, f"{name}-secret"))
         kwargs = dict(manager_overrides or {})
+        if controller is not None:
+            kwargs["controller"] = controller
         if crds:
             kwargs["crds"] = tuple(crds)
         manager = await exits.enter_async_context(
