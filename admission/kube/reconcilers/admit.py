@@ -12,7 +12,10 @@
   Workload is re-read before deciding; a definite failure rolls back. Only after the
   write succeeded is the Job started.
 * **Preemption** — the victim gets ``Evicted`` + ``Preempted``; the job reconciler stops
-  its Job and releases the quota once the Job is inactive.
+  its Job and releases the quota once the Job is inactive. A victim whose own admission
+  is still waiting for its turn at the rate limit (assumed by an earlier cycle, never
+  sent) is not admitted and then evicted: that admission is withdrawn, no request is
+  sent for either, and the quota is released when its turn would have come.
 * **Pending** — ``QuotaReserved=False`` with the engine's reason and message, written
   only when it differs from what the object says, coalesced per workload (the latest
   reason wins) and never for a workload that is admitted or being admitted.
@@ -48,6 +51,9 @@ FAILURE_BACKOFF = BackoffPolicy(base=1.0, cap=60.0)
 # its message refreshed (the numbers in it moved)
 PENDING_REASON = "pending"
 PENDING_MESSAGE = "pending-message"
+# quartermaster_api_writes_total{kind="admit",result} of an admission never sent: the
+# workload was chosen as a victim while its write waited for its turn (see preempt)
+WITHDRAWN = "withdrawn"
 
 
 class Applier:
@@ -62,6 +68,10 @@ class Applier:
         self.notices: PreemptionNotices | None = None  # progress-aware preemption (serve wires it)
         # admissions being written that an eviction waits for (see preempt)
         self._settling: dict[str, asyncio.Event] = {}
+        # admissions whose write was composed (its turn came): a victim among them is
+        # evicted once it lands; one not composed yet is withdrawn instead (see preempt)
+        self._sending: set[str] = set()
+        self._withdrawn: set[str] = set()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -80,6 +90,8 @@ class Applier:
         try:
             await self._admit(d)
         finally:
+            self._sending.discard(key)
+            self._withdrawn.discard(key)
             settled = self._settling.pop(key, None)
             if settled is not None:
                 settled.set()
@@ -101,7 +113,8 @@ class Applier:
         finally:
             ctx.sync.settle(key)  # and what the informer delivered meanwhile
         if not ok:
-            ctx.metrics.api_writes.labels("admit", "rolled-back").inc()
+            withdrawn = key in self._withdrawn
+            ctx.metrics.api_writes.labels("admit", WITHDRAWN if withdrawn else "rolled-back").inc()
             refused = self._refused.pop(key, False)
             ctx.sync.apply(lambda: self._roll_back(key, refused=refused))
             ctx.wake()
@@ -175,6 +188,8 @@ class Applier:
             if not ctx.fence():
                 log.warning("admission of %s not written: this replica no longer leads", key)
                 raise Abandon
+            if key in self._withdrawn:
+                raise Abandon  # chosen as a victim while it waited (see preempt)
             if (
                 kobj.has_quota(w)
                 or kobj.is_finished(w)
@@ -184,6 +199,7 @@ class Applier:
                 raise Abandon
             if kobj.generation(w) != gen:
                 raise Abandon  # the spec changed since the decision was made
+            self._sending.add(key)
             return kobj.admission_status(w, d.admission, now=now, checks=d.checks)
 
         try:
@@ -225,11 +241,21 @@ class Applier:
 
     async def preempt(self, d: PreemptedDecision) -> None:
         ctx = self.ctx
-        # A victim chosen while its own admission is still being written (the cycle
-        # assumed it): evict what lands. The Workload read before it lands holds no
-        # quota, so an eviction decided on it would write nothing and the admission
-        # would land after it, holding quota the preemptor is counting on.
-        await self._settled(d.workload.key)
+        key = d.workload.key
+        if key in ctx.sync.inflight and key not in self._sending:
+            # A victim whose admission an earlier cycle decided and whose write still
+            # waits for its turn: the API never saw it admitted, nothing runs on it.
+            # Withdraw the admission (no request for it, none for an eviction); when
+            # its turn comes the assumption is rolled back, releasing the quota the
+            # preemptor waits for, and the workload is queued again in its place.
+            self._withdrawn.add(key)
+            await self._settled(key)
+            return
+        # A victim chosen while its own admission is being sent: evict what lands.
+        # The Workload read before it lands holds no quota, so an eviction decided on
+        # it would write nothing and the admission would land after it, holding quota
+        # the preemptor is counting on.
+        await self._settled(key)
         if not ctx.fence():
             log.warning(
                 "preemption of %s not written: this replica no longer leads", d.workload.key

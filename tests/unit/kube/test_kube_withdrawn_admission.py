@@ -1,0 +1,71 @@
+"""A victim whose own admission was never sent is not admitted and then evicted.
+
+A cycle assumes its admissions at once; their writes then wait for the client's rate
+limit. A later cycle may choose one of them as a preemption victim (Kueue's candidate
+order puts the most recently admitted first). Writing that admission and then its
+eviction would cost two requests, and a third when the victim is admitted again,
+for an admission nobody ever saw: the waiting admission is withdrawn instead. The
+budget is shut (:class:`Gate`) so the admission is still waiting when the preemptor
+comes; requests are counted from what the API server received from the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from admission.kube import objects as kobj
+from queues.api.conditions import condition
+from tests.support.kube_harness import admitted, eventually, stack
+from tests.unit.kube.test_kube_write_economy import (
+    NS,
+    create,
+    objects,
+    options,
+    service_writes,
+    shut,
+    standalone,
+    writes_of_kind,
+)
+
+
+def test_a_victim_whose_admission_still_waits_is_withdrawn_not_evicted(
+    tmp_path: Path, backend: Any
+) -> None:
+    """``low`` is decided but its write waits; ``high`` (same queue, higher priority,
+    the whole quota) preempts it. Nothing is ever written for ``low``: no admission, no
+    eviction; its quota is released when its turn comes and ``high`` is admitted; then
+    ``low`` waits in the queue as a pending workload (its pending reason is held back
+    here by a long ``pending_delay``: a write of its own, not part of the preemption)."""
+
+    async def main() -> None:
+        opts = options(pending_delay=60, decision_lead=0.0)  # no back-pressure: 2 cycles
+        async with stack(tmp_path, backend=backend, objects=objects(), controller=opts) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            gate = shut(s)
+            low, high = f"{NS}/low", f"{NS}/high"
+            await create(s, standalone("low"))
+            await eventually(
+                lambda: low in ctrl.cache.admitted and gate.decisions_waiting,
+                what="the admission of low is decided and waits for its turn",
+            )
+            await create(s, standalone("high", priority=100))
+            await eventually(
+                lambda: ctrl.stats["preempted"] >= 1, what="high's cycle chose low as its victim"
+            )
+            gate.open()
+            await eventually(lambda: admitted(s.get("workloads", "high", NS)), what="high admitted")
+            await eventually(lambda: not ctrl.applier.tasks, what="writes settled")
+            wl = s.get("workloads", "low", NS)
+            assert wl is not None and not admitted(wl)
+            assert condition(wl, kobj.EVICTED) is None
+            assert service_writes(s, "workloads/status", "low") == 0
+            assert writes_of_kind(s, "evict") == 0
+            withdrawn = ctrl.ctx.metrics.api_writes.labels("admit", "withdrawn")._value.get()
+            assert withdrawn == 1
+            assert low not in ctrl.cache.admitted and high in ctrl.cache.admitted
+            assert any(w.key == low for q in ctrl.cache.queues.values() for w in q.workloads())
+
+    asyncio.run(main())
