@@ -3,7 +3,9 @@
 Computed from the cache (the same numbers the scheduler works with) and written as a
 ``/status`` merge patch only when it differs from what was last written, at most once
 per ``status_interval`` per queue — a busy cluster changes usage every few
-milliseconds, and rewriting every queue on each change would be a write storm.
+milliseconds, and rewriting every queue on each change would be a write storm. A change
+of figures alone (counts, usage) waits ``FIGURES_EVERY`` intervals since the queue's
+last write; the Active condition and idle <-> holding work go at the next pass.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ STATUS_WRITERS = 4
 """Queue status writes of one pass in flight at once: one at a time, a pass is bound by
 the API's latency (20 ms a write caps it at the 50 QPS of Kueue's budget, and a busy
 server answers slower), not by the client's budget, which each write still waits for."""
+FIGURES_EVERY = 5
+"""A queue whose figures alone changed (counts, usage: no :func:`significant` change) is
+written at most once in this many status intervals: while work flows they change
+with nearly every decision, and each write is a token an admission waits for. The
+metrics and ``why`` read the cache, so they stay current meanwhile."""
 
 
 Obj = dict[str, Any]
@@ -290,8 +297,9 @@ class StatusWriter:
         ``BUSY_PASS_EVERY`` intervals and write what the low-priority share of the budget
         affords (``low_share``: the cost follows the decisions, not the time they take),
         the changes that matter first (:func:`significant`: the Active condition, or the
-        queue started or stopped holding work). When nothing is being decided, every changed
-        queue is written at most once per ``status_interval``."""
+        queue started or stopped holding work). When nothing is being decided, every
+        significant change is written at the next pass, and a change of figures alone
+        once ``FIGURES_EVERY`` intervals passed since the queue's last write."""
         ctx = self.ctx
         cache = ctx.cache
         await ctx.cache_ready()
@@ -303,7 +311,7 @@ class StatusWriter:
         self._put_off = 0
         want = self.desired()
         taken = time.monotonic()
-        todo = [k for k, status in want.items() if self.written.get(k) != status]
+        todo = self._due(want)
         if busy:
             todo = self._while_deciding(todo, want)
         elif todo:
@@ -334,6 +342,23 @@ class StatusWriter:
         for k in [k for k in self.written if k[1] not in cache.cluster_queues and k[0] == "cq"]:
             del self.written[k]
             self.written_at.pop(k, None)
+
+    def _due(self, want: dict[tuple[str, str], Obj]) -> list[tuple[str, str]]:
+        """The queues whose status differs from what was written and may be written
+        now: a first status and a significant change at once, a change of figures once
+        ``FIGURES_EVERY`` intervals have passed since that queue's last write."""
+        now = time.monotonic()
+        spacing = FIGURES_EVERY * self.ctx.options.status_interval
+        out = []
+        for k, status in want.items():
+            old = self.written.get(k)
+            if old == status:
+                continue
+            if old is None or significant(old, status):
+                out.append(k)
+            elif now - self.written_at.get(k, float("-inf")) >= spacing:
+                out.append(k)
+        return out
 
     def _when_idle(
         self, todo: list[tuple[str, str]], want: dict[tuple[str, str], Obj]
