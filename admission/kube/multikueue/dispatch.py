@@ -137,6 +137,7 @@ class Dispatch:
         clock: Callable[[], float],
         full: Callable[[str], Awaitable[Obj | None]],
         full_job: Callable[[str, str], Awaitable[Obj | None]],
+        written: Callable[[str, Obj], None] = lambda _key, _obj: None,
     ) -> None:
         self.client = client
         self.origin = origin
@@ -146,6 +147,10 @@ class Dispatch:
         self.clock = clock
         self.full = full  # the manager's whole Workload (the informer keeps a slim one)
         self.full_job = full_job  # (plural, key) -> the manager's whole job
+        # (key, Workload) after each write of ours: the next reconcile, which the
+        # copies' events may start before the watch brings the write back, reads it
+        # instead of the older copy and does not write the same again (a 409)
+        self.written = written
 
     # -- remote objects -------------------------------------------------------------------
 
@@ -153,17 +158,20 @@ class Dispatch:
         """Delete the job copy and the Workload copy of ``key`` from a worker."""
         ns, _, name = key.partition("/")
         adapter = ADAPTERS.get(owner_kind)
-        owner = self.owner_name(remote.workload(key))
+        copy_ = remote.workload(key)
+        owner = self.owner_name(copy_)
         targets = []
         if adapter is not None and owner:
             targets.append((adapter.resource, owner))
-        targets.append((WORKLOADS, name))
+        if copy_ is None or not kobj.deleting(copy_):  # else its deletion is under way
+            targets.append((WORKLOADS, name))
         for res, obj_name in targets:
             try:
                 await remote.client.delete(res, obj_name, namespace=ns)
             except ApiError as err:
                 if not err.not_found:
                     raise
+        remote.forget(key)
 
     @staticmethod
     def owner_name(wl: Obj | None) -> str:
@@ -187,6 +195,7 @@ class Dispatch:
             raise
         group.local = new
         group.whole = new
+        self.written(group.key, new)
         return new
 
     def _checks_with(self, group: Group, state: str, message: str) -> list[Obj]:
@@ -331,6 +340,9 @@ class Dispatch:
                 return_exceptions=True,
             )  # fmt: skip
             for worker, result in zip(missing, results, strict=True):
+                if isinstance(result, dict):
+                    group.remotes[worker].created(group.key, result)
+                    continue
                 if isinstance(result, ApiError) and result.status == 409:
                     continue
                 if isinstance(result, BaseException):

@@ -42,6 +42,7 @@ from admission.kube.client.resources import (
     ADMISSION_CHECKS,
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
+    WORKLOADS,
 )
 from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.control.context import Context
@@ -98,6 +99,7 @@ class MultiKueue:
             clock=self.clock,
             full=self._full_workload,
             full_job=self._full_job,
+            written=lambda key, obj: ctx.writer.remember(WORKLOADS, key, obj),
         )
         self.reasons: dict[str, tuple[str, ...]] = {}  # Workload key -> the last nomination's
         self._known: set[str] = set()  # keys of the Workloads with a MultiKueue check

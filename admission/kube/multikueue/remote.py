@@ -2,6 +2,11 @@
 informer of the Workloads this manager created there (label
 ``kueue.x-k8s.io/multikueue-origin: <origin>``), and whether it answers.
 
+A Workload copy this manager created counts as there (:meth:`RemoteCluster.workload`)
+from the create's answer until the informer brings it, and one it deleted as gone until
+the informer's next word of it, each at most ``CREATED_TTL`` seconds: a reconcile that
+the other workers' events start meanwhile does not create or delete it again.
+
 A worker that stops answering (its probe fails or times out) is *lost*: ``connected``
 turns False and ``lost_since`` keeps when, so that the dispatch can wait
 ``workerLostTimeout`` before it gives the workloads admitted there to another worker,
@@ -26,6 +31,8 @@ from admission.kube.watch.informer import Informer
 from queues.api.labels import MULTIKUEUE_ORIGIN, PREBUILT_WORKLOAD
 
 log = logging.getLogger("quartermaster.kube.multikueue")
+
+CREATED_TTL = 30.0
 
 
 class RemoteCluster:
@@ -60,11 +67,29 @@ class RemoteCluster:
             label_selector=f"{MULTIKUEUE_ORIGIN}={origin}",
             rng=random.Random(name),
             backoff_cap=5.0,
-            handler=lambda _event, key, _new, _old: on_change(key),
+            handler=self._on_workload,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.on_change = on_change
         self.jobs: dict[str, Informer] = {}  # plural -> the job copies of that kind
+        self._created: dict[str, tuple[float, Obj]] = {}  # key -> (when, copy) not seen yet
+        self._deleted: dict[str, float] = {}  # key -> when, until the informer says more
+
+    def _on_workload(self, _event: str, key: str, _new: Obj | None, _old: Obj | None) -> None:
+        self._created.pop(key, None)
+        self._deleted.pop(key, None)
+        self.on_change(key)
+
+    def created(self, key: str, copy_: Obj) -> None:
+        """This manager created the Workload copy ``key`` here (``copy_``: as answered)."""
+        if key not in self.workloads.store:
+            self._created[key] = (self.clock(), copy_)
+
+    def forget(self, key: str) -> None:
+        """The copy ``key`` was deleted here."""
+        self._created.pop(key, None)
+        if key in self.workloads.store:
+            self._deleted[key] = self.clock()
 
     def job_informer(self, resource: Resource) -> Informer:
         """The informer of this manager's job copies of one kind (started on first use:
@@ -115,7 +140,23 @@ class RemoteCluster:
 
     def workload(self, key: str) -> Obj | None:
         """The remote copy of the manager's Workload ``key`` (None: none, or not known)."""
-        return self.workloads.store.get(key) if self.connected else None
+        if not self.connected:
+            return None
+        deleted = self._deleted.get(key)
+        if deleted is not None:
+            if self.clock() - deleted <= CREATED_TTL:
+                return None
+            del self._deleted[key]
+        copy_ = self.workloads.store.get(key)
+        if copy_ is not None:
+            return copy_
+        created = self._created.get(key)
+        if created is None:
+            return None
+        if self.clock() - created[0] > CREATED_TTL:
+            del self._created[key]
+            return None
+        return created[1]
 
     async def probe(self) -> bool:
         """One request to the worker; updates ``connected``."""
