@@ -1,7 +1,7 @@
 """MultiKueue for the job kinds beyond Job and JobSet: TrainJob, PyTorchJob, MPIJob,
 RayJob and RayCluster, each written as a Kueue user writes it (a queue label, no
-``managedBy``), dispatched by a manager to one of two workers, on the double and on
-real control planes when ``KUBEBUILDER_ASSETS`` is set.
+``managedBy``), and a pod group, dispatched by a manager to one of two workers, on the
+double and on real control planes when ``KUBEBUILDER_ASSETS`` is set.
 
 No operator runs these kinds on a worker, so the test plays it there: it writes the
 worker's job status, which MultiKueue copies back to the manager's job. The kind's CRDs
@@ -160,6 +160,71 @@ def test_a_job_of_each_kind_runs_on_exactly_one_worker_and_comes_back(
                 )
             await eventually(
                 lambda: not m.copies(NS, wl_name) and not m.jobs(NS, "j", kind.plural),
+                what="the remote objects collected",
+                timeout=60,
+            )
+
+    asyncio.run(main())
+
+
+def test_a_pod_group_runs_on_exactly_one_worker_while_the_managers_pods_stay_gated(
+    tmp_path: Path, backend: Any, real_workers: Any
+) -> None:
+    """Pods have no ``managedBy``: the manager's stay behind the admission gate, the
+    worker's copies run, and each pod's status comes back (Kueue's pod adapter)."""
+    from admission.kube.client import resources as k
+    from tests.e2e.test_e2e_podgroups import gated, pod
+
+    names = ("g-0", "g-1")
+
+    async def set_phase(s: Any, name: str, phase: str) -> None:
+        await s.user.patch(k.PODS, name, {"status": {"phase": phase}}, namespace=NS,
+                           subresource="status")  # fmt: skip
+
+    def pods_on(s: Any) -> list[Obj]:
+        return [p for n in names if (p := s.get("pods", n, NS)) is not None]
+
+    async def main() -> None:
+        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                               manager_objects=MANAGER, worker_objects=WORKER) as m:  # fmt: skip
+            for n in names:
+                await m.manager.user.create(k.PODS, pod(n, group="g", total=2), namespace=NS)
+            wl = await eventually(
+                lambda: is_true(w := m.manager.get("workloads", "g", NS), "Admitted") and w,
+                what="the group's Workload admitted on the manager",
+                timeout=60,
+            )
+            worker = wl["status"]["clusterName"]
+            other = next(w for w in WORKERS if w != worker)
+            remote = await eventually(
+                lambda: len(got := pods_on(m.workers[worker])) == 2 and got,
+                what="the group's pods created on the worker",
+            )
+            assert not pods_on(m.workers[other])
+            assert {p["metadata"]["labels"][PREBUILT] for p in remote} == {"g"}
+            await eventually(
+                lambda: not any(gated(p) for p in pods_on(m.workers[worker])),
+                what="the worker's pods ungated",
+            )
+            assert all(gated(p) for p in pods_on(m.manager))  # never run on the manager
+            for n in names:
+                await set_phase(m.workers[worker], n, "Running")
+            await eventually(
+                lambda: all(p["status"].get("phase") == "Running" for p in pods_on(m.manager)),
+                what="the running status synced to the manager's pods",
+                timeout=60,
+            )
+            assert all(gated(p) for p in pods_on(m.manager))
+            for n in names:
+                await set_phase(m.workers[worker], n, "Succeeded")
+            await eventually(
+                lambda: is_true(m.manager.get("workloads", "g", NS), "Finished"),
+                what="the manager's Workload finished",
+                timeout=60,
+            )
+            assert all(p["status"].get("phase") == "Succeeded" for p in pods_on(m.manager))
+            await eventually(
+                lambda: not m.copies(NS, "g") and not pods_on(m.workers[worker]),
                 what="the remote objects collected",
                 timeout=60,
             )

@@ -2,5 +2,6 @@
 (:mod:`.kubeconfig`, :mod:`.remote`, :mod:`.clusters`), the admission-check controller
 ``kueue.x-k8s.io/multikueue`` that dispatches a Workload holding quota on the manager
 to the workers and follows it there (:mod:`.dispatch`, :mod:`.dispatchers`), the job
-kinds' remote copies (:mod:`.adapters`), and the loop that runs them (:mod:`.manager`).
+kinds' remote copies (:mod:`.adapters`, pod groups in :mod:`.pods`), and the loop that
+runs them (:mod:`.manager`).
 """

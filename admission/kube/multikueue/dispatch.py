@@ -39,9 +39,11 @@ from admission.kube.client.errors import ApiError
 from admission.kube.client.resources import WORKLOADS
 from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.multikueue.adapters import ADAPTERS, Adapter
+from admission.kube.multikueue.pods import POD_GROUPS, PodGroupAdapter
+from admission.kube.multikueue.pods import owner_kind as kind_of
 from admission.kube.multikueue.remote import RemoteCluster
 from queues.api.conditions import condition, is_true
-from queues.api.labels import JOB_UID, MULTIKUEUE_ORIGIN
+from queues.api.labels import JOB_UID, MULTIKUEUE_ORIGIN, PREBUILT_WORKLOAD
 from queues.times import rfc3339_seconds
 
 log = logging.getLogger("quartermaster.kube.multikueue")
@@ -138,6 +140,7 @@ class Dispatch:
         full: Callable[[str], Awaitable[Obj | None]],
         full_job: Callable[[str, str], Awaitable[Obj | None]],
         written: Callable[[str, Obj], None] = lambda _key, _obj: None,
+        group_pods: Callable[[str], list[Obj]] = lambda _key: [],
     ) -> None:
         self.client = client
         self.origin = origin
@@ -151,17 +154,23 @@ class Dispatch:
         # copies' events may start before the watch brings the write back, reads it
         # instead of the older copy and does not write the same again (a 409)
         self.written = written
+        self.group_pods = group_pods  # Workload key -> the manager's pods of its group
 
     # -- remote objects -------------------------------------------------------------------
 
     async def remove_remote(self, remote: RemoteCluster, key: str, owner_kind: str) -> None:
         """Delete the job copy and the Workload copy of ``key`` from a worker."""
         ns, _, name = key.partition("/")
-        adapter = ADAPTERS.get(owner_kind)
+        adapter = POD_GROUPS if owner_kind == "Pod" else ADAPTERS.get(owner_kind)
         copy_ = remote.workload(key)
         owner = self.owner_name(copy_)
         targets = []
-        if adapter is not None and owner:
+        if adapter is POD_GROUPS:  # every pod copy of the group
+            selector = f"{PREBUILT_WORKLOAD}={name},{MULTIKUEUE_ORIGIN}={self.origin}"
+            pods = await remote.client.list(adapter.resource, namespace=ns,
+                                            label_selector=selector)  # fmt: skip
+            targets += [(adapter.resource, str(p["metadata"]["name"])) for p in pods["items"]]
+        elif adapter is not None and owner:
             targets.append((adapter.resource, owner))
         if copy_ is None or not kobj.deleting(copy_):  # else its deletion is under way
             targets.append((WORKLOADS, name))
@@ -235,7 +244,7 @@ class Dispatch:
 
     async def reconcile(self, group: Group, job: Obj | None, adapter: Adapter | None) -> Outcome:
         local = group.local
-        owner_kind = str((controller_ref(local) or {}).get("kind") or "")
+        owner_kind = kind_of(local)
         if kobj.is_finished(local) or not kobj.has_quota(local) or kobj.deleting(local):
             for worker in list(group.copies):
                 await self.remove_remote(group.remotes[worker], group.key, owner_kind)
@@ -354,7 +363,24 @@ class Dispatch:
         self, remote: RemoteCluster, group: Group, job: Obj, adapter: Adapter
     ) -> Obj | None:
         """Create the job on the worker, or copy its status back (``SyncJob``); the
-        worker's job as read (None: it was just created, or is gone)."""
+        worker's job as read (None: it was just created, or is gone). A pod group:
+        each of its pods, and the worker's pod that says whether the group finished
+        (an unfinished one first)."""
+        if not isinstance(adapter, PodGroupAdapter):
+            return await self._sync_one(remote, group, job, adapter)
+        deciding: Obj | None = None
+        missing = False
+        for pod in self.group_pods(group.key) or [job]:
+            theirs = await self._sync_one(remote, group, pod, adapter)
+            if theirs is None:
+                missing = True
+            elif deciding is None or (adapter.finished(deciding) and not adapter.finished(theirs)):
+                deciding = theirs
+        return None if missing else deciding
+
+    async def _sync_one(
+        self, remote: RemoteCluster, group: Group, job: Obj, adapter: Adapter
+    ) -> Obj | None:
         ns = group.namespace
         name = str((job.get("metadata") or {}).get("name"))
         known, theirs = remote.job(adapter.resource, f"{ns}/{name}")

@@ -50,7 +50,10 @@ from admission.kube.multikueue.adapters import ADAPTERS
 from admission.kube.multikueue.clusters import Clusters
 from admission.kube.multikueue.dispatch import Dispatch, Group
 from admission.kube.multikueue.dispatchers import Dispatchers
+from admission.kube.multikueue.pods import PodGroupAdapter, adapter_for, group_of
+from admission.kube.multikueue.pods import owner_kind as kind_of
 from admission.kube.multikueue.remote import RemoteCluster
+from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.informer import DELETED, Informer
 from queues.api.conditions import condition
 from queues.api.labels import MULTIKUEUE_CONTROLLER
@@ -100,7 +103,9 @@ class MultiKueue:
             full=self._full_workload,
             full_job=self._full_job,
             written=lambda key, obj: ctx.writer.remember(WORKLOADS, key, obj),
+            group_pods=self._group_pods,
         )
+        self.pod_groups = GroupedPods("pods")  # group key -> the manager's pods
         self.reasons: dict[str, tuple[str, ...]] = {}  # Workload key -> the last nomination's
         self._known: set[str] = set()  # keys of the Workloads with a MultiKueue check
         self._dirty: dict[str, None] = {}  # keys to reconcile, oldest first
@@ -142,6 +147,12 @@ class MultiKueue:
         elif plural == "workloads" and self._started:
             if event == DELETED or key in self._known or self._our_entry(new):
                 self._mark(key)
+        elif plural == "pods":  # a pod group's pods (its Workload has the group's key)
+            gkey = group_of(new or old)
+            if gkey:
+                self.pod_groups.on_event(event, key, gkey)
+                if self._started and gkey in self._known:
+                    self._mark(gkey)
         elif self._started and plural in _JOB_KINDS:  # e.g. the manager's job started
             for wkey in self.ctx.job_index.get((_JOB_KINDS[plural], key)):
                 if wkey in self._known:
@@ -334,6 +345,9 @@ class MultiKueue:
         inf = self.ctx.informers.get(plural)
         return await inf.full(key) if inf is not None else None
 
+    def _group_pods(self, key: str) -> list[Obj]:
+        return self.pod_groups.pods(self.ctx.informers, key)
+
     async def _patch(self, group: Group, status: Obj) -> Obj | None:
         return await self.dispatch.patch_status(group, status)
 
@@ -377,9 +391,11 @@ class MultiKueue:
         if group is None:
             return
         ref = controller_ref(wl) or {}
-        adapter = ADAPTERS.get(str(ref.get("kind") or ""))
+        adapter = adapter_for(wl)
         job = None
-        if adapter is not None and ref.get("name"):
+        if isinstance(adapter, PodGroupAdapter):
+            job = next(iter(self._group_pods(key)), None)
+        elif adapter is not None and ref.get("name"):
             inf = self.ctx.informers.get(adapter.resource.plural)
             if inf is not None:  # slim: the whole job is read only to copy it
                 job = inf.get(f"{group.namespace}/{ref['name']}")
@@ -400,8 +416,7 @@ class MultiKueue:
         for remote in list(self.clusters.remotes.values()):
             copy_ = remote.workload(key)
             if copy_ is not None:
-                kind = str((controller_ref(copy_) or {}).get("kind") or "")
-                await self.dispatch.remove_remote(remote, key, kind)
+                await self.dispatch.remove_remote(remote, key, kind_of(copy_))
 
     async def collect_garbage(self) -> None:
         """Remove the copies whose manager Workload is gone (Kueue's ``runGC``)."""
@@ -415,5 +430,4 @@ class MultiKueue:
                 if local.get(key) is None:
                     log.info("multikueue: collecting %s's orphan %s", remote.name, key)
                     copy_ = remote.workloads.store.get(key)
-                    kind = str((controller_ref(copy_) or {}).get("kind") or "") if copy_ else ""
-                    await self.dispatch.remove_remote(remote, key, kind)
+                    await self.dispatch.remove_remote(remote, key, kind_of(copy_))

@@ -36,6 +36,11 @@ only) and its Workload and does the next step:
   or evicted pods, which wait at the gate for the next admission (an eviction deletes
   the running pods only, and releases the quota once none is left running).
 
+* MultiKueue: on the manager, the pods of a Workload with a MultiKueue check are never
+  ungated (Kueue's ``ShouldSkipLocalExecution``: their copies run on a worker); on a
+  worker, a manager's Workload copy (label ``multikueue-origin``) is kept while it has
+  no pods yet (they are created once it is admitted);
+
 * a single managed pod (no group name: a Deployment's) is a group of one with its own
   Workload ``pod-<name>-<hash>``, controlled by the pod; a deleted one is let go at once
   (Kueue's finalize of a deleted job) and its Workload ends with it.
@@ -78,7 +83,7 @@ from admission.integrations.ownership import OwnerRef
 from admission.integrations.registry import BY_FRAMEWORK
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
-from admission.kube.client.resources import PODS, WORKLOADS
+from admission.kube.client.resources import ADMISSION_CHECKS, PODS, WORKLOADS
 from admission.kube.client.rest import JSON_PATCH
 from admission.kube.control import work
 from admission.kube.control.context import Context, Obj
@@ -93,7 +98,7 @@ from admission.kube.control.workloads import (
 from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.owners import OwnerReader
 from queues.api.conditions import is_true
-from queues.api.labels import POD_SUSPENDING_PARENT
+from queues.api.labels import MULTIKUEUE_CONTROLLER, MULTIKUEUE_ORIGIN, POD_SUSPENDING_PARENT
 from queues.api.labels import QUEUE_NAME as QUEUE_NAME_LABEL
 
 log = logging.getLogger("quartermaster.kube.podgroups")
@@ -191,6 +196,8 @@ class PodGroupReconciler:
             await self._stop(gkey, pods)
             return
         if not pods:
+            if MULTIKUEUE_ORIGIN in (kobj.meta(wl).get("labels") or {}):
+                return  # a MultiKueue manager's copy: its pods come once it is admitted
             if await self._kept_by_owner(gkey, wl):
                 return  # a serving group between its pods: its owner recreates them
             if holds and not _owner_refs(ctx, wl):
@@ -222,7 +229,19 @@ class PodGroupReconciler:
         if excess and not await self._owner_runs(gkey, wl, len(live)):
             await self._delete_excess(gkey, excess)
         if holds and is_true(wl, kobj.ADMITTED) and kobj.is_active(wl):
-            await self._ungate(gkey, wl, keep)
+            if not self._runs_elsewhere(wl):
+                await self._ungate(gkey, wl, keep)
+
+    def _runs_elsewhere(self, wl: Obj) -> bool:
+        """A Workload with a MultiKueue check runs on a worker: its pods here stay gated
+        (Kueue's ``admissioncheck.ShouldSkipLocalExecution``)."""
+        inf = self.ctx.informers.get(ADMISSION_CHECKS.plural)
+        checks = inf.store if inf is not None else {}
+        return any(
+            ((checks.get(str(e.get("name"))) or {}).get("spec") or {}).get("controllerName")
+            == MULTIKUEUE_CONTROLLER
+            for e in (wl.get("status") or {}).get("admissionChecks") or []
+        )
 
     def _role_of(self, wl: Obj, live: list[Obj]) -> Callable[[Obj], str]:
         """podSet name of each pod: by its shape, or ``main`` for a one-podSet group."""

@@ -1,8 +1,9 @@
 """MultiKueue's rules for each job kind it dispatches (Kueue's
 pkg/controller/jobs/*/*_multikueue_adapter.go): where ``managedBy`` is and Kueue's
 message when it is not MultiKueue's, what the worker's copy keeps and drops, which
-status comes back, and when the worker's job counts as finished. The webhook's
-``managedBy`` defaulting writes the field where the adapter reads it."""
+status comes back, and when the worker's job counts as finished; the same for a pod
+of a pod group. The webhook's ``managedBy`` defaulting writes the field where the
+adapter reads it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from admission.kube.multikueue.adapters import ADAPTERS
+from admission.kube.multikueue.pods import POD_GROUPS, adapter_for, owner_kind
 from tests.support.integration_kit import KindCase, meta
 from tests.unit.integrations import (
     test_integration_jobset,
@@ -154,3 +156,68 @@ def test_the_webhook_defaults_managed_by_where_the_adapter_reads_it(kind: str) -
     where, own = OWN_CONTROLLER[kind.lower()]
     assert (*where, "managedBy") == adapter.managed_by
     assert "" in own and len(own) == 2
+
+
+# -- pod groups (Kueue's pod/pod_multikueue_adapter.go) -------------------------------------
+
+GATE = {"name": "kueue.x-k8s.io/admission"}
+GATED_CONDITION = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+
+
+def group_pod(**status: Any) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p-0", "namespace": "ns", "uid": "u", "resourceVersion": "3",
+                     "finalizers": ["kueue.x-k8s.io/managed"],
+                     "labels": {"kueue.x-k8s.io/pod-group-name": "g",
+                                "kueue.x-k8s.io/queue-name": "lq"},
+                     "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"}},
+        "spec": {"schedulingGates": [GATE], "containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Pending", "conditions": [GATED_CONDITION], **status},
+    }  # fmt: skip
+
+
+def test_a_pods_copy_keeps_its_spec_and_gate_and_names_the_groups_workload() -> None:
+    local = group_pod()
+    remote = POD_GROUPS.remote_copy(local, "g", "mgr")
+    assert remote["metadata"] == {
+        "name": "p-0", "namespace": "ns",
+        "labels": {**local["metadata"]["labels"], PREBUILT: "g", ORIGIN: "mgr"},
+        "annotations": local["metadata"]["annotations"],
+    }  # fmt: skip
+    assert remote["spec"] == local["spec"] and remote["spec"] is not local["spec"]
+    assert POD_GROUPS.unmanaged_reason(local) == ""  # no managedBy: gated instead
+
+
+def test_a_gated_manager_pod_keeps_scheduling_gated_until_the_workers_is_scheduled() -> None:
+    local = group_pod()
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    waiting = {"status": {"phase": "Pending", "conditions": [unschedulable]}}
+    assert POD_GROUPS.status_to_copy(local, waiting) is None  # nothing else changed
+    waiting["status"]["startTime"] = "t"
+    assert POD_GROUPS.status_to_copy(local, waiting) == {
+        "phase": "Pending", "startTime": "t", "conditions": [GATED_CONDITION]}  # fmt: skip
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    running = {"status": {"phase": "Running", "conditions": [scheduled]}}
+    assert POD_GROUPS.status_to_copy(local, running) == running["status"]
+    local["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert POD_GROUPS.status_to_copy(local, running) is None  # a pod being deleted: left
+
+
+def test_a_worker_pod_is_finished_once_it_succeeded_or_failed() -> None:
+    assert not POD_GROUPS.finished(group_pod())
+    assert not POD_GROUPS.finished(group_pod(phase="Running"))
+    assert POD_GROUPS.finished(group_pod(phase="Succeeded"))
+    assert POD_GROUPS.finished(group_pod(phase="Failed"))
+
+
+def test_a_pod_groups_workload_gets_the_pod_adapter_and_a_single_pods_none() -> None:
+    group_wl = {"metadata": {"annotations": {"kueue.x-k8s.io/is-group-workload": "true"}}}
+    single_wl = {"metadata": {"ownerReferences": [
+        {"kind": "Pod", "name": "p", "controller": True, "apiVersion": "v1"}]}}  # fmt: skip
+    job_wl = {"metadata": {"ownerReferences": [
+        {"kind": "Job", "name": "j", "controller": True, "apiVersion": "batch/v1"}]}}  # fmt: skip
+    assert adapter_for(group_wl) is POD_GROUPS and owner_kind(group_wl) == "Pod"
+    assert adapter_for(single_wl) is None and owner_kind(single_wl) == "Pod"
+    assert adapter_for(job_wl) is ADAPTERS["Job"]
+    assert adapter_for({"metadata": {}}) is None and owner_kind({"metadata": {}}) == ""
