@@ -60,6 +60,7 @@ from admission.engine.tas.domains import add_usage
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import (
     ANY,
+    NEVER,
     STRICT_FIFO,
     Admission,
     FlavorResource,
@@ -143,6 +144,7 @@ class Scheduler:
         "_explain",
         "_progress",
         "_reserve_evicting",
+        "_notices",
         "_nominator",
         "_refill",
         "cycle_count",
@@ -183,6 +185,8 @@ class Scheduler:
         self._explain = explain
         self._progress = progress  # notice windows and lost-work explanations
         self._reserve_evicting = reserve_evicting_capacity
+        # with notice windows a reclaim waits out the victims' window: it is not free later
+        self._notices = progress is not None and progress.policy.has_notices
         self._refill = refill
         self._nominator = Nominator(cache, self._preemptor, explain=explain)
         self.cycle_count = 0
@@ -355,6 +359,9 @@ class Scheduler:
             )
             return self._process(e, snap, cycle, recomputed=True)
         if short:
+            reclaim = self._cache.cluster_queues[e.cluster_queue].preemption.reclaim_within_cohort
+            if self._notices and reclaim != NEVER:  # else a later entry takes it, to be
+                self._reserve_quota(e, snap)  # reclaimed from it after a notice window
             e.status = PendingStatus(_WAITING_FOR_QUOTA, messages.no_longer_fits(short))
             return BACK_TO_THE_HEAP
         if preempting:
@@ -441,6 +448,12 @@ class Scheduler:
         assert a is not None
         # its TAS placement on empty nodes too (Kueue's resourcesToReserve, TAS part)
         self._cache.topology_assume(e.workload, a.pod_sets, snap.tas)
+        self._reserve_quota(e, snap)
+
+    def _reserve_quota(self, e: Entry, snap: Snapshot) -> None:
+        """Hold the quota ``e`` would need, capped by what its ClusterQueue may use."""
+        a = e.assignment
+        assert a is not None
         node = snap.tree.queues[e.cluster_queue]
         hold: dict[FlavorResource, int] = {}
         for fr, req in a.usage.items():
