@@ -26,11 +26,12 @@ scenario under this project's opt-in ``progressAwarePreemption`` with a 1 s
 ``noticeWindow``: a victim runs on for up to 1 s after it is chosen (every workload of
 the scenario runs at most that long), so most finish instead of being thrown away. Its
 target: makespan ÷ lower bound ≤ 1.05 with the high class's (``large``) time to admission
-no worse than under Kueue's rules plus the notice window;
-``largeAverageTimeToAdmissionMsOverKueuePlusNotice`` (and the p95 one) is that margin, ≤ 0
-when met. ``progressAwareReserveEvicting`` adds ``reserveEvictingCapacity: true`` (another
-opt-in): the quota a noticed victim frees by finishing goes to its preemptor, not to
-whichever head comes first, so a preemptor does not have to preempt a second time.
+no worse than under Kueue's rules plus the notice window, statistic by statistic
+(average, p95 and max, each against the same statistic of the Kueue run):
+``largeAverageTimeToAdmissionMsOverKueuePlusNotice`` (and the p95 and max ones) is that
+margin, ≤ 0 when met, and ``targetsMet`` says which hold. ``progressAwareReserveEvicting``
+adds ``reserveEvictingCapacity: true`` (another opt-in): the quota a noticed victim frees
+by finishing goes to its preemptor, not to whichever head comes first.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def _figures(summary: dict[str, Any]) -> dict[str, Any]:
         "makespanOverLowerBound": summary.get("makespanOverLowerBound"),
         "averageTimeToAdmissionMs": {c: v["averageTimeToAdmissionMs"] for c, v in classes.items()},
         "p95TimeToAdmissionMs": {c: v["p95TimeToAdmissionMs"] for c, v in classes.items()},
+        "maxTimeToAdmissionMs": {c: v["maxTimeToAdmissionMs"] for c, v in classes.items()},
         "totalEvictions": {c: v["totalEvictions"] for c, v in classes.items()},
         "usagePercent": summary["clusterQueueClasses"]["cq"]["usagePercent"],
         "cycles": summary["engine"]["cycles"],
@@ -142,6 +144,7 @@ def policy_variants(name: str) -> dict[str, Any]:
 # scenario runs (1 s), so a victim that would finish within it is not thrown away.
 PROGRESS_AWARE = {"noticeWindow": "1s"}
 NOTICE_MS = 1000
+MAKESPAN_TARGET = 1.05
 HIGH_CLASS = "large"
 
 
@@ -161,11 +164,13 @@ def progress_aware(name: str, kueue: dict[str, Any], **extra: Any) -> dict[str, 
         load_scenario(str(scenario_dir() / f"{name}.yaml")), config=config, cycle_cost="measured"
     )
     out = {"section": {"progressAwarePreemption": PROGRESS_AWARE, **extra}, **_figures(summary)}
-    for key in ("averageTimeToAdmissionMs", "p95TimeToAdmissionMs"):
+    met = {"makespanOverLowerBound": out["makespanOverLowerBound"] <= MAKESPAN_TARGET}
+    for key in ("averageTimeToAdmissionMs", "p95TimeToAdmissionMs", "maxTimeToAdmissionMs"):
         ours, theirs = out[key][HIGH_CLASS], kueue[key][HIGH_CLASS]
-        out[f"{HIGH_CLASS}{key[0].upper()}{key[1:]}OverKueuePlusNotice"] = ours - (
-            theirs + NOTICE_MS
-        )
+        name = f"{HIGH_CLASS}{key[0].upper()}{key[1:]}"
+        out[f"{name}OverKueuePlusNotice"] = margin = ours - (theirs + NOTICE_MS)
+        met[name] = margin <= 0
+    out["targetsMet"] = met
     return out
 
 

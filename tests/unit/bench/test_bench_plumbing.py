@@ -76,3 +76,64 @@ def test_the_sim_policy_variants_change_what_they_say_in_the_shipped_baseline() 
     for variant, (replacements, _section) in VARIANTS.items():
         for old, _new in replacements:
             assert old in text, variant
+
+
+LARGE = """\
+cohorts:
+  - className: cohort
+    count: 1
+    queuesSets:
+    - className: cq
+      count: 2
+      nominalQuota: 4
+      borrowingLimit: 4
+      reclaimWithinCohort: Any
+      withinClusterQueue: LowerPriority
+      workloadsSets:
+      - count: 20
+        creationIntervalMs: 100
+        workloads:
+        - className: small
+          runtimeMs: 300
+          priority: 50
+          request: 2
+      - count: 3
+        creationIntervalMs: 900
+        workloads:
+        - className: large
+          runtimeMs: 500
+          priority: 200
+          request: 4
+"""
+
+
+def test_the_progress_aware_row_checks_each_statistic_against_kueue_plus_the_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``progressAware``'s target is met statistic by statistic: each of the high class's
+    average, p95 and max time to admission against the same statistic under Kueue's
+    rules plus the notice window, and the makespan against 1.05 × the bound."""
+    from bench.sim import NOTICE_MS, progress_aware
+
+    (tmp_path / "baseline.yaml").write_text(LARGE)
+    monkeypatch.setenv("QM_KUEUE_PERF_DIR", str(tmp_path))
+    stats = ("averageTimeToAdmissionMs", "p95TimeToAdmissionMs", "maxTimeToAdmissionMs")
+    # Kueue's figures as if its average were far lower than ours could be: that one misses
+    kueue = {s: {"large": 10_000} for s in stats}
+    kueue["averageTimeToAdmissionMs"]["large"] = -NOTICE_MS - 1
+    row = progress_aware("baseline", kueue)
+    met = row["targetsMet"]
+    assert set(met) == {
+        "makespanOverLowerBound",
+        "largeAverageTimeToAdmissionMs",
+        "largeP95TimeToAdmissionMs",
+        "largeMaxTimeToAdmissionMs",
+    }
+    for s in stats:
+        name = f"large{s[0].upper()}{s[1:]}"
+        margin = row[f"{name}OverKueuePlusNotice"]
+        assert margin == row[s]["large"] - (kueue[s]["large"] + NOTICE_MS)
+        assert met[name] is (margin <= 0)
+    assert met["largeAverageTimeToAdmissionMs"] is False
+    assert met["largeP95TimeToAdmissionMs"] is met["largeMaxTimeToAdmissionMs"] is True
+    assert met["makespanOverLowerBound"] is (row["makespanOverLowerBound"] <= 1.05)
