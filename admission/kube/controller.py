@@ -141,6 +141,7 @@ class Controller:
         self.stuck_pods = StuckPods(self.ctx)
         self._last_decision = -math.inf  # monotonic time of the last cycle that decided
         self._lag_since_decision = 0.0  # the event loop's lag since then (see _deciding)
+        self._seen = 0  # CacheSync.arrival_seq when the last cycle started
         self._make_scheduler = make_scheduler
         self.scheduler: Scheduler | None = None
         self.stats = {"cycles": 0, "admitted": 0, "preempted": 0}
@@ -464,7 +465,7 @@ class Controller:
                     metrics.attempt_duration.labels(outcome).observe(elapsed)
                 for d in result.admitted:
                     self.stats["admitted"] += 1
-                    self.applier.spawn(self.applier.admit(d))
+                    self.applier.spawn(self.applier.admit(d, seen=self._seen))
                 for p in result.preempted:
                     self.stats["preempted"] += 1
                     self.applier.spawn(self.applier.preempt(p))
@@ -503,6 +504,7 @@ class Controller:
         configured, so a long cycle never stalls watches, writes, webhooks or health
         checks. Meanwhile the cache is frozen: ``CacheSync`` queues every change and
         replays it when the cycle returns."""
+        self._seen = self.sync.arrival_seq  # the arrivals this cycle sees
         if not self.options.cycle_in_thread:
             result = sched.schedule()
             self._assumed(result)

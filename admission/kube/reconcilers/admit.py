@@ -40,6 +40,7 @@ from admission.kube.control.workloads import PreemptionNotices, enqueue_owner, e
 from admission.kube.control.writer import Abandon
 from queues.api.conditions import condition, is_true
 from queues.backoff import BackoffPolicy
+from queues.model import Workload
 from queues.times import rfc3339_seconds
 
 log = logging.getLogger("quartermaster.kube.admit")
@@ -54,6 +55,8 @@ PENDING_MESSAGE = "pending-message"
 # quartermaster_api_writes_total{kind="admit",result} of an admission never sent: the
 # workload was chosen as a victim while its write waited for its turn (see preempt)
 WITHDRAWN = "withdrawn"
+# ... and of one that a newcomer would preempt at once (see _outranked)
+OUTRANKED = "outranked"
 
 
 class Applier:
@@ -72,6 +75,7 @@ class Applier:
         # evicted once it lands; one not composed yet is withdrawn instead (see preempt)
         self._sending: set[str] = set()
         self._withdrawn: set[str] = set()
+        self._outranked_keys: set[str] = set()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -85,13 +89,16 @@ class Applier:
 
     # -- admission -------------------------------------------------------------------------
 
-    async def admit(self, d: AdmittedDecision) -> None:
+    async def admit(self, d: AdmittedDecision, *, seen: int | None = None) -> None:
+        """Write the admission ``d``; ``seen``: ``CacheSync.arrival_seq`` when the cycle
+        that decided it started (None: arrivals since are not looked at)."""
         key = d.workload.key
         try:
-            await self._admit(d)
+            await self._admit(d, seen)
         finally:
             self._sending.discard(key)
             self._withdrawn.discard(key)
+            self._outranked_keys.discard(key)
             settled = self._settling.pop(key, None)
             if settled is not None:
                 settled.set()
@@ -102,19 +109,25 @@ class Applier:
         if key in self.ctx.sync.inflight:
             await self._settling.setdefault(key, asyncio.Event()).wait()
 
-    async def _admit(self, d: AdmittedDecision) -> None:
+    async def _admit(self, d: AdmittedDecision, seen: int | None) -> None:
         ctx = self.ctx
         key = d.workload.key
         ok = False
         try:
-            ok = await self._write_admission(key, d)
+            ok = await self._write_admission(key, d, seen)
         except Exception:  # noqa: BLE001 - never leave an assumption behind
             log.exception("admission of %s failed", key)
         finally:
             ctx.sync.settle(key)  # and what the informer delivered meanwhile
         if not ok:
-            withdrawn = key in self._withdrawn
-            ctx.metrics.api_writes.labels("admit", WITHDRAWN if withdrawn else "rolled-back").inc()
+            result = (
+                WITHDRAWN
+                if key in self._withdrawn
+                else OUTRANKED
+                if key in self._outranked_keys
+                else "rolled-back"
+            )
+            ctx.metrics.api_writes.labels("admit", result).inc()
             refused = self._refused.pop(key, False)
             ctx.sync.apply(lambda: self._roll_back(key, refused=refused))
             ctx.wake()
@@ -171,7 +184,7 @@ class Applier:
             ctx.cache.park(key)
             ctx.sync.backoff[key] = ctx.clock() + FAILURE_BACKOFF.delay(n - 2)
 
-    async def _write_admission(self, key: str, d: AdmittedDecision) -> bool:
+    async def _write_admission(self, key: str, d: AdmittedDecision, seen: int | None) -> bool:
         ctx = self.ctx
         if not ctx.fence():
             log.warning("admission of %s not written: this replica no longer leads", key)
@@ -199,6 +212,9 @@ class Applier:
                 raise Abandon
             if kobj.generation(w) != gen:
                 raise Abandon  # the spec changed since the decision was made
+            if seen is not None and self._outranked(d, seen):
+                self._outranked_keys.add(key)
+                raise Abandon
             self._sending.add(key)
             return kobj.admission_status(w, d.admission, now=now, checks=d.checks)
 
@@ -220,6 +236,38 @@ class Applier:
         # the spec this admission was decided on: a later spec change is re-read
         ctx.sync.admitted_gen[key] = gen
         return True
+
+    def _outranked(self, d: AdmittedDecision, seen: int) -> bool:
+        """Whether a workload that arrived in ``d``'s ClusterQueue after the cycle that
+        decided ``d`` started (it could not see it) would preempt ``d`` at once: pending,
+        above ``d`` under the queue's ``withinClusterQueue`` policy, and short of quota
+        beside ``d`` in a flavor ``d`` takes. Writing ``d`` would then cost an admission,
+        an eviction and a second admission; rolled back instead (its token refunded),
+        the next cycle decides on what is known now, the newcomer first, as a cycle
+        started a moment later would have. Not while a cycle runs: the cache is the
+        cycle's then."""
+        ctx = self.ctx
+        arrivals = ctx.sync.arrivals.get(d.cluster_queue)
+        if not arrivals or arrivals[-1][0] <= seen or ctx.sync.paused:
+            return False
+        cache = ctx.cache
+        spec = cache.cluster_queues.get(d.cluster_queue)
+        node = cache.tree.queues.get(d.cluster_queue)
+        usage = cache.usage_of.get(d.workload.key)
+        if spec is None or node is None or not usage:
+            return False
+        policy = spec.preemption.within_cluster_queue
+        mine = d.workload
+        for seq, new in reversed(arrivals):
+            if seq <= seen:
+                break
+            if cache.workloads.get(new.key) is not new or new.key in cache.admitted:
+                continue  # changed since (a newer entry follows), gone, or admitted
+            if not _ranks_above(policy, new, mine):
+                continue
+            if any(node.available(fr) < _requested(new, fr[1]) for fr in usage):
+                return True
+        return False
 
     async def _verify(self, key: str, d: AdmittedDecision, err: ApiError) -> bool:
         """An ambiguous failure: read the Workload back to learn whether the write landed."""
@@ -395,6 +443,22 @@ class Applier:
             kind = PENDING_MESSAGE
         body = kobj.pending_status(w, reason=status.reason, message=status.message, now=now)
         return body, kind
+
+
+def _ranks_above(policy: str, new: Workload, mine: Workload) -> bool:
+    """Whether ``new`` may preempt ``mine`` in their ClusterQueue (withinClusterQueue)."""
+    if policy == "LowerPriority":
+        return new.priority > mine.priority
+    if policy == "LowerOrNewerEqualPriority":
+        return new.priority > mine.priority or (
+            new.priority == mine.priority and new.queue_order_time < mine.queue_order_time
+        )
+    return False
+
+
+def _requested(wl: Workload, resource: str) -> int:
+    """What ``wl`` asks of ``resource`` in all, its pods' requests times their counts."""
+    return sum(ps.count * ps.requests.get(resource, 0) for ps in wl.pod_sets)
 
 
 def _flavors(d: AdmittedDecision) -> str:

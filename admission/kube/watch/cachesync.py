@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,6 +55,7 @@ QUEUE_KINDS = (
     "Topology",
     "AdmissionCheck",
 )
+ARRIVALS_KEPT = 64  # per ClusterQueue: far more than arrive while an admission waits
 _BY_GENERATION = {"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor"}
 
 
@@ -92,6 +94,12 @@ class CacheSync:
         self.stale_events = 0
         self.share = ModelInterner()  # equal podSets and names stored once
         self._sigs_seen: dict[tuple, tuple] = {}
+        # Pending workloads as they arrive (or change), per ClusterQueue, newest last,
+        # each with its number in ``arrival_seq``: what a cycle started at a given
+        # number had not seen (an admission waiting for its write looks for a newcomer
+        # that would preempt it: reconcilers.admit)
+        self.arrival_seq = 0
+        self.arrivals: dict[str, deque[tuple[int, m.Workload]]] = {}
         # While a scheduling cycle runs off the event loop, cache changes wait here.
         self.paused = False
         self._deferred: list[Callable[[], object]] = []
@@ -276,7 +284,18 @@ class CacheSync:
         self.backoff.pop(key, None)
         cache.remove_pending(key)
         cache.add_workload(wl)
+        self._arrived(wl)
         self.on_change()
+
+    def _arrived(self, wl: m.Workload) -> None:
+        self.arrival_seq += 1
+        lq = self.cache.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+        if lq is None or not wl.active:
+            return
+        kept = self.arrivals.get(lq.cluster_queue)
+        if kept is None:
+            kept = self.arrivals[lq.cluster_queue] = deque(maxlen=ARRIVALS_KEPT)
+        kept.append((self.arrival_seq, wl))
 
     def _drop(self, key: str) -> None:
         cache = self.cache

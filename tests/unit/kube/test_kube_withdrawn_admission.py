@@ -69,3 +69,67 @@ def test_a_victim_whose_admission_still_waits_is_withdrawn_not_evicted(
             assert any(w.key == low for q in ctrl.cache.queues.values() for w in q.workloads())
 
     asyncio.run(main())
+
+
+def test_an_admission_a_newcomer_would_preempt_at_once_is_not_written(
+    tmp_path: Path, backend: Any
+) -> None:
+    """``low``'s admission waits for the budget, and no cycle runs meanwhile (the
+    back-pressure of the default ``decision_lead``); ``high`` arrives in the same queue
+    and would preempt it at once. When ``low``'s turn comes its admission is rolled
+    back unwritten, and the next cycle admits ``high``: no write for ``low`` at all,
+    where admitting it would have cost an admission, an eviction and a re-admission."""
+
+    async def main() -> None:
+        async with stack(
+            tmp_path, backend=backend, objects=objects(), controller=options(pending_delay=60)
+        ) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            gate = shut(s)
+            low, high = f"{NS}/low", f"{NS}/high"
+            await create(s, standalone("low"))
+            await eventually(
+                lambda: low in ctrl.cache.admitted and gate.decisions_waiting,
+                what="the admission of low is decided and waits for its turn",
+            )
+            await create(s, standalone("high", priority=100))
+            await eventually(lambda: high in ctrl.cache.workloads, what="the service saw high")
+            assert ctrl.stats["preempted"] == 0  # no cycle ran: the budget holds them back
+            gate.open()
+            await eventually(lambda: admitted(s.get("workloads", "high", NS)), what="high admitted")
+            await eventually(lambda: not ctrl.applier.tasks, what="writes settled")
+            wl = s.get("workloads", "low", NS)
+            assert wl is not None and not admitted(wl)
+            assert service_writes(s, "workloads/status", "low") == 0
+            assert writes_of_kind(s, "evict") == 0
+            assert ctrl.ctx.metrics.api_writes.labels("admit", "outranked")._value.get() == 1
+            assert low not in ctrl.cache.admitted
+
+    asyncio.run(main())
+
+
+def test_a_newcomer_that_fits_beside_the_waiting_admission_changes_nothing(
+    tmp_path: Path, backend: Any
+) -> None:
+    async def main() -> None:
+        async with stack(
+            tmp_path, backend=backend, objects=objects(cpu=8), controller=options(pending_delay=60)
+        ) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            gate = shut(s)
+            await create(s, standalone("low"))
+            await eventually(lambda: gate.decisions_waiting, what="low's admission waits")
+            await create(s, standalone("high", priority=100))
+            await eventually(lambda: f"{NS}/high" in ctrl.cache.workloads, what="high seen")
+            gate.open()
+            for name in ("low", "high"):
+                await eventually(
+                    lambda name=name: admitted(s.get("workloads", name, NS)),
+                    what=f"{name} admitted",
+                )
+            assert service_writes(s, "workloads/status", "low") == 1
+            assert ctrl.ctx.metrics.api_writes.labels("admit", "outranked")._value.get() == 0
+
+    asyncio.run(main())
