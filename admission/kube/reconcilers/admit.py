@@ -40,7 +40,7 @@ from admission.kube.control.workloads import PreemptionNotices, enqueue_owner, e
 from admission.kube.control.writer import Abandon
 from queues.api.conditions import condition, is_true
 from queues.backoff import BackoffPolicy
-from queues.model import Workload
+from queues.model import FlavorResource, Workload
 from queues.times import rfc3339_seconds
 
 log = logging.getLogger("quartermaster.kube.admit")
@@ -238,35 +238,63 @@ class Applier:
         return True
 
     def _outranked(self, d: AdmittedDecision, seen: int) -> bool:
-        """Whether a workload that arrived in ``d``'s ClusterQueue after the cycle that
-        decided ``d`` started (it could not see it) would preempt ``d`` at once: pending,
-        above ``d`` under the queue's ``withinClusterQueue`` policy, and short of quota
-        beside ``d`` in a flavor ``d`` takes. Writing ``d`` would then cost an admission,
-        an eviction and a second admission; rolled back instead (its token refunded),
-        the next cycle decides on what is known now, the newcomer first, as a cycle
-        started a moment later would have. Not while a cycle runs: the cache is the
-        cycle's then."""
+        """Whether a workload that arrived after the cycle that decided ``d`` started (it
+        could not see it) would preempt ``d`` at once: pending, in ``d``'s ClusterQueue
+        and above ``d`` under its ``withinClusterQueue`` policy, or in another
+        ClusterQueue of its cohort tree that may reclaim from ``d``'s (``d`` borrows
+        there, the newcomer would not; ``reclaimWithinCohort``), and short of quota
+        beside ``d`` in a flavor ``d`` takes. Writing ``d`` would then cost an
+        admission, an eviction and a second admission; rolled back instead (its token
+        refunded), the next cycle decides on what is known now, the newcomer first, as
+        a cycle started a moment later would have. Not while a cycle runs: the cache is
+        the cycle's then."""
         ctx = self.ctx
-        arrivals = ctx.sync.arrivals.get(d.cluster_queue)
-        if not arrivals or arrivals[-1][0] <= seen or ctx.sync.paused:
+        if ctx.sync.paused:
             return False
         cache = ctx.cache
-        spec = cache.cluster_queues.get(d.cluster_queue)
-        node = cache.tree.queues.get(d.cluster_queue)
         usage = cache.usage_of.get(d.workload.key)
-        if spec is None or node is None or not usage:
+        if not usage:
             return False
-        policy = spec.preemption.within_cluster_queue
-        mine = d.workload
-        for seq, new in reversed(arrivals):
-            if seq <= seen:
-                break
-            if cache.workloads.get(new.key) is not new or new.key in cache.admitted:
-                continue  # changed since (a newer entry follows), gone, or admitted
-            if not _ranks_above(policy, new, mine):
+        for cq in cache.same_tree(d.cluster_queue):
+            arrivals = ctx.sync.arrivals.get(cq)
+            if not arrivals or arrivals[-1][0] <= seen:
                 continue
-            if any(node.available(fr) < _requested(new, fr[1]) for fr in usage):
+            for seq, new in reversed(arrivals):
+                if seq <= seen:
+                    break
+                if cache.workloads.get(new.key) is not new or new.key in cache.admitted:
+                    continue  # changed since (a newer entry follows), gone, or admitted
+                if self._would_preempt(new, cq, d, usage):
+                    return True
+        return False
+
+    def _would_preempt(
+        self, new: Workload, cq: str, d: AdmittedDecision, usage: dict[FlavorResource, int]
+    ) -> bool:
+        """Whether ``new``, pending in ``cq``, would have to preempt and could take ``d``
+        (charged ``usage`` in its ClusterQueue)."""
+        cache = self.ctx.cache
+        spec = cache.cluster_queues.get(cq)
+        node = cache.tree.queues.get(cq)
+        mine_node = cache.tree.queues.get(d.cluster_queue)
+        if spec is None or node is None or mine_node is None:
+            return False
+        same = cq == d.cluster_queue
+        policy = (
+            spec.preemption.within_cluster_queue if same else spec.preemption.reclaim_within_cohort
+        )
+        if not _ranks_above(policy, new, d.workload):
+            return False
+        for fr in usage:
+            need = _requested(new, fr[1])
+            if need <= 0 or node.available(fr) >= need:
+                continue  # fits beside d (borrowing included), or needs none of it
+            if same:
                 return True
+            if mine_node.usage.get(fr, 0) > mine_node.nominal(fr) and (
+                node.usage.get(fr, 0) + need <= node.nominal(fr)
+            ):
+                return True  # d's queue borrows it, the newcomer's nominal quota has room
         return False
 
     async def _verify(self, key: str, d: AdmittedDecision, err: ApiError) -> bool:
@@ -446,7 +474,10 @@ class Applier:
 
 
 def _ranks_above(policy: str, new: Workload, mine: Workload) -> bool:
-    """Whether ``new`` may preempt ``mine`` in their ClusterQueue (withinClusterQueue)."""
+    """Whether ``new`` may preempt ``mine`` under ``policy`` (withinClusterQueue, or
+    reclaimWithinCohort from another ClusterQueue)."""
+    if policy == "Any":
+        return True
     if policy == "LowerPriority":
         return new.priority > mine.priority
     if policy == "LowerOrNewerEqualPriority":

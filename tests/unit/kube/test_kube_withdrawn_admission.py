@@ -133,3 +133,49 @@ def test_a_newcomer_that_fits_beside_the_waiting_admission_changes_nothing(
             assert ctrl.ctx.metrics.api_writes.labels("admit", "outranked")._value.get() == 0
 
     asyncio.run(main())
+
+
+def test_an_admission_a_newcomer_would_reclaim_from_is_not_written(
+    tmp_path: Path, backend: Any
+) -> None:
+    """The cohort case, Kueue's harness's usual one: ``m``, borrowing ``a``'s unused
+    quota for ``b``, waits for the budget; ``r`` arrives in ``a`` (reclaimWithinCohort
+    Any), needs its own nominal quota and finds the cohort full: it would reclaim from
+    ``b`` at once. ``m`` is rolled back unwritten and ``r`` admitted; ``m`` waits."""
+    from tests.support.kube_harness import cluster_queue, flavor, local_queue, namespace
+
+    reclaim = {"reclaimWithinCohort": "Any"}
+    objs = [namespace(NS), flavor("f"),
+            cluster_queue("a", {"f": {"cpu": 4}}, cohort="co", preemption=reclaim),
+            cluster_queue("b", {"f": {"cpu": 4}}, cohort="co", preemption=reclaim),
+            local_queue(NS, "lqa", "a"), local_queue(NS, "lqb", "b")]  # fmt: skip
+
+    def in_queue(name: str, lq: str) -> dict[str, Any]:
+        from tests.support.kube_harness import workload
+
+        return workload(NS, name, queue=lq, pod_sets=[("main", 1, "4")])
+
+    async def main() -> None:
+        opts = options(pending_delay=60)
+        async with stack(tmp_path, backend=backend, objects=objs, controller=opts) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            await create(s, in_queue("own", "lqb"))
+            await eventually(lambda: admitted(s.get("workloads", "own", NS)), what="own admitted")
+            gate = shut(s)
+            await create(s, in_queue("m", "lqb"))  # borrows a's 4 cpu
+            await eventually(
+                lambda: f"{NS}/m" in ctrl.cache.admitted and gate.decisions_waiting,
+                what="m's admission is decided and waits",
+            )
+            await create(s, in_queue("r", "lqa"))
+            await eventually(lambda: f"{NS}/r" in ctrl.cache.workloads, what="the service saw r")
+            gate.open()
+            await eventually(lambda: admitted(s.get("workloads", "r", NS)), what="r admitted")
+            await eventually(lambda: not ctrl.applier.tasks, what="writes settled")
+            assert service_writes(s, "workloads/status", "m") == 0
+            assert writes_of_kind(s, "evict") == 0
+            assert ctrl.ctx.metrics.api_writes.labels("admit", "outranked")._value.get() == 1
+            assert admitted(s.get("workloads", "own", NS))
+
+    asyncio.run(main())
