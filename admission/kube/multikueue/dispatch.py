@@ -20,9 +20,10 @@ check (the service's admission-check machinery). Then, in order:
 6. otherwise the dispatcher nominates workers (:mod:`.dispatchers`) and a Workload copy
    is created on each nominated worker and removed from the others.
 
-The manager's own job carries ``spec.managedBy: kueue.x-k8s.io/multikueue`` (else the
-check is ``Rejected``: "The owner is not managed by Kueue: ..."), so its controllers
-leave it alone; the service starts it once the Workload is admitted, as any job.
+The manager's own job carries ``managedBy: kueue.x-k8s.io/multikueue`` (else the check
+is ``Rejected``: "The owner is not managed by Kueue: ..."), so its controllers leave it
+alone; the service starts it once the Workload is admitted, as any job. A pod group has
+no ``managedBy``: its pods on the manager stay gated, and each is copied (:mod:`.pods`).
 """
 
 from __future__ import annotations

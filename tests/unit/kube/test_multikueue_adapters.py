@@ -221,3 +221,32 @@ def test_a_pod_groups_workload_gets_the_pod_adapter_and_a_single_pods_none() -> 
     assert adapter_for(single_wl) is None and owner_kind(single_wl) == "Pod"
     assert adapter_for(job_wl) is ADAPTERS["Job"]
     assert adapter_for({"metadata": {}}) is None and owner_kind({"metadata": {}}) == ""
+
+
+def test_the_webhook_defaults_managed_by_only_over_the_kinds_own_operator() -> None:
+    from types import SimpleNamespace
+
+    from webhooks.handlers.managed_by import managed_by_default
+
+    view = SimpleNamespace(
+        local_queues={"ns/lq": SimpleNamespace(cluster_queue="cq"),
+                      "ns/plain": SimpleNamespace(cluster_queue="plain")},
+        cluster_queues={"cq": SimpleNamespace(admission_checks=["mk"]),
+                        "plain": SimpleNamespace(admission_checks=[])},
+        admission_checks={"mk": SimpleNamespace(controller_name=MK)},
+    )  # fmt: skip
+
+    def where(kind: str, spec: dict, queue: str = "lq") -> tuple[str, ...] | None:
+        return managed_by_default(kind, {"spec": spec}, view, "ns", queue)
+
+    assert where("pytorchjob", {}) == ("spec", "runPolicy")  # no runPolicy yet: made
+    own = {"runPolicy": {"managedBy": "kubeflow.org/training-operator"}}
+    assert where("pytorchjob", own) == ("spec", "runPolicy")
+    assert where("mpijob", {"runPolicy": {"managedBy": "kubeflow.org/mpi-operator"}}) == (
+        "spec", "runPolicy")  # fmt: skip
+    assert where("pytorchjob", {"runPolicy": {"managedBy": "example.com/mine"}}) is None
+    assert where("pytorchjob", {"runPolicy": "bad"}) is None
+    assert where("rayjob", {"managedBy": "ray.io/kuberay-operator"}) == ("spec",)
+    assert where("trainjob", {}) == ("spec",)
+    assert where("trainjob", {}, queue="plain") is None  # no MultiKueue check there
+    assert where("statefulset", {}) is None  # no managedBy to default
