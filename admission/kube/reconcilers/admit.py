@@ -460,12 +460,16 @@ class Applier:
         if current.get("status") == "False" and current.get("reason") == status.reason:
             # only the message moved: at most every pending_refresh per workload, counting
             # from our last pending write or from the eviction that set the condition,
-            # and never while decisions wait (the reason the user sees is still right)
+            # never while decisions wait (the reason the user sees is still right), and
+            # only with the low-priority share the decisions earned: on a starved machine
+            # the gaps between decisions grow long, and refreshes that followed the time
+            # instead of the work grew with them
             since = rfc3339_seconds(current.get("lastTransitionTime"))
             if (
                 recent
                 or (since is not None and now - since < ctx.options.pending_refresh)
                 or ctx.deciding()
+                or not ctx.client.share.take()
             ):
                 return None, ""
             kind = PENDING_MESSAGE
