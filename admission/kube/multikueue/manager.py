@@ -147,11 +147,11 @@ class MultiKueue:
         elif plural == "workloads" and self._started:
             if event == DELETED or key in self._known or self._our_entry(new):
                 self._mark(key)
-        elif plural == "pods":  # a pod group's pods (its Workload has the group's key)
+        elif plural == "pods" and self._started:  # a group's pods (the Workload's key)
             gkey = group_of(new or old)
             if gkey:
                 self.pod_groups.on_event(event, key, gkey)
-                if self._started and gkey in self._known:
+                if gkey in self._known:
                     self._mark(gkey)
         elif self._started and plural in _JOB_KINDS:  # e.g. the manager's job started
             for wkey in self.ctx.job_index.get((_JOB_KINDS[plural], key)):
@@ -195,6 +195,10 @@ class MultiKueue:
         self._started = True
         for key in self.ctx.informers["workloads"].store:
             self._mark(key)
+        pods = self.ctx.informers.get("pods")
+        for key, pod in (pods.store if pods is not None else {}).items():
+            if gkey := group_of(pod):
+                self.pod_groups.on_event("ADDED", key, gkey)
         self._tasks = [
             asyncio.create_task(self.cluster_informer.run(), name="mk-clusters"),
             asyncio.create_task(self.config_informer.run(), name="mk-configs"),
