@@ -50,11 +50,14 @@ class PodsReadyWatcher:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.ready: set[str] = set()  # workloads whose pods were all ready once
-        # not ready, not due: key -> (due at, the job, the stamps it was judged on)
+        # not ready, not due: key -> (due at, the job (None: none), the stamps it was
+        # judged on)
         self.waiting: dict[str, tuple[float, Any, str, tuple[Any, ...]]] = {}
 
     def _stamps(self, key: str, res: Any, job_key: str) -> tuple[Any, ...]:
         writer = self.ctx.writer
+        if res is None:  # no job object: the Workload alone decided
+            return writer.stamp(WORKLOADS, key)
         return (*writer.stamp(WORKLOADS, key), *writer.stamp(res, job_key))
 
     def _unchanged(self, key: str, now: float) -> bool:
@@ -91,13 +94,15 @@ class PodsReadyWatcher:
             if wl_obj is None or model is None or not kobj.has_quota(wl_obj):
                 continue
             owner = owner_of(ctx, wl_obj)
-            if owner is None or not owner[1]:
-                continue  # readiness is only known for job objects
+            if owner is None or not owner[1]:  # readiness is only known for job objects
+                self.waiting[key] = (float("inf"), None, "", self._stamps(key, None, ""))
+                continue
             integ, job_key, _ = owner
             res = resource_of(integ)
             stamps = self._stamps(key, res, job_key)
             job = ctx.writer.current(res, job_key)
-            if job is None:
+            if job is None:  # not seen yet: its arrival changes the stamps
+                self.waiting[key] = (float("inf"), res, job_key, stamps)
                 continue
             count = sum(ps.count for ps in model.pod_sets)
             ready = integ.pods_ready(job, count)
