@@ -18,14 +18,15 @@ Figures:
   the last Workload's remote admission;
 * ``managerRequestsPerWorkload``: the manager service's requests to its own API server,
   per workload (the job's Workload, its admission, the check's writes, the job's start
-  and status);
+  and status), and ``managerRequestsByCall``;
 * ``workerRequestsPerWorkload``: the manager's requests to the workers (all three, read
   at the fault proxy on each link), per workload, and ``workerRequestsByCall``;
 * ``cpuSeconds``: this process's CPU time, which holds the four services *and* (on the
   double) the four API servers; ``serviceCpuShare`` is not separable here.
 
 Kueue's published figure (PR #13936: 1 manager + 3 envtest workers, clients at 1,000
-QPS): 97-102 workloads/s. docs/benchmarks.md says what the figures compare with.
+QPS): 97-102 workloads/s; it publishes no request count. docs/benchmarks.md says what
+the figures compare with.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ informer of the Workloads this manager created there (label
 
 A Workload copy this manager created counts as there (:meth:`RemoteCluster.workload`)
 from the create's answer until the informer brings it, and one it deleted as gone until
-the informer's next word of it, each at most ``CREATED_TTL`` seconds: a reconcile that
+the informer shows its deletion, each at most ``CREATED_TTL`` seconds: a reconcile that
 the other workers' events start meanwhile does not create or delete it again.
 
 A worker that stops answering (its probe fails or times out) is *lost*: ``connected``
@@ -24,10 +24,11 @@ import time
 from collections.abc import Callable
 
 from admission.integrations.framework.addressing import Resource
+from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.resources import WORKLOADS
 from admission.kube.client.rest import KubeClient, Obj
-from admission.kube.watch.informer import Informer
+from admission.kube.watch.informer import DELETED, Informer
 from queues.api.labels import MULTIKUEUE_ORIGIN, PREBUILT_WORKLOAD
 
 log = logging.getLogger("quartermaster.kube.multikueue")
@@ -75,21 +76,22 @@ class RemoteCluster:
         self._created: dict[str, tuple[float, Obj]] = {}  # key -> (when, copy) not seen yet
         self._deleted: dict[str, float] = {}  # key -> when, until the informer says more
 
-    def _on_workload(self, _event: str, key: str, _new: Obj | None, _old: Obj | None) -> None:
+    def _on_workload(self, event: str, key: str, new: Obj | None, _old: Obj | None) -> None:
         self._created.pop(key, None)
-        self._deleted.pop(key, None)
+        if event == DELETED or (new is not None and kobj.deleting(new)):
+            self._deleted.pop(key, None)  # the deletion is seen (an older event is not)
         self.on_change(key)
 
     def created(self, key: str, copy_: Obj) -> None:
         """This manager created the Workload copy ``key`` here (``copy_``: as answered)."""
+        self._deleted.pop(key, None)
         if key not in self.workloads.store:
             self._created[key] = (self.clock(), copy_)
 
     def forget(self, key: str) -> None:
         """The copy ``key`` was deleted here."""
         self._created.pop(key, None)
-        if key in self.workloads.store:
-            self._deleted[key] = self.clock()
+        self._deleted[key] = self.clock()
 
     def job_informer(self, resource: Resource) -> Informer:
         """The informer of this manager's job copies of one kind (started on first use:
