@@ -241,8 +241,9 @@ class Applier:
         """Whether a workload that arrived after the cycle that decided ``d`` started (it
         could not see it) would preempt ``d`` at once: pending, in ``d``'s ClusterQueue
         and above ``d`` under its ``withinClusterQueue`` policy, or in another
-        ClusterQueue of its cohort tree that may reclaim from ``d``'s (``d`` borrows
-        there, the newcomer would not; ``reclaimWithinCohort``), and short of quota
+        ClusterQueue of its cohort tree that may reclaim from ``d``'s
+        (``reclaimWithinCohort``; ``d``'s queue borrows, the newcomer's is under nominal:
+        Kueue's queueUnderNominalInResourcesNeedingPreemption), and short of quota
         beside ``d`` in a flavor ``d`` takes. Writing ``d`` would then cost an
         admission, an eviction and a second admission; rolled back instead (its token
         refunded), the next cycle decides on what is known now, the newcomer first, as
@@ -292,9 +293,9 @@ class Applier:
             if same:
                 return True
             if mine_node.usage.get(fr, 0) > mine_node.nominal(fr) and (
-                node.usage.get(fr, 0) + need <= node.nominal(fr)
+                node.usage.get(fr, 0) < node.nominal(fr)
             ):
-                return True  # d's queue borrows it, the newcomer's nominal quota has room
+                return True  # d's queue borrows it, the newcomer's is under nominal
         return False
 
     async def _verify(self, key: str, d: AdmittedDecision, err: ApiError) -> bool:

@@ -179,3 +179,48 @@ def test_an_admission_a_newcomer_would_reclaim_from_is_not_written(
             assert admitted(s.get("workloads", "own", NS))
 
     asyncio.run(main())
+
+
+def test_a_reclaimer_whose_queue_holds_some_of_its_quota_still_counts(
+    tmp_path: Path, backend: Any
+) -> None:
+    """Kueue reclaims while the reclaimer's queue is under nominal, even when its own
+    request would take it over (it preempts its own lower-priority workloads too):
+    ``x`` holds 1 of ``a``'s 4 cpu, ``r`` (priority 100) needs 4, ``m`` borrows for
+    ``b``. ``m``'s waiting admission is not written."""
+    from tests.support.kube_harness import cluster_queue, flavor, local_queue, namespace, workload
+
+    pre = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+    objs = [namespace(NS), flavor("f"),
+            cluster_queue("a", {"f": {"cpu": 4}}, cohort="co", preemption=pre),
+            cluster_queue("b", {"f": {"cpu": 4}}, cohort="co", preemption=pre),
+            local_queue(NS, "lqa", "a"), local_queue(NS, "lqb", "b")]  # fmt: skip
+
+    def wl(name: str, lq: str, cpu: str, priority: int = 0) -> dict[str, Any]:
+        return workload(NS, name, queue=lq, pod_sets=[("main", 1, cpu)], priority=priority)
+
+    async def main() -> None:
+        opts = options(pending_delay=60)
+        async with stack(tmp_path, backend=backend, objects=objs, controller=opts) as s:
+            ctrl = s.service.controller
+            assert ctrl is not None
+            await create(s, wl("x", "lqa", "1"))
+            await create(s, wl("own", "lqb", "4"))
+            for name in ("x", "own"):
+                await eventually(
+                    lambda name=name: admitted(s.get("workloads", name, NS)), what=name
+                )
+            gate = shut(s)
+            await create(s, wl("m", "lqb", "3"))  # borrows a's unused 3 cpu
+            await eventually(
+                lambda: f"{NS}/m" in ctrl.cache.admitted and gate.decisions_waiting,
+                what="m's admission is decided and waits",
+            )
+            await create(s, wl("r", "lqa", "4", priority=100))
+            await eventually(lambda: f"{NS}/r" in ctrl.cache.workloads, what="the service saw r")
+            gate.open()
+            await eventually(lambda: admitted(s.get("workloads", "r", NS)), what="r admitted")
+            assert service_writes(s, "workloads/status", "m") == 0
+            assert ctrl.ctx.metrics.api_writes.labels("admit", "outranked")._value.get() == 1
+
+    asyncio.run(main())
