@@ -1,6 +1,6 @@
 """MultiKueue for the job kinds beyond Job and JobSet: TrainJob, PyTorchJob, MPIJob,
 RayJob and RayCluster, each written as a Kueue user writes it (a queue label, no
-``managedBy``), and a pod group, dispatched by a manager to one of two workers, on the
+``managedBy``), and plain pods, dispatched by a manager to one of two workers, on the
 double and on real control planes when ``KUBEBUILDER_ASSETS`` is set.
 
 No operator runs these kinds on a worker, so the test plays it there: it writes the
@@ -167,15 +167,24 @@ def test_a_job_of_each_kind_runs_on_exactly_one_worker_and_comes_back(
     asyncio.run(main())
 
 
-def test_a_pod_group_runs_on_exactly_one_worker_while_the_managers_pods_stay_gated(
-    tmp_path: Path, backend: Any, real_workers: Any
+@pytest.mark.parametrize("shape", ["group", "single"])
+def test_pods_run_on_exactly_one_worker_while_the_managers_stay_gated(
+    tmp_path: Path, backend: Any, real_workers: Any, shape: str
 ) -> None:
     """Pods have no ``managedBy``: the manager's stay behind the admission gate, the
-    worker's copies run, and each pod's status comes back (Kueue's pod adapter)."""
+    worker's copies run, and each pod's status comes back (Kueue's pod adapter). A
+    pod group of two, and a single managed pod (a Deployment's pods are such)."""
     from admission.kube.client import resources as k
     from tests.e2e.test_e2e_podgroups import gated, pod
 
-    names = ("g-0", "g-1")
+    names = ("g-0", "g-1") if shape == "group" else ("s",)
+
+    def make(name: str) -> Obj:
+        obj = pod(name, group="g", total=len(names))
+        if shape == "single":
+            del obj["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"]
+            del obj["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"]
+        return obj
 
     async def set_phase(s: Any, name: str, phase: str) -> None:
         await s.user.patch(k.PODS, name, {"status": {"phase": phase}}, namespace=NS,
@@ -184,24 +193,28 @@ def test_a_pod_group_runs_on_exactly_one_worker_while_the_managers_pods_stay_gat
     def pods_on(s: Any) -> list[Obj]:
         return [p for n in names if (p := s.get("pods", n, NS)) is not None]
 
+    def workload(m: MultiStack) -> Obj | None:
+        return m.manager.get("workloads", "g", NS) if shape == "group" else workload_of(
+            m, "Pod", "s")  # fmt: skip
+
     async def main() -> None:
         async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
                                manager_objects=MANAGER, worker_objects=WORKER) as m:  # fmt: skip
             for n in names:
-                await m.manager.user.create(k.PODS, pod(n, group="g", total=2), namespace=NS)
+                await m.manager.user.create(k.PODS, make(n), namespace=NS)
             wl = await eventually(
-                lambda: is_true(w := m.manager.get("workloads", "g", NS), "Admitted") and w,
-                what="the group's Workload admitted on the manager",
+                lambda: is_true(w := workload(m), "Admitted") and w,
+                what="the pods' Workload admitted on the manager",
                 timeout=60,
             )
-            worker = wl["status"]["clusterName"]
+            worker, wl_name = wl["status"]["clusterName"], wl["metadata"]["name"]
             other = next(w for w in WORKERS if w != worker)
             remote = await eventually(
-                lambda: len(got := pods_on(m.workers[worker])) == 2 and got,
-                what="the group's pods created on the worker",
+                lambda: len(got := pods_on(m.workers[worker])) == len(names) and got,
+                what="the pods created on the worker",
             )
             assert not pods_on(m.workers[other])
-            assert {p["metadata"]["labels"][PREBUILT] for p in remote} == {"g"}
+            assert {p["metadata"]["labels"][PREBUILT] for p in remote} == {wl_name}
             await eventually(
                 lambda: not any(gated(p) for p in pods_on(m.workers[worker])),
                 what="the worker's pods ungated",
@@ -218,13 +231,13 @@ def test_a_pod_group_runs_on_exactly_one_worker_while_the_managers_pods_stay_gat
             for n in names:
                 await set_phase(m.workers[worker], n, "Succeeded")
             await eventually(
-                lambda: is_true(m.manager.get("workloads", "g", NS), "Finished"),
+                lambda: is_true(m.manager.get("workloads", wl_name, NS), "Finished"),
                 what="the manager's Workload finished",
                 timeout=60,
             )
             assert all(p["status"].get("phase") == "Succeeded" for p in pods_on(m.manager))
             await eventually(
-                lambda: not m.copies(NS, "g") and not pods_on(m.workers[worker]),
+                lambda: not m.copies(NS, wl_name) and not pods_on(m.workers[worker]),
                 what="the remote objects collected",
                 timeout=60,
             )

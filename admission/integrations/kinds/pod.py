@@ -31,7 +31,7 @@ from admission.integrations.framework.fields import IntegrationError, Obj, meta_
 from admission.integrations.framework.interface import Finished, Integration, Role
 from admission.integrations.framework.podset_info import PodSetInfo
 from admission.integrations.framework.workload_names import workload_name
-from queues.api.labels import ADMISSION_GATE, TOPOLOGY_GATE
+from queues.api.labels import ADMISSION_GATE, PREBUILT_WORKLOAD, TOPOLOGY_GATE
 from queues.api.labels import IS_GROUP_WORKLOAD as IS_GROUP_WORKLOAD_ANNOTATION
 from queues.api.labels import MANAGED as MANAGED_LABEL
 from queues.api.labels import MANAGED as POD_FINALIZER
@@ -116,11 +116,12 @@ def ns_key(obj: Mapping[str, Any]) -> str:
 
 def group_key(pod: Mapping[str, Any] | None) -> str | None:
     """``namespace/<Workload name>`` of a managed pod: its gang's (``pod-group-name``),
-    or, for a single managed pod, its own Workload's (``pod-<name>-<hash>``, Kueue's
-    single-pod Workload: a Deployment's pods); None for other pods."""
+    or, for a single managed pod, the prebuilt Workload it names (a MultiKueue worker's
+    copy) or its own Workload's (``pod-<name>-<hash>``, Kueue's single-pod Workload: a
+    Deployment's pods); None for other pods."""
     labels = meta_of(pod).get("labels") or {}
     ns = meta_of(pod).get("namespace") or "default"
-    name = labels.get(GROUP_NAME_LABEL)
+    name = labels.get(GROUP_NAME_LABEL) or labels.get(PREBUILT_WORKLOAD)
     if isinstance(name, str) and name:
         return f"{ns}/{name}"
     if pod is not None and labels.get(MANAGED_LABEL) == "true" and meta_of(pod).get("name"):

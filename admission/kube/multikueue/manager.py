@@ -397,7 +397,7 @@ class MultiKueue:
         ref = controller_ref(wl) or {}
         adapter = adapter_for(wl)
         job = None
-        if isinstance(adapter, PodGroupAdapter):
+        if isinstance(adapter, PodGroupAdapter) and not ref:  # a group: its first pod
             job = next(iter(self._group_pods(key)), None)
         elif adapter is not None and ref.get("name"):
             inf = self.ctx.informers.get(adapter.resource.plural)

@@ -1,9 +1,11 @@
-"""Pod groups in MultiKueue (Kueue's pkg/controller/jobs/pod/pod_multikueue_adapter.go).
+"""Plain pods in MultiKueue (Kueue's pkg/controller/jobs/pod/pod_multikueue_adapter.go).
 
 A pod group (pods labelled ``kueue.x-k8s.io/pod-group-name``) has no object of its own
 and no ``managedBy``: the group's Workload (annotated
 ``kueue.x-k8s.io/is-group-workload``, named after the group) is the unit MultiKueue
-dispatches, and every pod of the group is copied to the worker that admitted it. The
+dispatches, and every pod of the group is copied to the worker that admitted it; a
+single managed pod (a Deployment's, say) is a group of one, its Workload controlled by
+the pod. The
 manager's pods stay behind their scheduling gate (the pod-group reconciler does not
 ungate a Workload that has a MultiKueue check, as Kueue's
 ``admissioncheck.ShouldSkipLocalExecution``), so they never run on the manager, which
@@ -11,8 +13,9 @@ is why Kueue's ``IsJobManagedByKueue`` for pods is always true.
 
 * The copy of each pod keeps its name, namespace, labels, annotations and spec (the
   admission gate included: the worker's service lifts it once its Workload copy is
-  admitted), labelled ``kueue.x-k8s.io/prebuilt-workload-name`` (the group's name, which
-  the worker's webhook requires) and ``kueue.x-k8s.io/multikueue-origin``.
+  admitted), labelled ``kueue.x-k8s.io/prebuilt-workload-name`` (the Workload's name:
+  a group's is the group's, which the worker's webhook requires; a single pod takes the
+  copy as its own there) and ``kueue.x-k8s.io/multikueue-origin``.
 * Each worker pod's status replaces its manager pod's, except that a manager pod still
   gated keeps its own ``PodScheduled`` condition (``SchedulingGated``) until the worker's
   pod is scheduled: a copied ``Unschedulable`` would look like a pod the manager's
@@ -20,11 +23,6 @@ is why Kueue's ``IsJobManagedByKueue`` for pods is always true.
 * The group is finished on the worker when every pod there is ``Succeeded`` or
   ``Failed``.
 * Removing the remote objects deletes every pod of the group this manager made there.
-
-A single managed pod (no group name) is not dispatched: its Workload's name comes from
-the pod's UID, so the worker would build another Workload for the copy rather than run
-on the prebuilt one; its check is ``Rejected`` ("No multikueue adapter found for owner
-kind "Pod"").
 """
 
 from __future__ import annotations
@@ -106,8 +104,7 @@ def owner_kind(wl: Obj | None) -> str:
 
 
 def adapter_for(wl: Obj | None) -> Adapter | None:
-    """The adapter of the Workload ``wl``: a pod group's, else its controller's kind's
-    (None: MultiKueue cannot dispatch it)."""
-    if is_pod_group_workload(wl):
-        return POD_GROUPS
-    return ADAPTERS.get(owner_kind(wl))
+    """The adapter of the Workload ``wl``: the pods' (a group's, a single pod's), else
+    its controller's kind's (None: MultiKueue cannot dispatch it)."""
+    kind = owner_kind(wl)
+    return POD_GROUPS if kind == "Pod" else ADAPTERS.get(kind)

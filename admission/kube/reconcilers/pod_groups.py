@@ -36,6 +36,8 @@ only) and its Workload and does the next step:
   or evicted pods, which wait at the gate for the next admission (an eviction deletes
   the running pods only, and releases the quota once none is left running).
 
+* a single pod labelled ``prebuilt-workload-name`` runs on that Workload, taking it as
+  its own (a MultiKueue worker's copy);
 * MultiKueue: on the manager, the pods of a Workload with a MultiKueue check are never
   ungated (Kueue's ``ShouldSkipLocalExecution``: their copies run on a worker); on a
   worker, a manager's Workload copy (label ``multikueue-origin``) is kept while it has
@@ -55,6 +57,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from admission.integrations.framework.fields import controller_ref
 from admission.integrations.framework.podset_info import PodSetInfo, flavor_info
 from admission.integrations.framework.requests import beyond_pod_set, pod_set_asks
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration
@@ -170,9 +173,11 @@ class PodGroupReconciler:
         if inf is None or not inf.synced.is_set():
             return  # cannot tell a missing pod from one not listed yet
         wl = ctx.writer.workload(gkey)
-        if wl is not None and not is_group_workload(wl):
-            return  # a Workload of the same name that is not a group's: leave it alone
         pods = self.pods(gkey)
+        if wl is not None and not is_group_workload(wl):
+            if len(pods) == 1 and is_single_pod(pods[0]) and not controller_ref(wl):
+                await self._own(gkey, wl, pods[0])  # a prebuilt Workload: the pod's now
+            return  # a Workload of the same name that is not a group's: leave it alone
         live = [p for p in pods if not terminated(p) and not kobj.deleting(p)]
         never_ran = [p for p in pods if kobj.deleting(p) and gated(p)]
         if never_ran:  # a deleted pod that never ran has nothing left to account for
@@ -535,6 +540,16 @@ class PodGroupReconciler:
         patch = {"metadata": {"resourceVersion": kobj.rv(wl), "ownerReferences": [*refs, ref],
                               "annotations": annotations}}  # fmt: skip
         await self._patch_workload(gkey, patch)
+
+    async def _own(self, gkey: str, wl: Obj, pod: Obj) -> None:
+        """A single pod takes the prebuilt Workload it names (Kueue's
+        ``EnsurePrebuiltWorkloadOwnership``): it is the pod's from then on."""
+        ref = {"apiVersion": "v1", "kind": "Pod", "name": kobj.meta(pod).get("name"),
+               "uid": kobj.meta(pod).get("uid"), "controller": True,
+               "blockOwnerDeletion": True}  # fmt: skip
+        refs = [*(kobj.meta(wl).get("ownerReferences") or []), ref]
+        await self._patch_workload(gkey, {"metadata": {"resourceVersion": kobj.rv(wl),
+                                                       "ownerReferences": refs}})  # fmt: skip
 
     async def _delete_workload(self, gkey: str, wl: Obj) -> None:
         await delete_workload(self.ctx, gkey, wl, why="the pods of its group are gone")

@@ -211,14 +211,14 @@ def test_a_worker_pod_is_finished_once_it_succeeded_or_failed() -> None:
     assert POD_GROUPS.finished(group_pod(phase="Failed"))
 
 
-def test_a_pod_groups_workload_gets_the_pod_adapter_and_a_single_pods_none() -> None:
+def test_a_pods_workload_gets_the_pod_adapter() -> None:
     group_wl = {"metadata": {"annotations": {"kueue.x-k8s.io/is-group-workload": "true"}}}
     single_wl = {"metadata": {"ownerReferences": [
         {"kind": "Pod", "name": "p", "controller": True, "apiVersion": "v1"}]}}  # fmt: skip
     job_wl = {"metadata": {"ownerReferences": [
         {"kind": "Job", "name": "j", "controller": True, "apiVersion": "batch/v1"}]}}  # fmt: skip
     assert adapter_for(group_wl) is POD_GROUPS and owner_kind(group_wl) == "Pod"
-    assert adapter_for(single_wl) is None and owner_kind(single_wl) == "Pod"
+    assert adapter_for(single_wl) is POD_GROUPS and owner_kind(single_wl) == "Pod"
     assert adapter_for(job_wl) is ADAPTERS["Job"]
     assert adapter_for({"metadata": {}}) is None and owner_kind({"metadata": {}}) == ""
 
