@@ -4,8 +4,9 @@ Computed from the cache (the same numbers the scheduler works with) and written 
 ``/status`` merge patch only when it differs from what was last written, at most once
 per ``status_interval`` per queue — a busy cluster changes usage every few
 milliseconds, and rewriting every queue on each change would be a write storm. A change
-of figures alone (counts, usage) waits ``FIGURES_EVERY`` intervals since the queue's
-last write; the Active condition and idle <-> holding work go at the next pass.
+of figures alone (counts, usage), and a queue starting to hold work, wait
+``FIGURES_EVERY`` intervals since the queue's last write; the Active condition and a
+queue gone idle go at the next pass.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ STATUS_WRITERS = 4
 the API's latency (20 ms a write caps it at the 50 QPS of Kueue's budget, and a busy
 server answers slower), not by the client's budget, which each write still waits for."""
 FIGURES_EVERY = 5
-"""A queue whose figures alone changed (counts, usage: no :func:`significant` change) is
+"""A queue whose figures alone changed (counts, usage), or that started holding work, is
 written at most once in this many status intervals: while work flows they change
 with nearly every decision, and each write is a token an admission waits for. The
 metrics and ``why`` read the cache, so they stay current meanwhile."""
@@ -298,8 +299,8 @@ class StatusWriter:
         affords (``low_share``: the cost follows the decisions, not the time they take),
         the changes that matter first (:func:`significant`: the Active condition, or the
         queue started or stopped holding work). When nothing is being decided, every
-        significant change is written at the next pass, and a change of figures alone
-        once ``FIGURES_EVERY`` intervals passed since the queue's last write."""
+        first status, Active condition and queue gone idle is written at the next pass,
+        the rest once ``FIGURES_EVERY`` intervals passed since the queue's last write."""
         ctx = self.ctx
         cache = ctx.cache
         await ctx.cache_ready()
@@ -345,8 +346,11 @@ class StatusWriter:
 
     def _due(self, want: dict[tuple[str, str], Obj]) -> list[tuple[str, str]]:
         """The queues whose status differs from what was written and may be written
-        now: a first status and a significant change at once, a change of figures once
-        ``FIGURES_EVERY`` intervals have passed since that queue's last write."""
+        now: a first status, a changed Active condition and a queue gone idle at once;
+        a queue that started holding work, or whose figures alone changed, once
+        ``FIGURES_EVERY`` intervals have passed since that queue's last write (under a
+        trickle of arrivals a queue goes idle and busy again every second or so, and
+        what users and tooling wait for is the idle state at the end of its work)."""
         now = time.monotonic()
         spacing = FIGURES_EVERY * self.ctx.options.status_interval
         out = []
@@ -354,9 +358,12 @@ class StatusWriter:
             old = self.written.get(k)
             if old == status:
                 continue
-            if old is None or significant(old, status):
-                out.append(k)
-            elif now - self.written_at.get(k, float("-inf")) >= spacing:
+            if (
+                old is None
+                or old.get("conditions") != status.get("conditions")
+                or (_holds_work(old) and not _holds_work(status))
+                or now - self.written_at.get(k, float("-inf")) >= spacing
+            ):
                 out.append(k)
         return out
 

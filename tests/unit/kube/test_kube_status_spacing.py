@@ -1,11 +1,13 @@
-"""Queue statuses: a change of figures alone waits, idle <-> holding work does not.
+"""Queue statuses: a change of figures alone, or a queue starting to hold work, waits;
+a queue going idle does not.
 
-While work flows, a queue's counts and usage change with nearly every decision; each
-write is a token an admission waits for. A queue whose figures alone changed is written
-at most once in ``FIGURES_EVERY`` status intervals since its last write, while the
-changes users and tooling wait for (:func:`significant`: the queue went idle, or
-started holding work; the Active condition) go out at the next pass. Here the spacing
-is made longer than the test so that a figures-only write cannot happen at all.
+While work flows, a queue's counts and usage change with nearly every decision, and
+under a trickle of arrivals it goes idle and busy again every second or so; each write
+is a token an admission waits for. Those are written at most once in
+``FIGURES_EVERY`` status intervals since the queue's last write, while what users and
+tooling wait for (the queue gone idle; the Active condition) goes out at the next pass.
+Here the spacing is made longer than the test once the first statuses are written, so
+that a spaced write cannot happen at all.
 """
 
 from __future__ import annotations
@@ -40,8 +42,6 @@ def lq_status(s: Any) -> dict[str, Any]:
 def test_figures_wait_for_their_spacing_and_going_idle_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(queue_status, "FIGURES_EVERY", 10_000)
-
     async def main() -> None:
         async with stack(tmp_path, objects=objects(cpu=8), controller=options()) as s:
             ctrl = s.service.controller
@@ -50,6 +50,7 @@ def test_figures_wait_for_their_spacing_and_going_idle_does_not(
             await create(s, standalone("a", cpu="2"))  # idle -> holding work: significant
             await eventually(lambda: cq_status(s).get("reservingWorkloads") == 1, what="a counted")
             await eventually(lambda: lq_status(s).get("reservingWorkloads") == 1, what="a in lq")
+            monkeypatch.setattr(queue_status, "FIGURES_EVERY", 10_000)
             mark = len(s.server.requests)
             await create(s, standalone("b", cpu="2"))  # 1 -> 2 reserving: figures alone
             await eventually(lambda: admitted(s.get("workloads", "b", NS)), what="b admitted")
@@ -68,5 +69,10 @@ def test_figures_wait_for_their_spacing_and_going_idle_does_not(
                 lambda: lq_status(s).get("reservingWorkloads") == 0, what="lq says idle"
             )
             assert service_writes(s, "clusterqueues/status", "cq", since=mark) == 1
+            await create(s, standalone("c", cpu="2"))  # idle -> holding work: spaced
+            await eventually(lambda: admitted(s.get("workloads", "c", NS)), what="c admitted")
+            await asyncio.sleep(interval * 5)
+            assert service_writes(s, "clusterqueues/status", "cq", since=mark) == 1
+            assert cq_status(s)["reservingWorkloads"] == 0
 
     asyncio.run(main())
