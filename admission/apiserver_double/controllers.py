@@ -172,6 +172,7 @@ class Controllers:
     # -- triggers -------------------------------------------------------------------------
 
     def _on_event(self, rt: ResourceType, event: WatchEvent) -> None:
+        self._types.setdefault(rt.key, rt)  # kinds served later, from a CRD
         meta = event.obj.get("metadata") or {}
         if event.type == "DELETED":
             if meta.get("uid"):

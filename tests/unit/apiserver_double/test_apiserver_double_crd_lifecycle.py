@@ -21,6 +21,7 @@ from tests.unit.apiserver_double.test_apiserver_double_protocol import call, ses
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+CONFIG_MAPS = "/api/v1/namespaces/default/configmaps"
 Obj = dict[str, Any]
 
 
@@ -133,5 +134,41 @@ def test_a_watch_that_ends_after_its_crd_is_deleted_closes_without_error() -> No
             assert status == 200
             server.store.unwatch(watcher)  # the handler's cleanup, after the type is gone
             assert watcher not in server.store.watchers()
+
+    asyncio.run(scenario())
+
+
+def test_a_resource_served_from_a_later_crd_is_deleted_in_the_foreground() -> None:
+    """The garbage collector knows kinds installed after it started: a JobSet deleted
+    with ``Foreground`` takes its dependents with it and is then removed."""
+
+    async def scenario() -> None:
+        async with session(third_party_crds=False) as (server, http):
+            assert (await call(server, http, "POST", CRDS, jobset_crd()))[0] == 201
+            _, owner = await call(server, http, "POST", JOBSETS, jobset("a"))
+            ref = {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "name": "a",
+                "uid": owner["metadata"]["uid"],
+                "blockOwnerDeletion": True,
+            }
+            dependent = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "c", "ownerReferences": [ref]},
+            }
+            assert (await call(server, http, "POST", CONFIG_MAPS, dependent))[0] == 201
+            status, body = await call(
+                server, http, "DELETE", f"{JOBSETS}/a", {"propagationPolicy": "Foreground"}
+            )
+            assert status == 200 and body["metadata"]["finalizers"] == ["foregroundDeletion"]
+            for _ in range(200):
+                gone = (await call(server, http, "GET", f"{JOBSETS}/a"))[0] == 404
+                if gone:
+                    break
+                await asyncio.sleep(0.05)
+            assert gone, "the JobSet outlived its foreground deletion"
+            assert (await call(server, http, "GET", f"{CONFIG_MAPS}/c"))[0] == 404
 
     asyncio.run(scenario())
