@@ -8,6 +8,7 @@ the webhook's impact warnings through the what-if) gets its scheduler from it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -105,13 +106,16 @@ def test_fair_preemption_refuses_an_empty_strategy_list() -> None:
 
 @pytest.fixture()
 def built(monkeypatch: pytest.MonkeyPatch) -> list[Scheduler]:
-    """The schedulers ``build_scheduler`` makes while the test runs."""
+    """The schedulers ``build_scheduler`` makes on the test's thread while the test runs
+    (a service left running by an earlier test, on its own thread, may build some too)."""
     made: list[Scheduler] = []
     real = config_module.build_scheduler
+    test_thread = threading.get_ident()
 
     def recording(config: Any, cache: Cache, *, clock: Callable[[], float], **kw: Any) -> Any:
         s = real(config, cache, clock=clock, **kw)
-        made.append(s)
+        if threading.get_ident() == test_thread:
+            made.append(s)
         return s
 
     monkeypatch.setattr(config_module, "build_scheduler", recording)
