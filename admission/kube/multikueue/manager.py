@@ -261,9 +261,12 @@ class MultiKueue:
             if key in self._running:
                 continue  # marked again while it runs: once it ends
             del self._dirty[key]
-            task = asyncio.create_task(self._guard(self._reconcile(key), key))
+            task = asyncio.create_task(self._reconcile_guarded(key))
             self._running[key] = task
             task.add_done_callback(functools.partial(self._finished, key))
+
+    async def _reconcile_guarded(self, key: str) -> None:
+        await self._guard(self._reconcile(key), key)
 
     def _finished(self, key: str, _task: asyncio.Task[None]) -> None:
         self._running.pop(key, None)
