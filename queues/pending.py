@@ -434,6 +434,26 @@ class PendingQueue:
                 woken += 1
         return woken
 
+    def ticket_head(self, ticket: int) -> Workload | None:
+        """The first, in queue order, of what :meth:`wake` of ``ticket`` would make
+        nominable (None: nothing is parked with it any more)."""
+        best: tuple[OrderKey, Workload] | None = None
+        for m in self._ticket_members.get(ticket, ()):
+            if isinstance(m, str):
+                if self._key_ticket.get(m) != ticket:
+                    continue
+                wl = self._parked[m]
+                cand = (order_key(wl), wl)
+            else:
+                lst = self._groups.get(m)
+                if self._group_ticket.get(m) != ticket or not lst or m in self._active:
+                    continue
+                okey, key = lst[0]
+                cand = (okey, self._keys[key][2])
+            if best is None or cand[0] < best[0]:
+                best = cand
+        return None if best is None else best[1]
+
     def holds(self, ticket: int) -> bool:
         """Is anything still parked with ``ticket``? (Forgets the ticket when not.)"""
         for m in self._ticket_members.get(ticket, ()):

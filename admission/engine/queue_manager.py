@@ -17,9 +17,16 @@ from typing import Any, Self
 
 from admission.engine import messages
 from admission.engine.vocabulary import PendingReason
-from admission.engine.wake_index import Evidence, WakeIndex, own_key
-from queues.model import STRICT_FIFO, ClusterQueue, FlavorResource, LocalQueue, Workload
-from queues.pending import PendingQueue, scheduling_hash
+from admission.engine.wake_index import Demand, Evidence, WakeIndex, own_key
+from queues.model import (
+    STOP_NONE,
+    STRICT_FIFO,
+    ClusterQueue,
+    FlavorResource,
+    LocalQueue,
+    Workload,
+)
+from queues.pending import PendingQueue, order_key, scheduling_hash
 from queues.tree import CohortTree
 
 
@@ -114,10 +121,106 @@ class QueueManager:
         evidence = self._bound(self, cq, wl)
         if evidence is None:
             return None
-        within = self.cluster_queues[cq].preemption.within_cluster_queue
-        ticket = index.park(cq, evidence, own_key(within, wl.priority))
+        spec = self.cluster_queues[cq]
+        within = spec.preemption.within_cluster_queue
+        ticket = index.park(cq, evidence, own_key(within, wl.priority), _demand(spec, wl))
         self._last_ticket = (cq, wl.key, self.tree.changes, ticket)
         return ticket
+
+    def settle_wakes(self) -> list[tuple[Workload, str, int, Demand, int]]:
+        """Before a cycle takes its heads: decide about the eligible heads (parked with
+        a demand, a threshold of theirs reached by a release). Returns the *phantom*
+        heads: (workload, ClusterQueue, ticket, demand, borrowing level) of each head
+        the cycle must process in its place in the order, still parked.
+
+        Woken, the head would be its ClusterQueue's head and fit now, so the cycle would
+        nominate it as fitting, with this demand and borrowing level, and admit it iff
+        it still fits at its turn (``Scheduler._round`` checks exactly that and wakes
+        it only then, with ``wake_phantom``). When its queue has no other workload to
+        nominate, nothing else about the cycle depends on whether it was woken; so it
+        stays parked unless admitted, and a release in a full tree, which makes many
+        small heads eligible at once, costs one check per head instead of one
+        nomination. Otherwise: a head its queue would not nominate now (an earlier
+        workload is queued there, or an earlier eligible head) stays eligible; a head
+        no threshold of which is reached any more is parked again (its entries filed
+        anew); every other head is woken, as before (it needs preemption now, it would
+        not be nominated as the cycle nominates, or its queue has later workloads)."""
+        index = self.wake_index
+        if index is None or not index.has_eligible():
+            return []
+        tree = self.tree
+        ranked: dict[str, tuple[Workload, int, Demand, int]] = {}
+        for ticket, cq in index.take_eligible().items():
+            q = self.queues.get(cq)
+            if q is None or not q.holds(ticket):
+                index.forget(ticket)
+                continue
+            if not index.reached(ticket):
+                index.refile(ticket)
+                continue
+            demand = index.demand(ticket)
+            wl = q.ticket_head(ticket)
+            node = tree.queues.get(cq)
+            borrow = 0 if demand is not None and wl is not None and node is not None else -1
+            if borrow == 0 and (
+                wl.key in self.preemptors  # type: ignore[union-attr]
+                or cq in self.inactive  # type: ignore[attr-defined]
+                or not self._nominated_plainly(cq, wl)  # type: ignore[arg-type]
+            ):
+                borrow = -1
+            for fr, v in demand.items() if borrow == 0 else ():  # type: ignore[union-attr]
+                if v and (v > node.potential_available(fr) or v > node.available(fr)):  # type: ignore[union-attr]
+                    borrow = -1  # it needs preemption, or cannot fit: the engine decides
+                    break
+                if v:
+                    height = node.height_of_lowest_subtree_that_fits(fr, v).height  # type: ignore[union-attr]
+                    borrow = max(borrow, height)
+            if borrow < 0:
+                index.forget(ticket)
+                q.wake(ticket)
+                continue
+            assert wl is not None and demand is not None
+            head = q.head()
+            if head is not None and order_key(head) < order_key(wl):
+                index.defer(ticket, cq)  # not the next head of its queue: not nominated
+                continue
+            other = ranked.get(cq)
+            if other is not None:
+                if order_key(other[0]) < order_key(wl):
+                    index.defer(ticket, cq)
+                    continue
+                index.defer(other[1], cq)
+            ranked[cq] = (wl, ticket, demand, borrow)
+        phantoms = []
+        for cq, (wl, ticket, demand, borrow) in ranked.items():
+            if self.queues[cq].head() is None:
+                index.defer(ticket, cq)  # until the cycle admits it
+                phantoms.append((wl, cq, ticket, demand, borrow))
+            else:
+                index.forget(ticket)
+                self.queues[cq].wake(ticket)
+        return phantoms
+
+    def wake_phantom(self, cq: str, ticket: int) -> None:
+        """A phantom head of ``settle_wakes`` is admitted: wake it (and its ticket's
+        equivalents, as waking it before the cycle would have)."""
+        index = self.wake_index
+        assert index is not None
+        index.undefer(ticket)
+        index.forget(ticket)
+        self.queues[cq].wake(ticket)
+
+    def _nominated_plainly(self, cq: str, wl: Workload) -> bool:
+        """Nomination reaches the flavor assignment for ``wl`` (the checks of
+        ``Nominator.nominate`` before it pass)."""
+        lq = self.local_queue_of(wl)
+        if lq is not None and lq.stop_policy != STOP_NONE:
+            return False
+        labels = self.namespace_labels(wl.namespace)  # type: ignore[attr-defined]
+        selector = self.cluster_queues[cq].namespace_selector
+        if labels is None or selector is None or not selector.matches(labels):
+            return False
+        return not any(ps.limit_violations or ps.dra_error for ps in wl.pod_sets)
 
     def _new_queue(self, name: str) -> PendingQueue:
         q = PendingQueue()
@@ -287,3 +390,33 @@ class QueueManager:
                 yield wl, name
         for wl in self.unroutable.values():
             yield wl, None
+
+
+def _demand(spec: ClusterQueue, wl: Workload) -> Demand | None:
+    """The usage ``wl`` takes if admitted in ``spec``'s queue, when the flavor
+    assignment has a single answer: one podSet without partial admission or topology,
+    all of whose resources one resource group with a single flavor covers (as the
+    assigner's sole-flavor path counts them). None otherwise, and for StrictFIFO."""
+    if spec.queueing_strategy == STRICT_FIFO or len(wl.pod_sets) != 1:
+        return None
+    ps = wl.pod_sets[0]
+    if ps.min_count is not None or ps.topology is not None:
+        return None
+    covered: dict[str, int] = {}
+    for i, g in enumerate(spec.resource_groups):
+        for r in g.covered_resources:
+            covered[r] = i
+    count = ps.count
+    if wl.reclaimable_pods:
+        count = max(0, count - wl.reclaimable_pods.get(ps.name, 0))
+    requests = {r: v * count for r, v in ps.requests.items() if v or r in covered}
+    if "pods" in covered:
+        requests["pods"] = count
+    groups = {covered.get(r) for r in requests}
+    if len(groups) != 1 or None in groups:
+        return None
+    group = spec.resource_groups[groups.pop()]  # type: ignore[index]
+    if len(group.flavors) != 1:
+        return None
+    flavor = group.flavors[0].name
+    return {(flavor, r): v for r, v in requests.items()}
