@@ -36,6 +36,23 @@ def _built_from(kept: tuple[object, ...], cq: object, node: object, cache: Cache
     )
 
 
+def phantom_entries(cache: Cache, *, wake_all: bool) -> dict[str, tuple[Entry, int]]:
+    """The phantom heads of bounded parking (``QueueManager.settle_wakes``) by key:
+    each an entry ranked by the nomination it would get (fitting, with its demand and
+    borrowing level), and its ticket; with ``wake_all`` they are woken instead (with
+    notice windows a head that no longer fits holds quota, so it must be processed)."""
+    out: dict[str, tuple[Entry, int]] = {}
+    for wl, cq, ticket, demand, borrow in cache.settle_wakes():
+        if wake_all:
+            cache.wake_phantom(cq, ticket)
+        else:
+            out[wl.key] = (
+                Entry(wl, cq, Assignment(pod_sets=[], borrow=borrow, usage=demand)),
+                ticket,
+            )
+    return out
+
+
 def reserve_placement(e: Entry) -> None:
     """A TAS entry that needs preemption gets the placement it holds if it preempts
     (its victims gone) or reserves (no victims: on empty nodes), as Kueue's
@@ -111,6 +128,20 @@ class Nominator:
             self._assign(assigner, e, snap)
         finally:
             assigner.only_flavors = None
+
+    def phantom_turn(self, e: Entry, snap: Snapshot, ticket: int) -> bool:
+        """A phantom head's turn in the cycle's order: False when its demand no longer
+        fits (it stays parked); else it is woken and nominated (it fits: with the
+        assignment it was ranked by), to be processed as any head."""
+        a = e.assignment
+        assert a is not None
+        node = snap.tree.queues[e.cluster_queue]
+        if any(v > node.available(fr) for fr, v in a.usage.items()):
+            return False
+        self._cache.wake_phantom(e.cluster_queue, ticket)
+        e.assignment = None
+        self.nominate(e, snap)
+        return True
 
     def _assign(self, assigner: FlavorAssigner, e: Entry, snap: Snapshot) -> None:
         wl = e.workload

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 
 from admission.engine import messages
 from admission.engine.admission_checks import all_ready, sync_states
-from admission.engine.assignment import Assignment
 from admission.engine.cache import Cache
 from admission.engine.decisions import (
     BACK_TO_THE_HEAP,
@@ -51,7 +50,7 @@ from admission.engine.decisions import (
 )
 from admission.engine.faults import cannot_evaluate
 from admission.engine.gc_pause import collector_paused
-from admission.engine.nomination import Nominator, reserve_placement
+from admission.engine.nomination import Nominator, phantom_entries, reserve_placement
 from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.progress import Notice
@@ -66,7 +65,6 @@ from queues.model import (
     Admission,
     FlavorResource,
     PodSetAssignment,
-    Workload,
 )
 from queues.quota_node import QuotaNode
 
@@ -102,12 +100,6 @@ class Refill:
 
     max_heads: int = 1000
     max_rounds: int = 100
-
-
-def _phantom(wl: Workload, cq: str, demand: dict[FlavorResource, int], borrow: int) -> Entry:
-    """The entry of a phantom head (``QueueManager.settle_wakes``) as its nomination
-    would make it: fitting, with its demand and borrowing level (its order key)."""
-    return Entry(wl, cq, Assignment(pod_sets=[], borrow=borrow, usage=demand))
 
 
 def _merge(into: CycleResult, part: CycleResult) -> None:
@@ -279,12 +271,7 @@ class Scheduler:
         heads: list[Entry] = []
         queues, inactive, preemptors = cache.queues, cache.inactive, cache.preemptors
         lq_order = self._lq_order
-        # bounded parking: which parked heads a release made eligible to wake, and which
-        # the cycle processes still parked (phantoms: see QueueManager.settle_wakes)
-        phantoms = {
-            wl.key: (_phantom(wl, cq, demand, borrow), ticket)
-            for wl, cq, ticket, demand, borrow in cache.settle_wakes()
-        }
+        phantoms = phantom_entries(cache, wake_all=self._notices)  # (a short head holds quota)
         # Only the queues that got a head since a cycle last found them empty: a cycle
         # in a cluster of 5,000 ClusterQueues with work in a few costs those few.
         for name in sorted(cache.with_heads):
@@ -314,19 +301,13 @@ class Scheduler:
             self.stats["nominations"] += len(heads)
             cycle = result.cycle
             entries = [*heads, *(e for e, _ in phantoms.values())] if phantoms else heads
-            decided = []
+            decided: list[tuple[Entry, Outcome]] = []
             for e in self._order(entries, snap.tree):
                 phantom = phantoms.get(e.workload.key) if phantoms else None
                 if phantom is not None:
-                    a = e.assignment
-                    assert a is not None
-                    node = snap.tree.queues[e.cluster_queue]
-                    if any(v > node.available(fr) for fr, v in a.usage.items()):
-                        continue  # (_still_fits would fail) back to its queue: stays parked
-                    cache.wake_phantom(e.cluster_queue, phantom[1])
-                    e.assignment = None
                     try:
-                        nominate(e, snap)  # as it fits, the assignment it was ranked by
+                        if not self._nominator.phantom_turn(e, snap, phantom[1]):
+                            continue  # it would go back to its queue: it stays parked
                     except Exception as err:  # noqa: BLE001 - one head never stops the cycle
                         cannot_evaluate(cache, e, err)
                     self.stats["nominations"] += 1
