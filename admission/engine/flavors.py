@@ -116,12 +116,11 @@ class FlavorAssigner:
             self.sole_flavor = (cq.resource_groups[0], cq.resource_groups[0].flavors[0].name)
         # Kueue's IsTASOnly: every flavor of the ClusterQueue has a topology.
         names = [fq.name for g in cq.resource_groups for fq in g.flavors]
-        self.tas_only = bool(names) and all(
+        topological = [
             (f := flavors.get(n)) is not None and f.topology_name is not None for n in names
-        )
-        self.cq_has_tas = any(
-            (f := flavors.get(n)) is not None and f.topology_name is not None for n in names
-        )
+        ]
+        self.tas_only = bool(names) and all(topological)
+        self.cq_has_tas = any(topological)
 
     def assign(self, wl: Workload, counts: Mapping[str, int] | None = None) -> Assignment:
         """Assign all podSets of ``wl`` (with optional reduced counts) at once."""
@@ -154,13 +153,11 @@ class FlavorAssigner:
 
     def _assign_fitting(self, wl: Workload, counts: Mapping[str, int] | None) -> Assignment | None:
         """The assignment of a workload of one podSet to a ClusterQueue of one flavor
-        when it simply fits (the common head of a large cluster): exactly what the
-        general path gives it, without the candidates, groups and reasons it builds
-        on the way; None when anything else happens (a resource not covered, a flavor
-        that does not match, a request beyond what is available, a podSet to place
-        by topology), and the general path works it out. It only reads the tree, so
-        giving up costs nothing but the reads (``tests/unit/engine/test_nominate_fast_paths.py``
-        checks the two agree)."""
+        (the common head of a large cluster), exactly what the general path gives it
+        (``tests/unit/engine/test_nominate_fast_paths.py``): when it fits, without the
+        candidates, groups and reasons the general path builds; when a request is short,
+        with that flavor's candidate only. None for anything else (a resource not covered, a
+        flavor that does not match, a podSet to place by topology)."""
         if self._needs_placement(wl):
             return None
         ps = wl.pod_sets[0]
@@ -182,19 +179,33 @@ class FlavorAssigner:
             fr = (name, r)
             if val:  # (a zero request fits any flavor: it only names one)
                 if val > node.potential_available(fr) or val > node.available(fr):
-                    return None
+                    break
                 height = node.height_of_lowest_subtree_that_fits(fr, val).height
                 if height > borrow:
                     borrow = height
             usage[fr] = val
-        chosen = PodSetAssignmentResult(
-            name=ps.name,
-            count=count,
-            flavors=dict.fromkeys(requests, name),
-            usage=requests,
-            borrow=borrow,
-        )
-        return Assignment(pod_sets=[chosen], borrow=borrow, usage=usage)
+        else:
+            flavors = dict.fromkeys(requests, name)
+            chosen = PodSetAssignmentResult(ps.name, count, flavors, requests, borrow=borrow)
+            return Assignment(pod_sets=[chosen], borrow=borrow, usage=usage)
+        # Short: the sole flavor's candidate, as _only_flavor and _assign_requests take it.
+        cand = self._flavor_candidate(name, list(requests), requests, {})
+        res = PodSetAssignmentResult(name=ps.name, count=count, mode=cand.mode)
+        out = Assignment(pod_sets=[res], mode=cand.mode)
+        if cand.mode == NO_FIT:
+            res.reason = no_fit_reason({cand.reason})
+        else:  # short on quota: a mode below FIT
+            res.flavors = dict.fromkeys(requests, name)
+            res.usage = dict(requests)
+            res.reason = cand.reason or WAITING_FOR_QUOTA
+            res.borrow = out.borrow = max(0, cand.borrow)
+            out.frs_need_preemption.update(cand.need_preemption)
+            if cand.mode >= NO_CANDIDATES:
+                out.usage = {(name, r): v for r, v in requests.items()}
+        res.messages.extend(cand.messages)
+        out.reason = res.reason
+        out.message = messages.pod_set_unassigned(ps.name, res.messages)
+        return out
 
     def _assign_pod_sets(
         self,
@@ -328,10 +339,7 @@ class FlavorAssigner:
         check.assumed, out.placement = self.tas_assumed, check
 
     def _assign_group(
-        self,
-        members: list[tuple[PodSet, int]],
-        assumed: dict[FlavorResource, int],
-        out: Assignment,
+        self, members: list[tuple[PodSet, int]], assumed: dict[FlavorResource, int], out: Assignment
     ) -> list[PodSetAssignmentResult]:
         """A podSet group: the summed requests get one flavor per resource group, and
         each member takes that flavor for the resources it requests."""
@@ -374,14 +382,9 @@ class FlavorAssigner:
         return results
 
     def _assign_pod_set(
-        self,
-        ps: PodSet,
-        count: int,
-        assumed: dict[FlavorResource, int],
-        out: Assignment,
+        self, ps: PodSet, count: int, assumed: dict[FlavorResource, int], out: Assignment
     ) -> PodSetAssignmentResult:
-        # A zero request still gets its resource's flavor when the ClusterQueue covers
-        # it (Kueue); one it does not cover is ignored.
+        # Kueue: a zero request still gets a flavor when covered, else it is ignored.
         covered = self.covered
         requests = {r: v * count for r, v in ps.requests.items() if v or r in covered}
         return self._assign_requests([ps], ps.name, count, requests, assumed, out)
@@ -567,17 +570,15 @@ class FlavorAssigner:
         if val > node.potential_available(fr):
             msg = messages.exceeds_max_capacity(node, fr, val, earlier, explain=self.explain)
             return _ResourceFit(NO_FIT, 0, msg, EXCEEDS_MAX_QUOTA)
-        # The borrowing level is worked out only where the answer needs it (it walks
-        # the path to the root): the height of a fit, or whether a request beyond
-        # nominal may reclaim.
+        # The borrowing level (a walk to the root) is worked out only where the answer
+        # needs it: the height of a fit, or whether a request beyond nominal may reclaim.
         if val <= node.available(fr):
             return _ResourceFit(
                 FIT, node.height_of_lowest_subtree_that_fits(fr, val).height, "", None
             )
         msg = messages.insufficient_unused_quota(node, fr, val, earlier, explain=self.explain)
-        # Kueue: only a request within nominal quota (or one that may reclaim lower in
-        # the hierarchy, or a queue that may preempt while borrowing) may preempt. A
-        # request that needs borrowing may not even preempt in its own ClusterQueue.
+        # Kueue: only a request within nominal quota (or one that may reclaim lower in the
+        # hierarchy, or a queue that may preempt while borrowing) may preempt, even at home.
         if (
             val <= node.nominal(fr)
             or self.can_preempt_while_borrowing
