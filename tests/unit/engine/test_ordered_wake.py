@@ -106,15 +106,13 @@ def herd_world(draw: st.DrawFn) -> tuple[dict, dict, list]:
 
 def _left_parked_would_win(cqs: dict, cohorts: dict, ops: list, k: int) -> list[str]:
     """Replay ``ops`` up to their ``k``-th cycle; before that cycle takes its heads,
-    let ordered waking decide, then wake as well every head it left parked (deferred,
-    or parked again). Of those, the ones that cycle admits or that preempt in it."""
+    let ordered waking decide, then wake as well every eligible head it left parked
+    (deferred, phantoms included). Of those, the ones that cycle admits or that preempt
+    in it. (A head parked again, none of its thresholds reached, is inadmissible on its
+    own, which ``play_bounded`` checks; woken, it could only take its queue's turn.)"""
     cut = [i for i, op in enumerate(ops) if op[0] == "cycle"][k]
     left: list[str] = []
-    settle, defer, refile = (
-        queue_manager.QueueManager.settle_wakes,
-        WakeIndex.defer,
-        WakeIndex.refile,
-    )
+    settle, defer = queue_manager.QueueManager.settle_wakes, WakeIndex.defer
     calls = 0
 
     def shadow_settle(self: queue_manager.QueueManager) -> list:
@@ -124,11 +122,10 @@ def _left_parked_would_win(cqs: dict, cohorts: dict, ops: list, k: int) -> list[
             return settle(self)
         held: list[tuple[int, str]] = []
         WakeIndex.defer = lambda _i, t, cq: held.append((t, cq))  # type: ignore[method-assign]
-        WakeIndex.refile = lambda i, t: held.append((t, i._meta[t][0]))  # type: ignore[method-assign]
         try:
             settle(self)
         finally:
-            WakeIndex.defer, WakeIndex.refile = defer, refile  # type: ignore[method-assign]
+            WakeIndex.defer = defer  # type: ignore[method-assign]
         assert self.wake_index is not None
         for ticket, cq in held:
             head = self.queues[cq].ticket_head(ticket)
