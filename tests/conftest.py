@@ -5,6 +5,9 @@ real kube-apiserver + etcd (``[real]``) started from ``KUBEBUILDER_ASSETS`` once
 session (the envtest convention). Without that variable the real variants are skipped
 with one reason, so ``KUBEBUILDER_ASSETS=DIR python -m pytest -k real`` runs exactly the
 real-server set.
+
+Hypothesis runs without its per-example deadline: the suite must pass while other work
+loads the machine, and a property is about what the code decides, not how fast.
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.support.kube_harness import DOUBLE
 from tests.support.realserver.controlplane import assets_dir, skip_reason
+
+settings.register_profile("quartermaster", deadline=None)
+settings.load_profile("quartermaster")
 
 
 @pytest.fixture(scope="session")
