@@ -44,3 +44,27 @@ def write_yaml(doc: Any) -> None:
     import yaml
 
     yaml.safe_dump(doc, sys.stdout, sort_keys=False, allow_unicode=True, width=1_000_000)
+
+
+def write_plan(doc: dict[str, Any], sides: list[Any], fmt: str, table: Any) -> None:
+    """Finish a plan document and print it: the generated names and the jobs that name
+    no queue, from every side of the inputs (the files, then the what-if overlay), then
+    the document as JSON, YAML, or the ``table`` function's text (``wide`` for -o wide)."""
+    from admission.drivers.plan import plan_json_text
+
+    generated = [g for side in sides for g in side.generated_names]
+    if generated:
+        doc["generatedNames"] = [
+            {"kind": g.kind, "generateName": g.generate_name, "name": g.name, "source": g.where}
+            for g in generated
+        ]
+    not_queued = [n.json() for side in sides for n in side.not_queued]
+    if not_queued:
+        doc["notQueued"] = not_queued
+    if fmt == "json":
+        sys.stdout.write(plan_json_text(doc))
+        sys.stdout.write("\n")
+    elif fmt == "yaml":
+        write_yaml(doc)
+    else:
+        sys.stdout.write(table(doc, wide=fmt == "wide"))

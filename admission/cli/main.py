@@ -20,7 +20,7 @@ from admission.cli.common import (
     BadInput,
     version,
     warn,
-    write_yaml,
+    write_plan,
 )
 from admission.cli.logs import add_log_level, configure_logging, webhooks_only_banner
 from queues.times import parse_rfc3339
@@ -341,7 +341,6 @@ def _plan(args: argparse.Namespace) -> int:
     from admission.drivers.lint import input_warnings
     from admission.drivers.plan import (
         plan_json,
-        plan_json_text,
         plan_table,
         run_plan,
         what_if_diff,
@@ -384,23 +383,8 @@ def _plan(args: argparse.Namespace) -> int:
         before, doc = plan_json(w.before), plan_json(w.after)
         doc["whatIf"] = {"files": list(args.what_if), "changes": what_if_diff(before, doc)}
         add_positions(doc, w.after.cache)
-    generated = [*inputs.generated_names, *(overlay.generated_names if overlay else [])]
-    if generated:
-        doc["generatedNames"] = [
-            {"kind": g.kind, "generateName": g.generate_name, "name": g.name, "source": g.where}
-            for g in generated
-        ]
-    not_queued = [*inputs.not_queued, *(overlay.not_queued if overlay else [])]
-    if not_queued:
-        doc["notQueued"] = [n.json() for n in not_queued]
-    fmt = _output_format(args.output)
-    if fmt == "json":
-        sys.stdout.write(plan_json_text(doc))
-        sys.stdout.write("\n")
-    elif fmt == "yaml":
-        write_yaml(doc)
-    else:
-        sys.stdout.write(plan_table(doc, wide=fmt == "wide"))
+    sides = [inputs] + ([overlay] if overlay else [])
+    write_plan(doc, sides, _output_format(args.output), plan_table)
     return EXIT_OK
 
 

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from admission.cli.common import EXIT_OK, BadInput, warn, write_yaml
+from admission.cli.common import EXIT_OK, BadInput, warn, write_plan
 from queues.times import parse_rfc3339
 
 
@@ -39,7 +39,6 @@ def plan_clusters(args: argparse.Namespace, fmt: str) -> int:
         clusters_table,
         clusters_what_if,
     )
-    from admission.drivers.plan import plan_json_text
 
     from .plan_positions import add_positions
 
@@ -90,20 +89,5 @@ def plan_clusters(args: argparse.Namespace, fmt: str) -> int:
         doc["whatIf"] = clusters_what_if(before, doc, list(args.what_if), files)
     add_positions(doc, result.manager.cache)
     sides = [manager.inputs] + ([overlay.inputs] if overlay is not None else [])
-    generated = [g for side in sides for g in side.generated_names]
-    if generated:  # as a single-cluster plan reports them, for the manager's files
-        doc["generatedNames"] = [
-            {"kind": g.kind, "generateName": g.generate_name, "name": g.name, "source": g.where}
-            for g in generated
-        ]
-    not_queued = [n.json() for side in sides for n in side.not_queued]
-    if not_queued:
-        doc["notQueued"] = not_queued
-    if fmt == "json":
-        sys.stdout.write(plan_json_text(doc))
-        sys.stdout.write("\n")
-    elif fmt == "yaml":
-        write_yaml(doc)
-    else:
-        sys.stdout.write(clusters_table(doc, wide=fmt == "wide"))
+    write_plan(doc, sides, fmt, clusters_table)
     return EXIT_OK

@@ -63,6 +63,17 @@ _JOB_TEMPLATE_LABELS = (
     "batch.kubernetes.io/job-name",
 )
 _CREATION_META = ("name", "namespace", "labels", "annotations")
+
+
+def remote_metadata(job: Obj, workload: str, origin: str) -> Obj:
+    """The metadata of a worker's copy: the job's name, namespace, labels and
+    annotations, labelled with the Workload already admitted there and the manager."""
+    meta = job.get("metadata") or {}
+    new_meta = {k: copy.deepcopy(meta[k]) for k in _CREATION_META if meta.get(k)}
+    labels = new_meta.setdefault("labels", {})
+    labels[PREBUILT_WORKLOAD] = workload
+    labels[MULTIKUEUE_ORIGIN] = origin
+    return new_meta
 SPEC_MANAGED_BY = ("spec", "managedBy")
 RUN_POLICY_MANAGED_BY = ("spec", "runPolicy", "managedBy")
 
@@ -129,11 +140,7 @@ class Adapter:
 
     def remote_copy(self, job: Obj, workload: str, origin: str) -> Obj:
         """The object to create on the worker."""
-        meta = job.get("metadata") or {}
-        new_meta = {k: copy.deepcopy(meta[k]) for k in _CREATION_META if meta.get(k)}
-        labels = new_meta.setdefault("labels", {})
-        labels[PREBUILT_WORKLOAD] = workload
-        labels[MULTIKUEUE_ORIGIN] = origin
+        new_meta = remote_metadata(job, workload, origin)
         spec = copy.deepcopy(job.get("spec") or {})
         *parents, leaf = self.managed_by[1:]
         node = spec

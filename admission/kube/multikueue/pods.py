@@ -33,11 +33,10 @@ from dataclasses import dataclass
 from admission.integrations.framework.fields import controller_ref
 from admission.integrations.kinds.pod import GROUP_NAME_LABEL, POD, gated
 from admission.kube.client.rest import Obj
-from admission.kube.multikueue.adapters import ADAPTERS, Adapter
+from admission.kube.multikueue.adapters import ADAPTERS, Adapter, remote_metadata
 from queues.api.conditions import conditions
-from queues.api.labels import IS_GROUP_WORKLOAD, MULTIKUEUE_ORIGIN, PREBUILT_WORKLOAD
+from queues.api.labels import IS_GROUP_WORKLOAD
 
-_CREATION_META = ("name", "namespace", "labels", "annotations")
 _TERMINATED = ("Succeeded", "Failed")
 SCHEDULED = "PodScheduled"
 
@@ -68,11 +67,7 @@ class PodGroupAdapter(Adapter):
         return ""  # no managedBy: the manager's pods stay gated instead
 
     def remote_copy(self, job: Obj, workload: str, origin: str) -> Obj:
-        meta = job.get("metadata") or {}
-        new_meta = {k: copy.deepcopy(meta[k]) for k in _CREATION_META if meta.get(k)}
-        labels = new_meta.setdefault("labels", {})
-        labels[PREBUILT_WORKLOAD] = workload
-        labels[MULTIKUEUE_ORIGIN] = origin
+        new_meta = remote_metadata(job, workload, origin)
         return {
             "apiVersion": "v1",
             "kind": "Pod",
