@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,14 @@ async def restart(s: Any) -> None:
     """Stop the stack's service and start another with the same options."""
     s.service.stop()
     with contextlib.suppress(Exception, asyncio.CancelledError):
-        await asyncio.wait_for(s.task, timeout=20)
+        await asyncio.wait_for(asyncio.shield(s.task), timeout=20)
+    if not s.task.done():  # say what the stop waits for, then end it
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.print_stack(limit=4, file=sys.stderr)
+        s.task.cancel()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await s.task
     service = Service(dataclasses.replace(s.service.options))
     s.service, s.task = service, asyncio.create_task(service.run())
     await eventually(lambda: service.ready.is_set() or s.task.done(), what="restarted")

@@ -408,6 +408,7 @@ async def stack(
         user = await k.KubeClient.connect(
             configuration=kube_client_config(server.url, ca_pem=server.ca_pem), strict=False
         )
+        current: Stack | None = None
         try:
             await eventually(
                 lambda: service.ready.is_set() or task.done(), what="the service is ready"
@@ -429,9 +430,12 @@ async def stack(
                     service=SERVICE_ROUTE,
                     ca_pem=read_cert_dir(cert_dir).ca_cert_pem,
                 )
-            yield Stack(server, service, user, cert_dir, task)
+            current = Stack(server, service, user, cert_dir, task)
+            yield current
         finally:
+            if current is not None:  # the test may have restarted the service
+                service, task = current.service, current.task
             service.stop()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(task, timeout=20)
             await user.close()
