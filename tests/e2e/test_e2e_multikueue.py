@@ -173,15 +173,21 @@ def test_a_lost_worker_gets_its_workload_dispatched_again(
             )
             assert mkc["reason"] == "ClientConnectionFailed"
             other = next(w for w in WORKERS if w != first)
-            await eventually(
-                lambda: (
-                    (w := m.manager.get("workloads", name, NS))
-                    and is_true(w, "Admitted")
-                    and w["status"].get("clusterName") == other
-                ),
-                what="dispatched again, to the other worker",
-                timeout=90,
-            )
+            try:
+                await eventually(
+                    lambda: (
+                        (w := m.manager.get("workloads", name, NS))
+                        and is_true(w, "Admitted")
+                        and w["status"].get("clusterName") == other
+                    ),
+                    what="dispatched again, to the other worker",
+                    timeout=90,
+                )
+            except AssertionError as exc:  # say where the re-dispatch stopped
+                status = (m.manager.get("workloads", name, NS) or {}).get("status")
+                raise AssertionError(
+                    f"{exc}; Workload status: {status}; copies: {m.copies(NS, name)}"
+                ) from None
             m.links[first].resume()
             await eventually(lambda: set(m.copies(NS, name)) == {other},
                              what="the old copy removed once the worker is back",
