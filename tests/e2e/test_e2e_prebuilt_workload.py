@@ -167,3 +167,29 @@ def test_every_kind_runs_on_the_prebuilt_workload_it_names(
             assert [r["name"] for r in wl["metadata"]["ownerReferences"]] == ["o"]
 
     asyncio.run(main())
+
+
+def test_a_single_pod_larger_than_the_prebuilt_workload_it_names_never_runs(
+    tmp_path: Path, backend: Any
+) -> None:
+    """A tenant's single pod naming a small admitted prebuilt Workload: it must not run
+    on that Workload's quota with a larger request."""
+    from tests.e2e.test_e2e_podgroups import gated, pod
+
+    async def main() -> None:
+        async with stack(tmp_path, backend=backend, objects=OBJECTS) as s:
+            await s.user.create(k.WORKLOADS, prebuilt_workload("small", count=1), namespace=NS)
+            await eventually(
+                lambda: admitted(s.get("workloads", "small", NS)), what="small admitted"
+            )
+            big = pod("big", group="unused", total=1, cpu="3")
+            big["metadata"]["namespace"] = NS
+            del big["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"]
+            del big["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"]
+            big["metadata"]["labels"][PREBUILT] = "small"
+            await s.user.create(k.PODS, big, namespace=NS)
+            await asyncio.sleep(2.0)
+            assert gated(s.get("pods", "big", NS)), "the larger pod ran on small's quota"
+            assert cpu_used(s) in (None, "0", "1")
+
+    asyncio.run(main())
