@@ -18,7 +18,7 @@ The quota predicates the search and the victim choice share (:func:`within_nomin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple
@@ -45,7 +45,9 @@ __all__ = [
     "CandidateSearch",
     "Candidates",
     "QuotaFit",
+    "Source",
     "Variant",
+    "borrowing_queues",
     "fits_in_quota",
     "under_nominal",
     "uses_resources",
@@ -162,6 +164,38 @@ def _order_evicting_first(evicting: Container[str]) -> Callable[[Candidate], tup
     return key
 
 
+class Source(NamedTuple):
+    """One ClusterQueue's admitted workloads and what decides which are candidates
+    (:meth:`CandidateSearch._source`)."""
+
+    admitted: AdmittedRows
+    any_priority: bool  # the policy is Any: every priority may be taken
+    newer_equal_ok: bool  # LowerOrNewerEqualPriority
+    fixed: Variant | None  # the variant of all of them; None: by each one's priority
+    threshold: int | None  # borrowWithinCohort's maxPriorityThreshold
+
+
+def borrowing_queues(
+    cq: QuotaNode, current: QuotaNode, skip: QuotaNode | None, frs: set[FlavorResource]
+) -> Iterator[QuotaNode]:
+    """The ClusterQueues below ``current`` (not below ``skip``, not ``cq``) that use more
+    than their nominal quota, through Cohorts that do too (depth first: a child Cohort's
+    before the node's own ClusterQueues), walked with a stack of its own, never by
+    recursion (a chain of any depth)."""
+    stack = [(current, iter(current.child_cohorts))]
+    while stack:
+        node, cohorts = stack[-1]
+        child = next((c for c in cohorts if c is not skip and not within_nominal(c, frs)), None)
+        if child is not None:
+            stack.append((child, iter(child.child_cohorts)))
+            continue
+        stack.pop()
+        for q in node.child_queues:
+            if q is cq or within_nominal(q, frs):
+                continue
+            yield q
+
+
 class CandidateSearch:
     """The candidate search over a ``Cache``: what the classical and fair-sharing
     preemptors share. Admitted workloads, their usage and their priorities are read
@@ -221,6 +255,34 @@ class CandidateSearch:
             return Variant.RECLAIM_WITHOUT_BORROWING
         return Variant.RECLAIM_WHILE_BORROWING
 
+    def _source(
+        self, snap: Snapshot, wl: Workload, cq_name: str, cand_cq: str, advantage: bool
+    ) -> Source | None:
+        """What :meth:`_from_cq` works out once for one ClusterQueue (policy, priorities,
+        kind of reclaim); None when none of its workloads can be a candidate."""
+        admitted = self.admitted_rows(snap, cand_cq)
+        if admitted is None:
+            return None
+        same = cand_cq == cq_name
+        p = self.cache.cluster_queues[cq_name].preemption
+        policy = p.within_cluster_queue if same else p.reclaim_within_cohort
+        if policy not in (LOWER_PRIORITY, LOWER_OR_NEWER_EQUAL_PRIORITY, ANY):
+            return None  # Never: no workload of this queue may be preempted
+        prio = wl.priority
+        newer_equal_ok = policy == LOWER_OR_NEWER_EQUAL_PRIORITY
+        lowest = admitted.lowest_priority
+        if policy != ANY and (lowest > prio or (lowest == prio and not newer_equal_ok)):
+            return None  # nobody of a lower (or equal, newer) priority to take
+        if same:
+            fixed: Variant | None = Variant.WITHIN_CQ
+        elif advantage:
+            fixed = Variant.HIERARCHICAL_RECLAIM
+        elif p.borrow_within_cohort == NEVER:
+            fixed = Variant.RECLAIM_WITHOUT_BORROWING
+        else:
+            fixed = None  # by the candidate's priority (borrowWithinCohort's threshold)
+        return Source(admitted, policy == ANY, newer_equal_ok, fixed, p.max_priority_threshold)
+
     def _from_cq(
         self,
         snap: Snapshot,
@@ -233,36 +295,24 @@ class CandidateSearch:
     ) -> list[Candidate]:
         """The candidates of one ClusterQueue: :meth:`_classify` for each of its admitted
         workloads, with what is the same for all of them (policy, priorities, kind of
-        reclaim) worked out once; ``test_preemption_properties`` checks the two agree."""
-        cache = self.cache
-        admitted = self.admitted_rows(snap, cand_cq)
-        if admitted is None:
+        reclaim) worked out once; ``test_preemption_properties`` checks the two agree.
+        (:mod:`admission.engine.preemption.ordered` filters the rows the same way.)"""
+        src = self._source(snap, wl, cq_name, cand_cq, advantage)
+        if src is None:
             return []
-        same = cand_cq == cq_name
-        p = cache.cluster_queues[cq_name].preemption
-        policy = p.within_cluster_queue if same else p.reclaim_within_cohort
-        if policy not in (LOWER_PRIORITY, LOWER_OR_NEWER_EQUAL_PRIORITY, ANY):
-            return []  # Never: no workload of this queue may be preempted
+        any_priority, newer_equal_ok, fixed, threshold = (
+            src.any_priority,
+            src.newer_equal_ok,
+            src.fixed,
+            src.threshold,
+        )
         prio = wl.priority
-        newer_equal_ok = policy == LOWER_OR_NEWER_EQUAL_PRIORITY
-        lowest = admitted.lowest_priority
-        if policy != ANY and (lowest > prio or (lowest == prio and not newer_equal_ok)):
-            return []  # nobody of a lower (or equal, newer) priority to take
         order_time = wl.queue_order_time
-        if same:
-            fixed: Variant | None = Variant.WITHIN_CQ
-        elif advantage:
-            fixed = Variant.HIERARCHICAL_RECLAIM
-        elif p.borrow_within_cohort == NEVER:
-            fixed = Variant.RECLAIM_WITHOUT_BORROWING
-        else:
-            fixed = None  # by the candidate's priority (borrowWithinCohort's threshold)
-        threshold = p.max_priority_threshold
         excluded = snap.victims
         progress = self.progress
         single = next(iter(frs)) if len(frs) == 1 else None
         out = []
-        for key, cand, cp, usage in admitted.rows:
+        for key, cand, cp, usage in src.admitted.rows:
             if key in excluded:
                 continue
             if single is not None:
@@ -270,7 +320,7 @@ class CandidateSearch:
                     continue
             elif not any(fr in usage for fr in frs):
                 continue
-            if policy != ANY and not (
+            if not any_priority and not (
                 cp < prio or (newer_equal_ok and cp == prio and order_time < cand.queue_order_time)
             ):
                 continue
@@ -314,21 +364,9 @@ class CandidateSearch:
         advantage: bool,
         out: list[Candidate],
     ) -> None:
-        """The candidates of the ClusterQueues below ``current`` that use more than their
-        nominal quota (depth first: a child Cohort's before the node's own ClusterQueues),
-        walked with a stack of its own, never by recursion (a chain of any depth)."""
-        stack = [(current, iter(current.child_cohorts))]
-        while stack:
-            node, cohorts = stack[-1]
-            child = next((c for c in cohorts if c is not skip and not within_nominal(c, frs)), None)
-            if child is not None:
-                stack.append((child, iter(child.child_cohorts)))
-                continue
-            stack.pop()
-            for q in node.child_queues:
-                if q is cq or within_nominal(q, frs):
-                    continue
-                out.extend(self._from_cq(snap, wl, cq.name, q.name, subtree_root, frs, advantage))
+        """The candidates of the ClusterQueues :func:`borrowing_queues` lists."""
+        for q in borrowing_queues(cq, current, skip, frs):
+            out.extend(self._from_cq(snap, wl, cq.name, q.name, subtree_root, frs, advantage))
 
     def candidates(
         self,

@@ -30,6 +30,11 @@ from admission.engine.preemption.candidates import (
     within_nominal,
 )
 from admission.engine.preemption.feasibility import kept_locally
+from admission.engine.preemption.ordered import (
+    OrderedCandidates,
+    SortedAdmitted,
+    ordered_candidates,
+)
 from admission.engine.snapshot import Snapshot
 from admission.engine.vocabulary import AssignmentMode, PreemptionReason
 from queues.model import LOWER_OR_NEWER_EQUAL_PRIORITY, NEVER, FlavorResource, Workload
@@ -69,6 +74,9 @@ class Preemptor(CandidateSearch):
         super().__init__(cache, tracker=tracker, progress=progress)
         # During one ``targets`` search: the TAS placement the victims must make possible.
         self.placement: Callable[[Sequence[str]], bool] | None = None
+        # Each ClusterQueue's admitted workloads in Kueue's candidate order, kept across
+        # cycles while its admissions stay the same (admission.engine.preemption.ordered).
+        self.sorted_admitted = SortedAdmitted()
 
     def _placement_fits(self, victims: Iterable[str]) -> bool:
         """Kueue's workloadFits, TAS part: the preemptor's topology placement succeeds
@@ -189,9 +197,19 @@ class Preemptor(CandidateSearch):
         ``snap.tree``); [] when no allowed set of victims would do."""
         if not self._could_free_enough(snap, wl, cq, frs, requests):
             return []
-        cands, none_from_others, none_hierarchical = self.candidates(snap, wl, cq, frs, requests)
-        if not cands:
-            return []
+        cands: Iterable[Candidate]
+        lazy = self._ordered_candidates(snap, wl, cq, frs, requests)
+        if lazy is not None:  # the same sequence, produced as the removals take it
+            if not lazy:
+                return []
+            cands = lazy
+            none_from_others, none_hierarchical = lazy.none_from_others, lazy.none_hierarchical
+        else:
+            cands, none_from_others, none_hierarchical = self.candidates(
+                snap, wl, cq, frs, requests
+            )
+            if not cands:
+                return []
         spec = self.cache.cluster_queues[cq.name]
         forbidden = spec.preemption.borrow_within_cohort == NEVER
         if none_from_others or self._within_nominal_search_hopeless(wl, cq, frs, requests):
@@ -216,6 +234,18 @@ class Preemptor(CandidateSearch):
                         kept = self._fill_back(snap, cq, requests, removed, allow_borrowing)
                         return [Target(t.key, t.cq, t.variant.reason) for t in kept]
         return []
+
+    def _ordered_candidates(
+        self,
+        snap: Snapshot,
+        wl: Workload,
+        cq: QuotaNode,
+        frs: set[FlavorResource],
+        requests: Mapping[FlavorResource, int],
+    ) -> OrderedCandidates | None:
+        """:meth:`candidates` produced lazily, or None where only the eager lists give
+        Kueue's order (the seam the tests replace to compare the two)."""
+        return ordered_candidates(self, self.sorted_admitted, snap, wl, cq, frs, requests)
 
     def _fill_back(
         self,

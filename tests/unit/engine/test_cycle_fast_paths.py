@@ -6,8 +6,9 @@ resource group of one flavor without comparing candidates, the TAS step is skipp
 when there is nothing to place, each ClusterQueue's admitted workloads
 are read once per cycle for every victim search (and a queue with nobody of a lower
 priority is skipped), a search under ``borrowWithinCohort: Never`` that would borrow
-whatever it took from its own queue tries no other queue's workloads, the scheduler
-reuses the oracle's victim search, and a Cohort keeps what it has available until its
+whatever it took from its own queue tries no other queue's workloads, a victim search
+takes its candidates in order from rows kept sorted instead of listing and sorting them
+all, the scheduler reuses the oracle's victim search, and a Cohort keeps what it has available until its
 tree's usage changes. Each
 shortcut has a seam; :func:`general_paths` replaces every one of them with the general
 path it stands for, and the tests run the same random worlds both ways and compare
@@ -85,6 +86,10 @@ def _never_hopeless(self: Preemptor, *_args: object) -> bool:
     return False  # every search tries reclaiming from other queues
 
 
+def _eager_candidates(self: Preemptor, *_args: object) -> None:
+    return None  # every search lists and sorts all of its candidates
+
+
 @contextmanager
 def general_paths() -> Iterator[None]:
     """Every shortcut replaced by the general path it stands for."""
@@ -97,6 +102,7 @@ def general_paths() -> Iterator[None]:
             (Preemptor, "targets", _search_every_time),
             (QuotaNode, "available", _available_every_time),
             (Preemptor, "_borrows_after_own_removals", _never_hopeless),
+            (Preemptor, "_ordered_candidates", _eager_candidates),
         ):
             stack.enter_context(mock.patch.object(owner, name, general))
         yield
