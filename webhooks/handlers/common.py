@@ -20,7 +20,7 @@ from admission.integrations.framework.requests import claim_changes
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration, UpdateCheck
 from admission.integrations.ownership import OwnershipError
 from queues.api.labels import MAX_EXEC_TIME as MAX_EXEC_TIME_LABEL
-from queues.api.labels import MULTIKUEUE_CONTROLLER
+from queues.api.labels import MULTIKUEUE_CONTROLLER, MULTIKUEUE_ORIGIN
 from queues.api.labels import PREBUILT_WORKLOAD as PREBUILT_WORKLOAD_LABEL
 from queues.api.labels import PRIORITY_CLASS as PRIORITY_CLASS_LABEL
 from queues.api.labels import QUEUE_NAME as QUEUE_LABEL
@@ -222,6 +222,16 @@ def _mutate_owner_update(
     return allow(m.patch())
 
 
+def _multikueue_copy_of_own_group(integ: Integration, obj: JsonObj, labels: dict[str, str]) -> bool:
+    """A StatefulSet that a MultiKueue manager copied to this worker: labelled
+    ``multikueue-origin`` and naming its own pod group's Workload, which the manager
+    created here (Kueue's StatefulSet adapter labels its copy so; its webhook does not
+    refuse the label)."""
+    return MULTIKUEUE_ORIGIN in labels and labels.get(PREBUILT_WORKLOAD_LABEL) == (
+        integ.workload_name(obj)
+    )
+
+
 def validate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerContext) -> Verdict:
     """``BaseWebhook.ValidateCreate/ValidateUpdate`` plus the kind's own rules."""
     assert req.object is not None
@@ -229,7 +239,11 @@ def validate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerConte
     labels = string_map(new, "labels")
     errs = FieldErrors()
     validate_on_create(labels, errs)
-    if integ.reconciler == "parent" and PREBUILT_WORKLOAD_LABEL in labels:
+    if (
+        integ.reconciler == "parent"
+        and PREBUILT_WORKLOAD_LABEL in labels
+        and not _multikueue_copy_of_own_group(integ, new, labels)
+    ):
         # admitted through its pods' groups: there is no one Workload to name (Kueue)
         gvk = f"{integ.api_version}, Kind={integ.kind}"
         errs.forbidden(PREBUILT_PATH, f"Is not supported for {go_value(gvk)}")

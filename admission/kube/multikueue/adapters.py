@@ -28,7 +28,8 @@ RayCluster never finishes (it serves until deleted).
 Kinds (Kueue's pkg/controller/jobs/*/*_multikueue_adapter.go): batch/v1 Job, JobSet
 (jobset.x-k8s.io/v1alpha2), TrainJob (trainer.kubeflow.org/v1alpha1), PyTorchJob
 (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1) with ``spec.runPolicy.managedBy``,
-RayJob and RayCluster (ray.io/v1); pod groups in :mod:`.pods`. Every other kind is
+RayJob and RayCluster (ray.io/v1); pod groups in :mod:`.pods`; StatefulSet and
+LeaderWorkerSet, which have no ``managedBy``, in :mod:`.serving`. Every other kind is
 rejected by the check with Kueue's message "No multikueue adapter found for owner
 kind".
 """

@@ -34,13 +34,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.integrations.framework.fields import controller_ref
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.resources import WORKLOADS
 from admission.kube.client.rest import KubeClient, Obj
-from admission.kube.multikueue.adapters import ADAPTERS, Adapter
-from admission.kube.multikueue.pods import POD_GROUPS, PodGroupAdapter
+from admission.kube.multikueue.adapters import Adapter
+from admission.kube.multikueue.pods import POD_GROUPS, PodGroupAdapter, adapter_of_kind, owner_name
 from admission.kube.multikueue.pods import owner_kind as kind_of
 from admission.kube.multikueue.remote import RemoteCluster
 from queues.api.conditions import condition, is_true
@@ -162,7 +161,7 @@ class Dispatch:
     async def remove_remote(self, remote: RemoteCluster, key: str, owner_kind: str) -> None:
         """Delete the job copy and the Workload copy of ``key`` from a worker."""
         ns, _, name = key.partition("/")
-        adapter = POD_GROUPS if owner_kind == "Pod" else ADAPTERS.get(owner_kind)
+        adapter = adapter_of_kind(owner_kind)
         copy_ = remote.workload(key)
         owner = self.owner_name(copy_)
         targets = []
@@ -185,8 +184,7 @@ class Dispatch:
 
     @staticmethod
     def owner_name(wl: Obj | None) -> str:
-        ref = controller_ref(wl) if wl else None
-        return str(ref.get("name") or "") if ref else ""
+        return owner_name(wl)
 
     # -- the manager's Workload -------------------------------------------------------------
 

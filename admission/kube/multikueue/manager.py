@@ -35,7 +35,6 @@ from collections.abc import Callable
 from typing import Any
 
 from admission.config.multikueue import MultiKueueSettings
-from admission.integrations.framework.fields import controller_ref
 from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.resources import (
@@ -48,11 +47,13 @@ from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.control.context import Context
 from admission.kube.multikueue.adapters import ADAPTERS
 from admission.kube.multikueue.clusters import Clusters
+from admission.kube.multikueue.components import ComponentNomination
 from admission.kube.multikueue.dispatch import Dispatch, Group
 from admission.kube.multikueue.dispatchers import Dispatchers
-from admission.kube.multikueue.pods import PodGroupAdapter, adapter_for, group_of
+from admission.kube.multikueue.pods import PodGroupAdapter, adapter_for, group_of, owner_name
 from admission.kube.multikueue.pods import owner_kind as kind_of
 from admission.kube.multikueue.remote import RemoteCluster
+from admission.kube.multikueue.serving import SERVING
 from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.informer import DELETED, Informer
 from queues.api.conditions import condition
@@ -62,6 +63,7 @@ log = logging.getLogger("quartermaster.kube.multikueue")
 
 CONCURRENCY = 16
 _JOB_KINDS = {a.resource.plural: a.kind.lower() for a in ADAPTERS.values()}
+_UNWATCHED = {a.resource.plural: a for a in SERVING.values()}
 
 
 class MultiKueue:
@@ -97,7 +99,12 @@ class MultiKueue:
             self.client,
             origin=settings.origin,
             worker_lost_timeout=settings.worker_lost_timeout,
-            nominate=self.dispatchers.nominate,
+            nominate=ComponentNomination(
+                self.dispatchers.nominate,
+                read_owner=self._full_job,
+                workload=ctx.writer.workload,
+                patch=self._patch,
+            ),
             record_event=lambda *a: ctx.record_event(*a),
             clock=self.clock,
             full=self._full_workload,
@@ -349,8 +356,21 @@ class MultiKueue:
         return await self.ctx.informers["workloads"].full(key)
 
     async def _full_job(self, plural: str, key: str) -> Obj | None:
+        """The manager's whole job; a kind not watched here (a StatefulSet, a
+        LeaderWorkerSet: read up their pods' owners) is read from the API."""
         inf = self.ctx.informers.get(plural)
-        return await inf.full(key) if inf is not None else None
+        if inf is not None:
+            return await inf.full(key)
+        adapter = _UNWATCHED.get(plural)
+        if adapter is None:
+            return None
+        ns, _, name = key.partition("/")
+        try:
+            return await self.client.get(adapter.resource, name, namespace=ns)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
 
     def _group_pods(self, key: str) -> list[Obj]:
         return self.pod_groups.pods(self.ctx.informers, key)
@@ -397,15 +417,17 @@ class MultiKueue:
         group = self._group(key, wl, check)
         if group is None:
             return
-        ref = controller_ref(wl) or {}
+        owner = owner_name(wl)
         adapter = adapter_for(wl)
         job = None
-        if isinstance(adapter, PodGroupAdapter) and not ref:  # a group: its first pod
+        if isinstance(adapter, PodGroupAdapter) and not owner:  # a group: its first pod
             job = next(iter(self._group_pods(key)), None)
-        elif adapter is not None and ref.get("name"):
+        elif adapter is not None and owner:
             inf = self.ctx.informers.get(adapter.resource.plural)
             if inf is not None:  # slim: the whole job is read only to copy it
-                job = inf.get(f"{group.namespace}/{ref['name']}")
+                job = inf.get(f"{group.namespace}/{owner}")
+            else:
+                job = await self._full_job(adapter.resource.plural, f"{group.namespace}/{owner}")
         outcome = await self.dispatch.reconcile(group, job, adapter)
         if outcome.reasons and outcome.reasons != self.reasons.get(key):
             self.reasons[key] = outcome.reasons

@@ -23,6 +23,9 @@ is why Kueue's ``IsJobManagedByKueue`` for pods is always true.
 * The group is finished on the worker when every pod there is ``Succeeded`` or
   ``Failed``.
 * Removing the remote objects deletes every pod of the group this manager made there.
+
+A StatefulSet's or LeaderWorkerSet's group is not dispatched pod by pod: its Workload
+names its owner (:func:`owner_kind`), whose adapter (:mod:`.serving`) copies the set.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from admission.integrations.framework.fields import controller_ref
 from admission.integrations.kinds.pod import GROUP_NAME_LABEL, POD, gated
 from admission.kube.client.rest import Obj
 from admission.kube.multikueue.adapters import ADAPTERS, Adapter, remote_metadata
+from admission.kube.multikueue.serving import BY_KIND as SERVING_BY_KIND
+from admission.kube.multikueue.serving import serving_owner
 from queues.api.conditions import conditions
 from queues.api.labels import IS_GROUP_WORKLOAD
 
@@ -93,13 +98,32 @@ POD_GROUPS = PodGroupAdapter(POD)
 
 
 def owner_kind(wl: Obj | None) -> str:
-    """The kind the Workload ``wl`` runs: its controller's, or ``Pod`` for a pod group's."""
+    """The kind the Workload ``wl`` runs (Kueue's ``wlReconciler.adapter``): the serving
+    kind that owns it (a StatefulSet's, a LeaderWorkerSet's group:
+    :func:`~.serving.serving_owner`), else its controller's, else ``Pod`` for a pod
+    group's."""
+    serving = serving_owner(wl)
+    if serving is not None:
+        return serving[0].kind
     kind = str((controller_ref(wl) or {}).get("kind") or "") if wl else ""
     return kind or ("Pod" if is_pod_group_workload(wl) else "")
 
 
+def owner_name(wl: Obj | None) -> str:
+    """The name of the object the Workload ``wl`` runs ("" for a pod group's): its
+    serving owner's, else its controller's."""
+    serving = serving_owner(wl)
+    if serving is not None:
+        return serving[1]
+    return str((controller_ref(wl) or {}).get("name") or "") if wl else ""
+
+
+def adapter_of_kind(kind: str) -> Adapter | None:
+    """The adapter of the kind :func:`owner_kind` names (None: no adapter)."""
+    return POD_GROUPS if kind == "Pod" else ADAPTERS.get(kind) or SERVING_BY_KIND.get(kind)
+
+
 def adapter_for(wl: Obj | None) -> Adapter | None:
-    """The adapter of the Workload ``wl``: the pods' (a group's, a single pod's), else
-    its controller's kind's (None: MultiKueue cannot dispatch it)."""
-    kind = owner_kind(wl)
-    return POD_GROUPS if kind == "Pod" else ADAPTERS.get(kind)
+    """The adapter of the Workload ``wl``: a serving kind's, the pods' (a group's, a
+    single pod's), else its controller's kind's (None: MultiKueue cannot dispatch it)."""
+    return adapter_of_kind(owner_kind(wl))

@@ -28,8 +28,9 @@ from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.resources import WORKLOADS
 from admission.kube.client.rest import KubeClient, Obj
+from admission.kube.multikueue.serving import workload_keys
 from admission.kube.watch.informer import DELETED, Informer
-from queues.api.labels import MULTIKUEUE_ORIGIN, PREBUILT_WORKLOAD
+from queues.api.labels import MULTIKUEUE_ORIGIN
 
 log = logging.getLogger("quartermaster.kube.multikueue")
 
@@ -95,16 +96,14 @@ class RemoteCluster:
 
     def job_informer(self, resource: Resource) -> Informer:
         """The informer of this manager's job copies of one kind (started on first use:
-        a worker need not serve every kind); an event names the Workload it runs on."""
+        a worker need not serve every kind); an event names the Workloads it runs on
+        (Kueue's ``WorkloadKeysFor``)."""
         inf = self.jobs.get(resource.plural)
         if inf is None:
 
             def handler(_event: str, _key: str, new: Obj | None, old: Obj | None) -> None:
-                obj = new or old or {}
-                meta = obj.get("metadata") or {}
-                wl = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD)
-                if wl:
-                    self.on_change(f"{meta.get('namespace')}/{wl}")
+                for wl_key in workload_keys(resource.kind, new or old or {}):
+                    self.on_change(wl_key)
 
             inf = Informer(
                 self.client,

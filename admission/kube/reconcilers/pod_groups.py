@@ -41,7 +41,10 @@ only) and its Workload and does the next step:
 * MultiKueue: on the manager, the pods of a Workload with a MultiKueue check are never
   ungated (Kueue's ``ShouldSkipLocalExecution``: their copies run on a worker); on a
   worker, a manager's Workload copy (label ``multikueue-origin``) is kept while it has
-  no pods yet (they are created once it is admitted);
+  no pods yet (they are created once it is admitted), and the pods of a StatefulSet or
+  LeaderWorkerSet copied by a manager (labelled ``multikueue-origin``) never get a
+  Workload of their own: they wait for the manager's copy of their group's (Kueue's
+  StatefulSet and LeaderWorkerSet reconcilers make none for such an object);
 
 * a single managed pod (no group name: a Deployment's) is a group of one with its own
   Workload ``pod-<name>-<hash>``, controlled by the pod; a deleted one is let go at once
@@ -321,6 +324,8 @@ class PodGroupReconciler:
             if owner is not None:
                 if owner[1] is None:
                     return  # pods of a deleted owner: they go with it (so does its Workload)
+                if MULTIKUEUE_ORIGIN in (kobj.meta(owner[1]).get("labels") or {}):
+                    return  # a MultiKueue copy's: they run on the manager's Workload copy
                 total = owner[0].group_size(owner[1]) or total  # a resized set: as it is now
                 members = members[:total]
             if len(members) < total:  # fast admission: the others are like the first

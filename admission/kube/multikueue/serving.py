@@ -1,0 +1,215 @@
+"""StatefulSet and LeaderWorkerSet in MultiKueue (Kueue's
+pkg/controller/jobs/statefulset/statefulset_multikueue_adapter.go and
+pkg/controller/jobs/leaderworkerset/leaderworkerset_multikueue_adapter.go).
+
+Both are admitted through their pods (:mod:`admission.integrations.kinds.admitted_by_pods`):
+their Workloads are pod groups owned — not controlled — by the object, which the
+Workload names in Kueue's ``kueue.x-k8s.io/job-owner-gvk`` and ``job-owner-name``
+annotations; MultiKueue finds the kind there first, as Kueue's ``wlReconciler.adapter``
+does. Neither kind has a ``managedBy`` field, so the object is always MultiKueue's
+(``IsJobManagedByKueue`` is true): its controller on the manager runs as usual and makes
+the pods, which stay behind their scheduling gate there (the pod-group reconciler never
+ungates a Workload that has a MultiKueue check, Kueue's ``ShouldSkipLocalExecution``).
+
+* The object itself is copied to the worker that admitted its Workload: name,
+  namespace, labels, annotations and spec as they are (the pod templates keep the
+  pod-group metadata the manager's webhook wrote), labelled
+  ``kueue.x-k8s.io/multikueue-origin`` and annotated
+  ``kueue.x-k8s.io/multikueue-origin-uid`` with the manager's UID; a StatefulSet's copy
+  is also labelled ``kueue.x-k8s.io/prebuilt-workload-name`` (its one Workload). On the
+  worker the copy's pods name the same Workloads as the manager's (the names do not
+  depend on the UID here) and join the Workload copies the manager created; the worker's
+  pod-group reconciler never makes a Workload of its own for a copy's pods.
+* Nothing comes back: the manager's own StatefulSet (or LWS) controller writes the
+  object's status, and would overwrite any status copied from the worker.
+* Never finished: they serve until deleted. Deleting the manager's object (its Workloads
+  go with it), scaling it to zero (the Workload goes with its pods) or losing the quota
+  removes the copies from the worker.
+* A LeaderWorkerSet has one Workload per group (``spec.replicas``; Kueue's
+  ``MultiKueueMultiWorkloadAdapter``): the copy is made once (an existing one is fine),
+  removing any group's copies deletes the worker's set (the other groups' reconciles
+  make it again), and all groups go to one worker (:mod:`.components`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from admission.integrations.framework.fields import (
+    IntegrationError,
+    count_field,
+    meta_of,
+    ref_of,
+)
+from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration
+from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
+from admission.integrations.kinds.statefulset import STATEFULSET
+from admission.kube.client.rest import Obj
+from admission.kube.multikueue.adapters import Adapter, remote_metadata
+from queues.api.labels import (
+    JOB_OWNER_GVK,
+    JOB_OWNER_NAME,
+    MULTIKUEUE_ORIGIN,
+    MULTIKUEUE_ORIGIN_UID,
+    PREBUILT_WORKLOAD,
+)
+
+#: Kueue's ``maxLeaderWorkerSetReplicas``: more groups than this are refused
+MAX_GROUPS = 1_000_000
+
+
+def _gvk(api_version: str, kind: str) -> str:
+    """Kueue's ``GroupVersionKind.String()`` of the owner annotation."""
+    return f"{api_version}, Kind={kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServingAdapter(Adapter):
+    """A kind admitted through its pods: copied whole, never synced back, never finished."""
+
+    #: whether the copy is labelled with the Workload's name (a StatefulSet's one Workload)
+    names_workload: bool = True
+    #: one Workload per group of the object (a LeaderWorkerSet)
+    multi_workload: bool = False
+
+    @property
+    def pod_owner(self) -> PodOwnerIntegration:
+        integ = self.integration
+        assert isinstance(integ, PodOwnerIntegration)
+        return integ
+
+    @property
+    def owner_gvk(self) -> str:
+        return _gvk(self.resource.api_version, self.kind)
+
+    def unmanaged_reason(self, job: Obj) -> str:
+        return ""  # no managedBy: the manager's pods stay gated instead
+
+    def remote_copy(self, job: Obj, workload: str, origin: str) -> Obj:
+        new_meta = remote_metadata(job, workload, origin)
+        if not self.names_workload:
+            new_meta["labels"].pop(PREBUILT_WORKLOAD, None)
+        uid = str(meta_of(job).get("uid") or "")
+        new_meta.setdefault("annotations", {})[MULTIKUEUE_ORIGIN_UID] = uid
+        return {
+            "apiVersion": self.resource.api_version,
+            "kind": self.kind,
+            "metadata": new_meta,
+            "spec": copy.deepcopy(job.get("spec") or {}),
+        }
+
+    def status_to_copy(self, local: Obj, remote: Obj) -> Obj | None:
+        return None  # the manager's own controller writes the status
+
+    def finished(self, obj: Obj) -> bool:
+        return False  # serving: deleting it ends its Workloads
+
+    @property
+    def lower_kind(self) -> str:
+        return self.kind.lower()
+
+    # -- the Workloads of one object ----------------------------------------------------------
+
+    def groups(self, owner: Mapping[str, Any]) -> int:
+        """How many Workloads ``owner`` makes (Kueue's ``GetExpectedWorkloadCount``);
+        IntegrationError naming the object and field when it cannot say."""
+        if not self.multi_workload:
+            return 1
+        spec = owner.get("spec")
+        replicas = count_field(
+            (spec if isinstance(spec, Mapping) else {}).get("replicas"),
+            self.lower_kind, ref_of(owner), "spec.replicas", default=1,
+        )  # fmt: skip
+        if replicas > MAX_GROUPS:
+            raise IntegrationError(
+                f"{self.lower_kind} {ref_of(owner)}: spec.replicas: must be <= {MAX_GROUPS}, "
+                f"got {replicas}"
+            )
+        return replicas
+
+    def workload_names(self, owner: Mapping[str, Any]) -> list[str]:
+        """The names of ``owner``'s Workloads, by group index (IntegrationError as
+        :meth:`groups`)."""
+        if not self.multi_workload:
+            return [self.pod_owner.workload_name(owner)]
+        name = str(meta_of(owner).get("name") or "")
+        return [LEADERWORKERSET.group_name(name, i) for i in range(self.groups(owner))]
+
+    def workload_keys(self, obj: Mapping[str, Any]) -> list[str]:
+        """The manager's Workloads a worker's copy runs (Kueue's ``WorkloadKeysFor``):
+        the one it is labelled with, or one per group; none for an object this manager
+        did not make or that names none."""
+        m = meta_of(obj)
+        labels = m.get("labels") or {}
+        if not isinstance(labels, Mapping) or MULTIKUEUE_ORIGIN not in labels:
+            return []
+        ns = str(m.get("namespace") or "default")
+        if self.names_workload:
+            name = labels.get(PREBUILT_WORKLOAD)
+            return [f"{ns}/{name}"] if isinstance(name, str) and name else []
+        try:
+            return [f"{ns}/{n}" for n in self.workload_names(obj)]
+        except IntegrationError:
+            return []
+
+
+STATEFULSET_ADAPTER = ServingAdapter(STATEFULSET)
+LEADERWORKERSET_ADAPTER = ServingAdapter(LEADERWORKERSET, names_workload=False,
+                                         multi_workload=True)  # fmt: skip
+
+SERVING: dict[str, ServingAdapter] = {
+    a.owner_gvk: a for a in (STATEFULSET_ADAPTER, LEADERWORKERSET_ADAPTER)
+}
+"""Adapter by the ``job-owner-gvk`` annotation of the Workload."""
+BY_KIND: dict[str, ServingAdapter] = {a.kind: a for a in SERVING.values()}
+
+
+def serving_owner(wl: Mapping[str, Any] | None) -> tuple[ServingAdapter, str] | None:
+    """(adapter, owner name) of a serving kind's Workload (Kueue's first rules in
+    ``wlReconciler.adapter``): its ``job-owner-gvk`` and ``job-owner-name`` annotations,
+    else — the informers keep no such annotation — its owner reference to an object of
+    a serving kind when it has no controller; None for any other Workload."""
+    m = meta_of(wl)
+    annotations = m.get("annotations") or {}
+    if isinstance(annotations, Mapping):
+        adapter = SERVING.get(str(annotations.get(JOB_OWNER_GVK) or ""))
+        name = annotations.get(JOB_OWNER_NAME)
+        if adapter is not None and isinstance(name, str) and name:
+            return adapter, name
+    refs = m.get("ownerReferences") or []
+    if not isinstance(refs, list) or any(isinstance(r, Mapping) and r.get("controller")
+                                         for r in refs):  # fmt: skip
+        return None
+    for ref in refs:
+        if not isinstance(ref, Mapping):
+            continue
+        adapter = SERVING.get(_gvk(str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")))
+        if adapter is not None and ref.get("name"):
+            return adapter, str(ref["name"])
+    return None
+
+
+def owner_uid(wl: Mapping[str, Any], adapter: ServingAdapter) -> str:
+    """The UID of the Workload's owner reference of the adapter's kind ("" if none)."""
+    for ref in meta_of(wl).get("ownerReferences") or []:
+        if (
+            isinstance(ref, Mapping)
+            and _gvk(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
+            == adapter.owner_gvk
+        ):
+            return str(ref.get("uid") or "")
+    return ""
+
+
+def workload_keys(kind: str, obj: Mapping[str, Any]) -> list[str]:
+    """The manager's Workloads (``namespace/name``) a job copy of ``kind`` on a worker
+    runs: its ``prebuilt-workload-name`` label, or a LeaderWorkerSet's groups."""
+    adapter = BY_KIND.get(kind)
+    if adapter is not None:
+        return adapter.workload_keys(obj)
+    m = meta_of(obj)
+    name = (m.get("labels") or {}).get(PREBUILT_WORKLOAD)
+    return [f"{m.get('namespace')}/{name}"] if name else []

@@ -1,0 +1,283 @@
+"""MultiKueue's rules for StatefulSet and LeaderWorkerSet (Kueue's
+statefulset/statefulset_multikueue_adapter.go, leaderworkerset/leaderworkerset_multikueue_adapter.go
+and the multi-workload rules of admissionchecks/multikueue/workload.go): which adapter a
+serving group's Workload gets, what the worker's copy is, that nothing comes back and
+nothing finishes, which Workloads a copy's events name, and how the groups of one
+LeaderWorkerSet share one worker."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
+from admission.integrations.kinds.statefulset import STATEFULSET
+from admission.kube.multikueue.components import WAIT, ComponentNomination
+from admission.kube.multikueue.dispatch import Group
+from admission.kube.multikueue.pods import POD_GROUPS, adapter_for, owner_kind, owner_name
+from admission.kube.multikueue.serving import (
+    LEADERWORKERSET_ADAPTER,
+    STATEFULSET_ADAPTER,
+    workload_keys,
+)
+from tests.support.integration_kit import meta
+from tests.unit.integrations.test_integration_leaderworkerset import lws
+from tests.unit.integrations.test_integration_statefulset import statefulset
+
+PREBUILT = "kueue.x-k8s.io/prebuilt-workload-name"
+ORIGIN = "kueue.x-k8s.io/multikueue-origin"
+ORIGIN_UID = "kueue.x-k8s.io/multikueue-origin-uid"
+GROUP_ANNOTATION = {"kueue.x-k8s.io/is-group-workload": "true"}
+STS_GVK = "apps/v1, Kind=StatefulSet"
+LWS_GVK = "leaderworkerset.x-k8s.io/v1, Kind=LeaderWorkerSet"
+
+
+def sts(replicas: int = 2) -> dict:
+    obj = statefulset("web", [("main", replicas)], meta("web", uid="sts-uid"))
+    obj["metadata"].update(annotations={"team": "a"}, resourceVersion="9")
+    obj["status"] = {"replicas": replicas, "readyReplicas": 0}
+    return obj
+
+
+def leader_worker_set(replicas: Any = 2) -> dict:
+    obj = lws("infer", 2, 2, meta("infer", uid="lws-uid"))
+    obj["spec"]["replicas"] = replicas
+    return obj
+
+
+def group_workload(name: str, owner: dict, *, annotated: bool = True, **status: Any) -> dict:
+    """A serving group's Workload as the pod-group reconciler makes it (owned, not
+    controlled, by the object); ``annotated=False``: as the informer keeps it."""
+    m, kind, api = owner["metadata"], owner["kind"], owner["apiVersion"]
+    annotations = dict(GROUP_ANNOTATION)
+    if annotated:
+        annotations.update({"kueue.x-k8s.io/job-owner-gvk": f"{api}, Kind={kind}",
+                            "kueue.x-k8s.io/job-owner-name": m["name"]})  # fmt: skip
+    return {
+        "metadata": {"name": name, "namespace": m["namespace"], "annotations": annotations,
+                     "ownerReferences": [{"apiVersion": api, "kind": kind, "name": m["name"],
+                                          "uid": m["uid"]}]},
+        "status": status,
+    }  # fmt: skip
+
+
+# -- which adapter ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("annotated", [True, False])
+def test_a_serving_groups_workload_gets_its_owners_adapter_not_the_pods(annotated: bool) -> None:
+    """Kueue's ``wlReconciler.adapter``: the owner annotations first; the informer's
+    slim Workload has only the owner reference, which says the same."""
+    wl = group_workload("statefulset-web-x", sts(), annotated=annotated)
+    assert adapter_for(wl) is STATEFULSET_ADAPTER
+    assert (owner_kind(wl), owner_name(wl)) == ("StatefulSet", "web")
+    wl = group_workload("leaderworkerset-infer-0-x", leader_worker_set(), annotated=annotated)
+    assert adapter_for(wl) is LEADERWORKERSET_ADAPTER
+    assert (owner_kind(wl), owner_name(wl)) == ("LeaderWorkerSet", "infer")
+    plain = {"metadata": {"name": "g", "annotations": dict(GROUP_ANNOTATION)}}
+    assert adapter_for(plain) is POD_GROUPS and owner_name(plain) == ""
+
+
+def test_a_serving_kind_is_always_multikueues() -> None:
+    """No managedBy: Kueue's ``IsJobManagedByKueue`` is true for both kinds."""
+    assert STATEFULSET_ADAPTER.unmanaged_reason(sts()) == ""
+    assert LEADERWORKERSET_ADAPTER.unmanaged_reason(leader_worker_set()) == ""
+
+
+# -- the copy, the status, finished ---------------------------------------------------------
+
+
+def test_a_statefulsets_copy_is_the_set_labelled_with_its_workload_and_the_managers_uid() -> None:
+    local = sts()
+    before = copy.deepcopy(local)
+    remote = STATEFULSET_ADAPTER.remote_copy(local, "statefulset-web-x", "mgr")
+    assert local == before
+    assert remote == {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": local["metadata"]["namespace"],
+                     "labels": {**local["metadata"]["labels"], PREBUILT: "statefulset-web-x",
+                                ORIGIN: "mgr"},
+                     "annotations": {"team": "a", ORIGIN_UID: "sts-uid"}},
+        "spec": local["spec"],
+    }  # fmt: skip
+    assert remote["spec"] is not local["spec"]
+
+
+def test_a_leaderworkersets_copy_names_no_workload() -> None:
+    """One copy for all its groups' Workloads: no prebuilt-workload-name."""
+    local = leader_worker_set()
+    remote = LEADERWORKERSET_ADAPTER.remote_copy(local, "leaderworkerset-infer-1-x", "mgr")
+    assert remote["metadata"]["labels"] == {**local["metadata"]["labels"], ORIGIN: "mgr"}
+    assert remote["metadata"]["annotations"] == {ORIGIN_UID: "lws-uid"}
+    assert remote["spec"] == local["spec"] and remote["kind"] == "LeaderWorkerSet"
+
+
+@pytest.mark.parametrize("adapter", [STATEFULSET_ADAPTER, LEADERWORKERSET_ADAPTER])
+def test_nothing_comes_back_and_nothing_finishes(adapter: Any) -> None:
+    """The manager's own controller writes the status; serving kinds never finish."""
+    local = sts() if adapter is STATEFULSET_ADAPTER else leader_worker_set()
+    remote = copy.deepcopy(local)
+    remote["status"] = {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}
+    assert adapter.status_to_copy(local, remote) is None
+    assert not adapter.finished(remote)
+
+
+# -- which Workloads a worker's copy names --------------------------------------------------
+
+
+def test_a_copys_events_name_the_managers_workloads() -> None:
+    """Kueue's ``WorkloadKeysFor``: a StatefulSet's label, a LeaderWorkerSet's groups."""
+    remote = STATEFULSET_ADAPTER.remote_copy(sts(), "statefulset-web-x", "mgr")
+    assert workload_keys("StatefulSet", remote) == ["team-a/statefulset-web-x"]
+    remote = LEADERWORKERSET_ADAPTER.remote_copy(leader_worker_set(3), "w", "mgr")
+    assert workload_keys("LeaderWorkerSet", remote) == [
+        f"team-a/{LEADERWORKERSET.group_name('infer', i)}" for i in range(3)
+    ]
+    assert workload_keys("LeaderWorkerSet", leader_worker_set()) == []  # not a manager's copy
+    job = {"metadata": {"namespace": "ns", "labels": {PREBUILT: "wl"}}}
+    assert workload_keys("Job", job) == ["ns/wl"]
+
+
+@pytest.mark.parametrize("replicas", [-1, "2", 1_000_001])
+def test_a_leaderworkerset_with_bad_replicas_is_named_with_its_field(replicas: Any) -> None:
+    obj = leader_worker_set(replicas)
+    with pytest.raises(ValueError, match=r"leaderworkerset team-a/infer: spec.replicas: must be"):
+        LEADERWORKERSET_ADAPTER.workload_names(obj)
+    assert workload_keys("LeaderWorkerSet", {**obj, "metadata": {
+        **obj["metadata"], "labels": {ORIGIN: "mgr"}}}) == []  # fmt: skip
+
+
+# -- the groups of one LeaderWorkerSet share one worker ------------------------------------
+
+
+class Recorder:
+    def __init__(self, owner: dict | None, workloads: dict[str, dict]) -> None:
+        self.owner = owner
+        self.workloads = workloads
+        self.inner_calls: list[str] = []
+        self.patches: list[dict] = []
+
+    async def inner(self, group: Group) -> Any:
+        self.inner_calls.append(group.name)
+        return ["worker1", "worker2"], None, ()
+
+    async def read_owner(self, plural: str, key: str) -> dict | None:
+        assert (plural, key) == ("leaderworkersets", "team-a/infer")
+        return self.owner
+
+    async def patch(self, group: Group, status: dict) -> dict:
+        self.patches.append(status)
+        return {"status": status}
+
+    def nomination(self) -> ComponentNomination:
+        return ComponentNomination(self.inner, read_owner=self.read_owner,
+                                   workload=self.workloads.get, patch=self.patch)  # fmt: skip
+
+
+NAMES = [LEADERWORKERSET.group_name("infer", i) for i in range(2)]
+
+
+def _group(wl: dict) -> Group:
+    return Group(key=f"team-a/{wl['metadata']['name']}", local=wl, check="mk",
+                 state={"state": "Pending"}, workers=["worker1", "worker2"],
+                 remotes={"worker1": object(), "worker2": object()})  # type: ignore[dict-item]  # fmt: skip
+
+
+def _run(rec: Recorder, wl: dict) -> Any:
+    return asyncio.run(rec.nomination()(_group(wl)))
+
+
+def test_no_group_is_nominated_before_every_groups_workload_exists() -> None:
+    owner = leader_worker_set()
+    first = group_workload(NAMES[0], owner, annotated=False)
+    rec = Recorder(owner, {f"team-a/{NAMES[0]}": first})
+    names, after, reasons = _run(rec, first)
+    assert names is None and after == WAIT and not rec.inner_calls
+    assert reasons == ("waiting for the Workloads of all 2 groups of LeaderWorkerSet "
+                       "team-a/infer: 1 exist",)  # fmt: skip
+
+
+def test_only_the_first_group_goes_to_the_dispatcher_and_the_others_follow_its_worker() -> None:
+    owner = leader_worker_set()
+    wls = {f"team-a/{n}": group_workload(n, owner) for n in NAMES}
+    rec = Recorder(owner, wls)
+    second = wls[f"team-a/{NAMES[1]}"]
+    names, after, reasons = _run(rec, second)
+    assert (names, after) == (None, WAIT) and not rec.inner_calls
+    assert reasons == ("waiting for the first group of LeaderWorkerSet team-a/infer to be "
+                       "admitted on a worker",)  # fmt: skip
+    assert _run(rec, wls[f"team-a/{NAMES[0]}"])[0] == ["worker1", "worker2"]
+    assert rec.inner_calls == [NAMES[0]]
+    wls[f"team-a/{NAMES[0]}"]["status"] = {"clusterName": "worker2"}
+    assert _run(rec, second) == (["worker2"], None, ())
+    assert rec.patches == [{"nominatedClusterNames": ["worker2"]}]
+    second["status"] = {"nominatedClusterNames": ["worker2"]}
+    assert _run(rec, second) == (["worker2"], None, ())
+    assert len(rec.patches) == 1  # already nominated there: nothing written
+    assert rec.inner_calls == [NAMES[0]]
+
+
+def test_a_group_waits_while_the_worker_of_the_others_is_not_connected() -> None:
+    owner = leader_worker_set()
+    wls = {f"team-a/{n}": group_workload(n, owner) for n in NAMES}
+    wls[f"team-a/{NAMES[0]}"]["status"] = {"clusterName": "worker3"}
+    rec = Recorder(owner, wls)
+    names, after, reasons = _run(rec, wls[f"team-a/{NAMES[1]}"])
+    assert (names, after, rec.patches) == (None, WAIT, [])
+    assert reasons == ('the worker "worker3" that runs the other groups of LeaderWorkerSet '
+                       "team-a/infer is not connected",)  # fmt: skip
+
+
+def test_a_workload_of_another_set_of_the_same_name_is_not_a_group() -> None:
+    """Groups are the Workloads owned by the set (its UID), as Kueue lists them."""
+    owner = leader_worker_set()
+    older = leader_worker_set()
+    older["metadata"]["uid"] = "old-uid"
+    wls = {f"team-a/{NAMES[0]}": group_workload(NAMES[0], owner),
+           f"team-a/{NAMES[1]}": group_workload(NAMES[1], older)}  # fmt: skip
+    names, _, reasons = _run(Recorder(owner, wls), wls[f"team-a/{NAMES[0]}"])
+    assert names is None and reasons[0].endswith("1 exist")
+
+
+def test_bad_replicas_are_named_and_nothing_is_nominated() -> None:
+    owner = leader_worker_set(-1)
+    wl = group_workload(NAMES[0], owner)
+    rec = Recorder(owner, {})
+    names, after, reasons = _run(rec, wl)
+    assert (names, after, rec.inner_calls, rec.patches) == (None, None, [], [])
+    assert reasons == ("leaderworkerset team-a/infer: spec.replicas: must be an integer "
+                       "between 0 and 2147483647, got -1",)  # fmt: skip
+
+
+def test_a_statefulset_and_a_set_that_is_gone_take_their_own_ways() -> None:
+    """A StatefulSet's one Workload goes to the dispatcher; a group whose set is gone
+    (or was made again under the same name) waits."""
+    rec = Recorder(None, {})
+    sts_wl = group_workload(STATEFULSET.workload_name(sts()), sts())
+    assert _run(rec, sts_wl)[0] == ["worker1", "worker2"]
+    names, after, reasons = _run(rec, group_workload(NAMES[0], leader_worker_set()))
+    assert (names, after, reasons) == (
+        None,
+        WAIT,
+        ("waiting for its LeaderWorkerSet team-a/infer",),
+    )
+
+
+def test_a_worker_takes_a_statefulset_copy_naming_its_own_group_and_refuses_other_names() -> None:
+    """Kueue's StatefulSet webhook does not refuse the copy's ``prebuilt-workload-name``;
+    here a StatefulSet may carry one only as a manager's copy naming its own group."""
+    from tests.support.integration_kit import review
+
+    local = sts()
+    copied = STATEFULSET_ADAPTER.remote_copy(local, STATEFULSET.workload_name(local), "mgr")
+    assert review(STATEFULSET, copied, mutating=False)[0]
+    elsewhere = copy.deepcopy(copied)
+    elsewhere["metadata"]["labels"][PREBUILT] = "another-workload"
+    allowed, _, message = review(STATEFULSET, elsewhere, mutating=False)
+    assert not allowed and "prebuilt-workload-name" in message and "Is not supported" in message
+    users = copy.deepcopy(copied)
+    del users["metadata"]["labels"][ORIGIN]
+    assert not review(STATEFULSET, users, mutating=False)[0]
