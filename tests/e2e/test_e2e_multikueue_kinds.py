@@ -496,3 +496,47 @@ def test_a_workers_copied_leaderworkerset_waits_for_the_managers_workload_copies
                 ("LeaderWorkerSet", "copied", copied["metadata"]["uid"])]  # fmt: skip
 
     asyncio.run(main())
+
+
+def test_a_workers_own_statefulset_of_the_same_name_is_never_deleted(
+    tmp_path: Path, backend: Any, real_workers: Any
+) -> None:
+    """Removing the remote objects deletes only the copies this manager made (label
+    ``multikueue-origin``; Kueue's ``DeleteRemoteObjectIfOwned``): a worker's own
+    StatefulSet that happens to have the manager's set's name stays."""
+    from admission.integrations.kinds.statefulset import STATEFULSET
+    from tests.unit.integrations.test_integration_statefulset import (
+        STS,
+        _play_controller,
+        statefulset,
+    )
+
+    async def main() -> None:
+        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                               manager_objects=MANAGER, worker_objects=WORKER) as m:  # fmt: skip
+            for s in m.workers.values():  # the workers' own, not queued
+                await s.user.create(STS, statefulset("web", [("main", 1)], meta("web", queue=None)),
+                                    namespace=NS)  # fmt: skip
+            await eventually(
+                lambda: is_true(m.manager.get("admissionchecks", "sample-multikueue"), "Active"),
+                what="the check active",
+            )
+            web = await m.manager.user.create(
+                STS, statefulset("web", [("main", 2)], meta("web")), namespace=NS
+            )
+            await _play_controller(m.manager, web)
+            wl_name = STATEFULSET.workload_name(web)
+            await eventually(
+                lambda: is_true(m.manager.get("workloads", wl_name, NS), "Admitted"),
+                what="the StatefulSet's Workload admitted on the manager",
+                timeout=60,
+            )
+            await m.manager.user.delete(STS, "web", namespace=NS)
+            await eventually(lambda: not m.copies(NS, wl_name), what="the Workload copies removed",
+                             timeout=60)  # fmt: skip
+            await asyncio.sleep(0.5)  # the removal is done: the workers' sets are still there
+            theirs = m.jobs(NS, "web", "statefulsets")
+            assert set(theirs) == set(WORKERS)
+            assert all(ORIGIN not in (s["metadata"].get("labels") or {}) for s in theirs.values())
+
+    asyncio.run(main())

@@ -159,7 +159,9 @@ class Dispatch:
     # -- remote objects -------------------------------------------------------------------
 
     async def remove_remote(self, remote: RemoteCluster, key: str, owner_kind: str) -> None:
-        """Delete the job copy and the Workload copy of ``key`` from a worker."""
+        """Delete the job copy and the Workload copy of ``key`` from a worker (a job
+        there of the same name that this manager did not make is left alone: Kueue's
+        ``DeleteRemoteObjectIfOwned``)."""
         ns, _, name = key.partition("/")
         adapter = adapter_of_kind(owner_kind)
         copy_ = remote.workload(key)
@@ -170,7 +172,7 @@ class Dispatch:
             pods = await remote.client.list(adapter.resource, namespace=ns,
                                             label_selector=selector)  # fmt: skip
             targets += [(adapter.resource, str(p["metadata"]["name"])) for p in pods["items"]]
-        elif adapter is not None and owner:
+        elif adapter is not None and owner and await remote.owns(adapter.resource, ns, owner):
             targets.append((adapter.resource, owner))
         if copy_ is None or not kobj.deleting(copy_):  # else its deletion is under way
             targets.append((WORKLOADS, name))

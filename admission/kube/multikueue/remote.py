@@ -126,6 +126,28 @@ class RemoteCluster:
             return False, None
         return True, inf.store.get(key)
 
+    async def owns(self, resource: Resource, namespace: str, name: str) -> bool:
+        """Whether the job ``namespace/name`` here is a copy this manager made (label
+        ``multikueue-origin: <origin>``; Kueue's ``ValidateRemoteObjectOwnership``): a
+        worker's own object of the same name is never deleted. The informer of the kind
+        answers when it lists the copy, else one read does (which a delete of a copy
+        that is not there would cost too)."""
+        inf = self.jobs.get(resource.plural)
+        if inf is not None and inf.synced.is_set() and f"{namespace}/{name}" in inf.store:
+            return True
+        try:
+            obj = await self.client.get(resource, name, namespace=namespace)
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if labels.get(MULTIKUEUE_ORIGIN) == self.origin:
+            return True
+        log.info("worker %s: %s %s/%s is not this manager's copy: left alone",
+                 self.name, resource.kind, namespace, name)  # fmt: skip
+        return False
+
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self.workloads.run(), name=f"mk-{self.name}-workloads"),
