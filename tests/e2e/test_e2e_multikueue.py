@@ -150,6 +150,35 @@ def test_deleting_the_managers_job_removes_its_remote_objects(
     asyncio.run(main())
 
 
+def test_a_workers_own_job_of_the_same_name_is_never_taken_for_the_copy(
+    tmp_path: Path, backend: Any, real_workers: Any
+) -> None:
+    """A worker's own Job with the manager's job's name is not this manager's copy (it
+    lacks ``multikueue-origin``): its status is never copied to the manager's job, so
+    it cannot finish the manager's Workload."""
+
+    async def main() -> None:
+        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                               manager_objects=MANAGER, worker_objects=WORKER) as m:  # fmt: skip
+            for s in m.workers.values():  # the workers' own, not queued, already done
+                await s.user.create(k.JOBS, job(NS, "j", queue=None), namespace=NS)
+                await s.finish_job(NS, "j")
+            await eventually(
+                lambda: all(is_true(s.get("jobs", "j", NS), "Complete")
+                            for s in m.workers.values()),
+                what="the workers' own Jobs complete",
+                timeout=60,
+            )  # fmt: skip
+            await m.manager.user.create(k.JOBS, mk_job("j"), namespace=NS)
+            _, wl = await dispatched(m, "j")
+            await asyncio.sleep(1.0)  # the copy's job was looked for meanwhile
+            local = m.manager.get("jobs", "j", NS) or {}
+            assert not (local.get("status") or {}).get("conditions"), local.get("status")
+            assert not is_true(m.manager.get("workloads", wl["metadata"]["name"], NS), "Finished")
+
+    asyncio.run(main())
+
+
 def test_a_lost_worker_gets_its_workload_dispatched_again(
     tmp_path: Path, backend: Any, real_workers: Any
 ) -> None:

@@ -188,6 +188,12 @@ class Dispatch:
     def owner_name(wl: Obj | None) -> str:
         return owner_name(wl)
 
+    def _is_copy(self, obj: Obj) -> bool:
+        """Whether a worker's object is a copy this manager made (as the job informer,
+        which lists only those, would see it)."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return labels.get(MULTIKUEUE_ORIGIN) == self.origin
+
     # -- the manager's Workload -------------------------------------------------------------
 
     async def patch_status(self, group: Group, status: Obj) -> Obj | None:
@@ -391,6 +397,8 @@ class Dispatch:
             except ApiError as err:
                 if not err.not_found:
                     raise
+            if theirs is not None and not self._is_copy(theirs):
+                theirs = None  # the worker's own object: never read as the copy
         if theirs is None:
             if kobj.is_finished(group.local) or first_true(group.copies, "Finished"):
                 return None  # gone after it finished: not created again
