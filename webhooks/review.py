@@ -138,8 +138,12 @@ class WebhookSpec:
     handler: Handler
     mutating: bool
     #: subresource writes decided with the object's owners read first (a pod's resize:
-    #: is it a managed ancestor's?); a mutating CREATE always is
+    #: is it a managed ancestor's?)
     reads_owners_on: tuple[str, ...] = ()
+    #: whether a mutating CREATE is decided with the object's owners read first: the
+    #: job kinds' and pods' handlers ask whether a managed ancestor admits the object;
+    #: Kueue's own kinds never do (a Workload's owner is its job: no read for it)
+    reads_owners_on_create: bool = True
 
 
 # ---------------------------------------------------------------- field errors

@@ -250,7 +250,7 @@ class Service:
                 rng=random.Random(rng.random()),
                 transform=slim_node if res is NODES else strip_managed_fields,
                 slimmer=slimmer_for(res.plural, res.group),
-                keep_recent=256 if res.plural in ("jobs", "pods") else 0,
+                keep_recent=4096 if res.plural in ("jobs", "pods") else 0,
             )
         self.gate = IntegrationGate(
             client=self.client,

@@ -1,8 +1,15 @@
-"""MultiKueue's requests to the workers, counted at the proxy on each link: a burst of
-Jobs dispatched by AllAtOnce costs each worker one Workload copy per Job, the losing
-copies one delete each, and the winner one job; the events of the other workers' copies
-that start a Workload's reconcile again before the watch brings back what it wrote
-never make it create or delete a copy twice."""
+"""MultiKueue's requests, counted where they are made.
+
+To the workers, at the proxy on each link: a burst of Jobs dispatched by AllAtOnce costs
+each worker one Workload copy per Job, the losing copies one delete each, and the winner
+one job; the events of the other workers' copies that start a Workload's reconcile again
+before the watch brings back what it wrote never make it create or delete a copy twice.
+
+To the manager's own API server, from the service's ``quartermaster_api_requests_total``:
+a dispatched Job costs its Workload, the Workload's four status writes Kueue makes too
+(quota reserved, workers nominated, the check Ready with the worker's name, admitted),
+the start of its job and events, and no read: the informers have the Job (whole, for
+the copy to the worker) and the Workload webhook reads no owner."""
 
 from __future__ import annotations
 
@@ -16,9 +23,10 @@ import pytest
 from admission.kube.client import resources as k
 from tests.e2e.test_e2e_multikueue import MANAGER, NS, check_state, manager_queue, mk_job
 from tests.support.kube_harness import cluster_queue, eventually, flavor, local_queue, namespace
-from tests.support.multicluster import WORKERS, multi_stack, real_workers_or_none
+from tests.support.multicluster import WORKERS, MultiStack, multi_stack, real_workers_or_none
 
 JOBS = 12
+EVENTS_PER_JOB = 5  # CreatedWorkload, QuotaReserved, MultiKueue (Ready), Admitted, Started
 
 
 @pytest.fixture(scope="session")
@@ -67,5 +75,80 @@ def test_a_burst_of_jobs_copies_each_workload_once_per_worker_and_deletes_each_l
                 link.request_count(verb="create", resource="jobs") for link in m.links.values()
             )
             assert creates == JOBS
+
+    asyncio.run(main())
+
+
+def manager_requests(m: MultiStack) -> dict[str, float]:
+    """The manager service's requests by call (``quartermaster_api_requests_total``)."""
+    service = m.manager.service
+    assert service.metrics is not None
+    out: dict[str, float] = {}
+    for metric in service.metrics.api_requests.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                out[sample.labels["call"]] = sample.value
+    return out
+
+
+def writes_of(m: MultiStack, kind: str) -> float:
+    """The manager service's status writes of ``kind`` (``quartermaster_api_writes_total``)."""
+    service = m.manager.service
+    assert service.metrics is not None
+    return sum(
+        sample.value
+        for metric in service.metrics.api_writes.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels.get("kind") == kind
+    )
+
+
+def test_a_dispatched_job_costs_the_manager_its_kueue_writes_and_no_reads(
+    tmp_path: Path, backend: Any, real_workers: Any
+) -> None:
+    manager = [*MANAGER[:2], manager_queue(cpu=JOBS), MANAGER[3]]
+    worker = [namespace(NS), flavor("f"), cluster_queue("cq", {"f": {"cpu": JOBS}}),
+              local_queue(NS, "lq", "cq")]  # fmt: skip
+
+    async def main() -> None:
+        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                               manager_objects=manager, worker_objects=worker) as m:  # fmt: skip
+            before = manager_requests(m)
+            pending_before = writes_of(m, "pending")
+            await asyncio.gather(
+                *(m.manager.user.create(k.JOBS, mk_job(f"j{i}"), namespace=NS)
+                  for i in range(JOBS))
+            )  # fmt: skip
+
+            def started() -> bool:
+                wls = m.manager.workloads(NS)
+                return len(wls) == JOBS and all(
+                    check_state(w) == "Ready"
+                    and (j := m.manager.get("jobs", f"j{i}", NS)) is not None
+                    and not j["spec"].get("suspend")
+                    for i, w in enumerate(wls)
+                )
+
+            await eventually(started, what="every job admitted on a worker and started",
+                             timeout=120)  # fmt: skip
+            await eventually(
+                lambda: sum(len(m.jobs(NS, f"j{i}")) for i in range(JOBS)) == JOBS,
+                what="each job created on its winner",
+                timeout=60,
+            )
+            after = manager_requests(m)
+            spent = {c: n - before.get(c, 0.0) for c, n in after.items() if n > before.get(c, 0.0)}
+            reads = {c: n for c, n in spent.items() if c.startswith("get ")}
+            # the Job's whole object comes from the informer, not a GET (the Workload
+            # webhook's owner walk and the copy to the worker each read it once before)
+            assert not any(c.endswith("batch/jobs") for c in reads), spent
+            assert spent.get("create kueue.x-k8s.io/workloads") == JOBS, spent
+            # beside the pending reasons a cycle may write first (QuotaReserved=False, as
+            # Kueue's scheduler does), four status writes each
+            pending = writes_of(m, "pending") - pending_before
+            status = spent.get("patch kueue.x-k8s.io/workloads/status", 0)
+            assert status - pending <= 4 * JOBS, (spent, pending)
+            assert spent.get("patch batch/jobs", 0) <= JOBS, spent
+            assert spent.get("create core/events", 0) <= EVENTS_PER_JOB * JOBS, spent
 
     asyncio.run(main())

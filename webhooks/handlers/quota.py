@@ -484,7 +484,7 @@ def _spec(
     handler: Callable[[AdmissionRequest, HandlerContext], Verdict],
     mutating: bool,
 ) -> WebhookSpec:
-    return WebhookSpec(path, GROUP, VERSION, kind, handler, mutating)
+    return WebhookSpec(path, GROUP, VERSION, kind, handler, mutating, reads_owners_on_create=False)
 
 
 _PREFIX_V = "/validate-kueue-x-k8s-io-v1beta2-"

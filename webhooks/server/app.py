@@ -135,7 +135,7 @@ def begin_review(
     if (
         owners is not None
         and (
-            (spec.mutating and req.operation == "CREATE")
+            (spec.mutating and spec.reads_owners_on_create and req.operation == "CREATE")
             or (req.sub_resource and req.sub_resource in spec.reads_owners_on)
         )
         and needs_owners(req.object, ctx)

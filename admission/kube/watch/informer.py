@@ -22,7 +22,6 @@ import asyncio
 import logging
 import random
 import sys
-from collections import OrderedDict
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from admission.kube.client.errors import ApiError
 from admission.kube.client.rest import KubeClient, Obj, Resource
 from admission.kube.client.unreachable import outage_of
 from admission.kube.watch.read_your_writes import rv_at_least
+from admission.kube.watch.recent import RecentObjects
 from admission.kube.watch.slim import PackedStore, Slimmer, WorkloadSlimmer
 from queues.backoff import BackoffPolicy
 
@@ -99,10 +99,10 @@ class Informer:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.store: MutableMapping[str, Obj] = self._new_store()
-        # the last full objects seen, for full(): building a Workload from a new Job
-        # needs its whole template, and it usually comes right after the Job's event
+        # the last whole objects seen, packed, for full(): building a Workload from a
+        # new Job needs its whole template, and so does copying it to a worker
         self.keep_recent = keep_recent if slimmer is not None else 0
-        self._recent: OrderedDict[str, Obj] = OrderedDict()
+        self._recent = RecentObjects(self.keep_recent)
         self.full_reads = 0  # full() calls answered by a GET
         self.resource_version = ""
         self.synced = asyncio.Event()
@@ -131,19 +131,18 @@ class Informer:
         """What this informer stores of ``obj`` (``obj`` itself when nothing is slimmed)."""
         return obj if self.slimmer is None else self.slimmer.slim(obj)
 
-    def _ingest(self, obj: Obj) -> tuple[str, Obj]:
-        """(key, stored form) of an object from a list or watch."""
+    def _ingest(self, obj: Obj, *, recent: bool = True) -> tuple[str, Obj]:
+        """(key, stored form) of an object from a list or watch; ``recent``: kept whole
+        for :meth:`full` (not the objects of a list: a restart's would cost packing them
+        all, for the few that are read whole)."""
         obj.setdefault("apiVersion", self.resource.api_version)
         obj.setdefault("kind", self.resource.kind)
         if self.transform is not None:
             obj = self.transform(obj)
         # one string per key, shared by every table keyed by it (stores, indexes, queues)
         key = sys.intern(self.resource.key_of(obj))
-        if self.keep_recent:
-            self._recent[key] = obj
-            self._recent.move_to_end(key)
-            while len(self._recent) > self.keep_recent:
-                self._recent.popitem(last=False)
+        if recent and self.keep_recent:
+            self._recent.put(key, obj)
         return key, self.slim(obj)
 
     async def full(self, key: str, *, at_least: str = "") -> Obj | None:
@@ -169,7 +168,10 @@ class Informer:
             raise
         obj.setdefault("apiVersion", self.resource.api_version)
         obj.setdefault("kind", self.resource.kind)
-        return strip_managed_fields(obj)
+        obj = strip_managed_fields(obj)
+        if self.keep_recent:  # read once: the next full() of it answers from here
+            self._recent.put(key, obj)
+        return obj
 
     def reset(self) -> None:
         """Forget every object and the resourceVersion, unsynced, with no events (the
@@ -232,7 +234,7 @@ class Informer:
             meta = page.get("metadata") or {}
             rv = rv or str(meta.get("resourceVersion") or "")
             for obj in page.get("items") or []:
-                key, stored = self._ingest(obj)
+                key, stored = self._ingest(obj, recent=False)
                 items[key] = stored
             token = meta.get("continue") or None
             if not token:
@@ -287,7 +289,7 @@ class Informer:
                 self.store[key] = obj
                 self._emit(MODIFIED if prev is not None else ADDED, key, obj, prev)
             elif kind == DELETED:
-                self._recent.pop(key, None)
+                self._recent.pop(key)
                 prev = self.store.pop(key, None)
                 self._emit(DELETED, key, None, prev or obj)
 

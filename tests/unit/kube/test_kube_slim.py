@@ -375,3 +375,35 @@ def test_full_reads_the_api_only_when_the_recent_copy_is_missing_or_old(n: int) 
         assert asyncio.run(inf.full(key, at_least="999")) is not None and Client.gets == 1
     else:
         assert Client.gets == 1 and "managedFields" not in got["metadata"]
+
+
+def test_full_answers_a_burst_of_thousands_of_jobs_without_reading_any_again() -> None:
+    """The recent whole objects are packed: a burst of 3,000 Jobs is still there when its
+    Workloads are composed and its Jobs copied to workers (no GET), in a few MiB; a Job
+    read once from the API is not read again."""
+    from admission.kube.watch.informer import Informer
+
+    class Client:
+        gets = 0
+
+        async def get(self, res: Any, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+            Client.gets += 1
+            return stored(realistic_job(10_000, namespace="ns", queue="lq"))
+
+    inf = Informer(Client(), k.JOBS, slimmer=job_slimmer(), keep_recent=4096)  # type: ignore[arg-type]
+    jobs = [stored(realistic_job(i, namespace="ns", queue="lq")) for i in range(3000)]
+    for job in jobs:
+        key, slim = inf._ingest(copy.deepcopy(job))
+        inf.store[key] = slim
+
+    async def read_all() -> list[dict[str, Any] | None]:
+        return [await inf.full(f"ns/{j['metadata']['name']}") for j in jobs]
+
+    whole = asyncio.run(read_all())
+    assert Client.gets == 0
+    assert whole[0] == jobs[0] and whole[-1] == jobs[-1]
+    assert inf._recent.size < 4 * 1024 * 1024
+    missing = "ns/" + realistic_job(10_000, namespace="ns", queue="lq")["metadata"]["name"]
+    asyncio.run(inf.full(missing))
+    asyncio.run(inf.full(missing))
+    assert Client.gets == 1
