@@ -17,9 +17,23 @@ request is being answered), the least recently active first:
   want more than their share (a source that has none, such as a restarted API
   server, always gets in), and sources that are already even do not churn each other.
 
-Anyone may send a valid review, so a reviewer is not trusted with more than the caps:
-what it gains is that connections of sources that never sent one give way to it.
+``max_connections_per_source`` counts a source's *unproven* connections only: those
+that have not yet answered a valid review (:attr:`ConnectionTable.unproven`). The API
+server is one address that opens a connection per concurrent call over HTTP/1.1 and
+keeps them, hundreds under a burst, and a call refused is a create refused; its
+connections stop counting against its source's cap once they served a review, while a
+source that never sends one (idle, slow or bombing connections, from wherever) stays
+held to it. Anyone may send a valid review, so a proven connection is held to the global
+cap still, and when the port is full proven connections share it as everyone else does.
 Refusing (no victim) stays cheap: the connection is closed before its handshake.
+
+How long an established connection may stay idle (no complete request) is decided here
+too (:meth:`ConnectionTable.expired`, swept by the listener): ``idle_timeout`` before its
+first request and after an answer that was not a valid review (slow and idle clients),
+``reviewer_idle_timeout`` after a valid review. The latter is longer than the API server
+keeps an idle connection in its pool (90 s), so that it is always the API server that
+closes one: a server that closes a pooled connection as the client sends a review on it
+fails that review with EOF, and the client does not send it again (a POST).
 
 Every connection is one :class:`Connection` (slotted: a few hundred bytes) in a table
 that orders each source's idle connections by when they became idle, so finding the
@@ -38,15 +52,20 @@ _MAX_REVIEWERS = 4096  # sources remembered as recent reviewers (oldest forgotte
 
 class Connection:
     """One admitted connection: its source, whether a request is being answered on
-    it, and how to close it (set by the listener once it has a transport)."""
+    it, since when it is idle, whether its last answer was a valid review, and how to
+    close it (set by the listener once it has a transport)."""
 
-    __slots__ = ("source", "busy", "abort", "released")
+    __slots__ = ("source", "busy", "abort", "close", "released", "since", "reviewed", "proven")
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, since: float) -> None:
         self.source = source
         self.busy = False
         self.abort: Callable[[], None] = lambda: None
+        self.close: Callable[[], None] | None = None  # set once established
         self.released = False
+        self.since = since
+        self.reviewed = False  # its last answer was a valid review
+        self.proven = False  # it has answered a valid review
 
 
 class ConnectionTable:
@@ -57,6 +76,7 @@ class ConnectionTable:
         self.trust_window = trust_window
         self._clock = clock
         self.count: dict[str, int] = {}
+        self.unproven: dict[str, int] = {}  # per source, its connections not proven yet
         self.total = 0
         # per source, its idle connections in the order they became idle (dicts keep order)
         self._idle: dict[str, dict[Connection, None]] = {}
@@ -81,8 +101,9 @@ class ConnectionTable:
 
     def add(self, source: str) -> Connection:
         """Count a new (idle) connection from ``source``."""
-        conn = Connection(source)
+        conn = Connection(source, self._clock())
         self.count[source] = self.count.get(source, 0) + 1
+        self.unproven[source] = self.unproven.get(source, 0) + 1
         self.total += 1
         self._idle.setdefault(source, {})[conn] = None
         return conn
@@ -115,6 +136,8 @@ class ConnectionTable:
             return
         conn.released = True
         source = conn.source
+        if not conn.proven:
+            self._prove(conn)
         left = self.count[source] - 1
         self.total -= 1
         idle = self._idle.get(source)
@@ -126,6 +149,15 @@ class ConnectionTable:
         else:
             self.count[source] = left
 
+    def _prove(self, conn: Connection) -> None:
+        """``conn`` no longer counts as unproven (it answered a valid review, or is gone)."""
+        conn.proven = True
+        left = self.unproven.get(conn.source, 0) - 1
+        if left > 0:
+            self.unproven[conn.source] = left
+        else:
+            self.unproven.pop(conn.source, None)
+
     def shed_for(self, victim: Connection) -> None:
         """Close ``victim`` to make room (its place is free at once)."""
         self.shed += 1
@@ -134,9 +166,15 @@ class ConnectionTable:
 
     # -- established connections and their requests -------------------------------------
 
-    def bind(self, key: Any, conn: Connection) -> None:
-        """``conn``'s handshake is done; ``key`` (its protocol) names it from now on."""
+    def bind(self, key: Any, conn: Connection, *, close: Callable[[], None] | None = None) -> None:
+        """``conn``'s handshake is done; ``key`` (its protocol) names it from now on, and
+        ``close`` ends it gracefully once it has been idle too long."""
         self._by_key[key] = conn
+        conn.close = close
+        conn.since = self._clock()  # idle from now: the newest idle one of its source
+        idle = self._idle.get(conn.source)
+        if idle is not None and idle.pop(conn, 0) is None:
+            idle[conn] = None
 
     def ended(self, key: Any) -> None:
         """The established connection ``key`` is gone: free its place."""
@@ -160,10 +198,39 @@ class ConnectionTable:
         if conn is None:
             return
         conn.busy = False
+        conn.reviewed = valid_review
+        conn.since = self._clock()
         if valid_review:
             self.reviewed(conn.source)
+            if not conn.proven:
+                self._prove(conn)
         if not conn.released:
             self._idle.setdefault(conn.source, {})[conn] = None
+
+    def expired(self, *, idle_timeout: float, reviewer_idle_timeout: float) -> list[Connection]:
+        """The established connections idle for longer than they may be (see the module
+        docstring): each source's idle connections are in the order they became idle,
+        so the scan stops at the first one idle for less than ``idle_timeout``."""
+        now = self._clock()
+        out: list[Connection] = []
+        for idle in self._idle.values():
+            for conn in idle:
+                waited = now - conn.since
+                if waited < idle_timeout:
+                    break
+                if conn.close is not None and (
+                    not conn.reviewed or waited >= reviewer_idle_timeout
+                ):
+                    out.append(conn)
+        return out
+
+    def close_idle(self, conn: Connection) -> None:
+        """Close the idle ``conn`` gracefully (its place is freed when it is gone)."""
+        idle = self._idle.get(conn.source)
+        if idle is not None:
+            idle.pop(conn, None)  # no longer a victim, nor swept again
+        if conn.close is not None:
+            conn.close()
 
     def track(self, route: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
         """``route`` (an aiohttp handler of AdmissionReviews) marking its connection busy

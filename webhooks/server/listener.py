@@ -4,12 +4,16 @@ The listening socket is read by us rather than by asyncio's TLS server, which wo
 handshake every connection it accepts before any code of ours sees it, and run all the
 handshakes of one wake-up back to back on the event loop. Here each accepted
 connection is admitted or refused by its *source address* before any TLS work: beyond
-``max_connections_per_source`` from one address, or ``max_connections`` in all when no
-idle connection of another source gives way to it (:mod:`webhooks.server.connections`),
-it is closed at once (an RST, a few microseconds). At most ``accept_batch`` connections
-are accepted per wake-up, so a burst's handshakes are spread over loop iterations and
-the API server's reviews, ``/healthz`` and the Lease renewal do not wait behind them; a
-handshake must finish within ``handshake_timeout``.
+``max_connections_per_source`` unproven connections from one address (a connection that
+has served a valid review no longer counts: the API server's pool), or
+``max_connections`` in all when no idle connection of another source gives way to it
+(:mod:`webhooks.server.connections`), it is closed at once (an RST, a few
+microseconds). At most ``accept_batch`` connections are accepted per wake-up, so a
+burst's handshakes are spread over loop iterations and the API server's reviews,
+``/healthz`` and the Lease renewal do not wait behind them; a handshake must finish
+within ``handshake_timeout``. Established connections idle for longer than they may be
+are closed a few times per ``idle_timeout``
+(:meth:`~webhooks.server.connections.ConnectionTable.expired`).
 
 Handshakes are not otherwise rationed: a slot held for a handshake is held while the
 server waits for the client, so a few silent connections could hold every slot.
@@ -39,6 +43,8 @@ _LINGER_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends an RST
 
 class ListenerLimits(Protocol):
     handshake_timeout: float
+    idle_timeout: float
+    reviewer_idle_timeout: float
     max_connections: int
     max_connections_per_source: int
     accept_batch: int
@@ -69,6 +75,7 @@ class GuardedListener:
         self.refused = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -77,11 +84,14 @@ class GuardedListener:
         self._loop = asyncio.get_running_loop()
         self._sock.setblocking(False)
         self._loop.add_reader(self._sock.fileno(), self._on_readable)
+        self._sweep()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._loop is not None:
             self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
@@ -95,6 +105,20 @@ class GuardedListener:
     def connection_ended(self, key: Any) -> None:
         """The established connection ``key`` (the protocol) is gone: free its place."""
         self.table.ended(key)
+
+    # -- idle connections -------------------------------------------------------------------
+
+    def _sweep(self) -> None:
+        """Close the connections idle for longer than they may be (:meth:`ConnectionTable.expired`),
+        a few times per ``idle_timeout``."""
+        limits = self._limits
+        for conn in self.table.expired(
+            idle_timeout=limits.idle_timeout, reviewer_idle_timeout=limits.reviewer_idle_timeout
+        ):
+            self.table.close_idle(conn)
+        assert self._loop is not None
+        period = min(1.0, max(0.05, limits.idle_timeout / 4))
+        self._sweeper = self._loop.call_later(period, self._sweep)
 
     # -- accepting ------------------------------------------------------------------------
 
@@ -114,9 +138,10 @@ class GuardedListener:
                 return
             source = str(addr[0]) if isinstance(addr, tuple) else "local"
             table = self.table
-            held = table.count.get(source, 0)
+            held = table.unproven.get(source, 0)
             if held >= limits.max_connections_per_source:
-                self._refuse(conn, source, f"{held} connections open from {source}")
+                self._refuse(conn, source, f"{held} connections open from {source} "
+                             "that have not served a review")  # fmt: skip
                 continue
             if table.total >= limits.max_connections:
                 victim = table.victim(source)
@@ -171,7 +196,7 @@ class GuardedListener:
             self.table.release(entry)
         else:
             entry.abort = transport.abort
-            self.table.bind(protocol, entry)
+            self.table.bind(protocol, entry, close=transport.close)
 
 
 def _canceller(task: asyncio.Task[None]) -> Callable[[], None]:

@@ -25,24 +25,31 @@ class ServerLimits:
     compressed body, a flood of connections must not stall the event loop).
 
     ``idle_timeout`` closes a connection that has not sent complete request headers
-    that long after connecting or after its last response (aiohttp's keep-alive timer
-    starts at connect); ``body_timeout`` bounds the read of one request body: as long as
-    the longest an API server waits for a webhook (``timeoutSeconds`` is at most 30), so
-    a review it still waits for is never refused because this server was slow to read
-    it (a busy loop reads a large body one TLS record per turn). Before its
+    that long after its handshake or after its last response, unless that response
+    answered a valid review: then ``reviewer_idle_timeout``, longer than the API server
+    keeps an idle connection (kube-apiserver's webhook client: 90 s), so that the API
+    server closes its connections and never sends a review on one this server is
+    closing (:mod:`webhooks.server.connections`); ``body_timeout`` bounds the read of
+    one request body: as long as the longest an API server waits for a webhook
+    (``timeoutSeconds`` is at most 30), so a review it still waits for is never refused
+    because this server was slow to read it (a busy loop reads a large body one TLS
+    record per turn). Before its
     TLS handshake a connection is admitted by source (:mod:`webhooks.server.listener`): beyond
-    ``max_connections_per_source`` open from one address it is closed at once, and
+    ``max_connections_per_source`` open from one address that have not served a valid
+    review yet (the API server's pooled connections have) it is closed at once, and
     beyond ``max_connections`` in all unless an idle connection of another source gives
     way to it (:mod:`webhooks.server.connections`, ``trust_window``); a handshake takes at most
     ``handshake_timeout``; ``accept_batch`` connections are accepted per wake-up.
     """
 
     idle_timeout: float = 5.0
+    reviewer_idle_timeout: float = 120.0
     handshake_timeout: float = 5.0
     body_timeout: float = 30.0
     max_connections: int = 1000
-    # The API server keeps a pool of connections per webhook host (HTTP/1.1: up to a
-    # few hundred under a burst of reviews); one hostile pod must not reach the cap.
+    # One hostile pod must not take the port; the API server keeps a pool of
+    # connections per webhook host (HTTP/1.1: a few hundred under a burst of reviews),
+    # and each counts against this only until it has served a review.
     max_connections_per_source: int = 250
     accept_batch: int = 32
     # asyncio gives every TLS connection a read buffer of sslproto.SSLProtocol.max_size
@@ -57,7 +64,8 @@ class ServerLimits:
 
     def handler_kwargs(self) -> dict[str, Any]:
         return {
-            "keepalive_timeout": self.idle_timeout,
+            # the idle timeouts are the listener's (per connection); this is their bound
+            "keepalive_timeout": max(self.idle_timeout, self.reviewer_idle_timeout) + 1.0,
             "lingering_time": 0,  # never drain a body we refused (or did not finish)
             "auto_decompress": False,  # never inflate: Content-Encoding is refused (415)
         }

@@ -69,7 +69,9 @@ def _job() -> dict[str, Any]:
     }
 
 
-LIMITS = ServerLimits(idle_timeout=0.5, handshake_timeout=0.5, max_connections=8)
+LIMITS = ServerLimits(
+    idle_timeout=0.5, reviewer_idle_timeout=2.0, handshake_timeout=0.5, max_connections=8
+)
 
 
 @pytest.fixture(scope="module")
@@ -137,16 +139,41 @@ def test_headers_that_never_finish_are_cut_off(srv: WebhookServerThread) -> None
     s.close()
 
 
-def test_an_idle_keepalive_connection_is_closed(client: ReviewClient) -> None:
-    assert client.post(MUTATE, make_review("Job", _job()))[0] == 200
+def _closed_within(client: ReviewClient, seconds: float) -> bool:
+    """Whether the server closes the client's kept-alive connection within ``seconds``."""
     conn = client._connection()
-    time.sleep(1.5)
     assert conn.sock is not None
-    conn.sock.settimeout(2)
+    conn.sock.settimeout(seconds)
     try:
-        assert conn.sock.recv(1) == b""
+        return conn.sock.recv(1) == b""
     except (ConnectionResetError, ssl.SSLError):
-        pass
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_an_idle_keepalive_connection_is_closed(client: ReviewClient) -> None:
+    """After an answer that is not a valid review (here a 400), ``idle_timeout``."""
+    assert client.post(MUTATE, b"{}")[0] == 400
+    t0 = time.monotonic()
+    assert _closed_within(client, 3)
+    assert time.monotonic() - t0 < 1.5
+
+
+def test_the_api_servers_idle_connection_is_kept_until_it_closes_it(
+    client: ReviewClient,
+) -> None:
+    """After a valid review, ``reviewer_idle_timeout``: longer than the API server keeps
+    an idle connection in its pool (90 s), so that it closes it first, never sending a
+    review on a connection the server is closing (EOF, and the review fails)."""
+    assert client.post(MUTATE, make_review("Job", _job()))[0] == 200
+    sock = client._connection().sock
+    t0 = time.monotonic()
+    assert not _closed_within(client, 1.2)  # well past idle_timeout
+    assert client.post(MUTATE, make_review("Job", _job()))[0] == 200
+    assert client._connection().sock is sock  # on the same connection
+    assert _closed_within(client, 5)
+    assert 1.5 < time.monotonic() - t0 < 5
 
 
 def test_a_stalled_tls_handshake_is_dropped(srv: WebhookServerThread) -> None:

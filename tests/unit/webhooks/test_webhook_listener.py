@@ -1,7 +1,8 @@
 """The webhook port admits connections by source before their TLS handshake (issue 13
 item 6, the stress benchmark's stall): over real HTTPS, a source over its cap is closed
-before any handshake while other sources are served, places are freed when connections
-close, and silent connections do not hold up the handshakes of others."""
+before any handshake while other sources are served (unless its valid reviews were
+answered: the API server), places are freed when connections close, and silent
+connections do not hold up the handshakes of others."""
 
 from __future__ import annotations
 
@@ -37,11 +38,18 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookServerThrea
         yield s
 
 
-def _held(srv: WebhookServerThread, source: str, n: int) -> list[ReviewClient]:
+def _held(
+    srv: WebhookServerThread, source: str, n: int, *, reviews: bool = True
+) -> list[ReviewClient]:
+    """``n`` kept-alive connections from ``source``, each answered once: a valid review,
+    or (``reviews`` false) a request that is not one (a 400)."""
     clients = []
     for _ in range(n):
         c = srv.client(source=source)
-        assert c.post(MUTATE, make_review("Job", _job()))[0] == 200
+        if reviews:
+            assert c.post(MUTATE, make_review("Job", _job()))[0] == 200
+        else:
+            assert c.post(MUTATE, b"{}")[0] == 400
         clients.append(c)
     return clients
 
@@ -60,7 +68,7 @@ def _server_closes(sock: socket.socket, wait: float = 10.0) -> bool:
 def test_a_source_over_its_cap_is_closed_before_tls_while_others_are_served(
     srv: WebhookServerThread,
 ) -> None:
-    held = _held(srv, "127.0.0.2", PER_SOURCE)
+    held = _held(srv, "127.0.0.2", PER_SOURCE, reviews=False)
     try:
         # the same source once more: closed without a handshake (no ServerHello: the
         # server closes a connection that has sent nothing at all)
@@ -76,10 +84,37 @@ def test_a_source_over_its_cap_is_closed_before_tls_while_others_are_served(
         assert other.post(MUTATE, make_review("Job", _job()))[0] == 200
         other.close()
         for c in held:
-            assert c.post(MUTATE, make_review("Job", _job()))[0] == 200
+            assert c.post(MUTATE, b"{}")[0] == 400
     finally:
         for c in held:
             c.close()
+
+
+def test_the_api_servers_pool_is_not_held_to_the_per_source_cap(
+    srv: WebhookServerThread,
+) -> None:
+    """Connections that served a valid review (the API server's pool: one address, a
+    connection per concurrent call, kept) no longer count against their source's cap:
+    it keeps three times as many, each answered. Connections from that address that
+    have not served one (silent here) are still held to the cap."""
+    held = _held(srv, "127.0.0.7", 3 * PER_SOURCE)
+    silent: list[socket.socket] = []
+    try:
+        for c in held:
+            assert c.post(MUTATE, make_review("Job", _job()))[0] == 200
+        silent = [
+            socket.create_connection(("127.0.0.1", srv.port), source_address=("127.0.0.7", 0))
+            for _ in range(PER_SOURCE)
+        ]
+        refused = socket.create_connection(("127.0.0.1", srv.port), source_address=("127.0.0.7", 0))
+        assert _server_closes(refused)
+        refused.close()
+        assert not _server_closes(silent[0], wait=0.5)
+    finally:
+        for c in held:
+            c.close()
+        for s in silent:
+            s.close()
 
 
 def test_an_admitted_connection_waits_for_its_handshake_a_refused_one_does_not(
