@@ -10,13 +10,14 @@ works at full size. Nothing changes but the head's :class:`Entry`.
 from __future__ import annotations
 
 from admission.engine import messages
-from admission.engine.assignment import Assignment, OracleAnswer
+from admission.engine.assignment import Assignment, OracleAnswer, no_preemption
 from admission.engine.cache import Cache
 from admission.engine.flavors import FlavorAssigner
 from admission.engine.ordering import Entry, Target
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.queue_manager import PendingStatus
 from admission.engine.snapshot import Snapshot
+from admission.engine.verdicts import KeptNominations
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import NEVER, STOP_NONE, FlavorResource, Workload
 from queues.quota_node import QuotaNode
@@ -68,15 +69,24 @@ def reserve_placement(e: Entry) -> None:
 class Nominator:
     """Nominates heads for one scheduler, keeping one flavor assigner per ClusterQueue
     while what it is built from (the spec, its node of the kept working tree, the
-    flavors, the topology state and the TAS charges) stays the same object."""
+    flavors, the topology state and the TAS charges) stays the same object.
 
-    __slots__ = ("_cache", "_preemptor", "_explain", "_assigners", "snap")
+    ``kept``: a head's flavor assignment is reused while everything it was computed
+    from is the same (:mod:`admission.engine.verdicts`); with classical preemption only
+    (without progress-aware preemption), and the same decisions either way."""
 
-    def __init__(self, cache: Cache, preemptor: Preemptor, *, explain: bool) -> None:
+    __slots__ = ("_cache", "_preemptor", "_explain", "_assigners", "_kept", "snap")
+
+    def __init__(
+        self, cache: Cache, preemptor: Preemptor, *, explain: bool, kept: bool = True
+    ) -> None:
         self._cache = cache
         self._preemptor = preemptor
         self._explain = explain
         self._assigners: dict[str, tuple[tuple[object, ...], FlavorAssigner]] = {}
+        self._kept: KeptNominations | None = None
+        if kept and type(preemptor) is Preemptor and preemptor.progress is None:
+            self._kept = KeptNominations(preemptor)
         # the snapshot of the cycle running now, for the assigners' preemption oracle
         self.snap: Snapshot | None = None
 
@@ -143,10 +153,24 @@ class Nominator:
         self.nominate(e, snap)
         return True
 
+    @property
+    def kept(self) -> KeptNominations | None:
+        """The kept nominations (None when off)."""
+        return self._kept
+
     def _assign(self, assigner: FlavorAssigner, e: Entry, snap: Snapshot) -> None:
         wl = e.workload
         e.targets = []
-        a = assigner.assign(wl)
+        kept = self._kept
+        a = kept.reuse(e.cluster_queue, assigner, wl, snap) if kept is not None else None
+        if a is None:
+            if kept is not None:
+                kept.hopeless = None  # (the oracle notes it again if it answers so)
+            a = assigner.assign(wl)
+            if kept is not None:
+                kept.keep(e.cluster_queue, assigner, wl, a)
+        elif a.mode != AssignmentMode.FIT:
+            snap.searches = None  # as the oracle left it, answering without a search
         if a.mode.needs_preemption:
             e.targets = self._preemptor.targets(
                 snap, wl, e.cluster_queue, a.usage, a.frs_need_preemption, placement=a.placement
@@ -180,10 +204,17 @@ class Nominator:
             assigner.can_preempt_within_cq = p.within_cluster_queue != NEVER
             return assigner
 
+        answers = self._kept
+
         def oracle(wl: Workload, node: QuotaNode, fr: FlavorResource, val: int) -> OracleAnswer:
             # the snapshot of the cycle running now (an assigner outlives its cycle)
             current = self.snap
             assert current is not None
+            if answers is not None and preemptor.cannot_free(current, wl, node, fr, val):
+                # the oracle's own answer without a search, noted for the kept nominations
+                answers.hopeless = (wl.key, fr, val)
+                current.searches = None
+                return no_preemption(wl, node, fr, val)
             return preemptor.oracle(current, wl, node, fr, val)
 
         assigner = FlavorAssigner(

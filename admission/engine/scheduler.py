@@ -163,6 +163,7 @@ class Scheduler:
         progress: ProgressAware | None = None,
         reserve_evicting_capacity: bool = False,
         refill: Refill | None = None,
+        kept_nominations: bool = True,
     ) -> None:
         """``explain``: format numeric explanations for pending workloads (drivers that
         never show them, the simulator, save the formatting).
@@ -173,7 +174,8 @@ class Scheduler:
         counts on it, so admitted plus evicting workloads never exceed any quota.
 
         ``refill`` (the Configuration's ``schedulingRefill``, our extension; None is
-        Kueue's behaviour): the bounds of the rounds a cycle adds while it admits."""
+        Kueue's behaviour): the bounds of the rounds a cycle adds while it admits.
+        ``kept_nominations``: admission.engine.verdicts (the same decisions either way)."""
         self._cache = cache
         self._clock = clock
         self._preemptor = preemptor if preemptor is not None else Preemptor(cache)
@@ -188,7 +190,7 @@ class Scheduler:
         # with notice windows a reclaim waits out the victims' window: it is not free later
         self._notices = progress is not None and progress.policy.has_notices
         self._refill = refill
-        self._nominator = Nominator(cache, self._preemptor, explain=explain)
+        self._nominator = Nominator(cache, self._preemptor, explain=explain, kept=kept_nominations)
         self.cycle_count = 0
         self.stats = {"cycles": 0, "admissions": 0, "preemptions": 0, "nominations": 0}
 
@@ -240,8 +242,7 @@ class Scheduler:
         before that, the heads go back to their queues and the cache (its tree's usage
         included) is exactly as it was. With refill, a refill round that raises is
         undone the same way and ends the cycle with the earlier rounds' decisions. The
-        cyclic collector waits until the cycle is over
-        (:func:`admission.engine.gc_pause.collector_paused`)."""
+        cyclic collector waits until the cycle is over (admission.engine.gc_pause)."""
         with collector_paused():
             return self._schedule()
 

@@ -304,6 +304,16 @@ class Preemptor(CandidateSearch):
         )
         return answer
 
+    def cannot_free(
+        self, snap: Snapshot, wl: Workload, node: QuotaNode, fr: FlavorResource, val: int
+    ) -> bool:
+        """Whether :meth:`oracle` answers NO_CANDIDATES without searching: not even the
+        most generous set of victims the policies allow could free ``val`` of ``fr``
+        (its cheap necessary condition fails, so no victim search runs). Its answer then
+        reads only the ClusterQueue's own admissions by priority and the usage on its
+        path to the root (admission.engine.verdicts keeps it on that ground)."""
+        return not self._could_free_enough(snap, wl, node, {fr}, {fr: val})
+
     def targets(
         self,
         snap: Snapshot,
