@@ -96,9 +96,7 @@ def checks_for(cq: ClusterQueue, admission: Admission | None) -> tuple[str, ...]
     if admission is None:
         return tuple(
             sorted(
-                name
-                for name, on in cq.admission_checks.items()
-                if not on or set(on) >= all_flavors
+                name for name, on in cq.admission_checks.items() if not on or set(on) >= all_flavors
             )
         )
     assigned = {f for psa in admission.pod_set_assignments for f in psa.flavors.values()}
@@ -129,7 +127,9 @@ def inactive_checks(
 # -- states ------------------------------------------------------------------------------
 
 
-def set_state(states: Sequence[AdmissionCheckState], new: AdmissionCheckState, now: float) -> States:
+def set_state(
+    states: Sequence[AdmissionCheckState], new: AdmissionCheckState, now: float
+) -> States:
     """Kueue's ``SetAdmissionCheckState``: add ``new``, or update the entry of its name;
     ``lastTransitionTime`` moves only when the state changes (to ``new``'s, else now)."""
     out: list[AdmissionCheckState] = []

@@ -19,7 +19,7 @@ from admission.engine.queue_manager import PendingStatus
 from admission.engine.snapshot import Snapshot
 from admission.engine.verdicts import KeptNominations
 from admission.engine.vocabulary import AssignmentMode, PendingReason
-from queues.model import NEVER, STOP_NONE, FlavorResource, Workload
+from queues.model import NEVER, STOP_NONE, ClusterQueue, FlavorResource, Workload
 from queues.quota_node import QuotaNode
 
 
@@ -102,35 +102,14 @@ class Nominator:
         cache = self._cache
         wl = e.workload
         cq = cache.cluster_queues[e.cluster_queue]
-        lq = cache.local_queue_of(wl)
-        misconfigured = PendingReason.MISCONFIGURED
-        if lq is not None and lq.stop_policy != STOP_NONE:
-            e.status = PendingStatus(PendingReason.SUSPENDED, messages.local_queue_stopped(lq.key))
+        kept = self._kept
+        objects = (cache.local_queues, cache.namespaces, cq)
+        if kept is not None and kept.admissible(e.cluster_queue, wl, objects):
+            pass  # the checks below passed for it, on these very objects
+        elif self._refused(e, cq):
             return
-        labels = cache.namespace_labels(wl.namespace)
-        if labels is None:
-            e.status = PendingStatus(misconfigured, messages.namespace_missing(wl.namespace))
-            e.park_even_if_strict = True
-            return
-        if cq.namespace_selector is None:
-            e.status = PendingStatus(
-                misconfigured, messages.namespace_not_selected(wl.namespace, cq.name)
-            )
-            e.park_even_if_strict = True
-            return
-        if not cq.namespace_selector.matches(labels):
-            e.status = PendingStatus(
-                misconfigured, messages.namespace_mismatch(wl.namespace, cq.name)
-            )
-            e.park_even_if_strict = True
-            return
-        for ps in wl.pod_sets:  # (formatting the errors only when there are some)
-            if ps.limit_violations:
-                e.status = PendingStatus(misconfigured, messages.resource_validation_errors(wl))
-                return
-            if ps.dra_error:  # DRA devices that cannot be counted (queues.dra)
-                e.status = PendingStatus(misconfigured, ps.dra_error)
-                return
+        elif kept is not None:
+            kept.note_admissible(e.cluster_queue, wl, objects)
         assigner = self._assigner(e.cluster_queue, snap)
         assigner.tas_assumed = snap.tas
         assigner.only_flavors = only_flavors
@@ -138,6 +117,43 @@ class Nominator:
             self._assign(assigner, e, snap)
         finally:
             assigner.only_flavors = None
+
+    def _refused(self, e: Entry, cq: ClusterQueue) -> bool:
+        """The checks before flavor assignment: ``e.status`` set and True when the
+        LocalQueue is stopped, the namespace is missing or not selected, or the
+        resources are invalid."""
+        cache = self._cache
+        wl = e.workload
+        lq = cache.local_queue_of(wl)
+        misconfigured = PendingReason.MISCONFIGURED
+        if lq is not None and lq.stop_policy != STOP_NONE:
+            e.status = PendingStatus(PendingReason.SUSPENDED, messages.local_queue_stopped(lq.key))
+            return True
+        labels = cache.namespace_labels(wl.namespace)
+        if labels is None:
+            e.status = PendingStatus(misconfigured, messages.namespace_missing(wl.namespace))
+            e.park_even_if_strict = True
+            return True
+        if cq.namespace_selector is None:
+            e.status = PendingStatus(
+                misconfigured, messages.namespace_not_selected(wl.namespace, cq.name)
+            )
+            e.park_even_if_strict = True
+            return True
+        if not cq.namespace_selector.matches(labels):
+            e.status = PendingStatus(
+                misconfigured, messages.namespace_mismatch(wl.namespace, cq.name)
+            )
+            e.park_even_if_strict = True
+            return True
+        for ps in wl.pod_sets:  # (formatting the errors only when there are some)
+            if ps.limit_violations:
+                e.status = PendingStatus(misconfigured, messages.resource_validation_errors(wl))
+                return True
+            if ps.dra_error:  # DRA devices that cannot be counted (queues.dra)
+                e.status = PendingStatus(misconfigured, ps.dra_error)
+                return True
+        return False
 
     def phantom_turn(self, e: Entry, snap: Snapshot, ticket: int) -> bool:
         """A phantom head's turn in the cycle's order: False when its demand no longer
@@ -210,11 +226,13 @@ class Nominator:
             # the snapshot of the cycle running now (an assigner outlives its cycle)
             current = self.snap
             assert current is not None
-            if answers is not None and preemptor.cannot_free(current, wl, node, fr, val):
-                # the oracle's own answer without a search, noted for the kept nominations
-                answers.hopeless = (wl.key, fr, val)
-                current.searches = None
-                return no_preemption(wl, node, fr, val)
+            if answers is not None:
+                bound = preemptor.hopeless_bound(current, wl, node, fr, val)
+                if bound is not None:
+                    # the oracle's own answer without a search, noted for the kept answers
+                    answers.hopeless = (wl.key, fr, val, *bound)
+                    current.searches = None
+                    return no_preemption(wl, node, fr, val)
             return preemptor.oracle(current, wl, node, fr, val)
 
         assigner = FlavorAssigner(

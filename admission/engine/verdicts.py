@@ -29,9 +29,11 @@ An answer is a function of:
   - *short, nobody to preempt* (one non-zero request): the request is within
     ``potential_available`` and not within ``available``; the borrowing level is the
     same; the oracle is still asked (``_fits_resource_quota``'s condition, on that
-    level); its cheap necessary condition still fails (``Preemptor.cannot_free``: it
-    answers NO_CANDIDATES at that level without a victim search, and it did when the
-    answer was kept); and, with explanations, the message's numbers are the same.
+    level) and still answers NO_CANDIDATES without a victim search, as it did when the
+    answer was kept (``Preemptor.hopeless_bound``: while the ClusterQueue's own usage
+    and that of the Cohorts between it and the root are the same, a comparison of
+    ``available`` and the root's usage with a bound; else worked out again); and, with
+    explanations, the message's numbers are the same.
 
 Anything else — several podSets or flavors, topology, partial admission, fair sharing,
 progress-aware preemption, an answer after a victim search — is assigned as before.
@@ -72,6 +74,9 @@ class _Kept:
         "fit",
         "short",
         "short_message",
+        "bound",
+        "own",
+        "checked",
     )
 
     def __init__(
@@ -86,6 +91,14 @@ class _Kept:
         self.fit: Assignment | None = None
         self.short: Assignment | None = None  # (one request; nobody could be preempted)
         self.short_message = ""  # what is short, as its message says it
+        # while ``own`` (_own_reads) is the same, the short answer's oracle still answers
+        # without a search exactly when max(available, 0) + (root usage if with_others)
+        # < bound (Preemptor.hopeless_bound): (bound, with_others)
+        self.bound: tuple[int, bool] = (0, False)
+        self.own: tuple[object, ...] = ()
+        # the LocalQueues, Namespaces and ClusterQueue spec nomination's first checks
+        # passed on (Nominator._refused), for this workload and podSets list
+        self.checked: tuple[object, ...] | None = None
 
     def same_inputs(self, assigner: FlavorAssigner, wl: Workload) -> bool:
         """Computed for this very workload and ClusterQueue (spec, node, flavors)."""
@@ -96,6 +109,26 @@ class _Kept:
             and self.priority == wl.priority
             and self.reclaimable == (wl.reclaimable_pods or {})
         )
+
+
+def _own_reads(
+    preemptor: Preemptor, assigner: FlavorAssigner, wl: Workload, fr: FlavorResource
+) -> tuple[object, ...]:
+    """What :meth:`Preemptor.hopeless_bound` reads besides the root's usage and
+    ``available``: the ClusterQueue's usage of ``fr``, its admitted usage of ``fr`` by
+    priority, and the usage of ``fr`` at the Cohorts strictly between it and the root."""
+    node = assigner.node
+    by_priority = preemptor.cache.prio_usage.get(node.name)
+    between = []
+    parent = node.parent
+    while parent is not None and parent.parent is not None:
+        between.append(parent.usage.get(fr, 0))
+        parent = parent.parent
+    return (
+        node.usage.get(fr, 0),
+        tuple((p, u.get(fr, 0)) for p, u in by_priority.items()) if by_priority else (),
+        tuple(between),
+    )
 
 
 class KeptNominations:
@@ -110,10 +143,37 @@ class KeptNominations:
         self._kept: dict[str, dict[str, _Kept]] = {}
         self._preemptor = preemptor  # classical, asked again whether nobody can be taken
         # set by the nominator's oracle for the assignment running now: (workload key,
-        # (flavor, resource), value) of a request the oracle answered without a search
-        self.hopeless: tuple[str, FlavorResource, int] | None = None
+        # (flavor, resource), value, bound, with_others) of a request it answered without
+        # a search, and how long that lasts (Preemptor.hopeless_bound)
+        self.hopeless: tuple[str, FlavorResource, int, int, bool] | None = None
         self.hits = 0
         self.misses = 0
+
+    def admissible(self, cq: str, wl: Workload, objects: tuple[object, ...]) -> bool:
+        """Nomination's first checks (LocalQueue stopped, namespace selected, valid
+        resources) passed for ``wl`` on these very objects (the cache's LocalQueues and
+        Namespaces mappings, which it replaces on any change, and the ClusterQueue's
+        spec): they read nothing else, so they pass again."""
+        by_key = self._kept.get(cq)
+        k = by_key.get(wl.key) if by_key is not None else None
+        checked = k.checked if k is not None else None
+        return (
+            checked is not None
+            and k is not None
+            and k.wl is wl
+            and k.pod_sets is wl.pod_sets
+            and checked[0] is objects[0]
+            and checked[1] is objects[1]
+            and checked[2] is objects[2]
+        )
+
+    def note_admissible(self, cq: str, wl: Workload, objects: tuple[object, ...]) -> None:
+        """Nomination's first checks passed for ``wl`` on ``objects`` (see
+        :meth:`admissible`); noted where its answers are kept, if they are."""
+        by_key = self._kept.get(cq)
+        k = by_key.get(wl.key) if by_key is not None else None
+        if k is not None and k.wl is wl and k.pod_sets is wl.pod_sets:
+            k.checked = objects
 
     def reuse(
         self, cq: str, assigner: FlavorAssigner, wl: Workload, snap: Snapshot
@@ -180,8 +240,20 @@ class KeptNominations:
                 and messages.insufficient_unused_quota(node, fr, val, 0, explain=True)
                 != k.short_message
             )
-            or not self._preemptor.cannot_free(snap, wl, node, fr, val)
         ):
+            return None
+        own = _own_reads(self._preemptor, k.assigner, wl, fr)
+        if own != k.own:  # worked out again, for as long as these stay the same
+            bound = self._preemptor.hopeless_bound(snap, wl, node, fr, val)
+            if bound is None:
+                return None
+            k.bound, k.own = bound, own
+        available = node.available(fr)
+        with_others = k.bound[1]
+        room = (available if available > 0 else 0) + (
+            node.root().usage.get(fr, 0) if with_others else 0
+        )
+        if room >= k.bound[0]:
             return None
         return short
 
@@ -203,7 +275,9 @@ class KeptNominations:
         requests = [(fr, v) for fr, v in a.usage.items() if v]
         if not requests:
             return
-        if a.mode == _NO_CANDIDATES and (len(requests) != 1 or hopeless != (wl.key, *requests[0])):
+        if a.mode == _NO_CANDIDATES and (
+            len(requests) != 1 or hopeless is None or hopeless[:3] != (wl.key, *requests[0])
+        ):
             return  # (several requests, or a victim search ran: not kept)
         by_key = self._kept.get(cq)
         if by_key is None:
@@ -217,7 +291,10 @@ class KeptNominations:
             k.fit = a
         else:
             fr, val = requests[0]
+            assert hopeless is not None
             k.short = a
             k.short_message = messages.insufficient_unused_quota(
                 assigner.node, fr, val, 0, explain=assigner.explain
             )
+            k.bound = (hopeless[3], hopeless[4])
+            k.own = _own_reads(self._preemptor, assigner, wl, fr)

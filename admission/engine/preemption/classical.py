@@ -304,15 +304,50 @@ class Preemptor(CandidateSearch):
         )
         return answer
 
-    def cannot_free(
+    def hopeless_bound(
         self, snap: Snapshot, wl: Workload, node: QuotaNode, fr: FlavorResource, val: int
-    ) -> bool:
-        """Whether :meth:`oracle` answers NO_CANDIDATES without searching: not even the
-        most generous set of victims the policies allow could free ``val`` of ``fr``
-        (its cheap necessary condition fails, so no victim search runs). Its answer then
-        reads only the ClusterQueue's own admissions by priority and the usage on its
-        path to the root (admission.engine.verdicts keeps it on that ground)."""
-        return not self._could_free_enough(snap, wl, node, {fr}, {fr: val})
+    ) -> tuple[int, bool] | None:
+        """When :meth:`oracle` answers ``val`` of ``fr`` with NO_CANDIDATES without a
+        victim search (not even the most generous set of victims could free it), how
+        long that lasts: ``(bound, with_others)`` such that, while the ClusterQueue's
+        usage of ``fr``, its admitted usage of ``fr`` by priority and the usage of ``fr``
+        at the Cohorts strictly between it and its root stay the same (specs and quotas
+        too), it still does exactly when ``max(available, 0)``, plus the root's usage of
+        ``fr`` if ``with_others``, is below ``bound``. None when the oracle would search,
+        or when a lending limit keeps ``fr`` below the root.
+
+        :meth:`_could_free_enough` for one request, its terms regrouped: it frees the
+        own workloads' usage ``own`` and, when other ClusterQueues' workloads may be
+        victims at all (which reads only the ClusterQueue and the Cohorts between it
+        and the root), the root's usage less the ClusterQueue's ``u``; it fails when that
+        is below ``val - max(available, 0)``, i.e. when ``max(available, 0) + root usage
+        < val - own + u`` (without others: ``max(available, 0) < val - own``)."""
+        cache = self.cache
+        root = node.root()
+        if fr in kept_locally(root):
+            return None
+        p = cache.cluster_queues[node.name].preemption
+        within = p.within_cluster_queue
+        own = 0
+        if within != NEVER:
+            prio = wl.priority
+            equal_ok = within == LOWER_OR_NEWER_EQUAL_PRIORITY
+            for q_prio, usage in cache.prio_usage.get(node.name, {}).items():
+                if q_prio < prio or (equal_ok and q_prio == prio):
+                    own += usage.get(fr, 0)
+        available = node.available(fr)
+        room = available if available > 0 else 0
+        if own + room >= val:
+            return None  # nothing missing, or the own workloads could free it
+        others = (
+            node.parent is not None
+            and p.reclaim_within_cohort != NEVER
+            and self._may_take_from_others(wl, node, {fr}, {fr: val})
+        )
+        bound = val - own + (node.usage.get(fr, 0) if others else 0)
+        if room + (root.usage.get(fr, 0) if others else 0) >= bound:
+            return None
+        return bound, others
 
     def targets(
         self,
