@@ -182,6 +182,7 @@ def borrowing_queues(
     than their nominal quota, through Cohorts that do too (depth first: a child Cohort's
     before the node's own ClusterQueues), walked with a stack of its own, never by
     recursion (a chain of any depth)."""
+    single = next(iter(frs)) if len(frs) == 1 else None
     stack = [(current, iter(current.child_cohorts))]
     while stack:
         node, cohorts = stack[-1]
@@ -190,6 +191,11 @@ def borrowing_queues(
             stack.append((child, iter(child.child_cohorts)))
             continue
         stack.pop()
+        if single is not None:  # within_nominal of one pair, written out: asked per queue
+            for q in node.child_queues:
+                if q is not cq and q.usage.get(single, 0) > q.subtree_quota.get(single, 0):
+                    yield q
+            continue
         for q in node.child_queues:
             if q is cq or within_nominal(q, frs):
                 continue

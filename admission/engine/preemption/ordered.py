@@ -178,27 +178,40 @@ def _merged(
     frs: set[FlavorResource],
 ) -> Iterator[Candidate]:
     """The candidates of ``queues`` (one of the search's lists) in Kueue's order: their
-    sorted rows merged, each row filtered as :meth:`CandidateSearch._from_cq` filters it."""
+    sorted rows merged, each row filtered as :meth:`CandidateSearch._from_cq` filters it.
+
+    A queue's rules (:meth:`CandidateSearch._source`) are worked out when its first row
+    comes out of the heap, not for every queue of the list: a search takes a few rows
+    of a few of its hundreds of queues. A queue none of whose rows may be taken then
+    leaves the heap, which is where it would have added nothing."""
     sorted_rows = kept.of
-    sources: list[tuple[str, QuotaNode | None, Source, SortedRows]] = []
+    admitted_rows = search.admitted_rows
+    queue_rows: list[tuple[str, QuotaNode | None, bool, SortedRows]] = []
     heap: list[tuple[tuple[int, float, str], int, int]] = []
     for q, lca, advantage in queues:
-        src = search._source(snap, wl, cq_name, q.name, advantage)
-        if src is None:
+        admitted = admitted_rows(snap, q.name)
+        if admitted is None:
             continue
-        rows = sorted_rows(q.name, src.admitted.rows)
-        heap.append((rows[0][0], len(sources), 0))
-        sources.append((q.name, lca, src, rows))
+        rows = sorted_rows(q.name, admitted.rows)
+        heap.append((rows[0][0], len(queue_rows), 0))
+        queue_rows.append((q.name, lca, advantage, rows))
     if not heap:
         return
     heapq.heapify(heap)
+    sources: dict[int, Source | None] = {}
     prio = wl.priority
     order_time = wl.queue_order_time
     excluded = snap.victims
     single = next(iter(frs)) if len(frs) == 1 else None
     while heap:
         _, i, pos = heap[0]
-        cand_cq, lca, src, rows = sources[i]
+        cand_cq, lca, advantage, rows = queue_rows[i]
+        if pos == 0:
+            sources[i] = search._source(snap, wl, cq_name, cand_cq, advantage)
+        src = sources[i]
+        if src is None:
+            heapq.heappop(heap)  # nobody of this queue may be taken
+            continue
         key, cand, cp, usage = rows[pos][1]
         if pos + 1 < len(rows):
             heapq.heapreplace(heap, (rows[pos + 1][0], i, pos + 1))
