@@ -107,9 +107,14 @@ class WakeIndex:
 
     def _file(self, ticket: int, cq: str, evidence: Evidence, own: float) -> None:
         self._tickets[ticket] = cq
+        heaps = self._heaps
+        push = heapq.heappush
         for node, fr, threshold in evidence:
-            heapq.heappush(self._heaps.setdefault((node, fr), []), (-threshold, ticket))
-            self._entries += 1
+            heap = heaps.get((node, fr))
+            if heap is None:
+                heap = heaps[node, fr] = []
+            push(heap, (-threshold, ticket))
+        self._entries += len(evidence)
         if own != -NEVER_ADMISSIBLE:
             self._own.setdefault(cq, {}).setdefault(own, set()).add(ticket)
 
@@ -120,9 +125,12 @@ class WakeIndex:
     def reached(self, ticket: int) -> bool:
         """Has the usage of some node fallen to one of the ticket's thresholds?"""
         meta = self._meta.get(ticket)
-        return meta is not None and any(
-            node.usage.get(fr, 0) <= threshold for node, fr, threshold in meta[1]
-        )
+        if meta is None:
+            return False
+        for node, fr, threshold in meta[1]:  # (a loop, not any(): asked per eligible ticket)
+            if node.usage.get(fr, 0) <= threshold:
+                return True
+        return False
 
     def take_eligible(self) -> dict[int, str]:
         """The eligible tickets (and their ClusterQueues); each must be woken,
