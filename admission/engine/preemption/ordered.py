@@ -137,8 +137,8 @@ def ordered_candidates(
     frs: set[FlavorResource],
     requests: Mapping[FlavorResource, int],
 ) -> OrderedCandidates | None:
-    """``search.candidates(...)`` produced lazily from the rows ``kept`` sorted; None where only the eager lists
-    give Kueue's order (see the module's docstring)."""
+    """``search.candidates(...)`` produced lazily from the rows ``kept`` sorted; None
+    where only the eager lists give Kueue's order (see the module's docstring)."""
     cache = search.cache
     if search.tracker is not None or search.progress is not None or cache.evicting:
         return None
