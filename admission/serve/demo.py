@@ -47,8 +47,9 @@ from admission.kube.client.kueuectl_calls import UserApi
 
 from .apply import Applied, create_directory
 from .demo_jobs import RUN_SECONDS, SUBMIT_EVERY, run_jobs
+from .listen_errors import listen_problem
 from .options import ServiceOptions
-from .service import Service, listen_problem
+from .service import Service
 from .visibility import GROUP as VISIBILITY_GROUP
 
 log = logging.getLogger("quartermaster.demo")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import faulthandler
 import logging
 import os
@@ -68,6 +67,7 @@ from admission.kube.watch.informer import Informer, strip_managed_fields
 from admission.kube.watch.slim import slimmer_for
 
 from .events import EVENT_CALL, EventRecorder, no_event
+from .listen_errors import ListenError, listen_problem
 from .looplag import LoopLagMonitor
 from .options import (
     ServiceOptions,
@@ -529,26 +529,6 @@ class Service:
             rng=random.Random(opts.seed),
         )
         asyncio.create_task(self.ca_bundles.run(), name="cabundle")
-
-
-class ListenError(OSError):
-    """A server could not bind its address: which server, where, and why."""
-
-    def __init__(self, what: str, host: str, port: int, err: OSError) -> None:
-        reason = os.strerror(err.errno) if err.errno else str(err)
-        super().__init__(err.errno, f"cannot listen on {host}:{port} ({what}): {reason}")
-
-
-_LISTEN_ERRNOS = {errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL}
-
-
-def listen_problem(err: OSError) -> str | None:
-    """The one-line message for a failure to bind (ours or aiohttp's), else None."""
-    if isinstance(err, ListenError):
-        return err.strerror
-    if err.errno in _LISTEN_ERRNOS:
-        return f"cannot listen: {err}"
-    return None
 
 
 def run_service(args: Any) -> int:
