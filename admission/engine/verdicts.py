@@ -257,6 +257,18 @@ class KeptNominations:
             return None
         return short
 
+    def _forget_gone(self, by_key: dict[str, _Kept]) -> None:
+        """Drop what was kept for workloads that are no heads any more: admitted (their
+        answer is asked again only after an eviction) or gone from the cache."""
+        workloads = self._preemptor.cache.workloads
+        gone = [
+            key
+            for key, k in by_key.items()
+            if k.wl.admission is not None or workloads.get(key) is not k.wl
+        ]
+        for key in gone:
+            del by_key[key]
+
     def keep(self, cq: str, assigner: FlavorAssigner, wl: Workload, a: Assignment) -> None:
         """Keep ``a``, just computed for ``wl`` as ``cq``'s head, when it is an answer
         :meth:`reuse` can check."""
@@ -284,8 +296,10 @@ class KeptNominations:
             by_key = self._kept[cq] = {}
         k = by_key.get(wl.key)
         if k is None or not k.same_inputs(assigner, wl) or k.requests != requests:
-            if k is None and len(by_key) >= _PER_QUEUE:
-                del by_key[next(iter(by_key))]  # the longest kept
+            if k is None:
+                self._forget_gone(by_key)
+                if len(by_key) >= _PER_QUEUE:
+                    del by_key[next(iter(by_key))]  # the longest kept
             k = by_key[wl.key] = _Kept(wl=wl, assigner=assigner, requests=requests)
         if a.mode == _FIT:
             k.fit = a
