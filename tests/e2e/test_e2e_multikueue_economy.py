@@ -6,10 +6,12 @@ one job; the events of the other workers' copies that start a Workload's reconci
 before the watch brings back what it wrote never make it create or delete a copy twice.
 
 To the manager's own API server, from the service's ``quartermaster_api_requests_total``:
-a dispatched Job costs its Workload, the Workload's four status writes Kueue makes too
-(quota reserved, workers nominated, the check Ready with the worker's name, admitted),
-the start of its job and events, and no read: the informers have the Job (whole, for
-the copy to the worker) and the Workload webhook reads no owner."""
+a dispatched Job costs its Workload, three status writes (quota reserved, workers
+nominated, then the check Ready with the worker's name and ``Admitted=True`` together:
+Kueue writes those last two apart, four in all), the start of its job and events, and
+no read: the informers have the Job (whole, for the copy to the worker) and the
+Workload webhook reads no owner. The admission in the check's write is the service's
+own, counted once: its metrics, its ``Admitted`` event and its job's start."""
 
 from __future__ import annotations
 
@@ -22,8 +24,15 @@ import pytest
 
 from admission.kube.client import resources as k
 from tests.e2e.test_e2e_multikueue import MANAGER, NS, check_state, manager_queue, mk_job
-from tests.support.kube_harness import cluster_queue, eventually, flavor, local_queue, namespace
-from tests.support.multicluster import WORKERS, MultiStack, multi_stack, real_workers_or_none
+from tests.support.kube_harness import (
+    cluster_queue,
+    eventually,
+    flavor,
+    is_true,
+    local_queue,
+    namespace,
+)
+from tests.support.multicluster import CHECK, WORKERS, MultiStack, multi_stack, real_workers_or_none
 
 JOBS = 12
 EVENTS_PER_JOB = 5  # CreatedWorkload, QuotaReserved, MultiKueue (Ready), Admitted, Started
@@ -144,11 +153,79 @@ def test_a_dispatched_job_costs_the_manager_its_kueue_writes_and_no_reads(
             assert not any(c.endswith("batch/jobs") for c in reads), spent
             assert spent.get("create kueue.x-k8s.io/workloads") == JOBS, spent
             # beside the pending reasons a cycle may write first (QuotaReserved=False, as
-            # Kueue's scheduler does), four status writes each
+            # Kueue's scheduler does), three status writes each: the check's Ready
+            # carries Admitted=True (Kueue: four, the admission on its own)
             pending = writes_of(m, "pending") - pending_before
             status = spent.get("patch kueue.x-k8s.io/workloads/status", 0)
-            assert status - pending <= 4 * JOBS, (spent, pending)
+            assert status - pending <= 3 * JOBS, (spent, pending)
             assert spent.get("patch batch/jobs", 0) <= JOBS, spent
             assert spent.get("create core/events", 0) <= EVENTS_PER_JOB * JOBS, spent
+
+    asyncio.run(main())
+
+
+def samples(m: MultiStack, metric_name: str, suffix: str) -> float:
+    """The manager's ``metric_name`` samples ending in ``suffix`` for ClusterQueue cq."""
+    registry = m.manager.service.metrics
+    assert registry is not None
+    return sum(
+        sample.value
+        for metric in registry.registry.collect()
+        if metric.name == metric_name
+        for sample in metric.samples
+        if sample.name == metric_name + suffix and sample.labels.get("cluster_queue") == "cq"
+    )
+
+
+def test_an_admission_written_with_the_checks_ready_counts_once_and_starts_its_job_once(
+    tmp_path: Path, backend: Any, real_workers: Any
+) -> None:
+    manager = [*MANAGER[:2], manager_queue(cpu=JOBS), MANAGER[3]]
+    worker = [namespace(NS), flavor("f"), cluster_queue("cq", {"f": {"cpu": JOBS}}),
+              local_queue(NS, "lq", "cq")]  # fmt: skip
+    jobs = 4
+
+    async def main() -> None:
+        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                               manager_objects=manager, worker_objects=worker) as m:  # fmt: skip
+            await asyncio.gather(
+                *(m.manager.user.create(k.JOBS, mk_job(f"j{i}"), namespace=NS)
+                  for i in range(jobs))
+            )  # fmt: skip
+
+            def started() -> bool:
+                wls = m.manager.workloads(NS)
+                return len(wls) == jobs and all(
+                    check_state(w) == "Ready"
+                    and is_true(w, "Admitted")
+                    and (j := m.manager.get("jobs", f"j{i}", NS)) is not None
+                    and not j["spec"].get("suspend")
+                    for i, w in enumerate(wls)
+                )
+
+            await eventually(started, what="every job admitted on a worker and started",
+                             timeout=120)  # fmt: skip
+            await asyncio.sleep(0.5)  # a second admission or start would be written by now
+            for wl in m.manager.workloads(NS):
+                # one write made the check Ready and admitted it, at the same instant
+                ready = next(c for c in wl["status"]["admissionChecks"] if c["name"] == CHECK)
+                admitted = next(c for c in wl["status"]["conditions"] if c["type"] == "Admitted")
+                assert admitted["reason"] == "Admitted", admitted
+                assert admitted["message"] == "The workload is admitted", admitted
+                assert admitted["lastTransitionTime"] == ready["lastTransitionTime"], wl["status"]
+            assert samples(m, "kueue_admitted_workloads", "_total") == jobs
+            assert samples(m, "kueue_quota_reserved_workloads", "_total") == jobs
+            assert samples(m, "kueue_admission_wait_time_seconds", "_count") == jobs
+            assert samples(m, "kueue_admission_checks_wait_time_seconds", "_count") == jobs
+            assert manager_requests(m).get("patch batch/jobs", 0) == jobs  # each started once
+            admitted_events: dict[str, int] = {}
+            for ev in m.manager.server.list_objects("events", NS):
+                if ev.get("reason") == "Admitted":
+                    name = ev["involvedObject"]["name"]
+                    admitted_events[name] = admitted_events.get(name, 0) + int(ev.get("count") or 1)
+            assert sorted(admitted_events.values()) == [1] * jobs, admitted_events
+            cache = m.manager.service.controller.cache
+            models = [w for key, w in cache.workloads.items() if key.startswith(f"{NS}/")]
+            assert len(models) == jobs and all(w.admitted for w in models), models
 
     asyncio.run(main())

@@ -13,7 +13,11 @@ check (the service's admission-check machinery). Then, in order:
 4. a remote copy is admitted (the first to be admitted wins): every other copy is
    removed, the job is created on the winner (or its status copied back), and the
    check goes ``Ready`` ("The workload was admitted on "<worker>"") with
-   ``status.clusterName`` set and ``nominatedClusterNames`` cleared;
+   ``status.clusterName`` set and ``nominatedClusterNames`` cleared; when that makes
+   every check of the Workload Ready, the same write admits it (``Admitted=True``, as
+   the service's admission-check machinery would write it next: Kueue's workload
+   controller writes it apart), and the service counts and follows that admission
+   once;
 5. the check is ``Ready`` but no admitted copy is visible: if the worker is lost, wait
    ``workerLostTimeout`` from when it was lost, then ``Retry`` ("Admitting remote
    lost"); if it answers, ``Retry`` at once ("Admitting remote no longer exists");
@@ -75,6 +79,9 @@ class Group:
     @property
     def name(self) -> str:
         return self.key.partition("/")[2]
+
+
+AdmitWith = Callable[[str, Obj, list[Obj], float], list[Obj] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +148,8 @@ class Dispatch:
         full_job: Callable[[str, str], Awaitable[Obj | None]],
         written: Callable[[str, Obj], None] = lambda _key, _obj: None,
         group_pods: Callable[[str], list[Obj]] = lambda _key: [],
+        admit_with: AdmitWith = lambda _key, _wl, _checks, _now: None,
+        admitted: Callable[[str, Obj, float], None] = lambda _key, _wl, _now: None,
     ) -> None:
         self.client = client
         self.origin = origin
@@ -155,6 +164,11 @@ class Dispatch:
         # instead of the older copy and does not write the same again (a 409)
         self.written = written
         self.group_pods = group_pods  # Workload key -> the manager's pods of its group
+        # (key, Workload, its checks with ours Ready, now) -> the conditions that admit it
+        # in the same write (None: the checks do not admit it yet), and what follows
+        # such a write, once (the service's own admission write then finds it done)
+        self.admit_with = admit_with
+        self.admitted = admitted
 
     # -- remote objects -------------------------------------------------------------------
 
@@ -214,9 +228,11 @@ class Dispatch:
         self.written(group.key, new)
         return new
 
-    def _checks_with(self, group: Group, state: str, message: str) -> list[Obj]:
+    def _checks_with(
+        self, group: Group, state: str, message: str, at: float | None = None
+    ) -> list[Obj]:
         out = []
-        now = kobj.rfc3339(self.clock())
+        now = kobj.rfc3339(self.clock() if at is None else at)
         for entry in ((group.local.get("status") or {}).get("admissionChecks")) or []:
             if entry.get("name") == group.check:
                 entry = dict(entry)
@@ -230,10 +246,17 @@ class Dispatch:
     async def set_state(self, group: Group, state: str, message: str, **extra: Any) -> bool:
         """Kueue's ``updateACS``: our entry's state and message ("..., Previously: ...")."""
         message = f'{message}, Previously: "{group.state.get("state")}"'
-        status: Obj = {"admissionChecks": self._checks_with(group, state, message), **extra}
+        now = self.clock()
+        checks = self._checks_with(group, state, message, now)
+        status: Obj = {"admissionChecks": checks, **extra}
+        admitting = self.admit_with(group.key, group.local, checks, now) if state == READY else None
+        if admitting is not None:  # the last check Ready: Admitted=True in the same write
+            status["conditions"] = admitting
         new = await self.patch_status(group, status)
         if new is not None:
             self.record_event(new, "Normal", EVENT_REASON, message)
+            if admitting is not None and is_true(new, "Admitted"):
+                self.admitted(group.key, new, now)
         return new is not None
 
     async def explain(self, group: Group, message: str) -> None:

@@ -54,6 +54,7 @@ from admission.kube.multikueue.pods import PodGroupAdapter, adapter_for, group_o
 from admission.kube.multikueue.pods import owner_kind as kind_of
 from admission.kube.multikueue.remote import RemoteCluster
 from admission.kube.multikueue.serving import SERVING
+from admission.kube.reconcilers.admission_checks import admitted, admitting_conditions
 from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.informer import DELETED, Informer
 from queues.api.conditions import condition
@@ -111,6 +112,8 @@ class MultiKueue:
             full_job=self._full_job,
             written=lambda key, obj: ctx.writer.remember(WORKLOADS, key, obj),
             group_pods=self._group_pods,
+            admit_with=functools.partial(admitting_conditions, ctx),
+            admitted=functools.partial(admitted, ctx),
         )
         self.pod_groups = GroupedPods("pods")  # group key -> the manager's pods
         self.reasons: dict[str, tuple[str, ...]] = {}  # Workload key -> the last nomination's

@@ -7,7 +7,10 @@ engine's (:mod:`admission.engine.admission_checks`), this module writes them:
 * the Workload's ``status.admissionChecks`` lists exactly the checks its reservation
   needs (a ``Pending`` entry added for a new one, a stale one dropped);
 * every check ``Ready``: ``Admitted=True`` (event ``Admitted``, metric
-  ``kueue_admission_checks_wait_time_seconds``), then its job starts;
+  ``kueue_admission_checks_wait_time_seconds``), then its job starts; a check's
+  controller of the service's own (MultiKueue) writes that ``Admitted=True`` with the
+  last check's ``Ready`` (:func:`admitting_conditions`) and then calls :func:`admitted`,
+  so this reconciler finds it admitted and writes nothing;
 * a check ``Retry``: evicted with reason ``AdmissionCheck`` (the eviction resets the
   checks to ``Pending``), ``status.requeueState.requeueAt`` set to the retry time the
   checks asked for, the quota released once its job is stopped;
@@ -127,26 +130,7 @@ class CheckReconciler:
         new = await self._write(key, compute)
         if new is None or not is_true(new, kobj.ADMITTED):
             return
-        cq = str((kobj.admission_of(new) or {}).get("clusterQueue", ""))
-        reserved = rfc3339_seconds(
-            (condition(new, kobj.QUOTA_RESERVED) or {}).get("lastTransitionTime")
-        )
-        waited = max(0.0, now - reserved) if reserved is not None else 0.0
-        ctx.metrics.admitted_total.labels(cq).inc()
-        ctx.metrics.admission_checks_wait.labels(cq).observe(waited)
-        model = ctx.cache.workloads.get(key)
-        if model is not None:
-            model.admitted = True
-            ctx.metrics.admission_wait.labels(cq).observe(max(0.0, now - model.queue_order_time))
-        ctx.sync.workload(key, new)
-        log.info("admitted %s in ClusterQueue %s: its admission checks are ready", key, cq)
-        ctx.record_event(
-            new,
-            "Normal",
-            "Admitted",
-            f"Admitted by ClusterQueue {cq}, wait time since reservation was {waited:.0f}s",
-        )
-        enqueue_owner(ctx, key, new)  # start its job
+        admitted(ctx, key, new, now)
 
     async def _retry(self, key: str, wl: Obj, message: str, requeue_at: float | None) -> None:
         ctx = self.ctx
@@ -200,3 +184,66 @@ class CheckReconciler:
         new.setdefault("kind", WORKLOADS.kind)
         ctx.writer.remember(WORKLOADS, key, new)
         ctx.enqueue(work.Workload(key))  # the job reconciler evicts it
+
+
+# -- admission written with the last check's Ready -----------------------------------------
+
+
+def admitting_conditions(
+    ctx: Context, key: str, wl: Obj, checks: list[Obj], now: float
+) -> list[Obj] | None:
+    """The conditions to write with ``checks`` (the Workload's ``status.admissionChecks``
+    as a check's controller is about to write it) when they admit it: ``Admitted=True``
+    as :class:`CheckReconciler` would write it once it saw them, so a controller that
+    writes the last check's ``Ready`` saves the Workload that write (None: they do
+    not admit it, or the reconciler would not act on it now). After the write, call
+    :func:`admitted` once."""
+    if (
+        not kobj.has_quota(wl)
+        or kobj.is_finished(wl)
+        or kobj.deleting(wl)
+        or key in ctx.sync.inflight
+        or not kobj.is_active(wl)
+        or is_true(wl, kobj.EVICTED)
+        or is_true(wl, kobj.DEACTIVATION_TARGET)
+        or is_true(wl, kobj.ADMITTED)
+    ):
+        return None
+    model = ctx.cache.workloads.get(key)
+    cq = ctx.sync.cluster_queues.get(str((kobj.admission_of(wl) or {}).get("clusterQueue")))
+    if cq is None or model is None or model.admission is None:
+        return None
+    required = checks_for(cq, model.admission)
+    states, changed = sync_states(kobj.check_states({"status": {"admissionChecks": checks}}),
+                                  required, now)  # fmt: skip
+    if changed or verdict(states, required).action != Action.ADMIT:
+        return None
+    return kobj.admitted_condition(conditions(wl), admitted=True, now=now,
+                                   gen=kobj.generation(wl))  # fmt: skip
+
+
+def admitted(ctx: Context, key: str, new: Obj, now: float) -> None:
+    """What follows the write that admitted Workload ``key`` through its checks (by
+    :class:`CheckReconciler`, or by a check's controller with :func:`admitting_conditions`),
+    once: the admission metrics, the cache's view, the ``Admitted`` event, and its job
+    queued to start."""
+    cq = str((kobj.admission_of(new) or {}).get("clusterQueue", ""))
+    reserved = rfc3339_seconds(
+        (condition(new, kobj.QUOTA_RESERVED) or {}).get("lastTransitionTime")
+    )
+    waited = max(0.0, now - reserved) if reserved is not None else 0.0
+    ctx.metrics.admitted_total.labels(cq).inc()
+    ctx.metrics.admission_checks_wait.labels(cq).observe(waited)
+    model = ctx.cache.workloads.get(key)
+    if model is not None:
+        model.admitted = True
+        ctx.metrics.admission_wait.labels(cq).observe(max(0.0, now - model.queue_order_time))
+    ctx.sync.workload(key, new)
+    log.info("admitted %s in ClusterQueue %s: its admission checks are ready", key, cq)
+    ctx.record_event(
+        new,
+        "Normal",
+        "Admitted",
+        f"Admitted by ClusterQueue {cq}, wait time since reservation was {waited:.0f}s",
+    )
+    enqueue_owner(ctx, key, new)  # start its job

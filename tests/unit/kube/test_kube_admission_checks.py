@@ -1,14 +1,25 @@
 """The Workload status writes of AdmissionChecks (admission.kube.objects): the
-reservation that waits for its checks, the eviction that resets them, and the
-deactivation a Rejected check causes."""
+reservation that waits for its checks, the eviction that resets them, the
+deactivation a Rejected check causes, and the admission a check's controller writes
+with the last check's Ready."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from admission.kube import objects as kobj
+from admission.kube.reconcilers.admission_checks import admitting_conditions
 from queues.api.conditions import condition, is_true
-from queues.model import Admission, PodSetAssignment
+from queues.model import (
+    Admission,
+    ClusterQueue,
+    FlavorQuotas,
+    PodSet,
+    PodSetAssignment,
+    ResourceGroup,
+    Workload,
+)
 
 T0 = 1_800_000_000.0
 ADMISSION = Admission("cq", [PodSetAssignment("main", {"cpu": "f"}, {"cpu": 2000}, 2)])
@@ -140,3 +151,43 @@ def test_a_reservation_read_from_the_api_holds_quota_and_follows_its_checks() ->
     sync.workload("ns/w", wl_obj(rv="12", status={**moved["status"], "conditions": conds}))
     assert waiting_on(cache.workloads["ns/w"]) == ()
     assert cache.tree.queues["cq"].usage == {("f", "cpu"): 2000}  # charged once
+
+
+def test_the_last_checks_ready_admits_in_its_own_write_only_when_the_service_would() -> None:
+    flavors = [ResourceGroup(["cpu"], [FlavorQuotas("f", {})])]
+    cq = ClusterQueue("cq", flavors, admission_checks={"a": (), "b": ()})
+    model = Workload("ns", "w", [PodSet("main", 2, {"cpu": 1000})], admission=ADMISSION)
+    ctx = SimpleNamespace(
+        sync=SimpleNamespace(inflight=set(), cluster_queues={"cq": cq}),
+        cache=SimpleNamespace(workloads={"ns/w": model}),
+    )
+    reserved = kobj.admission_status(_wl(), ADMISSION, now=T0, checks=("a", "b"))
+    wl = _wl(**reserved)
+
+    def entry(name: str, state: str) -> dict[str, Any]:
+        return {"name": name, "state": state, "message": "", "lastTransitionTime": "t"}
+
+    both = [entry("a", "Ready"), entry("b", "Ready")]
+    conds = admitting_conditions(ctx, "ns/w", wl, both, T0 + 3)  # type: ignore[arg-type]
+    assert conds is not None
+    adm = condition({"status": {"conditions": conds}}, "Admitted")
+    assert (adm["status"], adm["reason"], adm["message"], adm["lastTransitionTime"]) == (
+        "True", "Admitted", "The workload is admitted", kobj.rfc3339(T0 + 3)
+    )  # fmt: skip
+    assert condition({"status": {"conditions": conds}}, "QuotaReserved") == condition(
+        wl, "QuotaReserved"
+    )
+    # another check not Ready, or missing: the service admits later, as before
+    one = [entry("a", "Ready"), entry("b", "Pending")]
+    assert admitting_conditions(ctx, "ns/w", wl, one, T0 + 3) is None  # type: ignore[arg-type]
+    assert admitting_conditions(ctx, "ns/w", wl, both[:1], T0 + 3) is None  # type: ignore[arg-type]
+    # admitted already, evicted, deactivated, or its admission write in flight: none
+    admitted = _wl(**{**reserved, "conditions": conds})
+    assert admitting_conditions(ctx, "ns/w", admitted, both, T0 + 3) is None  # type: ignore[arg-type]
+    evicted = _wl(**{**reserved, "conditions": kobj.set_condition(
+        kobj.conditions(wl), type_="Evicted", status=True, reason="x", message="", now=T0)})  # fmt: skip
+    assert admitting_conditions(ctx, "ns/w", evicted, both, T0 + 3) is None  # type: ignore[arg-type]
+    inactive = {**wl, "spec": {"active": False}}
+    assert admitting_conditions(ctx, "ns/w", inactive, both, T0 + 3) is None  # type: ignore[arg-type]
+    ctx.sync.inflight.add("ns/w")
+    assert admitting_conditions(ctx, "ns/w", wl, both, T0 + 3) is None  # type: ignore[arg-type]

@@ -1,14 +1,24 @@
 """MultiKueue's pure parts: the remote copies of a Job and a Workload, which status comes
 back, the merge patch that replaces a status, and how the fits dispatcher judges a
-worker's ClusterQueue."""
+worker's ClusterQueue; and the check's Ready written with the admission it completes."""
 
 from __future__ import annotations
 
+import asyncio
 from fractions import Fraction
 from typing import Any
 
+from admission.kube.client.errors import ApiError
 from admission.kube.multikueue.adapters import ADAPTERS
-from admission.kube.multikueue.dispatch import first_true, remote_workload, replacing
+from admission.kube.multikueue.dispatch import (
+    READY,
+    RETRY,
+    Dispatch,
+    Group,
+    first_true,
+    remote_workload,
+    replacing,
+)
 from queues.multikueue_fit import fit_in, requests_of
 
 JOB = ADAPTERS["Job"]
@@ -127,3 +137,82 @@ def test_a_workloads_request_is_its_pods_times_their_requests() -> None:
             {"resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"}}},
             {"resources": {"requests": {"cpu": "1"}}}]}}}]}}  # fmt: skip
     assert requests_of(wl) == {"cpu": Fraction(9, 2), "nvidia.com/gpu": Fraction(3)}
+
+
+class StatusClient:
+    """Answers each status patch with the Workload it makes (or with ``error``)."""
+
+    def __init__(self, wl: dict[str, Any], error: ApiError | None = None) -> None:
+        self.wl = wl
+        self.error = error
+        self.bodies: list[dict[str, Any]] = []
+
+    async def patch(self, _res: Any, _name: str, body: dict[str, Any], **_kw: Any) -> Any:
+        self.bodies.append(body)
+        if self.error is not None:
+            raise self.error
+        return {**self.wl, "status": {**self.wl["status"], **body["status"]}}
+
+
+def dispatching(
+    client: StatusClient, admit: list[dict[str, Any]] | None
+) -> tuple[Dispatch, list[Any]]:
+    calls: list[Any] = []
+
+    async def nothing(*_a: Any) -> None:
+        return None
+
+    def admit_with(key: str, wl: Any, checks: list[Any], now: float) -> Any:
+        calls.append(("admit_with", key, [c["state"] for c in checks], now))
+        return admit
+
+    d = Dispatch(
+        client,  # type: ignore[arg-type]
+        origin="mgr", worker_lost_timeout=900, nominate=nothing,
+        record_event=lambda *a: calls.append(("event", a[2])),
+        clock=lambda: 100.0, full=nothing, full_job=nothing,
+        admit_with=admit_with,
+        admitted=lambda key, new, now: calls.append(("admitted", key, now)),
+    )  # fmt: skip
+    return d, calls
+
+
+def pending_group() -> Group:
+    entry = {"name": "mk", "state": "Pending", "message": ""}
+    wl = {"metadata": {"name": "w", "namespace": "ns", "resourceVersion": "5"},
+          "status": {"admissionChecks": [entry], "conditions": []}}  # fmt: skip
+    return Group(key="ns/w", local=wl, check="mk", state=entry, workers=["a"], remotes={})
+
+
+ADMITTED = [{"type": "Admitted", "status": "True", "reason": "Admitted",
+             "message": "The workload is admitted",
+             "lastTransitionTime": "1970-01-01T00:01:40Z"}]  # fmt: skip
+
+
+def test_the_checks_ready_carries_the_admission_it_completes_in_one_write() -> None:
+    client = StatusClient(pending_group().local)
+    d, calls = dispatching(client, ADMITTED)
+    assert asyncio.run(d.set_state(pending_group(), READY, "admitted on a", clusterName="a"))
+    [body] = client.bodies
+    assert body["status"]["conditions"] == ADMITTED and body["status"]["clusterName"] == "a"
+    assert body["status"]["admissionChecks"][0]["state"] == "Ready"
+    # the entry's lastTransitionTime is the instant of the admission (both at now)
+    assert body["status"]["admissionChecks"][0]["lastTransitionTime"] == "1970-01-01T00:01:40Z"
+    assert calls == [("admit_with", "ns/w", ["Ready"], 100.0), ("event", "MultiKueue"),
+                     ("admitted", "ns/w", 100.0)]  # fmt: skip
+
+
+def test_without_the_admission_or_without_the_write_the_service_admits_as_before() -> None:
+    client = StatusClient(pending_group().local)
+    d, calls = dispatching(client, None)  # another check is not Ready yet
+    assert asyncio.run(d.set_state(pending_group(), READY, "admitted on a", clusterName="a"))
+    assert "conditions" not in client.bodies[0]["status"]
+    assert [c[0] for c in calls] == ["admit_with", "event"]
+    client = StatusClient(pending_group().local, ApiError(409, "Conflict", "changed"))
+    d, calls = dispatching(client, ADMITTED)
+    assert not asyncio.run(d.set_state(pending_group(), READY, "admitted on a", clusterName="a"))
+    assert [c[0] for c in calls] == ["admit_with"]  # nothing counted: its event decides again
+    client = StatusClient(pending_group().local)
+    d, calls = dispatching(client, ADMITTED)
+    assert asyncio.run(d.set_state(pending_group(), RETRY, "lost"))
+    assert "conditions" not in client.bodies[0]["status"] and calls == [("event", "MultiKueue")]
