@@ -48,6 +48,7 @@ __all__ = [
     "Source",
     "Variant",
     "borrowing_queues",
+    "cohort_levels",
     "fits_in_quota",
     "under_nominal",
     "uses_resources",
@@ -131,6 +132,24 @@ class Candidates(NamedTuple):
     ordered: list[Candidate]
     none_from_others: bool  # every candidate is in the preemptor's own ClusterQueue
     none_hierarchical: bool  # no candidate with a hierarchical advantage
+
+
+def cohort_levels(
+    cq: QuotaNode, requests: Mapping[FlavorResource, int], useless_prio: bool
+) -> Iterator[tuple[QuotaNode, QuotaNode | None, bool]]:
+    """The cohorts above ``cq`` whose borrowing subtrees a reclaim may take from, walking
+    up: (cohort, the child the walk came from, whether the preemptor's side owns the
+    quota there: the hierarchical advantage). Levels without the advantage are left out
+    when ``useless_prio`` (no search could take from them)."""
+    advantage, remaining = fits_in_quota(cq, requests)
+    prev: QuotaNode | None = None
+    node = cq.parent
+    while node is not None:
+        if advantage or not useless_prio:
+            yield node, prev, bool(advantage)
+        fits, remaining = fits_in_quota(node, remaining)
+        advantage = advantage or fits
+        prev, node = node, node.parent
 
 
 def under_nominal(cq: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
@@ -391,16 +410,9 @@ class CandidateSearch:
         if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
             # candidates without a hierarchical advantage that no search may take
             useless_prio = self._within_nominal_search_hopeless(wl, cq, frs, requests)
-            advantage, remaining = fits_in_quota(cq, requests)
-            prev: QuotaNode | None = None
-            node: QuotaNode | None = cq.parent
-            while node is not None:
+            for node, prev, advantage in cohort_levels(cq, requests, useless_prio):
                 lst = hierarchy if advantage else prio
-                if advantage or not useless_prio:
-                    self._collect_in_subtree(snap, wl, cq, node, node, prev, frs, advantage, lst)
-                fits, remaining = fits_in_quota(node, remaining)
-                advantage = advantage or fits
-                prev, node = node, node.parent
+                self._collect_in_subtree(snap, wl, cq, node, node, prev, frs, advantage, lst)
         evicting = self.cache.evicting
         if self.tracker is None and (self.progress is None or self.progress.order == "Kueue"):
             # Kueue's order within each list, where whether a candidate is in the

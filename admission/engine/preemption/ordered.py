@@ -34,7 +34,7 @@ from admission.engine.preemption.candidates import (
     Source,
     Variant,
     borrowing_queues,
-    fits_in_quota,
+    cohort_levels,
 )
 from admission.engine.snapshot import Snapshot
 from queues.model import NEVER, FlavorResource, Workload
@@ -150,16 +150,9 @@ def ordered_candidates(
         same.append((cq, None, False))
     if cq.parent is not None and spec.preemption.reclaim_within_cohort != NEVER:
         useless_prio = search._within_nominal_search_hopeless(wl, cq, frs, requests)
-        advantage, remaining = fits_in_quota(cq, requests)
-        prev: QuotaNode | None = None
-        node: QuotaNode | None = cq.parent
-        while node is not None:
+        for node, prev, advantage in cohort_levels(cq, requests, useless_prio):
             lst = hierarchy if advantage else prio
-            if advantage or not useless_prio:
-                lst.extend((q, node, advantage) for q in borrowing_queues(cq, node, prev, frs))
-            fits, remaining = fits_in_quota(node, remaining)
-            advantage = advantage or fits
-            prev, node = node, node.parent
+            lst.extend((q, node, advantage) for q in borrowing_queues(cq, node, prev, frs))
     return OrderedCandidates(
         [
             Stream(_merged(search, kept, snap, wl, cq.name, lst, frs))
