@@ -269,6 +269,14 @@ class KeptNominations:
         for key in gone:
             del by_key[key]
 
+    def _forget_deleted_queues(self) -> None:
+        """Drop what was kept for ClusterQueues that are gone (checked when a queue keeps
+        its first answer, so that a queue deleted and created again under churn leaves
+        nothing behind)."""
+        live = self._preemptor.cache.cluster_queues
+        for name in [name for name in self._kept if name not in live]:
+            del self._kept[name]
+
     def keep(self, cq: str, assigner: FlavorAssigner, wl: Workload, a: Assignment) -> None:
         """Keep ``a``, just computed for ``wl`` as ``cq``'s head, when it is an answer
         :meth:`reuse` can check."""
@@ -293,6 +301,7 @@ class KeptNominations:
             return  # (several requests, or a victim search ran: not kept)
         by_key = self._kept.get(cq)
         if by_key is None:
+            self._forget_deleted_queues()
             by_key = self._kept[cq] = {}
         k = by_key.get(wl.key)
         if k is None or not k.same_inputs(assigner, wl) or k.requests != requests:

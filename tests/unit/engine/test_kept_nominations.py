@@ -396,3 +396,19 @@ def test_a_head_that_fits_and_waits_is_answered_from_what_was_kept() -> None:
         _both(runs, ("submit", "a", (1, 1, 0, 1)), ("cycle",), ("finish", 0))
     kept = runs[0].sched._nominator.kept
     assert kept is not None and kept.hits > 0
+
+
+def test_what_was_kept_for_a_deleted_cluster_queue_is_dropped() -> None:
+    """A ClusterQueue that is deleted leaves no kept answers behind once another queue
+    keeps its first one (queues deleted and created again under churn would pile up)."""
+    cqs, cohorts = _cohort({"a": (2, None), "b": (2, None)})
+    run = _Run(cqs, cohorts, kept=True, explain=False)
+    run.apply(("submit", "a", (1, 1, 0, 1)))
+    run.apply(("cycle",))
+    kept = run.sched._nominator.kept
+    assert kept is not None and "a" in kept._kept
+    del run.cqs["a"]
+    run.cache.update_objects(cluster_queues=dict(run.cqs))
+    run.apply(("submit", "b", (1, 1, 0, 1)))
+    run.apply(("cycle",))
+    assert "b" in kept._kept and "a" not in kept._kept
