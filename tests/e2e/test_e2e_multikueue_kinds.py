@@ -447,6 +447,64 @@ def test_a_leaderworkersets_groups_all_run_on_the_worker_of_its_one_copy(
     asyncio.run(main())
 
 
+def test_a_waiting_group_follows_on_its_siblings_events_not_on_a_poll(
+    tmp_path: Path, backend: Any, real_workers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kueue's ``enqueueComponentWorkloads``: with the safety-net look-again an hour away,
+    the second group (made first) is woken by the first group's events: its Workload
+    created, then its ``status.clusterName`` set once a worker has room for it."""
+    from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
+    from admission.kube.multikueue import components
+    from tests.e2e.test_e2e_multikueue_dispatchers import set_quota
+    from tests.unit.integrations.test_integration_leaderworkerset import (
+        LWS,
+        _play_controller,
+        lws,
+    )
+
+    monkeypatch.setattr(components, "WAIT", 3600.0)
+
+    async def main() -> None:
+        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                               manager_objects=MANAGER, worker_objects=WORKER,
+                               crds=("leaderworkersets",)) as m:  # fmt: skip
+            for w in m.workers:
+                await set_quota(m, w, 0)  # no worker admits the first group yet
+            await eventually(
+                lambda: is_true(m.manager.get("admissionchecks", "sample-multikueue"), "Active"),
+                what="the check active",
+            )
+            obj = await m.manager.user.create(LWS, lws("infer", 2, 2, meta("infer")), namespace=NS)
+            first, second = (LEADERWORKERSET.group_name("infer", g) for g in (0, 1))
+
+            def message(name: str) -> str:
+                return check_message(m.manager.get("workloads", name, NS))
+
+            await _play_controller(m.manager, obj, 1)
+            await eventually(
+                lambda: "waiting for the Workloads of all 2 groups" in message(second),
+                what="the second group waiting for the first's Workload", timeout=60,
+            )  # fmt: skip
+            await _play_controller(m.manager, obj, 0)
+            await eventually(
+                lambda: "waiting for the first group" in message(second),
+                what="the second group woken by the first's Workload", timeout=60,
+            )  # fmt: skip
+            assert not (m.manager.get("workloads", first, NS) or {})["status"].get("clusterName")
+            for w in m.workers:
+                await set_quota(m, w, 4)
+
+            def admitted_both() -> list[Obj] | None:
+                wls = [m.manager.get("workloads", n, NS) for n in (first, second)]
+                return wls if all(is_true(w, "Admitted") for w in wls) else None  # type: ignore[return-value]
+
+            wls = await eventually(admitted_both, what="the second group following the first",
+                                   timeout=60)  # fmt: skip
+            assert len({w["status"]["clusterName"] for w in wls}) == 1, wls
+
+    asyncio.run(main())
+
+
 def test_a_workers_copied_leaderworkerset_waits_for_the_managers_workload_copies(
     tmp_path: Path, backend: Any
 ) -> None:

@@ -14,10 +14,16 @@ workers for a group's Workload (:class:`ComponentNomination` wraps it):
 3. else only the primary — the group of the lowest index — goes to the dispatcher; the
    others wait for it to be admitted on a worker.
 
-A waiting Workload looks again every :data:`WAIT` seconds, and its check's message says
-what it waits for. A set whose ``spec.replicas`` cannot be read gets its check's message
-naming the set and the field, and nothing is dispatched. Any other Workload goes to the
-dispatcher directly.
+A waiting Workload is reconciled again on the events it waits for, as Kueue's
+``enqueueComponentWorkloads`` re-queues the other groups: an event of another Workload
+owned by the same set that brings news (the Workload created, its ``status.clusterName``
+set or changed) wakes the groups of that set that wait
+(:meth:`ComponentNomination.waiting_siblings`); looking again after :data:`WAIT` seconds
+is only a safety net. Its check's message says what it waits for. Only the keys of the
+groups waiting now are kept, each dropped when its group is nominated or its Workload is
+gone (:meth:`ComponentNomination.forget`). A set whose ``spec.replicas`` cannot be read
+gets its check's message naming the set and the field, and nothing is dispatched. Any
+other Workload goes to the dispatcher directly.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from admission.kube.multikueue.dispatch import Group
 from admission.kube.multikueue.dispatchers import Nomination, Patch
 from admission.kube.multikueue.serving import ServingAdapter, owner_uid, serving_owner
 
-WAIT = 2.0
-"""Seconds before a waiting group's Workload looks again."""
+WAIT = 300.0
+"""Seconds before a waiting group's Workload looks again without an event (a safety net)."""
 
 Nominate = Callable[[Group], Awaitable[Nomination]]
 ReadOwner = Callable[[str, str], Awaitable[Obj | None]]  # (plural, namespace/name)
@@ -53,6 +59,48 @@ class ComponentNomination:
         self.read_owner = read_owner
         self.workload = workload
         self.patch = patch
+        self.wait = WAIT
+        self._waiting: dict[str, set[str]] = {}  # owner UID -> keys of its waiting groups
+        self._owner_of: dict[str, str] = {}  # a waiting group's key -> its owner's UID
+
+    def waiting_siblings(self, key: str, new: Obj | None, old: Obj | None) -> set[str]:
+        """The reconciles a Workload event wakes: the other waiting groups of the set that
+        owns it, when it appeared (or its owner did) or its ``status.clusterName`` moved."""
+        if not self._waiting or new is None:
+            return set()
+        found = serving_owner(new)
+        if found is None or not found[0].multi_workload:
+            return set()
+        uid = owner_uid(new, found[0])
+        keys = self._waiting.get(uid)
+        if not keys or (
+            old is not None
+            and owner_uid(old, found[0]) == uid
+            and _cluster_name(old) == _cluster_name(new)
+        ):
+            return set()
+        return keys - {key}
+
+    def forget(self, key: str) -> None:
+        """The Workload ``key`` is gone or no longer MultiKueue's: it waits no more."""
+        uid = self._owner_of.pop(key, None)
+        if uid is not None:
+            self._drop(uid, key)
+
+    def _add(self, uid: str, key: str) -> None:
+        if (was := self._owner_of.get(key)) is not None and was != uid:
+            self._drop(was, key)  # a set made again under the same name
+        self._owner_of[key] = uid
+        self._waiting.setdefault(uid, set()).add(key)
+
+    def _drop(self, uid: str, key: str) -> None:
+        keys = self._waiting.get(uid)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._waiting[uid]
+        if self._owner_of.get(key) == uid:
+            del self._owner_of[key]
 
     async def __call__(self, group: Group) -> Nomination:
         found = serving_owner(group.local)
@@ -62,31 +110,41 @@ class ComponentNomination:
         uid = owner_uid(group.local, adapter)
         if not uid:
             return await self.inner(group)  # no owner to share a worker with (Kueue)
+        # registered before the reads: an event from here on wakes it again
+        self._add(uid, group.key)
+        nomination = await self._nominate(group, adapter, name, uid)
+        if nomination[0] is not None or nomination[1] is None:
+            self._drop(uid, group.key)  # nominated, or nothing to wait for
+        return nomination
+
+    async def _nominate(
+        self, group: Group, adapter: ServingAdapter, name: str, uid: str
+    ) -> Nomination:
         what = f"{adapter.kind} {group.namespace}/{name}"
         owner = await self.read_owner(adapter.resource.plural, f"{group.namespace}/{name}")
         if owner is None or meta_of(owner).get("uid") != uid:
-            return None, WAIT, (f"waiting for its {what}",)
+            return None, self.wait, (f"waiting for its {what}",)
         try:
             names = adapter.workload_names(owner)
         except IntegrationError as err:
             return None, None, (str(err),)
         members = self._members(group, adapter, uid, names)
         if len(members) < len(names):
-            return None, WAIT, (
+            return None, self.wait, (
                 f"waiting for the Workloads of all {len(names)} groups of {what}: "
                 f"{len(members)} exist",
             )  # fmt: skip
         workers = sorted({c for n, wl in members.items() if n != group.name
                           and (c := _cluster_name(wl))})  # fmt: skip
         if len(workers) > 1:
-            return None, WAIT, (
+            return None, self.wait, (
                 f"the Workloads of {what} run on different workers: {', '.join(workers)}",
             )  # fmt: skip
         if workers:
             return await self._follow(group, workers[0], what)
         index = names.index(group.name) if group.name in names else -1
         if index != 0:
-            return None, WAIT, (
+            return None, self.wait, (
                 f"waiting for the first group of {what} to be admitted on a worker",
             )  # fmt: skip
         return await self.inner(group)
@@ -105,7 +163,7 @@ class ComponentNomination:
     async def _follow(self, group: Group, worker: str, what: str) -> Nomination:
         """Kueue's ``syncToSingleCluster``: the worker of the other groups, only."""
         if worker not in group.remotes:
-            return None, WAIT, (
+            return None, self.wait, (
                 f'the worker "{worker}" that runs the other groups of {what} is not connected',
             )  # fmt: skip
         current = list((group.local.get("status") or {}).get("nominatedClusterNames") or [])

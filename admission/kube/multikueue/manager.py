@@ -12,10 +12,11 @@ nothing), then keeps
 * every Workload that has an entry for such a check, reconciled by
   :class:`~.dispatch.Dispatch` on its own events, its copies' events on the workers,
   its job's events on the manager and on the worker (informers of the copies this
-  manager made there), a worker's loss or return, and every ``resync`` seconds as a
-  safety net; up to ``CONCURRENCY`` Workloads at once, each started as soon as a slot
-  frees and in the order they were marked (never two reconciles of one Workload at
-  once, and none waits for another's round trips to the workers);
+  manager made there), the events of the other groups of its LeaderWorkerSet while it
+  waits for them (:mod:`.components`), a worker's loss or return, and every ``resync``
+  seconds as a safety net; up to ``CONCURRENCY`` Workloads at once, each started as
+  soon as a slot frees and in the order they were marked (never two reconciles of one
+  Workload at once, and none waits for another's round trips to the workers);
 * the garbage collection every ``gcInterval``: copies on a worker, created by this
   manager (its ``origin``), whose Workload no longer exists on the manager are
   removed with their jobs.
@@ -96,16 +97,17 @@ class MultiKueue:
             self.client, MULTIKUEUE_CONFIGS, rng=rng, handler=self._on_config
         )
         self.dispatchers = Dispatchers(settings, self._patch, self.clock)
+        self.components = ComponentNomination(
+            self.dispatchers.nominate,
+            read_owner=self._full_job,
+            workload=ctx.writer.workload,
+            patch=self._patch,
+        )
         self.dispatch = Dispatch(
             self.client,
             origin=settings.origin,
             worker_lost_timeout=settings.worker_lost_timeout,
-            nominate=ComponentNomination(
-                self.dispatchers.nominate,
-                read_owner=self._full_job,
-                workload=ctx.writer.workload,
-                patch=self._patch,
-            ),
+            nominate=self.components,
             record_event=lambda *a: ctx.record_event(*a),
             clock=self.clock,
             full=self._full_workload,
@@ -157,6 +159,8 @@ class MultiKueue:
         elif plural == "workloads" and self._started:
             if event == DELETED or key in self._known or self._our_entry(new):
                 self._mark(key)
+            for sibling in self.components.waiting_siblings(key, new, old):
+                self._mark(sibling)  # a group of the same set waits for this one
         elif plural == "pods" and self._started:  # a group's pods (the Workload's key)
             gkey = group_of(new or old)
             if gkey:
@@ -414,6 +418,7 @@ class MultiKueue:
                 await self._remove_everywhere(key)
             self._known.discard(key)
             self.dispatchers.forget(key)
+            self.components.forget(key)
             self.reasons.pop(key, None)
             return
         self._known.add(key)

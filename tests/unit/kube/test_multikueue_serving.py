@@ -220,6 +220,36 @@ def test_only_the_first_group_goes_to_the_dispatcher_and_the_others_follow_its_w
     assert rec.inner_calls == [NAMES[0]]
 
 
+def test_a_waiting_group_is_woken_by_its_siblings_events_and_kept_only_while_it_waits() -> None:
+    """Kueue's ``enqueueComponentWorkloads``: a group that waits is reconciled again when
+    another group of its set appears or its ``status.clusterName`` moves; nothing is kept
+    once it is nominated or its Workload is gone."""
+    owner = leader_worker_set()
+    first_key, second_key = (f"team-a/{n}" for n in NAMES)
+    wls = {f"team-a/{n}": group_workload(n, owner) for n in NAMES}
+    first, second = wls[first_key], wls[second_key]
+    nom = Recorder(owner, wls).nomination()
+    assert nom.waiting_siblings(first_key, first, None) == set()  # nobody waits yet
+    assert asyncio.run(nom(_group(second)))[:2] == (None, WAIT)
+    moved = copy.deepcopy(first)
+    moved["status"] = {"clusterName": "worker2"}
+    assert nom.waiting_siblings(first_key, first, None) == {second_key}  # created
+    assert nom.waiting_siblings(first_key, moved, first) == {second_key}  # admitted there
+    assert nom.waiting_siblings(first_key, moved, copy.deepcopy(moved)) == set()  # no news
+    assert nom.waiting_siblings(second_key, second, None) == set()  # its own: not a sibling
+    stranger = leader_worker_set()
+    stranger["metadata"]["uid"] = "other-uid"
+    assert nom.waiting_siblings("team-a/x", group_workload(NAMES[0], stranger), None) == set()
+    wls[first_key] = moved
+    assert asyncio.run(nom(_group(second)))[:2] == (["worker2"], None)
+    assert nom.waiting_siblings(first_key, moved, first) == set()  # nominated: forgotten
+    del wls[first_key]
+    assert asyncio.run(nom(_group(second)))[0] is None  # waits again, until it is gone
+    nom.forget(second_key)
+    assert nom.waiting_siblings(first_key, first, None) == set()
+    assert (nom._waiting, nom._owner_of) == ({}, {})
+
+
 def test_a_group_waits_while_the_worker_of_the_others_is_not_connected() -> None:
     owner = leader_worker_set()
     wls = {f"team-a/{n}": group_workload(n, owner) for n in NAMES}
