@@ -192,6 +192,16 @@ class QuotaNode:
         parent = self.parent
         if parent is None:
             return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
+        if not self.is_cohort:  # a ClusterQueue: its parent's answer is mostly kept
+            if parent.parent is None:
+                return self._available_with(
+                    parent.subtree_quota.get(fr, 0) - parent.usage.get(fr, 0), fr
+                )
+            tree = parent.tree
+            if tree is not None and parent.is_cohort:
+                got = parent.available_memo.get(fr)
+                if got is not None and got[0] == tree.changes:
+                    return self._available_with(got[1], fr)
         below: list[QuotaNode] = [self]  # nodes whose answer is worked out, lowest first
         node = parent
         while True:
@@ -253,6 +263,9 @@ class QuotaNode:
         Quotas and limits only (never usage), so it is worked out once per node and
         resource and kept in ``memo``, which lives exactly as long as the quotas do."""
         memo_key = ("potential", fr)
+        got = self.memo.get(memo_key)
+        if got is not None:
+            return got  # type: ignore[return-value]
         below: list[QuotaNode] = []
         node: QuotaNode | None = self
         avail = 0

@@ -79,3 +79,30 @@ Outcome = Admit | Preempt | Requeue
 PARK = Requeue(park=True)
 PARK_EQUIVALENTS = Requeue(park=True, equivalents=True, no_longer_preempting=True)
 BACK_TO_THE_HEAP = Requeue(park=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Refill:
+    """The bounds of scheduling refill: a cycle runs another round only while the last
+    one admitted something, fewer than ``max_rounds`` refill rounds have run, and fewer
+    than ``max_heads`` heads were evaluated in the cycle's rounds so far. A round is
+    never cut short, so every round is a whole cycle."""
+
+    max_heads: int = 1000
+    max_rounds: int = 100
+
+
+def merge_round(into: CycleResult, part: CycleResult) -> None:
+    """Add a refill round's decisions to its cycle's: a head left pending by an earlier
+    round and admitted by a later one is not pending; a later status replaces an
+    earlier one."""
+    into.admitted += part.admitted
+    into.preempted += part.preempted
+    pending = into.pending
+    for d in part.admitted:
+        pending.pop(d.workload.key, None)
+    for key, status in part.pending.items():
+        pending.pop(key, None)
+        pending[key] = status
+    into.changed = into.changed or part.changed
+    into.heads += part.heads

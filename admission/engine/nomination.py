@@ -17,7 +17,7 @@ from admission.engine.ordering import Entry, Target
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.queue_manager import PendingStatus
 from admission.engine.snapshot import Snapshot
-from admission.engine.verdicts import KeptNominations
+from admission.engine.verdicts import KeptNominations, _Kept
 from admission.engine.vocabulary import AssignmentMode, PendingReason
 from queues.model import NEVER, STOP_NONE, ClusterQueue, FlavorResource, Workload
 from queues.quota_node import QuotaNode
@@ -103,18 +103,22 @@ class Nominator:
         wl = e.workload
         cq = cache.cluster_queues[e.cluster_queue]
         kept = self._kept
+        k = kept.head(e.cluster_queue, wl) if kept is not None else None
         objects = (cache.local_queues, cache.namespaces, cq)
-        if kept is not None and kept.admissible(e.cluster_queue, wl, objects):
+        if kept is not None and kept.admissible(k, wl, objects):
             pass  # the checks below passed for it, on these very objects
         elif self._refused(e, cq):
             return
         elif kept is not None:
-            kept.note_admissible(e.cluster_queue, wl, objects)
-        assigner = self._assigner(e.cluster_queue, snap)
+            kept.note_admissible(k, wl, objects)
+        assigner = self._assigner(e.cluster_queue, cq, snap)
         assigner.tas_assumed = snap.tas
+        if only_flavors is None:  # (and None again after any assignment)
+            self._assign(assigner, e, snap, k)
+            return
         assigner.only_flavors = only_flavors
         try:
-            self._assign(assigner, e, snap)
+            self._assign(assigner, e, snap, k)
         finally:
             assigner.only_flavors = None
 
@@ -174,11 +178,12 @@ class Nominator:
         """The kept nominations (None when off)."""
         return self._kept
 
-    def _assign(self, assigner: FlavorAssigner, e: Entry, snap: Snapshot) -> None:
+    def _assign(self, assigner: FlavorAssigner, e: Entry, snap: Snapshot, k: _Kept | None) -> None:
         wl = e.workload
-        e.targets = []
+        if e.targets:  # (an entry's list is its own: an empty one is left as it is)
+            e.targets = []
         kept = self._kept
-        a = kept.reuse(e.cluster_queue, assigner, wl, snap) if kept is not None else None
+        a = kept.reuse(k, assigner, wl, snap) if kept is not None else None
         if a is None:
             if kept is not None:
                 kept.hopeless = None  # (the oracle notes it again if it answers so)
@@ -187,6 +192,9 @@ class Nominator:
                 kept.keep(e.cluster_queue, assigner, wl, a)
         elif a.mode != AssignmentMode.FIT:
             snap.searches = None  # as the oracle left it, answering without a search
+        if a.mode == AssignmentMode.FIT:  # no victims, no partial admission, no placement
+            e.assignment = a  # to reserve (reserve_placement: only when preempting)
+            return
         if a.mode.needs_preemption:
             e.targets = self._preemptor.targets(
                 snap, wl, e.cluster_queue, a.usage, a.frs_need_preemption, placement=a.placement
@@ -203,9 +211,9 @@ class Nominator:
         e.assignment = a
         reserve_placement(e)
 
-    def _assigner(self, cq_name: str, snap: Snapshot) -> FlavorAssigner:
+    def _assigner(self, cq_name: str, cq: ClusterQueue, snap: Snapshot) -> FlavorAssigner:
+        """``cq``: the spec of ``cq_name`` (the cache's, now)."""
         cache = self._cache
-        cq = cache.cluster_queues[cq_name]
         node = snap.tree.queues[cq_name]
         p = cq.preemption
         preemptor = self._preemptor

@@ -38,6 +38,18 @@ class PendingStatus:
     message: str
 
 
+def same_status(
+    statuses: Mapping[str, PendingStatus], key: str, reason: PendingReason, message: str
+) -> PendingStatus:
+    """The pending status (``reason``, ``message``) for workload ``key``: the one it has
+    in ``statuses`` when that says the same (a head told the same every cycle gets no
+    new object), else a new one."""
+    prev = statuses.get(key)
+    if prev is not None and prev.message == message and prev.reason == reason:
+        return prev
+    return PendingStatus(reason, message)
+
+
 class QueueManager:
     """Pending queues, routing, parking, waking and requeueing, and pending statuses.
 

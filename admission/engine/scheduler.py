@@ -31,7 +31,6 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from admission.engine import messages
@@ -47,6 +46,9 @@ from admission.engine.decisions import (
     Outcome,
     Preempt,
     PreemptedDecision,
+    Refill,
+    Requeue,
+    merge_round,
 )
 from admission.engine.faults import cannot_evaluate
 from admission.engine.gc_pause import collector_paused
@@ -54,7 +56,7 @@ from admission.engine.nomination import Nominator, phantom_entries, reserve_plac
 from admission.engine.ordering import Entry, EntryOrder, classical_order
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.progress import Notice
-from admission.engine.queue_manager import PendingStatus
+from admission.engine.queue_manager import PendingStatus, same_status
 from admission.engine.snapshot import Snapshot
 from admission.engine.tas.domains import add_usage
 from admission.engine.vocabulary import AssignmentMode, PendingReason
@@ -89,33 +91,6 @@ def _short_on(node: QuotaNode, usage: dict[FlavorResource, int]) -> str:
         if v > left:
             return messages.short_after_earlier_admissions(fr, v, left)
     return ""
-
-
-@dataclass(frozen=True, slots=True)
-class Refill:
-    """The bounds of scheduling refill: a cycle runs another round only while the last
-    one admitted something, fewer than ``max_rounds`` refill rounds have run, and fewer
-    than ``max_heads`` heads were evaluated in the cycle's rounds so far. A round is
-    never cut short, so every round is a whole cycle."""
-
-    max_heads: int = 1000
-    max_rounds: int = 100
-
-
-def _merge(into: CycleResult, part: CycleResult) -> None:
-    """Add a refill round's decisions to its cycle's: a head left pending by an earlier
-    round and admitted by a later one is not pending; a later status replaces an
-    earlier one."""
-    into.admitted += part.admitted
-    into.preempted += part.preempted
-    pending = into.pending
-    for d in part.admitted:
-        pending.pop(d.workload.key, None)
-    for key, status in part.pending.items():
-        pending.pop(key, None)
-        pending[key] = status
-    into.changed = into.changed or part.changed
-    into.heads += part.heads
 
 
 def _no_lq_order(_cq: str) -> None:
@@ -263,7 +238,7 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - the earlier rounds are committed: hand them out
                 log.exception("scheduling refill round %d of cycle %d failed", rounds, result.cycle)
                 admitted = 0  # and what this round committed before it failed, if anything
-            _merge(result, part)
+            merge_round(result, part)
         return result
 
     def _round(self, result: CycleResult) -> int:
@@ -272,6 +247,7 @@ class Scheduler:
         heads: list[Entry] = []
         queues, inactive, preemptors = cache.queues, cache.inactive, cache.preemptors
         lq_order = self._lq_order
+        by_cq = lq_order is _no_lq_order  # (no LocalQueue order to ask each queue for)
         phantoms = phantom_entries(cache, wake_all=self._notices)  # (a short head holds quota)
         # Only the queues that got a head since a cycle last found them empty: a cycle
         # in a cluster of 5,000 ClusterQueues with work in a few costs those few.
@@ -282,7 +258,7 @@ class Scheduler:
                 continue
             if name in inactive:
                 continue
-            wl = q.take_head(lq_order(name))  # stays queued until committed
+            wl = q.take_head(None if by_cq else lq_order(name))  # stays queued until committed
             if wl is None:
                 cache.with_heads.discard(name)  # it joins again when it gets a head
                 continue
@@ -344,11 +320,16 @@ class Scheduler:
         a = e.assignment
         assert a is not None
         mode = a.mode
+        if mode is _FIT and not e.targets:  # most heads: fitted at nomination, no victims
+            short = _short_on(snap.tree.queues[e.cluster_queue], a.usage)
+            if short:  # (_still_fits's first answer, without the rest of the way there)
+                return self._no_longer_fits(e, snap, short)
         preempting = mode in _NEEDS_PREEMPTION and bool(e.targets)
         if mode != _FIT and not preempting:
             if mode != AssignmentMode.NO_FIT:  # preemption was needed, and found nobody
                 self._reserve_unreclaimable(e, snap)
-            e.status = PendingStatus(a.reason or PendingReason.WAITING_FOR_QUOTA, a.message)
+            reason = a.reason or _WAITING_FOR_QUOTA
+            e.status = same_status(self._cache.status, e.workload.key, reason, a.message)
             return PARK_EQUIVALENTS
         if e.targets and any(t.key in snap.victims for t in e.targets):
             # Another preemptor took some of these victims earlier in this cycle: search
@@ -372,11 +353,7 @@ class Scheduler:
             )
             return self._process(e, snap, cycle, recomputed=True)
         if short:
-            reclaim = self._cache.cluster_queues[e.cluster_queue].preemption.reclaim_within_cohort
-            if self._notices and reclaim != NEVER:  # else a later entry takes it, to be
-                self._reserve_quota(e, snap)  # reclaimed from it after a notice window
-            e.status = PendingStatus(_WAITING_FOR_QUOTA, messages.no_longer_fits(short))
-            return BACK_TO_THE_HEAP
+            return self._no_longer_fits(e, snap, short)
         if preempting:
             return self._issue_preemptions(e, snap, cycle)
         snap.tree.add_usage(e.cluster_queue, a.usage)  # later entries see this admission
@@ -397,6 +374,18 @@ class Scheduler:
             ),
             dict(a.usage),
         )
+
+    def _no_longer_fits(self, e: Entry, snap: Snapshot, short: str) -> Requeue:
+        """An entry whose quota an earlier entry of the cycle took: back to the heap,
+        "no longer fits" (the status it already has when that says the same)."""
+        if self._notices:  # a later entry takes it, to be reclaimed after a notice window
+            spec = self._cache.cluster_queues[e.cluster_queue]
+            if spec.preemption.reclaim_within_cohort != NEVER:
+                self._reserve_quota(e, snap)
+        e.status = same_status(
+            self._cache.status, e.workload.key, _WAITING_FOR_QUOTA, messages.no_longer_fits(short)
+        )
+        return BACK_TO_THE_HEAP
 
     def _still_fits(self, e: Entry, snap: Snapshot) -> tuple[str, bool]:
         """Kueue's fits(): the entry's usage fits once every workload preempted earlier
@@ -545,6 +534,14 @@ class Scheduler:
         cache = self._cache
         wl = e.workload
         key = wl.key
+        if outcome is BACK_TO_THE_HEAP and cache.wake_index is None:
+            # cache.requeue of a head sent back to the heap without bounded parking:
+            # kept where it is, whatever its queueing strategy (nothing else changes)
+            status = e.status
+            assert status is not None
+            cache.status[key] = result.pending[key] = status
+            cache.queues[e.cluster_queue].keep(wl)
+            return
         if isinstance(outcome, Admit):
             wl.admission = outcome.admission
             wl.admission_time = self._clock()

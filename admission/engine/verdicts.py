@@ -149,17 +149,23 @@ class KeptNominations:
         self.hits = 0
         self.misses = 0
 
-    def admissible(self, cq: str, wl: Workload, objects: tuple[object, ...]) -> bool:
+    def head(self, cq: str, wl: Workload) -> _Kept | None:
+        """What is kept for ``wl`` as ``cq``'s head (looked up once per nomination; the
+        methods below take it)."""
+        by_key = self._kept.get(cq)
+        return by_key.get(wl.key) if by_key is not None else None
+
+    @staticmethod
+    def admissible(k: _Kept | None, wl: Workload, objects: tuple[object, ...]) -> bool:
         """Nomination's first checks (LocalQueue stopped, namespace selected, valid
         resources) passed for ``wl`` on these very objects (the cache's LocalQueues and
         Namespaces mappings, which it replaces on any change, and the ClusterQueue's
-        spec): they read nothing else, so they pass again."""
-        by_key = self._kept.get(cq)
-        k = by_key.get(wl.key) if by_key is not None else None
-        checked = k.checked if k is not None else None
+        spec): they read nothing else, so they pass again. ``k``: :meth:`head`."""
+        if k is None:
+            return False
+        checked = k.checked
         return (
             checked is not None
-            and k is not None
             and k.wl is wl
             and k.pod_sets is wl.pod_sets
             and checked[0] is objects[0]
@@ -167,22 +173,19 @@ class KeptNominations:
             and checked[2] is objects[2]
         )
 
-    def note_admissible(self, cq: str, wl: Workload, objects: tuple[object, ...]) -> None:
+    @staticmethod
+    def note_admissible(k: _Kept | None, wl: Workload, objects: tuple[object, ...]) -> None:
         """Nomination's first checks passed for ``wl`` on ``objects`` (see
-        :meth:`admissible`); noted where its answers are kept, if they are."""
-        by_key = self._kept.get(cq)
-        k = by_key.get(wl.key) if by_key is not None else None
+        :meth:`admissible`); noted where its answers are kept (``k``), if they are."""
         if k is not None and k.wl is wl and k.pod_sets is wl.pod_sets:
             k.checked = objects
 
     def reuse(
-        self, cq: str, assigner: FlavorAssigner, wl: Workload, snap: Snapshot
+        self, k: _Kept | None, assigner: FlavorAssigner, wl: Workload, snap: Snapshot
     ) -> Assignment | None:
-        """The answer the sole-flavor path would give ``wl`` as ``cq``'s head now, when
-        it is one kept and what it reads is the same; else None (assign it, then
-        :meth:`keep` the answer)."""
-        by_key = self._kept.get(cq)
-        k = by_key.get(wl.key) if by_key is not None else None
+        """The answer the sole-flavor path would give ``wl`` as its ClusterQueue's head
+        now, when it is one kept (``k``: :meth:`head`) and what it reads is the same;
+        else None (assign it, then :meth:`keep` the answer)."""
         if k is None or assigner.only_flavors is not None or not k.same_inputs(assigner, wl):
             self.misses += 1
             return None

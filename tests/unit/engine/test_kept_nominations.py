@@ -303,11 +303,11 @@ def _every_reuse_checked() -> Iterator[None]:
     """Each answer reused is also computed anew, and must be the same."""
     reuse = KeptNominations.reuse
 
-    def checked(self: KeptNominations, cq, assigner, wl, snap):  # noqa: ANN001, ANN202
-        got = reuse(self, cq, assigner, wl, snap)
+    def checked(self: KeptNominations, k, assigner, wl, snap):  # noqa: ANN001, ANN202
+        got = reuse(self, k, assigner, wl, snap)
         if got is not None:
             hopeless = self.hopeless
-            assert _answer(got) == _answer(assigner.assign(wl)), (cq, wl.key)
+            assert _answer(got) == _answer(assigner.assign(wl)), wl.key
             self.hopeless = hopeless
         return got
 
