@@ -16,13 +16,21 @@ workloads arriving — the cluster stays full and the backlog at 100k — and pr
 workloads release their quota at once (the simulator's ``eviction_latency=0``). Each
 cycle's ``schedule()`` is timed in CPU (``time.thread_time``); ``cycleCpuMs`` gives
 p50/p99/max over the measured steady cycles, ``admissionsPerCpuSecond`` their
-admissions over their CPU. A shape stops after ``CYCLES`` steady cycles or
-``CPU_BUDGET`` seconds of cycle CPU, whichever comes first (``steadyCycles`` says how
-many were measured); ``gcCpuMs`` is the part of the cycle CPU the cyclic garbage
+admissions over their CPU. A shape stops after ``CYCLES`` steady cycles
+(``QM_CYCLE5K_CYCLES``, default 200) or ``CPU_BUDGET`` seconds of cycle CPU, whichever
+comes first (``steadyCycles`` says how many were measured); ``gcCpuMs`` is the part of the cycle CPU the cyclic garbage
 collector took, ``gcOutsideCyclesCpuSeconds`` what it took between the timed cycles and
-``fullCollections`` how many walked the whole heap (the 1.4M objects of 100k workloads:
-about 1 s each), both over the steady phase. Measurement only: compare with itself over
-time and with the tight-loop floor the issue quotes; there is no peer figure.
+``fullCollections`` how many generation-2 collections ran, ``gcTotalCpuSeconds`` the
+two together, all over the steady phase. Like a controller after its startup sync, the
+run freezes what survives the fill and the backlog (``admission.engine.gc_pause``:
+``freeze_survivors``; ``QM_CYCLE5K_FREEZE=0`` does not): a generation-2 collection then
+walks only what was made since the previous one, not the 1.4M objects of 100k workloads
+(about 1 s each unfrozen). ``freeze`` says what freezing held on to: the frozen count at
+the end, the compactions, and ``reclaimedAfterUnfreeze``, the objects a full collection
+reclaims once everything is unfrozen at the end (cyclic garbage that died frozen);
+``rssMiB`` the resident size at the start and the end of the steady phase.
+Measurement only: compare with itself over time and with the tight-loop floor the
+issue quotes; there is no peer figure.
 
 ``QM_CYCLE5K_PARK_UNTIL_FEASIBLE=1`` runs the engine with deficit-bounded parking
 (``parkUntilFeasible: true``, our extension; off is Kueue's behaviour), reported as
@@ -41,7 +49,7 @@ CQS = 5_000
 PENDING = 100_000
 FINISHES = 64  # per steady cycle (the issue's ≈63 admissions per cycle)
 STEADY_ADMISSIONS = 500  # a fill cycle admits more than this
-CYCLES = 200
+CYCLES = int(os.environ.get("QM_CYCLE5K_CYCLES", "200"))
 CPU_BUDGET = 300.0  # seconds of cycle CPU per shape at most
 WARMUP_MAX = 200  # fill cycles at most
 SHAPES = {"flat": (500,), "deep": (10, 10, 5)}  # cohort fan-out per level below the root
@@ -121,8 +129,17 @@ def _percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, max(0, -(-len(sorted_values) * p // 100) - 1))]
 
 
+def _rss_mib() -> float:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except OSError:
+        return 0.0
+
+
 def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
     from admission.config.load import parse_config
+    from admission.engine import gc_pause
     from admission.engine.cache import Cache
     from queues import model as m
     from queues.api.parse import parse_model
@@ -183,6 +200,11 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
         if admitted < STEADY_ADMISSIONS or fill_cpu > CPU_BUDGET:
             break
     arrive(PENDING - sum(len(q) for q in cache.queues.values()))  # the backlog back at 100k
+    # a controller's startup sync: what survives it is frozen (admission.engine.gc_pause)
+    freeze = os.environ.get("QM_CYCLE5K_FREEZE", "1") not in ("", "0")
+    if freeze:
+        gc_pause.freeze_survivors()
+    rss = [_rss_mib()]
     gc.callbacks.append(collector)  # what collections cost, inside the cycles and between
     gc_spent[1] = gc_spent[4] = 0
     cpu: list[float] = []
@@ -195,12 +217,19 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
             cache.finish(key)
         arrive(len(done))
         spent, admitted, preempted, nominated = cycle()
+        gc_pause.between_cycles()  # a compaction, if due: outside the timed cycle
         cpu.append(spent)
         heads += nominated
         in_gc.append(gc_spent[0])
         admissions += admitted
         preemptions += preempted
     gc.callbacks.remove(collector)
+    rss.append(_rss_mib())
+    frozen = gc_pause.frozen_state()
+    gc.collect()  # the garbage of the young part, then what freezing held on to
+    leaked = gc_pause.release() if freeze else 0
+    frozen_figures = {"frozenAtEnd": frozen["frozen"], "compactions": frozen["compactions"],
+                      "reclaimedAfterUnfreeze": leaked} if freeze else None  # fmt: skip
     ordered = sorted(cpu)
     total = sum(cpu)
     gc_ordered = sorted(in_gc)
@@ -227,6 +256,9 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
         # cycle's allocations may have made due run there too
         "gcOutsideCyclesCpuSeconds": round(gc_spent[1], 3),
         "fullCollections": gc_spent[4],
+        "gcTotalCpuSeconds": round(sum(in_gc) + gc_spent[1], 3),
+        "freeze": frozen_figures,
+        "rssMiB": {"steadyStart": rss[0], "steadyEnd": rss[1]},
         "headsPerCycle": round(heads / len(cpu), 1) if cpu else 0.0,
         "admissionsPerCycle": round(admissions / len(cpu), 1) if cpu else 0.0,
         "preemptionsPerCycle": round(preemptions / len(cpu), 1) if cpu else 0.0,
