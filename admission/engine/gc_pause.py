@@ -2,7 +2,7 @@
 
 Two costs, two rules.
 
-**Inside a cycle: no collection at all, then the young generations only.** A cycle
+**Inside a cycle: no collection at all, then the youngest generation only.** A cycle
 allocates tens of short-lived containers per head and keeps them until it ends; left on,
 the collector would run many times inside a cycle of thousands of heads, walking what the
 cycle still holds and promoting it into older generations. So the collector is off while
@@ -11,8 +11,9 @@ first allocation after ``gc.enable()`` would run whatever collection they have m
 a full one (generation 2, the whole heap: about 1 s for the 1.4M objects of 100,000
 pending workloads) as readily as a young one, still inside the cycle. So the cycle ends
 with an explicit collection of generation 0 — it walks only what the cycle left alive —
-which resets the allocation count: no collection is due until 700 more allocations, made
-after the cycle returns; a full one made due runs then, between cycles. (Collecting
+which resets the allocation count: no collection is due before another threshold's worth
+of allocations (700 by default), made after the cycle returns; a full one made due runs
+then, between cycles. (Collecting
 generation 1 there too costs more and promotes every cycle's survivors into generation 2
 at once, making full collections due more often: measured, 16 in 200 deep cycles.)
 
