@@ -58,32 +58,24 @@ class CheckReconciler:
             or not is_true(wl, kobj.ADMITTED)
         ):
             return True
-        cq = self.ctx.sync.cluster_queues.get(str((kobj.admission_of(wl) or {}).get("clusterQueue")))
+        cq = self.ctx.sync.cluster_queues.get(
+            str((kobj.admission_of(wl) or {}).get("clusterQueue"))
+        )
         return cq is not None and bool(cq.admission_checks)
 
     async def reconcile(self, key: str) -> None:
         ctx = self.ctx
         wl = ctx.writer.workload(key)
-        if (
-            wl is None
-            or not kobj.has_quota(wl)
-            or kobj.is_finished(wl)
-            or kobj.deleting(wl)
-            or key in ctx.sync.inflight
-            or is_true(wl, kobj.EVICTED)
-        ):
+        if wl is None or not _may_act(ctx, key, wl):
             return
         if not kobj.is_active(wl):
             return  # the job reconciler evicts a deactivated workload
         if is_true(wl, kobj.DEACTIVATION_TARGET):
             await self._deactivate(key)
             return
-        model = ctx.cache.workloads.get(key)
-        adm = kobj.admission_of(wl) or {}
-        cq = ctx.sync.cluster_queues.get(str(adm.get("clusterQueue")))
-        if cq is None or model is None or model.admission is None:
+        required = _required(ctx, key, wl)
+        if required is None:
             return  # its ClusterQueue is gone: its checks cannot be known
-        required = checks_for(cq, model.admission)
         now = ctx.clock()
         states, changed = sync_states(kobj.check_states(wl), required, now)
         if changed:
@@ -141,9 +133,7 @@ class CheckReconciler:
             at = requeue_at if current is None else max(current, requeue_at)
             state = {**(prev if isinstance(prev, dict) else {}), "requeueAt": kobj.rfc3339(at)}
         log.info("%s: %s", key, message)
-        await evict(
-            ctx, key, reason=CHECK_EVICTION_REASON, message=message, requeue_state=state
-        )
+        await evict(ctx, key, reason=CHECK_EVICTION_REASON, message=message, requeue_state=state)
 
     async def _reject(self, key: str, message: str) -> None:
         ctx = self.ctx
@@ -186,6 +176,28 @@ class CheckReconciler:
         ctx.enqueue(work.Workload(key))  # the job reconciler evicts it
 
 
+def _may_act(ctx: Context, key: str, wl: Obj) -> bool:
+    """Whether the checks of Workload ``key`` are this reconciler's to act on now: its
+    quota held, not finished, deleted or evicted, and not being written by the scheduler."""
+    return (
+        kobj.has_quota(wl)
+        and not kobj.is_finished(wl)
+        and not kobj.deleting(wl)
+        and key not in ctx.sync.inflight
+        and not is_true(wl, kobj.EVICTED)
+    )
+
+
+def _required(ctx: Context, key: str, wl: Obj) -> tuple[str, ...] | None:
+    """The checks Workload ``key``'s reservation needs (None: its ClusterQueue or its
+    admission is not known)."""
+    model = ctx.cache.workloads.get(key)
+    cq = ctx.sync.cluster_queues.get(str((kobj.admission_of(wl) or {}).get("clusterQueue")))
+    if cq is None or model is None or model.admission is None:
+        return None
+    return checks_for(cq, model.admission)
+
+
 # -- admission written with the last check's Ready -----------------------------------------
 
 
@@ -199,21 +211,15 @@ def admitting_conditions(
     not admit it, or the reconciler would not act on it now). After the write, call
     :func:`admitted` once."""
     if (
-        not kobj.has_quota(wl)
-        or kobj.is_finished(wl)
-        or kobj.deleting(wl)
-        or key in ctx.sync.inflight
+        not _may_act(ctx, key, wl)
         or not kobj.is_active(wl)
-        or is_true(wl, kobj.EVICTED)
         or is_true(wl, kobj.DEACTIVATION_TARGET)
         or is_true(wl, kobj.ADMITTED)
     ):
         return None
-    model = ctx.cache.workloads.get(key)
-    cq = ctx.sync.cluster_queues.get(str((kobj.admission_of(wl) or {}).get("clusterQueue")))
-    if cq is None or model is None or model.admission is None:
+    required = _required(ctx, key, wl)
+    if required is None:
         return None
-    required = checks_for(cq, model.admission)
     states, changed = sync_states(kobj.check_states({"status": {"admissionChecks": checks}}),
                                   required, now)  # fmt: skip
     if changed or verdict(states, required).action != Action.ADMIT:
