@@ -320,9 +320,10 @@ class Scheduler:
         a = e.assignment
         assert a is not None
         mode = a.mode
-        if mode is _FIT and not e.targets:  # most heads: fitted at nomination, no victims
+        quota_ok = mode is _FIT and not e.targets  # most heads: fitted at nomination, no victims
+        if quota_ok:  # _still_fits's first answer, without the rest of the way there
             short = _short_on(snap.tree.queues[e.cluster_queue], a.usage)
-            if short:  # (_still_fits's first answer, without the rest of the way there)
+            if short:
                 return self._no_longer_fits(e, snap, short)
         preempting = mode in _NEEDS_PREEMPTION and bool(e.targets)
         if mode != _FIT and not preempting:
@@ -346,7 +347,7 @@ class Scheduler:
                 e.status = PendingStatus(PendingReason.WAITING_FOR_QUOTA, messages.TARGETS_TAKEN)
                 return BACK_TO_THE_HEAP
             reserve_placement(e)
-        short, on_topology = self._still_fits(e, snap)
+        short, on_topology = self._still_fits(e, snap, quota_ok=quota_ok)
         if short and on_topology and not recomputed:
             self._nominator.nominate(
                 e, snap, only_flavors=frozenset(f for p in a.pod_sets for f in p.flavors.values())
@@ -387,9 +388,10 @@ class Scheduler:
         )
         return BACK_TO_THE_HEAP
 
-    def _still_fits(self, e: Entry, snap: Snapshot) -> tuple[str, bool]:
+    def _still_fits(self, e: Entry, snap: Snapshot, *, quota_ok: bool = False) -> tuple[str, bool]:
         """Kueue's fits(): the entry's usage fits once every workload preempted earlier
-        in this cycle and the entry's own targets are counted as released.
+        in this cycle and the entry's own targets are counted as released (``quota_ok``:
+        the quota of an entry without targets is known to fit).
 
         Returns ("", False) when it fits, else what is short (for the pending message)
         and whether it is the TAS placement (quota fits)."""
@@ -411,7 +413,7 @@ class Scheduler:
                     tree.remove_usage(cache.admitted[k], cache.usage_of[k])
                 short = _short_on(node, a.usage)
         else:  # nothing to try on the tree, no scratch block to pay for
-            short = _short_on(node, a.usage)
+            short = "" if quota_ok else _short_on(node, a.usage)
         if short:
             return short, False
         if not targets:  # placed at nomination: do the pods still fit their domains?

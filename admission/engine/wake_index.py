@@ -24,9 +24,9 @@ from queues.model import LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY, NEVER, F
 from queues.quota_node import QuotaNode
 
 Evidence = list[tuple[QuotaNode, FlavorResource, int]]
-Demand = dict[FlavorResource, int]
 """Per blocked flavor, for one pair of it: (node, pair, threshold) — the head may only
 be admitted once that node's usage of the pair has fallen to the threshold (any one)."""
+Demand = dict[FlavorResource, int]  # what a parked head requests, per flavor and resource
 
 NEVER_ADMISSIBLE = float("inf")
 COMPACT_SLACK = 4096  # parks between compactions, beyond the live tickets
