@@ -5,7 +5,8 @@ handshake every connection it accepts before any code of ours sees it, and run a
 handshakes of one wake-up back to back on the event loop. Here each accepted
 connection is admitted or refused by its *source address* before any TLS work: beyond
 ``max_connections_per_source`` unproven connections from one address (a connection that
-has served a valid review no longer counts: the API server's pool), or
+has served a valid review no longer counts: the API server's pool; no address holds
+more than half the port all told), or
 ``max_connections`` in all when no idle connection of another source gives way to it
 (:mod:`webhooks.server.connections`), it is closed at once (an RST, a few
 microseconds). At most ``accept_batch`` connections are accepted per wake-up, so a
@@ -143,6 +144,10 @@ class GuardedListener:
                 self._refuse(conn, source, f"{held} connections open from {source} "
                              "that have not served a review")  # fmt: skip
                 continue
+            held = table.count.get(source, 0)
+            if held >= source_cap(limits):
+                self._refuse(conn, source, f"{held} connections open from {source}")
+                continue
             if table.total >= limits.max_connections:
                 victim = table.victim(source)
                 if victim is None:
@@ -197,6 +202,13 @@ class GuardedListener:
         else:
             entry.abort = transport.abort
             self.table.bind(protocol, entry, close=transport.close)
+
+
+def source_cap(limits: ListenerLimits) -> int:
+    """The most connections one address may hold, those that served a review included:
+    anyone may send a valid review, so proven connections are not trusted with the
+    whole port; half of it leaves the API server's pool room for a burst's few hundred."""
+    return max(limits.max_connections_per_source, limits.max_connections // 2)
 
 
 def _canceller(task: asyncio.Task[None]) -> Callable[[], None]:

@@ -117,6 +117,26 @@ def test_the_api_servers_pool_is_not_held_to_the_per_source_cap(
             s.close()
 
 
+def test_proven_connections_of_one_address_hold_at_most_half_the_port(
+    srv: WebhookServerThread,
+) -> None:
+    """Anyone may send a valid review: an address whose connections have all served one
+    still gets no more than half the port (20 of 40 here), so it cannot hold every place
+    the API server needs."""
+    cap = LIMITS.max_connections // 2
+    held = _held(srv, "127.0.0.8", cap)
+    try:
+        refused = socket.create_connection(("127.0.0.1", srv.port), source_address=("127.0.0.8", 0))
+        assert _server_closes(refused)
+        refused.close()
+        other = srv.client(source="127.0.0.9")  # another address is served meanwhile
+        assert other.post(MUTATE, make_review("Job", _job()))[0] == 200
+        other.close()
+    finally:
+        for c in held:
+            c.close()
+
+
 def test_an_admitted_connection_waits_for_its_handshake_a_refused_one_does_not(
     srv: WebhookServerThread,
 ) -> None:
