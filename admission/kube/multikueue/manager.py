@@ -176,6 +176,13 @@ class MultiKueue:
         self._dirty[key] = None
         self._wake.set()
 
+    def _on_remote(self, key: str) -> None:
+        """A worker's copy changed: its manager Workload ``key`` is looked at again when it
+        is one of ours (a copy's labels and replicas are the worker's to write: keys this
+        manager never dispatched are left to the garbage collection)."""
+        if key in self._known:
+            self._mark(key)
+
     def _mark_all(self) -> None:
         self._dirty.update(dict.fromkeys(self._known))
         self._dirty_clusters.add("")  # "": the checks' conditions
@@ -197,7 +204,7 @@ class MultiKueue:
             name,
             client,
             origin=self.settings.origin,
-            on_change=self._mark,
+            on_change=self._on_remote,
             on_state=on_state,
             probe_interval=self.probe_interval,
             clock=self.clock,

@@ -311,3 +311,30 @@ def test_a_worker_takes_a_statefulset_copy_naming_its_own_group_and_refuses_othe
     users = copy.deepcopy(copied)
     del users["metadata"]["labels"][ORIGIN]
     assert not review(STATEFULSET, users, mutating=False)[0]
+
+
+def test_a_workers_copy_wakes_only_the_managers_own_workloads() -> None:
+    """A copy's labels and replicas are the worker's to write: an event of one names
+    Workloads (a LeaderWorkerSet labelled multikueue-origin with a million replicas
+    names a million), and only those this manager dispatched are looked at again."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
+    from admission.kube.multikueue.manager import MultiKueue
+    from admission.kube.multikueue.serving import workload_keys
+
+    ours = {f"team-a/{LEADERWORKERSET.group_name('lws', i)}" for i in (0, 1)}
+    mk = MultiKueue.__new__(MultiKueue)
+    mk._known = set(ours)
+    mk._dirty = {}
+    mk._wake = asyncio.Event()
+    copy_ = {"metadata": {"name": "lws", "namespace": "team-a",
+                          "labels": {"kueue.x-k8s.io/multikueue-origin": "mgr"}},
+             "spec": {"replicas": 1000}}  # fmt: skip
+    mk.settings = SimpleNamespace(origin="mgr")
+    mk.probe_interval, mk.clock = 1.0, lambda: 0.0
+    remote = mk._make_remote("worker1", SimpleNamespace())  # as the manager wires a worker
+    for key in workload_keys("LeaderWorkerSet", copy_):
+        remote.on_change(key)
+    assert set(mk._dirty) == ours
