@@ -245,8 +245,7 @@ def validate_object(integ: Integration, req: AdmissionRequest, ctx: HandlerConte
         and not _multikueue_copy_of_own_group(integ, new, labels)
     ):
         # admitted through its pods' groups: there is no one Workload to name (Kueue)
-        gvk = f"{integ.api_version}, Kind={integ.kind}"
-        errs.forbidden(PREBUILT_PATH, f"Is not supported for {go_value(gvk)}")
+        errs.forbidden(PREBUILT_PATH, f"Is not supported for {go_value(integ.resource.gvk)}")
     old = req.old_object if req.operation == "UPDATE" else None
     if old is not None and isinstance(integ, PodOwnerIntegration):
         managed = held_by_kueue(labels, request_namespace(req, new), ctx)

@@ -10,6 +10,12 @@ from typing import Any
 from urllib.parse import quote
 
 
+def gvk(api_version: str, kind: str) -> str:
+    """Kueue's ``GroupVersionKind.String()``: how the ``job-owner-gvk`` annotation and
+    Kueue's messages name a kind (``apps/v1, Kind=StatefulSet``)."""
+    return f"{api_version}, Kind={kind}"
+
+
 @dataclass(frozen=True, slots=True)
 class Resource:
     """One API resource: where it lives and how it is addressed (the job kinds', and
@@ -24,6 +30,11 @@ class Resource:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def gvk(self) -> str:
+        """The kind as :func:`gvk` names it (``apps/v1, Kind=StatefulSet``)."""
+        return gvk(self.api_version, self.kind)
 
     def path(
         self,

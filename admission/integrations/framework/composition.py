@@ -256,7 +256,7 @@ def workload_body(
             "namespace": m.get("namespace") or "default",
             "labels": {JOB_UID_LABEL: str(m.get("uid") or "")},
             "annotations": {
-                OWNER_GVK_ANNOTATION: f"{integration.api_version}, Kind={integration.kind}",
+                OWNER_GVK_ANNOTATION: integration.resource.gvk,
                 OWNER_NAME_ANNOTATION: str(m.get("name") or ""),
             },
             "ownerReferences": [

@@ -190,8 +190,7 @@ class PodOwnerIntegration(Integration):
         m = meta_of(owner)
         ref = {"apiVersion": self.api_version, "kind": self.kind, "name": m.get("name"),
                "uid": m.get("uid")}  # fmt: skip
-        gvk = f"{self.api_version}, Kind={self.kind}"
-        return ref, {JOB_OWNER_GVK: gvk, JOB_OWNER_NAME: str(m.get("name") or "")}
+        return ref, {JOB_OWNER_GVK: self.resource.gvk, JOB_OWNER_NAME: str(m.get("name") or "")}
 
     def template_edits(
         self,

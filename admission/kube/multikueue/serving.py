@@ -38,12 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from admission.integrations.framework.fields import (
-    IntegrationError,
-    count_field,
-    meta_of,
-    ref_of,
-)
+from admission.integrations.framework.addressing import gvk
+from admission.integrations.framework.fields import IntegrationError, meta_of, ref_of
 from admission.integrations.kinds.admitted_by_pods import PodOwnerIntegration
 from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
 from admission.integrations.kinds.statefulset import STATEFULSET
@@ -61,11 +57,6 @@ from queues.api.labels import (
 MAX_GROUPS = 1_000_000
 
 
-def _gvk(api_version: str, kind: str) -> str:
-    """Kueue's ``GroupVersionKind.String()`` of the owner annotation."""
-    return f"{api_version}, Kind={kind}"
-
-
 @dataclass(frozen=True, slots=True)
 class ServingAdapter(Adapter):
     """A kind admitted through its pods: copied whole, never synced back, never finished."""
@@ -80,10 +71,6 @@ class ServingAdapter(Adapter):
         integ = self.integration
         assert isinstance(integ, PodOwnerIntegration)
         return integ
-
-    @property
-    def owner_gvk(self) -> str:
-        return _gvk(self.resource.api_version, self.kind)
 
     def unmanaged_reason(self, job: Obj) -> str:
         return ""  # no managedBy: the manager's pods stay gated instead
@@ -107,10 +94,6 @@ class ServingAdapter(Adapter):
     def finished(self, obj: Obj) -> bool:
         return False  # serving: deleting it ends its Workloads
 
-    @property
-    def lower_kind(self) -> str:
-        return self.kind.lower()
-
     # -- the Workloads of one object ----------------------------------------------------------
 
     def groups(self, owner: Mapping[str, Any]) -> int:
@@ -118,15 +101,11 @@ class ServingAdapter(Adapter):
         IntegrationError naming the object and field when it cannot say."""
         if not self.multi_workload:
             return 1
-        spec = owner.get("spec")
-        replicas = count_field(
-            (spec if isinstance(spec, Mapping) else {}).get("replicas"),
-            self.lower_kind, ref_of(owner), "spec.replicas", default=1,
-        )  # fmt: skip
+        replicas = LEADERWORKERSET.replicas(owner)
         if replicas > MAX_GROUPS:
             raise IntegrationError(
-                f"{self.lower_kind} {ref_of(owner)}: spec.replicas: must be <= {MAX_GROUPS}, "
-                f"got {replicas}"
+                f"{LEADERWORKERSET.lower_kind} {ref_of(owner)}: spec.replicas: "
+                f"must be <= {MAX_GROUPS}, got {replicas}"
             )
         return replicas
 
@@ -161,7 +140,7 @@ LEADERWORKERSET_ADAPTER = ServingAdapter(LEADERWORKERSET, names_workload=False,
                                          multi_workload=True)  # fmt: skip
 
 SERVING: dict[str, ServingAdapter] = {
-    a.owner_gvk: a for a in (STATEFULSET_ADAPTER, LEADERWORKERSET_ADAPTER)
+    a.resource.gvk: a for a in (STATEFULSET_ADAPTER, LEADERWORKERSET_ADAPTER)
 }
 """Adapter by the ``job-owner-gvk`` annotation of the Workload."""
 BY_KIND: dict[str, ServingAdapter] = {a.kind: a for a in SERVING.values()}
@@ -186,7 +165,7 @@ def serving_owner(wl: Mapping[str, Any] | None) -> tuple[ServingAdapter, str] | 
     for ref in refs:
         if not isinstance(ref, Mapping):
             continue
-        adapter = SERVING.get(_gvk(str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")))
+        adapter = SERVING.get(gvk(str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")))
         if adapter is not None and ref.get("name"):
             return adapter, str(ref["name"])
     return None
@@ -197,8 +176,8 @@ def owner_uid(wl: Mapping[str, Any], adapter: ServingAdapter) -> str:
     for ref in meta_of(wl).get("ownerReferences") or []:
         if (
             isinstance(ref, Mapping)
-            and _gvk(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
-            == adapter.owner_gvk
+            and gvk(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
+            == adapter.resource.gvk
         ):
             return str(ref.get("uid") or "")
     return ""

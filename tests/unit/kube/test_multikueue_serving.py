@@ -21,6 +21,7 @@ from admission.kube.multikueue.pods import POD_GROUPS, adapter_for, owner_kind, 
 from admission.kube.multikueue.serving import (
     LEADERWORKERSET_ADAPTER,
     STATEFULSET_ADAPTER,
+    serving_owner,
     workload_keys,
 )
 from tests.support.integration_kit import meta
@@ -79,6 +80,19 @@ def test_a_serving_groups_workload_gets_its_owners_adapter_not_the_pods(annotate
     assert (owner_kind(wl), owner_name(wl)) == ("LeaderWorkerSet", "infer")
     plain = {"metadata": {"name": "g", "annotations": dict(GROUP_ANNOTATION)}}
     assert adapter_for(plain) is POD_GROUPS and owner_name(plain) == ""
+
+
+def test_the_owner_annotations_a_group_gets_name_the_adapter_multikueue_finds() -> None:
+    """Kueue's ``GroupVersionKind.String()`` is spelled once (``Resource.gvk``): the
+    annotations the pod-group reconciler writes on a group's Workload are the ones
+    MultiKueue reads its owner's kind from."""
+    assert (STATEFULSET.resource.gvk, LEADERWORKERSET.resource.gvk) == (STS_GVK, LWS_GVK)
+    for integ, adapter, owner in ((STATEFULSET, STATEFULSET_ADAPTER, sts()),
+                                  (LEADERWORKERSET, LEADERWORKERSET_ADAPTER, leader_worker_set())):  # fmt: skip
+        _, annotations = integ.owner_metadata(owner)
+        assert annotations["kueue.x-k8s.io/job-owner-gvk"] == integ.resource.gvk
+        wl = {"metadata": {"annotations": annotations}}
+        assert serving_owner(wl) == (adapter, owner["metadata"]["name"])
 
 
 def test_a_serving_kind_is_always_multikueues() -> None:
