@@ -6,8 +6,10 @@ A LeaderWorkerSet makes one Workload per group and a single copy of itself on a
 worker, so its groups must all run on the same one. Before the dispatcher nominates
 workers for a group's Workload (:class:`ComponentNomination` wraps it):
 
-1. the set is read; until a Workload exists for each of its ``spec.replicas`` groups
-   (named as the pod webhook names them, owned by the set), nothing is nominated;
+1. the set, as the reconcile read it (:attr:`.dispatch.Group.job`: the manager does not
+   watch the kind, and reads it once per reconcile); until a Workload exists for each of
+   its ``spec.replicas`` groups (named as the pod webhook names them, owned by the set),
+   nothing is nominated;
 2. when another group's Workload already runs on a worker (``status.clusterName``),
    this one is nominated there and nowhere else (two different workers is an error:
    nothing is nominated);
@@ -40,7 +42,6 @@ WAIT = 300.0
 """Seconds before a waiting group's Workload looks again without an event (a safety net)."""
 
 Nominate = Callable[[Group], Awaitable[Nomination]]
-ReadOwner = Callable[[str, str], Awaitable[Obj | None]]  # (plural, namespace/name)
 ReadWorkload = Callable[[str], Obj | None]  # namespace/name -> the manager's Workload
 
 
@@ -51,12 +52,10 @@ class ComponentNomination:
         self,
         nominate: Nominate,
         *,
-        read_owner: ReadOwner,
         workload: ReadWorkload,
         patch: Patch,
     ) -> None:
         self.inner = nominate
-        self.read_owner = read_owner
         self.workload = workload
         self.patch = patch
         self.wait = WAIT
@@ -110,7 +109,7 @@ class ComponentNomination:
         uid = owner_uid(group.local, adapter)
         if not uid:
             return await self.inner(group)  # no owner to share a worker with (Kueue)
-        # registered before the reads: an event from here on wakes it again
+        # registered before its siblings are read: an event from here on wakes it again
         self._add(uid, group.key)
         nomination = await self._nominate(group, adapter, name, uid)
         if nomination[0] is not None or nomination[1] is None:
@@ -121,8 +120,9 @@ class ComponentNomination:
         self, group: Group, adapter: ServingAdapter, name: str, uid: str
     ) -> Nomination:
         what = f"{adapter.kind} {group.namespace}/{name}"
-        owner = await self.read_owner(adapter.resource.plural, f"{group.namespace}/{name}")
-        if owner is None or meta_of(owner).get("uid") != uid:
+        owner = group.job  # the reconcile read it (the kind is not watched)
+        m = meta_of(owner)
+        if owner is None or (m.get("name"), m.get("uid")) != (name, uid):
             return None, self.wait, (f"waiting for its {what}",)
         try:
             names = adapter.workload_names(owner)

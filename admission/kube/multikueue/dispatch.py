@@ -71,6 +71,10 @@ class Group:
     unavailable: list[str] = field(default_factory=list)
     lost: dict[str, float] = field(default_factory=dict)  # unavailable worker -> since
     whole: Obj | None = None  # the whole Workload, once a status write answered it
+    # the manager's job of a kind not watched here (a StatefulSet, a LeaderWorkerSet), as
+    # the reconcile read it from the API: read once, then used by the nomination and the
+    # copy to the worker (None: a watched kind's job, whole or slim, or none read)
+    job: Obj | None = None
 
     @property
     def namespace(self) -> str:
@@ -425,7 +429,7 @@ class Dispatch:
         if theirs is None:
             if kobj.is_finished(group.local) or first_true(group.copies, "Finished"):
                 return None  # gone after it finished: not created again
-            whole = await self.full_job(adapter.resource.plural, f"{ns}/{name}")
+            whole = group.job or await self.full_job(adapter.resource.plural, f"{ns}/{name}")
             if whole is None:
                 return None
             body = adapter.remote_copy(whole, group.name, self.origin)

@@ -99,7 +99,6 @@ class MultiKueue:
         self.dispatchers = Dispatchers(settings, self._patch, self.clock)
         self.components = ComponentNomination(
             self.dispatchers.nominate,
-            read_owner=self._full_job,
             workload=ctx.writer.workload,
             patch=self._patch,
         )
@@ -441,8 +440,9 @@ class MultiKueue:
             inf = self.ctx.informers.get(adapter.resource.plural)
             if inf is not None:  # slim: the whole job is read only to copy it
                 job = inf.get(f"{group.namespace}/{owner}")
-            else:
+            else:  # not watched: read once, and passed along (:attr:`Group.job`)
                 job = await self._full_job(adapter.resource.plural, f"{group.namespace}/{owner}")
+                group.job = job
         outcome = await self.dispatch.reconcile(group, job, adapter)
         if outcome.reasons and outcome.reasons != self.reasons.get(key):
             self.reasons[key] = outcome.reasons

@@ -178,30 +178,27 @@ class Recorder:
         self.inner_calls.append(group.name)
         return ["worker1", "worker2"], None, ()
 
-    async def read_owner(self, plural: str, key: str) -> dict | None:
-        assert (plural, key) == ("leaderworkersets", "team-a/infer")
-        return self.owner
-
     async def patch(self, group: Group, status: dict) -> dict:
         self.patches.append(status)
         return {"status": status}
 
     def nomination(self) -> ComponentNomination:
-        return ComponentNomination(self.inner, read_owner=self.read_owner,
-                                   workload=self.workloads.get, patch=self.patch)  # fmt: skip
+        return ComponentNomination(self.inner, workload=self.workloads.get, patch=self.patch)
 
 
 NAMES = [LEADERWORKERSET.group_name("infer", i) for i in range(2)]
 
 
-def _group(wl: dict) -> Group:
+def _group(wl: dict, owner: dict | None) -> Group:
+    """The group as the manager's reconcile hands it over: with the set it read."""
     return Group(key=f"team-a/{wl['metadata']['name']}", local=wl, check="mk",
                  state={"state": "Pending"}, workers=["worker1", "worker2"],
-                 remotes={"worker1": object(), "worker2": object()})  # type: ignore[dict-item]  # fmt: skip
+                 remotes={"worker1": object(), "worker2": object()},  # type: ignore[dict-item]
+                 job=owner)  # fmt: skip
 
 
 def _run(rec: Recorder, wl: dict) -> Any:
-    return asyncio.run(rec.nomination()(_group(wl)))
+    return asyncio.run(rec.nomination()(_group(wl, rec.owner)))
 
 
 def test_no_group_is_nominated_before_every_groups_workload_exists() -> None:
@@ -244,7 +241,7 @@ def test_a_waiting_group_is_woken_by_its_siblings_events_and_kept_only_while_it_
     first, second = wls[first_key], wls[second_key]
     nom = Recorder(owner, wls).nomination()
     assert nom.waiting_siblings(first_key, first, None) == set()  # nobody waits yet
-    assert asyncio.run(nom(_group(second)))[:2] == (None, WAIT)
+    assert asyncio.run(nom(_group(second, owner)))[:2] == (None, WAIT)
     moved = copy.deepcopy(first)
     moved["status"] = {"clusterName": "worker2"}
     assert nom.waiting_siblings(first_key, first, None) == {second_key}  # created
@@ -255,10 +252,10 @@ def test_a_waiting_group_is_woken_by_its_siblings_events_and_kept_only_while_it_
     stranger["metadata"]["uid"] = "other-uid"
     assert nom.waiting_siblings("team-a/x", group_workload(NAMES[0], stranger), None) == set()
     wls[first_key] = moved
-    assert asyncio.run(nom(_group(second)))[:2] == (["worker2"], None)
+    assert asyncio.run(nom(_group(second, owner)))[:2] == (["worker2"], None)
     assert nom.waiting_siblings(first_key, moved, first) == set()  # nominated: forgotten
     del wls[first_key]
-    assert asyncio.run(nom(_group(second)))[0] is None  # waits again, until it is gone
+    assert asyncio.run(nom(_group(second, owner)))[0] is None  # waits again, until it is gone
     nom.forget(second_key)
     assert nom.waiting_siblings(first_key, first, None) == set()
     assert (nom._waiting, nom._owner_of) == ({}, {})
@@ -352,3 +349,100 @@ def test_a_workers_copy_wakes_only_the_managers_own_workloads() -> None:
     for key in workload_keys("LeaderWorkerSet", copy_):
         remote.on_change(key)
     assert set(mk._dirty) == ours
+
+
+# -- one read of the set per reconcile -----------------------------------------------------
+
+
+class FakeWorker:
+    """A connected worker as the dispatch sees it: its Workload copies and job copies
+    (the informers', listed), and the creates sent to it."""
+
+    def __init__(self) -> None:
+        self.connected, self.lost_since = True, None
+        self.copies: dict[str, dict] = {}
+        self.sent: list[tuple[str, str]] = []  # the creates: (plural, name)
+        self.client = self
+
+    def workload(self, key: str) -> dict | None:
+        return self.copies.get(key)
+
+    def job(self, resource: Any, key: str) -> tuple[bool, dict | None]:
+        return True, None
+
+    async def create(self, resource: Any, body: dict, *, namespace: str) -> dict:
+        self.sent.append((resource.plural, body["metadata"]["name"]))
+        return body
+
+    def created(self, key: str, copy_: dict) -> None:
+        pass
+
+
+def test_a_reconcile_reads_a_set_the_manager_does_not_watch_once() -> None:
+    """A LeaderWorkerSet is not watched on the manager: each reconcile of a group's
+    Workload reads the set from the API once, and both the nomination (are all groups
+    there?) and the copy to the worker use that read."""
+    from types import SimpleNamespace
+
+    from admission.apiserver_double import running_apiserver
+    from admission.config.multikueue import MultiKueueSettings
+    from admission.kube.client.rest import KubeClient
+    from admission.kube.multikueue.manager import MultiKueue
+    from queues.api.labels import MULTIKUEUE_CONTROLLER
+    from tests.support.double_client import kube_client_config
+
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+    admitted = {"type": "Admitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+    async def main() -> None:
+        async with running_apiserver(objects=[ns, leader_worker_set()]) as server:
+            client = await KubeClient.connect(configuration=kube_client_config(server.url))
+            try:
+                owner = await client.get(LEADERWORKERSET.resource, "infer", namespace="team-a")
+                wls = {}
+                for n in NAMES:
+                    wl = group_workload(n, owner, admission={"clusterQueue": "cq"},
+                                        conditions=[{"type": "QuotaReserved", "status": "True"}],
+                                        admissionChecks=[{"name": "mk", "state": "Pending"}],
+                                        nominatedClusterNames=["worker1"])  # fmt: skip
+                    wls[f"team-a/{n}"] = wl
+
+                async def full(key: str) -> dict | None:
+                    return wls.get(key)
+
+                check = {"spec": {"controllerName": MULTIKUEUE_CONTROLLER,
+                                  "parameters": {"kind": "MultiKueueConfig", "name": "cfg"}}}  # fmt: skip
+                ctx = SimpleNamespace(
+                    client=client, clock=lambda: 0.0, record_event=lambda *a: None,
+                    writer=SimpleNamespace(workload=wls.get, remember=lambda *a: None),
+                    informers={"admissionchecks": SimpleNamespace(store={"mk": check}),
+                               "workloads": SimpleNamespace(full=full)},
+                )  # fmt: skip
+                mk = MultiKueue(ctx, MultiKueueSettings(), namespace="kueue-system",  # type: ignore[arg-type]
+                                leading=lambda: True)  # fmt: skip
+                config = {"spec": {"clusters": ["worker1"]}}
+                mk.config_informer = SimpleNamespace(store={"cfg": config})  # type: ignore[assignment]
+                worker = FakeWorker()
+                mk.clusters.remote = lambda _name: worker  # type: ignore[method-assign,assignment,return-value]
+                mk.dispatch.admit_with = lambda *a: None
+
+                async def gets_of(key: str) -> int:
+                    before = server.request_count(verb="get", resource="leaderworkersets")
+                    await mk._reconcile(key)
+                    return server.request_count(verb="get", resource="leaderworkersets") - before
+
+                first, second = (f"team-a/{n}" for n in NAMES)
+                # the first group: all groups are there, it is nominated, its copy made
+                assert await gets_of(first) == 1
+                assert worker.sent == [("workloads", NAMES[0])]
+                # the second: it waits for the first to be admitted on a worker
+                assert await gets_of(second) == 1
+                assert "waiting for the first group" in mk.reasons[second][0]
+                # the first admitted on the worker: the set is copied there
+                worker.copies[first] = {"status": {"conditions": [admitted]}}
+                assert await gets_of(first) == 1
+                assert worker.sent[1:] == [("leaderworkersets", "infer")]
+            finally:
+                await client.close()
+
+    asyncio.run(main())
