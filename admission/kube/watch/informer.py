@@ -41,7 +41,9 @@ log = logging.getLogger("quartermaster.kube.informer")
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 Handler = Callable[[str, str, Obj | None, Obj | None], None]
-"""(event type, key, new object or None, old object or None)."""
+"""(event type, key, new object or None, old object or None). Handlers must not change
+the objects they are given: a slim one shares parts with the whole object that
+:meth:`Informer.full` answers from."""
 
 
 @dataclass(slots=True)
@@ -99,8 +101,8 @@ class Informer:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.store: MutableMapping[str, Obj] = self._new_store()
-        # the last whole objects seen, packed, for full(): building a Workload from a
-        # new Job needs its whole template, and so does copying it to a worker
+        # the last whole objects seen, for full(): building a Workload from a new Job
+        # needs its whole template, and so does copying it to a worker
         self.keep_recent = keep_recent if slimmer is not None else 0
         self._recent = RecentObjects(self.keep_recent)
         self.full_reads = 0  # full() calls answered by a GET
@@ -142,6 +144,9 @@ class Informer:
         # one string per key, shared by every table keyed by it (stores, indexes, queues)
         key = sys.intern(self.resource.key_of(obj))
         if recent and self.keep_recent:
+            # by reference: nothing changes ``obj`` from here on (slimming copies what it
+            # changes, the store packs, and handlers never change the slim dict, which
+            # shares parts with ``obj``)
             self._recent.put(key, obj)
         return key, self.slim(obj)
 
@@ -170,7 +175,8 @@ class Informer:
         obj.setdefault("kind", self.resource.kind)
         obj = strip_managed_fields(obj)
         if self.keep_recent:  # read once: the next full() of it answers from here
-            self._recent.put(key, obj)
+            self._recent.put(key, obj)  # kept by reference: the caller gets a copy
+            return self._recent.get(key)
         return obj
 
     def reset(self) -> None:
