@@ -54,7 +54,7 @@ from admission.kube.multikueue.dispatchers import Dispatchers
 from admission.kube.multikueue.pods import PodGroupAdapter, adapter_for, group_of, owner_name
 from admission.kube.multikueue.pods import owner_kind as kind_of
 from admission.kube.multikueue.remote import RemoteCluster
-from admission.kube.multikueue.serving import SERVING
+from admission.kube.multikueue.serving import SERVING, set_of
 from admission.kube.reconcilers.admission_checks import admitted, admitting_conditions
 from admission.kube.watch.grouped_pods import GroupedPods
 from admission.kube.watch.informer import DELETED, Informer
@@ -119,6 +119,11 @@ class MultiKueue:
         self.pod_groups = GroupedPods("pods")  # group key -> the manager's pods
         self.reasons: dict[str, tuple[str, ...]] = {}  # Workload key -> the last nomination's
         self._known: set[str] = set()  # keys of the Workloads with a MultiKueue check
+        # the known groups of each set of several Workloads ((kind, namespace/name) of a
+        # LeaderWorkerSet -> keys), and the set of each such key: a worker's copy of the
+        # set wakes them without naming one Workload per replica
+        self._groups: dict[tuple[str, str], set[str]] = {}
+        self._set_of: dict[str, tuple[str, str]] = {}
         self._dirty: dict[str, None] = {}  # keys to reconcile, oldest first
         self._running: dict[str, asyncio.Task[None]] = {}  # key -> its reconcile
         self._dirty_clusters: set[str] = set()
@@ -175,10 +180,35 @@ class MultiKueue:
         self._dirty[key] = None
         self._wake.set()
 
+    def _on_remote_set(self, kind: str, key: str) -> None:
+        """A worker's copy of the set ``key`` changed: its groups this manager dispatched
+        are looked at again (the copy runs them all)."""
+        for wkey in self._groups.get((kind, key), ()):
+            self._mark(wkey)
+
+    def _know(self, key: str, wl: Obj) -> None:
+        """The Workload ``key`` has a MultiKueue check (and is indexed by its set)."""
+        found = set_of(wl)
+        if found != self._set_of.get(key):
+            self._unknow(key)
+            if found is not None:
+                self._set_of[key] = found
+                self._groups.setdefault(found, set()).add(key)
+        self._known.add(key)
+
+    def _unknow(self, key: str) -> None:
+        self._known.discard(key)
+        found = self._set_of.pop(key, None)
+        if found is not None:
+            keys = self._groups[found]
+            keys.discard(key)
+            if not keys:
+                del self._groups[found]
+
     def _on_remote(self, key: str) -> None:
         """A worker's copy changed: its manager Workload ``key`` is looked at again when it
-        is one of ours (a copy's labels and replicas are the worker's to write: keys this
-        manager never dispatched are left to the garbage collection)."""
+        is one of ours (a copy's labels are the worker's to write: keys this manager never
+        dispatched are left to the garbage collection)."""
         if key in self._known:
             self._mark(key)
 
@@ -204,6 +234,7 @@ class MultiKueue:
             client,
             origin=self.settings.origin,
             on_change=self._on_remote,
+            on_set=self._on_remote_set,
             on_state=on_state,
             probe_interval=self.probe_interval,
             clock=self.clock,
@@ -422,12 +453,12 @@ class MultiKueue:
         if wl is None or not check:
             if key in self._known or wl is None:
                 await self._remove_everywhere(key)
-            self._known.discard(key)
+            self._unknow(key)
             self.dispatchers.forget(key)
             self.components.forget(key)
             self.reasons.pop(key, None)
             return
-        self._known.add(key)
+        self._know(key, wl)
         group = self._group(key, wl, check)
         if group is None:
             return

@@ -28,7 +28,7 @@ from admission.kube import objects as kobj
 from admission.kube.client.errors import ApiError
 from admission.kube.client.resources import WORKLOADS
 from admission.kube.client.rest import KubeClient, Obj
-from admission.kube.multikueue.serving import workload_keys
+from admission.kube.multikueue.serving import copied_set, workload_keys
 from admission.kube.watch.informer import DELETED, Informer
 from queues.api.labels import MULTIKUEUE_ORIGIN
 
@@ -38,8 +38,10 @@ CREATED_TTL = 30.0
 
 
 class RemoteCluster:
-    """A connected (or lost) worker; ``on_change(key)`` hears its Workloads' events and
-    ``on_state()`` a change of ``connected``."""
+    """A connected (or lost) worker; ``on_change(key)`` hears its Workloads' events (and
+    its job copies', by the manager's Workloads they run), ``on_set(kind, key)`` the
+    events of its copies of a set of several Workloads (a LeaderWorkerSet: by the
+    manager's set) and ``on_state()`` a change of ``connected``."""
 
     def __init__(
         self,
@@ -49,6 +51,7 @@ class RemoteCluster:
         origin: str,
         on_change: Callable[[str], None],
         on_state: Callable[[], None],
+        on_set: Callable[[str, str], None] = lambda _kind, _key: None,
         probe_interval: float = 5.0,
         probe_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
@@ -73,6 +76,7 @@ class RemoteCluster:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.on_change = on_change
+        self.on_set = on_set
         self.jobs: dict[str, Informer] = {}  # plural -> the job copies of that kind
         self._created: dict[str, tuple[float, Obj]] = {}  # key -> (when, copy) not seen yet
         self._deleted: dict[str, float] = {}  # key -> when, until the informer says more
@@ -97,13 +101,16 @@ class RemoteCluster:
     def job_informer(self, resource: Resource) -> Informer:
         """The informer of this manager's job copies of one kind (started on first use:
         a worker need not serve every kind); an event names the Workloads it runs on
-        (Kueue's ``WorkloadKeysFor``)."""
+        (Kueue's ``WorkloadKeysFor``), or the manager's set it is a copy of."""
         inf = self.jobs.get(resource.plural)
         if inf is None:
 
             def handler(_event: str, _key: str, new: Obj | None, old: Obj | None) -> None:
-                for wl_key in workload_keys(resource.kind, new or old or {}):
+                obj = new or old or {}
+                for wl_key in workload_keys(resource.kind, obj):
                     self.on_change(wl_key)
+                if (set_key := copied_set(resource.kind, obj)) is not None:
+                    self.on_set(resource.kind, set_key)
 
             inf = Informer(
                 self.client,

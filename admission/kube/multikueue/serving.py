@@ -28,7 +28,9 @@ ungates a Workload that has a MultiKueue check, Kueue's ``ShouldSkipLocalExecuti
 * A LeaderWorkerSet has one Workload per group (``spec.replicas``; Kueue's
   ``MultiKueueMultiWorkloadAdapter``): the copy is made once (an existing one is fine),
   removing any group's copies deletes the worker's set (the other groups' reconciles
-  make it again), and all groups go to one worker (:mod:`.components`).
+  make it again), and all groups go to one worker (:mod:`.components`). An event of the
+  worker's copy wakes the groups of the set the manager dispatched, found by the set
+  (:func:`copied_set`), not by one Workload name per ``spec.replicas``.
 """
 
 from __future__ import annotations
@@ -118,21 +120,33 @@ class ServingAdapter(Adapter):
         return [LEADERWORKERSET.group_name(name, i) for i in range(self.groups(owner))]
 
     def workload_keys(self, obj: Mapping[str, Any]) -> list[str]:
-        """The manager's Workloads a worker's copy runs (Kueue's ``WorkloadKeysFor``):
-        the one it is labelled with, or one per group; none for an object this manager
-        did not make or that names none."""
+        """The manager's Workload a worker's copy is labelled with (Kueue's
+        ``WorkloadKeysFor`` of a StatefulSet); none for an object this manager did not
+        make or that names none, nor for the copy of a set of several Workloads
+        (:meth:`copied_set` names that set instead)."""
         m = meta_of(obj)
         labels = m.get("labels") or {}
-        if not isinstance(labels, Mapping) or MULTIKUEUE_ORIGIN not in labels:
+        if not self.names_workload or not _a_copy(labels):
             return []
+        name = labels.get(PREBUILT_WORKLOAD)
         ns = str(m.get("namespace") or "default")
-        if self.names_workload:
-            name = labels.get(PREBUILT_WORKLOAD)
-            return [f"{ns}/{name}"] if isinstance(name, str) and name else []
-        try:
-            return [f"{ns}/{n}" for n in self.workload_names(obj)]
-        except IntegrationError:
-            return []
+        return [f"{ns}/{name}"] if isinstance(name, str) and name else []
+
+    def copied_set(self, obj: Mapping[str, Any]) -> str | None:
+        """``namespace/name`` of the manager's set a worker's copy of a LeaderWorkerSet is
+        (None: not such a copy). The copy runs every group of the set: Kueue's
+        ``WorkloadKeysFor`` names one Workload per ``spec.replicas``, a field the worker
+        writes (up to a million); the manager instead wakes the groups of the set it
+        dispatched, which it knows by the set."""
+        m = meta_of(obj)
+        if not self.multi_workload or not _a_copy(m.get("labels") or {}) or not m.get("name"):
+            return None
+        return f"{m.get('namespace') or 'default'}/{m['name']}"
+
+
+def _a_copy(labels: object) -> bool:
+    """Labels of a copy a manager made (``multikueue-origin``)."""
+    return isinstance(labels, Mapping) and MULTIKUEUE_ORIGIN in labels
 
 
 STATEFULSET_ADAPTER = ServingAdapter(STATEFULSET)
@@ -185,10 +199,27 @@ def owner_uid(wl: Mapping[str, Any], adapter: ServingAdapter) -> str:
 
 def workload_keys(kind: str, obj: Mapping[str, Any]) -> list[str]:
     """The manager's Workloads (``namespace/name``) a job copy of ``kind`` on a worker
-    runs: its ``prebuilt-workload-name`` label, or a LeaderWorkerSet's groups."""
+    runs, by its ``prebuilt-workload-name`` label (none for a LeaderWorkerSet's copy:
+    :func:`copied_set`)."""
     adapter = BY_KIND.get(kind)
     if adapter is not None:
         return adapter.workload_keys(obj)
     m = meta_of(obj)
     name = (m.get("labels") or {}).get(PREBUILT_WORKLOAD)
     return [f"{m.get('namespace')}/{name}"] if name else []
+
+
+def copied_set(kind: str, obj: Mapping[str, Any]) -> str | None:
+    """``namespace/name`` of the manager's set of several Workloads a job copy of ``kind``
+    on a worker is (:meth:`ServingAdapter.copied_set`; None for any other object)."""
+    adapter = BY_KIND.get(kind)
+    return adapter.copied_set(obj) if adapter is not None else None
+
+
+def set_of(wl: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(kind, ``namespace/name``) of the set of several Workloads whose group the
+    Workload ``wl`` is (None: any other Workload)."""
+    found = serving_owner(wl)
+    if found is None or not found[0].multi_workload:
+        return None
+    return found[0].kind, f"{meta_of(wl).get('namespace') or 'default'}/{found[1]}"

@@ -21,6 +21,7 @@ from admission.kube.multikueue.pods import POD_GROUPS, adapter_for, owner_kind, 
 from admission.kube.multikueue.serving import (
     LEADERWORKERSET_ADAPTER,
     STATEFULSET_ADAPTER,
+    copied_set,
     serving_owner,
     workload_keys,
 )
@@ -143,14 +144,15 @@ def test_nothing_comes_back_and_nothing_finishes(adapter: Any) -> None:
 
 
 def test_a_copys_events_name_the_managers_workloads() -> None:
-    """Kueue's ``WorkloadKeysFor``: a StatefulSet's label, a LeaderWorkerSet's groups."""
+    """Kueue's ``WorkloadKeysFor``: a StatefulSet's label; a LeaderWorkerSet's copy names
+    the manager's set, whose groups the manager knows."""
     remote = STATEFULSET_ADAPTER.remote_copy(sts(), "statefulset-web-x", "mgr")
     assert workload_keys("StatefulSet", remote) == ["team-a/statefulset-web-x"]
+    assert copied_set("StatefulSet", remote) is None
     remote = LEADERWORKERSET_ADAPTER.remote_copy(leader_worker_set(3), "w", "mgr")
-    assert workload_keys("LeaderWorkerSet", remote) == [
-        f"team-a/{LEADERWORKERSET.group_name('infer', i)}" for i in range(3)
-    ]
-    assert workload_keys("LeaderWorkerSet", leader_worker_set()) == []  # not a manager's copy
+    assert (workload_keys("LeaderWorkerSet", remote), copied_set("LeaderWorkerSet", remote)) == (
+        [], "team-a/infer")  # fmt: skip
+    assert copied_set("LeaderWorkerSet", leader_worker_set()) is None  # not a manager's copy
     job = {"metadata": {"namespace": "ns", "labels": {PREBUILT: "wl"}}}
     assert workload_keys("Job", job) == ["ns/wl"]
 
@@ -160,8 +162,8 @@ def test_a_leaderworkerset_with_bad_replicas_is_named_with_its_field(replicas: A
     obj = leader_worker_set(replicas)
     with pytest.raises(ValueError, match=r"leaderworkerset team-a/infer: spec.replicas: must be"):
         LEADERWORKERSET_ADAPTER.workload_names(obj)
-    assert workload_keys("LeaderWorkerSet", {**obj, "metadata": {
-        **obj["metadata"], "labels": {ORIGIN: "mgr"}}}) == []  # fmt: skip
+    assert copied_set("LeaderWorkerSet", {**obj, "metadata": {
+        **obj["metadata"], "labels": {ORIGIN: "mgr"}}}) == "team-a/infer"  # fmt: skip
 
 
 # -- the groups of one LeaderWorkerSet share one worker ------------------------------------
@@ -324,31 +326,56 @@ def test_a_worker_takes_a_statefulset_copy_naming_its_own_group_and_refuses_othe
     assert not review(STATEFULSET, users, mutating=False)[0]
 
 
-def test_a_workers_copy_wakes_only_the_managers_own_workloads() -> None:
-    """A copy's labels and replicas are the worker's to write: an event of one names
-    Workloads (a LeaderWorkerSet labelled multikueue-origin with a million replicas
-    names a million), and only those this manager dispatched are looked at again."""
-    import asyncio
+def test_a_workers_copy_of_a_huge_set_wakes_the_managers_groups_without_a_name_per_replica(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copy's labels and ``spec.replicas`` are the worker's to write (a million
+    replicas would be a million Workload names, each a hash): an event of a
+    LeaderWorkerSet's copy wakes the groups of that set this manager dispatched, found
+    by the set, and nothing else."""
     from types import SimpleNamespace
 
-    from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
+    from admission.integrations.kinds.leaderworkerset import LeaderWorkerSetIntegration
     from admission.kube.multikueue.manager import MultiKueue
-    from admission.kube.multikueue.serving import workload_keys
 
-    ours = {f"team-a/{LEADERWORKERSET.group_name('lws', i)}" for i in (0, 1)}
+    owner = leader_worker_set()
+    ours = {f"team-a/{n}": group_workload(n, owner, annotated=False) for n in NAMES}
+    other = leader_worker_set()
+    other["metadata"].update(name="other", uid="other-uid")
+    theirs = group_workload(LEADERWORKERSET.group_name("other", 0), other)
     mk = MultiKueue.__new__(MultiKueue)
-    mk._known = set(ours)
-    mk._dirty = {}
-    mk._wake = asyncio.Event()
-    copy_ = {"metadata": {"name": "lws", "namespace": "team-a",
-                          "labels": {"kueue.x-k8s.io/multikueue-origin": "mgr"}},
-             "spec": {"replicas": 1000}}  # fmt: skip
-    mk.settings = SimpleNamespace(origin="mgr")
+    mk._known, mk._groups, mk._set_of, mk._dirty = set(), {}, {}, {}
+    for key, wl in [*ours.items(), ("team-a/other-0", theirs)]:
+        mk._know(key, wl)
+    mk.settings = SimpleNamespace(origin="mgr")  # type: ignore[assignment]
     mk.probe_interval, mk.clock = 1.0, lambda: 0.0
-    remote = mk._make_remote("worker1", SimpleNamespace())  # as the manager wires a worker
-    for key in workload_keys("LeaderWorkerSet", copy_):
-        remote.on_change(key)
-    assert set(mk._dirty) == ours
+    names: list[str] = []
+    group_name = LeaderWorkerSetIntegration.group_name
+
+    def counted(self: Any, name: str, index: int | str) -> str:
+        names.append(name)
+        assert len(names) <= len(NAMES), "a Workload name made per replica"
+        return group_name(self, name, index)
+
+    monkeypatch.setattr(LeaderWorkerSetIntegration, "group_name", counted)
+    copy_ = LEADERWORKERSET_ADAPTER.remote_copy(leader_worker_set(1_000_000), "w", "mgr")
+
+    async def main() -> None:
+        mk._wake = asyncio.Event()
+        remote = mk._make_remote("worker1", SimpleNamespace())  # type: ignore[arg-type]
+        informer = remote.job_informer(LEADERWORKERSET.resource)  # as the worker's copies come
+        for task in remote._tasks:
+            task.cancel()
+        assert informer.handler is not None
+        informer.handler("MODIFIED", "team-a/infer", copy_, None)
+        assert set(mk._dirty) == set(ours)
+        mk._dirty.clear()
+        mk._unknow(f"team-a/{NAMES[0]}")  # no longer MultiKueue's: not woken
+        informer.handler("MODIFIED", "team-a/infer", copy_, None)
+        assert set(mk._dirty) == {f"team-a/{NAMES[1]}"}
+
+    asyncio.run(main())
+    assert names == []
 
 
 # -- one read of the set per reconcile -----------------------------------------------------
