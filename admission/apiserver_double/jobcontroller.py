@@ -3,7 +3,7 @@
 The double has no Job controller; tests that need a Job to start or finish, and the
 demo's stand-in that runs admitted Jobs, write its status through ``jobs/status``
 themselves.  Since the double enforces 1.32's Job status
-rules (:func:`.builtin.job_status_errors`), those writes must come in the controller's
+rules (:func:`.jobs.job_status_errors`), those writes must come in the controller's
 order: ``startTime`` when the Job starts; on success ``SuccessCriteriaMet=True`` first,
 then ``Complete=True`` with ``completionTime``; on failure ``FailureTarget=True`` first,
 then ``Failed=True``.  :func:`finish_patches` gives those merge patches.
