@@ -12,6 +12,7 @@ beside this file for what it models and what not.  Entry points:
 """
 
 from .admission import UserInfo
+from .authn import ADMIN_TOKEN
 from .certs import ServingCert, make_serving_cert
 from .crds import default_resources
 from .errors import ApiError
@@ -25,7 +26,7 @@ from .fixture import (
 )
 from .hooks import FaultRule, RecordedRequest
 from .resources import BUILTIN_RESOURCES, ResourceType
-from .server import ADMIN_TOKEN, DEFAULT_NAMESPACES, ApiServer
+from .server import DEFAULT_NAMESPACES, ApiServer
 
 __all__ = [
     "ADMIN_TOKEN",

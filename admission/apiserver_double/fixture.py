@@ -20,10 +20,11 @@ from typing import Any, TypeVar
 
 import yaml
 
+from .authn import ADMIN_TOKEN
 from .certs import make_client_cert, make_serving_cert
 from .delegation import FRONT_PROXY_NAME, ProxyClientCert
 from .hooks import FaultRule, RecordedRequest
-from .server import ADMIN_TOKEN, ApiServer
+from .server import ApiServer
 
 T = TypeVar("T")
 

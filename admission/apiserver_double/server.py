@@ -1,86 +1,52 @@
-"""The API-server double's HTTP layer: routing, reads, watches and the test-hook API.
+"""The API-server double itself: its state, lifecycle, test hooks and request pipeline.
 
 :class:`ApiServer` is an aiohttp application on 127.0.0.1 that speaks the Kubernetes
 REST protocol well enough for the official ``kubernetes.aio`` client and ``kubectl``:
 discovery, CRUD on the resources in :mod:`.resources`, the patch types, the status
-subresource, selectors, watches, and admission webhooks.  Its public methods
-(``fail_next``, ``drop_watches``, ``compact``, ``pause``, ``put_object`` ...) are the
-hooks tests use; they must be called on the server's event loop -- from other threads
-use the :class:`~.fixture.ApiServerThread` handle, which marshals them.
+subresource, selectors, watches, and admission webhooks.  Every request passes the same
+pipeline here -- recorded, authenticated (:mod:`.authn`), decoded (:mod:`.request`),
+held while paused, failed if a fault matches -- and is then answered by one of the
+endpoints: :mod:`.discovery`, :mod:`.handlers`, :mod:`.watch`, the review APIs and
+aggregated groups of :mod:`.delegation`.  Its public methods (``fail_next``,
+``drop_watches``, ``compact``, ``pause``, ``put_object`` ...) are the hooks tests use;
+they must be called on the server's event loop -- from other threads use the
+:class:`~.fixture.ApiServerThread` handle, which marshals them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import copy
-import json
 import logging
 import ssl
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from aiohttp import web
 
-from admission.apiserver_double import builtin, openapi, schema
+from admission.apiserver_double import builtin, schema
 
 from .admission import UserInfo, WebhookDispatcher
+from .authn import ADMIN_TOKEN, ANONYMOUS, Authenticator, refuse_anonymous
 from .crds import CRD_DIR, TEST_CRD_DIR, custom_resources, load_crds
 from .crdstate import CustomResourceDefinitions
 from .delegation import REVIEW_PATHS, Aggregator, subject_access_review, token_review
+from .discovery import non_resource
 from .errors import ApiError, bad_request
+from .handlers import serve_resource
 from .hooks import FaultInjector, FaultRule, RecordedRequest, RequestRecorder
-from .operations import Operations, WriteContext
-from .patches import PATCH_TYPES, parse_patch_body
+from .operations import Operations
+from .request import Target, json_body, parse_target, request_verb, write_context
 from .resources import Registry, ResourceType, registry_with
-from .responses import error_response, json_response, table, wants_table
-from .selectors import parse_field_selector, parse_label_selector
+from .responses import error_response, json_response
 from .store import Store
-from .strategy import list_item, prepare_for_create, relabel, validate
-from .watch import WatchOptions, stream_error, stream_watch
+from .strategy import prepare_for_create, validate
+from .watch import serve_watch
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-DEFAULT_USER = UserInfo("system:admin", ("system:masters", "system:authenticated"))
-ADMIN_TOKEN = "double-admin-token"
-""":data:`DEFAULT_USER`'s (``system:masters``) token unless the server is given another
-(``admin_token``).  The client helpers in :mod:`.fixture` send it unless given another."""
-ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
-#: what RBAC's ``system:public-info-viewer`` lets everyone (anonymous too) read
-PUBLIC_PATHS = ("/version", "/healthz", "/livez", "/readyz")
-#: ``anonymous``: "refuse" is the real server (system:anonymous, 403 under RBAC);
-#: "admin" treats requests without credentials as :data:`DEFAULT_USER`, because kubectl
-#: (client-go) sends no bearer token over plain HTTP; "auto" is "refuse" when serving
-#: HTTPS and "admin" over plain HTTP.
-ANONYMOUS_MODES = ("auto", "refuse", "admin")
-VERSION_INFO = {
-    "major": "1",
-    "minor": "32",
-    "gitVersion": "v1.32.0-quartermaster-double",
-    "gitCommit": "0000000000000000000000000000000000000000",
-    "gitTreeState": "clean",
-    "buildDate": "2026-01-01T00:00:00Z",
-    "goVersion": "go1.23",
-    "compiler": "gc",
-    "platform": "linux/amd64",
-}
-_NOT_FOUND = ApiError(404, "the server could not find the requested resource")
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A resource request decoded from its URL."""
-
-    rt: ResourceType
-    version: str
-    namespace: str | None
-    name: str | None
-    subresource: str | None
 
 
 class ApiServer:
@@ -111,12 +77,13 @@ class ApiServer:
         ``record_requests``: keep every request and every AdmissionReview sent (the
         ``requests`` and ``webhook_calls`` of tests); False keeps only the counts, so a
         long-running double's memory stays bounded. ``admin_token``: the bearer token of
-        :data:`DEFAULT_USER` (a secret one where others can reach the port)."""
-        if anonymous not in ANONYMOUS_MODES:
-            raise ValueError(f"anonymous must be one of {ANONYMOUS_MODES}, got {anonymous!r}")
-        if anonymous == "auto":
-            anonymous = "refuse" if ssl_context is not None else "admin"
-        self.anonymous = anonymous
+        :data:`.authn.DEFAULT_USER` (a secret one where others can reach the port)."""
+        self.authn = Authenticator(
+            anonymous=anonymous,
+            https=ssl_context is not None,
+            admin_token=admin_token,
+            tokens=tokens,
+        )
         if bookmark_interval <= 0 or max_watch_seconds <= 0:
             raise ValueError("bookmark_interval and max_watch_seconds must be positive")
         self.registry: Registry = registry_with(extra_resources)
@@ -142,8 +109,6 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.bookmark_before_timeout = bookmark_before_timeout
         self.max_watch_seconds = max_watch_seconds
-        self._users = {admin_token: DEFAULT_USER}
-        self._users.update({token: _user(token, spec) for token, spec in (tokens or {}).items()})
         self._ssl_context = ssl_context
         self._running = asyncio.Event()
         self._running.set()
@@ -223,7 +188,7 @@ class ApiServer:
 
     def add_user(self, token: str, username: str, groups: Iterable[str] = ()) -> None:
         """Accept ``token`` as ``username`` (in ``groups`` and system:authenticated)."""
-        self._users[token] = UserInfo(username, (*groups, "system:authenticated"))
+        self.authn.add_user(token, username, groups)
 
     def set_service_route(self, service: str, base_url: str) -> None:
         """Route webhook ``clientConfig.service`` ``"namespace/name"`` to ``base_url``."""
@@ -325,12 +290,12 @@ class ApiServer:
             user = ANONYMOUS
             special = None
             try:
-                user = self._authenticate(request)
+                user = self.authn.authenticate(request)
                 record.user = user.username
                 special = self._special(request)
-                target = None if special is not None else self._parse_target(request.path)
+                target = None if special is not None else parse_target(self.registry, request.path)
                 if target is not None:
-                    record.verb = _verb(request, target)
+                    record.verb = request_verb(request, target)
                     record.resource = target.rt.plural + (
                         f"/{target.subresource}" if target.subresource else ""
                     )
@@ -341,7 +306,7 @@ class ApiServer:
             finally:
                 self.recorder.record(record)
             if user is ANONYMOUS:
-                _refuse_anonymous(request, target, record.verb)
+                refuse_anonymous(request, target, record.verb)
             await self._running.wait()
             fault = self.faults.check(record)
             if fault is not None:
@@ -349,7 +314,7 @@ class ApiServer:
             if special is not None:
                 response = await special(user)
             elif target is None:
-                response = self._non_resource(request)
+                response = non_resource(request, self.registry)
             else:
                 if record.verb == "watch":
                     record.status = 200  # the stream is open; updated if it fails to start
@@ -371,11 +336,11 @@ class ApiServer:
             async def review(user: UserInfo) -> web.Response:
                 if request.method != "POST":
                     raise ApiError(405, f"{request.method} is not allowed on {request.path}")
-                body = await _json_body(request)
+                body = await json_body(request)
                 if not isinstance(body, dict) or body.get("kind") != record_kind:
                     raise bad_request(f"expected a {record_kind}")
                 if record_kind == "TokenReview":
-                    return json_response(token_review(body, self._users), status=201)
+                    return json_response(token_review(body, self.authn.users), status=201)
                 objects = [
                     o
                     for plural in ("clusterroles", "clusterrolebindings", "roles", "rolebindings")
@@ -389,344 +354,19 @@ class ApiServer:
             return lambda user: self.aggregator.proxy(request, user, backend)
         return None
 
-    def _authenticate(self, request: web.Request) -> UserInfo:
-        """Bearer tokens as ``--token-auth-file``: a known token is its user, an unknown
-        one 401; no credentials at all is ``system:anonymous`` (anonymous auth is on)."""
-        header = request.headers.get("Authorization", "")
-        if not header:
-            return ANONYMOUS if self.anonymous == "refuse" else DEFAULT_USER
-        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
-        user = self._users.get(token)
-        if user is None:
-            raise ApiError(401, "Unauthorized")
-        return user
-
-    def _parse_target(self, path: str) -> Target | None:
-        segments = [s for s in path.split("/") if s]
-        if len(segments) >= 3 and segments[0] == "api":
-            group, version, rest = "", segments[1], segments[2:]
-        elif len(segments) >= 4 and segments[0] == "apis":
-            group, version, rest = segments[1], segments[2], segments[3:]
-        else:
-            return None
-        namespace = None
-        if rest[0] == "namespaces" and len(rest) >= 3:
-            scoped = self.registry.lookup(group, version, rest[2])
-            if scoped is not None and scoped.namespaced:
-                namespace, rest = rest[1], rest[2:]
-        rt = self.registry.lookup(group, version, rest[0])
-        if rt is None or len(rest) > 3:
-            raise _NOT_FOUND
-        name = rest[1] if len(rest) > 1 else None
-        subresource = rest[2] if len(rest) > 2 else None
-        if (namespace is not None and not rt.namespaced) or (
-            rt.namespaced and name and namespace is None
-        ):
-            raise _NOT_FOUND
-        if subresource is not None and subresource not in rt.subresources():
-            raise _NOT_FOUND
-        return Target(rt, version, namespace, name, subresource)
-
-    def _non_resource(self, request: web.Request) -> web.Response:
-        if request.method != "GET":
-            raise ApiError(405, f"{request.method} is not allowed on {request.path}")
-        segments = [s for s in request.path.split("/") if s]
-        body: Obj | None = None
-        if segments == ["api"]:
-            body = self.registry.api_versions(request.host)
-        elif segments == ["apis"]:
-            body = self.registry.api_group_list()
-        elif len(segments) == 2 and segments[0] == "api":
-            body = self.registry.api_resource_list("", segments[1])
-        elif len(segments) == 2 and segments[0] == "apis":
-            body = self.registry.api_group(segments[1])
-        elif len(segments) == 3 and segments[0] == "apis":
-            body = self.registry.api_resource_list(segments[1], segments[2])
-        elif segments == ["version"]:
-            body = VERSION_INFO
-        elif segments and segments[0] in ("healthz", "livez", "readyz"):
-            return web.Response(text="ok")
-        elif segments[:2] == ["openapi", "v3"]:
-            body = openapi.document(self.registry, segments[2:])
-        if body is None:
-            raise _NOT_FOUND
-        return json_response(body)
-
     async def _resource(
         self, request: web.Request, target: Target, verb: str, user: UserInfo
     ) -> web.StreamResponse:
-        query = request.query
-        ctx = WriteContext(
-            rt=target.rt,
-            version=target.version,
-            namespace=target.namespace,
-            name=target.name,
-            subresource=target.subresource,
-            user=user,
-            dry_run="All" in query.getall("dryRun", []),
-            field_validation=schema.field_validation(query.get("fieldValidation")),
-        )
-        rt, version = target.rt, target.version
+        ctx = write_context(request, target, user)  # its query is checked on every verb
         if verb == "watch":
-            return await self._watch(request, target)
-        if verb == "list":
-            return self._list(request, target)
-        if verb == "get":
-            obj = relabel(
-                self.store.require(rt, target.namespace or "", target.name or ""), rt, version
-            )
-            if wants_table(request.headers.get("Accept", "")):
-                return json_response(
-                    table(
-                        [obj], resource_version=str(self.store.revision),
-                        columns=rt.printer_columns.get(version, ()),
-                    )
-                )  # fmt: skip
-            return json_response(obj)
-        if verb == "create":
-            result = await self.operations.create(ctx, await _json_body(request))
-        elif verb == "update":
-            result = await self.operations.update(ctx, await _json_body(request))
-        elif verb == "patch":
-            content_type = request.content_type
-            if content_type not in PATCH_TYPES:
-                raise ApiError(
-                    415,
-                    f"the body of the request was in an unknown format - accepted media types include: {', '.join(PATCH_TYPES)}",
-                )
-            patch = parse_patch_body(content_type, await request.read())
-            result = await self.operations.patch(
-                ctx, content_type, patch, field_manager=query.get("fieldManager")
-            )
-        elif verb == "delete":
-            result = await self.operations.delete(ctx, await _delete_options(request))
-            if result.removed and not rt.builtin:
-                return json_response(_success_status(rt, result.obj), warnings=result.warnings)
-        elif verb == "deletecollection":
-            return await self._delete_collection(request, target, ctx)
-        else:
-            raise ApiError(405, f"{request.method} is not supported on {request.path}")
-        return json_response(
-            relabel(result.obj, rt, version), status=result.status, warnings=result.warnings
-        )
-
-    def _selected(self, request: web.Request, target: Target) -> list[Obj]:
-        labels = parse_label_selector(request.query.get("labelSelector"))
-        fields = parse_field_selector(
-            request.query.get("fieldSelector"), supported=target.rt.field_labels
-        )
-        return [
-            obj
-            for obj in self.store.list(target.rt, target.namespace)
-            if labels.matches(obj["metadata"].get("labels")) and fields.matches(obj)
-        ]
-
-    def _list(self, request: web.Request, target: Target) -> web.Response:
-        rt, version = target.rt, target.version
-        items = self._selected(request, target)
-        metadata: Obj = {"resourceVersion": str(self.store.revision)}
-        items = _paginate(request, items, metadata)
-        if wants_table(request.headers.get("Accept", "")):
-            return json_response(
-                table(
-                    items, resource_version=metadata["resourceVersion"],
-                    columns=rt.printer_columns.get(version, ()),
-                )
+            return await serve_watch(
+                request, target, store=self.store, max_seconds=self.max_watch_seconds,
+                bookmark_interval=self.bookmark_interval,
+                bookmark_before_timeout=self.bookmark_before_timeout, gate=self._running.wait,
             )  # fmt: skip
-        return json_response(
-            {
-                "kind": f"{rt.kind}List",
-                "apiVersion": rt.api_version(version),
-                "metadata": metadata,
-                "items": [list_item(obj, rt, version) for obj in items],
-            }
+        return await serve_resource(
+            request, target, verb=verb, ctx=ctx, store=self.store, operations=self.operations
         )
 
-    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
-        query = request.query
-        labels = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"), supported=target.rt.field_labels)
-        timeout = self.max_watch_seconds  # --min-request-timeout when the client sets none
-        if query.get("timeoutSeconds"):
-            try:
-                timeout = float(query["timeoutSeconds"])  # honoured as asked, even if longer
-            except ValueError:
-                raise bad_request(
-                    f"timeoutSeconds: invalid value {query['timeoutSeconds']!r}"
-                ) from None
-        try:
-            watcher = self.store.watch(
-                target.rt, namespace=target.namespace, labels=labels, fields=fields,
-                since=query.get("resourceVersion"),
-            )  # fmt: skip
-        except ApiError as error:
-            if error.code != 410:
-                raise
-            return await stream_error(request, error)
-        options = WatchOptions(
-            version=target.version,
-            timeout=timeout,
-            bookmarks=query.get("allowWatchBookmarks") in ("true", "1"),
-            bookmark_interval=self.bookmark_interval,
-            bookmark_before_timeout=self.bookmark_before_timeout,
-        )
-        return await stream_watch(
-            request, store=self.store, watcher=watcher, rt=target.rt, options=options,
-            gate=self._running.wait,
-        )  # fmt: skip
 
-    async def _delete_collection(
-        self, request: web.Request, target: Target, ctx: WriteContext
-    ) -> web.Response:
-        options = await _delete_options(request)
-        deleted = []
-        warnings: list[str] = []
-        for obj in self._selected(request, target):
-            one = WriteContext(
-                rt=ctx.rt, version=ctx.version, namespace=obj["metadata"].get("namespace"),
-                name=obj["metadata"]["name"], subresource=None, user=ctx.user, dry_run=ctx.dry_run,
-            )  # fmt: skip
-            result = await self.operations.delete(one, options)
-            warnings += result.warnings
-            deleted.append(list_item(result.obj, ctx.rt, ctx.version))
-        body = {
-            "kind": f"{ctx.rt.kind}List",
-            "apiVersion": ctx.rt.api_version(ctx.version),
-            "metadata": {"resourceVersion": str(self.store.revision)},
-            "items": deleted,
-        }
-        return json_response(body, warnings=warnings)
-
-
-def _user(token: str, spec: str | tuple[str, Iterable[str]]) -> UserInfo:
-    if isinstance(spec, str):
-        return UserInfo(spec)
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str):
-        return UserInfo(spec[0], tuple(spec[1]))
-    raise ValueError(f"tokens[{token!r}]: expected a username or (username, groups), got {spec!r}")
-
-
-def _refuse_anonymous(request: web.Request, target: Target | None, verb: str) -> None:
-    """RBAC's answer to ``system:anonymous``: no binding grants it anything but the
-    public-info paths (``system:discovery`` is bound to authenticated users only)."""
-    if target is None:
-        path = request.path.rstrip("/") or "/"
-        if any(path == p or path.startswith(p + "/") for p in PUBLIC_PATHS):
-            return
-        raise ApiError(
-            403,
-            f'forbidden: User "system:anonymous" cannot {request.method.lower()} path '
-            f'"{request.path}"',
-            details={},
-        )
-    rt = target.rt
-    resource = rt.plural + (f"/{target.subresource}" if target.subresource else "")
-    subject = rt.qualified() + (f' "{target.name}"' if target.name else "")
-    where = f' in the namespace "{target.namespace}"' if target.namespace else ""
-    details: Obj = {"kind": rt.plural}
-    if target.name:
-        details["name"] = target.name
-    if rt.group:
-        details["group"] = rt.group
-    raise ApiError(
-        403,
-        f'{subject} is forbidden: User "system:anonymous" cannot {verb} resource '
-        f'"{resource}" in API group "{rt.group}"{where}',
-        details=details,
-    )
-
-
-def _verb(request: web.Request, target: Target) -> str:
-    method = request.method
-    if method == "GET":
-        if target.name is not None:
-            return "get"
-        return "watch" if request.query.get("watch") in ("true", "1") else "list"
-    verbs = {
-        ("POST", False): "create",
-        ("PUT", True): "update",
-        ("PATCH", True): "patch",
-        ("DELETE", True): "delete",
-        ("DELETE", False): "deletecollection",
-    }
-    verb = verbs.get((method, target.name is not None))
-    if verb is None:
-        raise ApiError(405, f"{method} is not supported on {request.path}")
-    return verb
-
-
-JSON_MEDIA_TYPES = ("application/json", "application/yaml", "")
-
-
-async def _json_body(request: web.Request) -> Any:
-    """The JSON request body; protobuf/CBOR are 415, so client-go falls back to JSON."""
-    if request.content_type not in JSON_MEDIA_TYPES and request.can_read_body:
-        raise ApiError(
-            415,
-            f"the body of the request was in an unknown format - accepted media types "
-            f"include: application/json, application/yaml (got {request.content_type})",
-        )
-    raw = await request.read()
-    try:
-        if request.content_type == "application/yaml":
-            return yaml.safe_load(raw) if raw else None
-        return json.loads(raw) if raw else None
-    except (ValueError, yaml.YAMLError) as exc:
-        raise bad_request(f"the request body is not valid {request.content_type}: {exc}") from exc
-
-
-async def _delete_options(request: web.Request) -> Obj:
-    body = await _json_body(request)
-    if body is not None and not isinstance(body, dict):
-        raise bad_request("DeleteOptions must be a JSON object")
-    options = dict(body or {})
-    for key in ("propagationPolicy", "orphanDependents"):
-        if key in request.query and key not in options:
-            value = request.query[key]
-            options[key] = value == "true" if key == "orphanDependents" else value
-    return options
-
-
-def _success_status(rt: ResourceType, obj: Obj) -> Obj:
-    meta = obj["metadata"]
-    details: Obj = {"name": meta["name"], "kind": rt.plural, "uid": meta.get("uid")}
-    if rt.group:
-        details["group"] = rt.group
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success",
-        "details": details,
-    }
-
-
-def _paginate(request: web.Request, items: list[Obj], metadata: Obj) -> list[Obj]:
-    """``limit``/``continue`` over the (namespace, name)-sorted list (served from the latest state)."""
-    token = request.query.get("continue")
-    if token:
-        try:
-            start = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
-        except (ValueError, KeyError, TypeError, binascii.Error):
-            raise bad_request(f"continue: invalid token {token!r}") from None
-        items = [
-            o for o in items if [o["metadata"].get("namespace", ""), o["metadata"]["name"]] >= start
-        ]
-    limit = request.query.get("limit")
-    if limit:
-        try:
-            size = int(limit)
-        except ValueError:
-            raise bad_request(f"limit: invalid value {limit!r}") from None
-        if 0 < size < len(items):
-            nxt = items[size]["metadata"]
-            start = [nxt.get("namespace", ""), nxt["name"]]
-            metadata["continue"] = base64.urlsafe_b64encode(
-                json.dumps({"start": start}).encode()
-            ).decode()
-            metadata["remainingItemCount"] = len(items) - size
-            items = items[:size]
-    return items
-
-
-__all__ = ["ADMIN_TOKEN", "ANONYMOUS", "DEFAULT_NAMESPACES", "DEFAULT_USER", "ApiServer"]
+__all__ = ["DEFAULT_NAMESPACES", "ApiServer"]

@@ -1,11 +1,14 @@
-"""Streams one watch: newline-delimited JSON events over a chunked HTTP response.
+"""The watch endpoint: one watch, opened as the request asks and streamed as
+newline-delimited JSON events over a chunked HTTP response.
 
-Mirrors kube-apiserver's watch endpoint: events as ``{"type": ..., "object": ...}``
-lines; ``BOOKMARK`` events carrying only ``metadata.resourceVersion`` when the client
-sent ``allowWatchBookmarks=true`` (as the watch cache does: about once a minute, and
-once 2 s before the watch's timeout -- both adjustable for tests); a too-old ``resourceVersion`` answered with HTTP 200 and a
-single ``ERROR`` event holding a 410 ``Status``.  Test hooks can hold deliveries
-(pause) or end every watch, cleanly or by killing the connection.
+Mirrors kube-apiserver's watch endpoint: the request's label and field selectors,
+``resourceVersion`` to resume from and ``timeoutSeconds`` (:func:`serve_watch`); events
+as ``{"type": ..., "object": ...}`` lines; ``BOOKMARK`` events carrying only
+``metadata.resourceVersion`` when the client sent ``allowWatchBookmarks=true`` (as the
+watch cache does: about once a minute, and once 2 s before the watch's timeout -- both
+adjustable for tests); a too-old ``resourceVersion`` answered with HTTP 200 and a single
+``ERROR`` event holding a 410 ``Status``.  Test hooks can hold deliveries (pause) or end
+every watch, cleanly or by killing the connection.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from .errors import ApiError
+from .errors import ApiError, bad_request
+from .request import Target
 from .resources import ResourceType
 from .responses import dumps
+from .selectors import parse_field_selector, parse_label_selector
 from .store import Drop, Store, Watcher
 from .strategy import relabel
 
@@ -39,6 +44,50 @@ def next_bookmark(now: float, deadline: float, options: WatchOptions) -> float |
     heartbeat = now + options.bookmark_interval
     heartbeat = min(heartbeat, deadline - options.bookmark_before_timeout)
     return heartbeat if heartbeat >= now else None
+
+
+async def serve_watch(
+    request: web.Request,
+    target: Target,
+    *,
+    store: Store,
+    max_seconds: float,
+    bookmark_interval: float,
+    bookmark_before_timeout: float,
+    gate: Callable[[], Awaitable[object]],
+) -> web.StreamResponse:
+    """Open a watch on ``target`` as the request asks and stream it; ``max_seconds`` is
+    the timeout when the client sets none (``--min-request-timeout``)."""
+    query = request.query
+    labels = parse_label_selector(query.get("labelSelector"))
+    fields = parse_field_selector(query.get("fieldSelector"), supported=target.rt.field_labels)
+    timeout = max_seconds
+    if query.get("timeoutSeconds"):
+        try:
+            timeout = float(query["timeoutSeconds"])  # honoured as asked, even if longer
+        except ValueError:
+            raise bad_request(
+                f"timeoutSeconds: invalid value {query['timeoutSeconds']!r}"
+            ) from None
+    try:
+        watcher = store.watch(
+            target.rt, namespace=target.namespace, labels=labels, fields=fields,
+            since=query.get("resourceVersion"),
+        )  # fmt: skip
+    except ApiError as error:
+        if error.code != 410:
+            raise
+        return await stream_error(request, error)
+    options = WatchOptions(
+        version=target.version,
+        timeout=timeout,
+        bookmarks=query.get("allowWatchBookmarks") in ("true", "1"),
+        bookmark_interval=bookmark_interval,
+        bookmark_before_timeout=bookmark_before_timeout,
+    )
+    return await stream_watch(
+        request, store=store, watcher=watcher, rt=target.rt, options=options, gate=gate
+    )
 
 
 async def _start(request: web.Request) -> web.StreamResponse:
