@@ -12,6 +12,7 @@ Unix epoch, taken from an injectable clock by the drivers.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 FlavorResource = tuple[str, str]
@@ -208,6 +209,11 @@ class ClusterQueue:
     admission_checks: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+def covered_resources(cq: ClusterQueue) -> dict[str, int]:
+    """Each resource ``cq`` covers, with the index of the resource group covering it."""
+    return {r: i for i, g in enumerate(cq.resource_groups) for r in g.covered_resources}
+
+
 @dataclass(slots=True)
 class Cohort:
     name: str
@@ -303,6 +309,17 @@ class PodSet:
     # queues.dra, or ``dra_error`` says why they cannot be counted (Misconfigured).
     resource_claims: tuple[tuple[str, str | None, str | None], ...] = ()
     dra_error: str = ""
+
+
+def pod_set_requests(ps: PodSet, count: int, covered: Mapping[str, int]) -> dict[str, int]:
+    """What ``count`` pods of ``ps`` ask of a ClusterQueue whose resource groups cover
+    ``covered`` (:func:`covered_resources`): each request times the count, a zero
+    request only when covered (Kueue still gives it a flavor; else it is ignored), and
+    ``pods`` when covered."""
+    requests = {r: v * count for r, v in ps.requests.items() if v or r in covered}
+    if "pods" in covered:
+        requests["pods"] = count
+    return requests
 
 
 @dataclass(slots=True, frozen=True)

@@ -14,7 +14,7 @@ except the usage dictionaries themselves.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple, Protocol
 
 from queues.model import FlavorResource, ResourceQuota
@@ -335,6 +335,25 @@ class QuotaNode:
     def nominal(self, fr: FlavorResource) -> int:
         q = self.quotas.get(fr)
         return q.nominal if q is not None else 0
+
+    def fits_now(
+        self, requests: Iterable[tuple[FlavorResource, int]]
+    ) -> tuple[int, tuple[FlavorResource, int] | None]:
+        """Whether ``requests`` fit in this ClusterQueue now, each within
+        :meth:`potential_available` and :meth:`available`: (the highest of their
+        borrowing levels, None), else (-1, the first request that does not fit). A zero
+        request fits anywhere. The one answer of the engine's paths that assign a single
+        flavor without building candidates (a head, a kept answer, a woken head)."""
+        borrow = 0
+        for fr, val in requests:
+            if not val:
+                continue
+            if val > self.potential_available(fr) or val > self.available(fr):
+                return -1, (fr, val)
+            height = self.height_of_lowest_subtree_that_fits(fr, val).height
+            if height > borrow:
+                borrow = height
+        return borrow, None
 
     def height_of_lowest_subtree_that_fits(self, fr: FlavorResource, val: int) -> BorrowingLevel:
         """Kueue's FindHeightOfLowestSubtreeThatFits: the borrowing level of a request.

@@ -52,6 +52,8 @@ from queues.model import (
     ResourceFlavor,
     ResourceGroup,
     Workload,
+    covered_resources,
+    pod_set_requests,
 )
 from queues.quota_node import QuotaNode
 
@@ -104,10 +106,7 @@ class FlavorAssigner:
         self.can_preempt_within_cq = can_preempt_within_cq
         self.explain = explain
         self._wl: Workload | None = None
-        self.covered: dict[str, int] = {}
-        for i, g in enumerate(cq.resource_groups):
-            for r in g.covered_resources:
-                self.covered[r] = i
+        self.covered = covered_resources(cq)
         # A ClusterQueue of one resource group: every covered resource is in group 0;
         # with one flavor in it, that group and flavor (see _assign_fitting).
         self.one_group = len(cq.resource_groups) == 1
@@ -163,28 +162,16 @@ class FlavorAssigner:
         ps = wl.pod_sets[0]
         count = _count(wl, ps, counts)
         covered = self.covered
-        requests = {r: v * count for r, v in ps.requests.items() if v or r in covered}
-        if "pods" in covered:
-            requests["pods"] = count
+        requests = pod_set_requests(ps, count, covered)
         for r in requests:
             if r not in covered:
                 return None
         group, name = self.sole_flavor  # type: ignore[misc]
         if self._mismatch(name, group, [ps]) is not None:
             return None
-        node = self.node
-        usage: dict[FlavorResource, int] = {}
-        borrow = 0
-        for r, val in requests.items():
-            fr = (name, r)
-            if val:  # (a zero request fits any flavor: it only names one)
-                if val > node.potential_available(fr) or val > node.available(fr):
-                    break
-                height = node.height_of_lowest_subtree_that_fits(fr, val).height
-                if height > borrow:
-                    borrow = height
-            usage[fr] = val
-        else:
+        usage = {(name, r): val for r, val in requests.items()}
+        borrow, short = self.node.fits_now(usage.items())
+        if short is None:
             flavors = dict.fromkeys(requests, name)
             chosen = PodSetAssignmentResult(ps.name, count, flavors, requests, borrow=borrow)
             return Assignment(pod_sets=[chosen], borrow=borrow, usage=usage)
@@ -201,7 +188,7 @@ class FlavorAssigner:
             res.borrow = out.borrow = max(0, cand.borrow)
             out.frs_need_preemption.update(cand.need_preemption)
             if cand.mode >= NO_CANDIDATES:
-                out.usage = {(name, r): v for r, v in requests.items()}
+                out.usage = usage
         res.messages.extend(cand.messages)
         out.reason = res.reason
         out.message = messages.pod_set_unassigned(ps.name, res.messages)
@@ -355,9 +342,7 @@ class FlavorAssigner:
         )
         results = []
         for ps, count in members:
-            own = {r: v * count for r, v in ps.requests.items() if v or r in self.covered}
-            if "pods" in self.covered:
-                own["pods"] = count
+            own = pod_set_requests(ps, count, self.covered)
             flavors = {r: f for r, f in joint.flavors.items() if r in own}
             if not any(v for r, v in ps.requests.items() if r != "pods"):
                 # Kueue's resolvePodSetFlavors: a member requesting none of the group's

@@ -9,17 +9,15 @@ works at full size. Nothing changes but the head's :class:`Entry`.
 
 from __future__ import annotations
 
-from admission.engine import messages
 from admission.engine.assignment import Assignment, OracleAnswer, no_preemption
 from admission.engine.cache import Cache
 from admission.engine.flavors import FlavorAssigner
 from admission.engine.ordering import Entry, Target
 from admission.engine.preemption.classical import Preemptor
-from admission.engine.queue_manager import PendingStatus
 from admission.engine.snapshot import Snapshot
 from admission.engine.verdicts import KeptNominations, _Kept
-from admission.engine.vocabulary import AssignmentMode, PendingReason
-from queues.model import NEVER, STOP_NONE, ClusterQueue, FlavorResource, Workload
+from admission.engine.vocabulary import AssignmentMode
+from queues.model import NEVER, ClusterQueue, FlavorResource, Workload
 from queues.quota_node import QuotaNode
 
 
@@ -123,41 +121,15 @@ class Nominator:
             assigner.only_flavors = None
 
     def _refused(self, e: Entry, cq: ClusterQueue) -> bool:
-        """The checks before flavor assignment: ``e.status`` set and True when the
-        LocalQueue is stopped, the namespace is missing or not selected, or the
-        resources are invalid."""
-        cache = self._cache
-        wl = e.workload
-        lq = cache.local_queue_of(wl)
-        misconfigured = PendingReason.MISCONFIGURED
-        if lq is not None and lq.stop_policy != STOP_NONE:
-            e.status = PendingStatus(PendingReason.SUSPENDED, messages.local_queue_stopped(lq.key))
-            return True
-        labels = cache.namespace_labels(wl.namespace)
-        if labels is None:
-            e.status = PendingStatus(misconfigured, messages.namespace_missing(wl.namespace))
+        """The checks before flavor assignment (``Cache.refusal``): ``e.status`` set and
+        True when they refuse the head."""
+        refused = self._cache.refusal(cq, e.workload)
+        if refused is None:
+            return False
+        e.status, even_if_strict = refused
+        if even_if_strict:
             e.park_even_if_strict = True
-            return True
-        if cq.namespace_selector is None:
-            e.status = PendingStatus(
-                misconfigured, messages.namespace_not_selected(wl.namespace, cq.name)
-            )
-            e.park_even_if_strict = True
-            return True
-        if not cq.namespace_selector.matches(labels):
-            e.status = PendingStatus(
-                misconfigured, messages.namespace_mismatch(wl.namespace, cq.name)
-            )
-            e.park_even_if_strict = True
-            return True
-        for ps in wl.pod_sets:  # (formatting the errors only when there are some)
-            if ps.limit_violations:
-                e.status = PendingStatus(misconfigured, messages.resource_validation_errors(wl))
-                return True
-            if ps.dra_error:  # DRA devices that cannot be counted (queues.dra)
-                e.status = PendingStatus(misconfigured, ps.dra_error)
-                return True
-        return False
+        return True
 
     def phantom_turn(self, e: Entry, snap: Snapshot, ticket: int) -> bool:
         """A phantom head's turn in the cycle's order: False when its demand no longer

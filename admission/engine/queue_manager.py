@@ -25,6 +25,8 @@ from queues.model import (
     FlavorResource,
     LocalQueue,
     Workload,
+    covered_resources,
+    pod_set_requests,
 )
 from queues.pending import PendingQueue, order_key, scheduling_hash
 from queues.tree import CohortTree
@@ -177,16 +179,11 @@ class QueueManager:
             if borrow == 0 and (
                 wl.key in self.preemptors  # type: ignore[union-attr]
                 or cq in self.inactive  # type: ignore[attr-defined]
-                or not self._nominated_plainly(cq, wl)  # type: ignore[arg-type]
+                or self.refusal(self.cluster_queues[cq], wl) is not None  # type: ignore[arg-type]
             ):
                 borrow = -1
-            for fr, v in demand.items() if borrow == 0 else ():  # type: ignore[union-attr]
-                if v and (v > node.potential_available(fr) or v > node.available(fr)):  # type: ignore[union-attr]
-                    borrow = -1  # it needs preemption, or cannot fit: the engine decides
-                    break
-                if v:
-                    height = node.height_of_lowest_subtree_that_fits(fr, v).height  # type: ignore[union-attr]
-                    borrow = max(borrow, height)
+            if borrow == 0:  # (-1: it needs preemption, or cannot fit: the engine decides)
+                borrow = node.fits_now(demand.items())[0]  # type: ignore[union-attr]
             if borrow < 0:
                 index.forget(ticket)
                 q.wake(ticket)
@@ -222,17 +219,37 @@ class QueueManager:
         index.forget(ticket)
         self.queues[cq].wake(ticket)
 
-    def _nominated_plainly(self, cq: str, wl: Workload) -> bool:
-        """Nomination reaches the flavor assignment for ``wl`` (the checks of
-        ``Nominator.nominate`` before it pass)."""
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """The labels of Namespace ``name`` (None: it does not exist); the Cache's."""
+        raise NotImplementedError
+
+    def refusal(self, cq: ClusterQueue, wl: Workload) -> tuple[PendingStatus, bool] | None:
+        """Kueue's checks before flavor assignment, for ``wl`` as a head of ``cq``: None
+        when they pass, else why it waits and whether it is parked even under StrictFIFO
+        (it can never be admitted there as it is). Refused: its LocalQueue is stopped,
+        its Namespace is missing or not selected, or its resources are invalid."""
         lq = self.local_queue_of(wl)
+        misconfigured = PendingReason.MISCONFIGURED
         if lq is not None and lq.stop_policy != STOP_NONE:
-            return False
-        labels = self.namespace_labels(wl.namespace)  # type: ignore[attr-defined]
-        selector = self.cluster_queues[cq].namespace_selector
-        if labels is None or selector is None or not selector.matches(labels):
-            return False
-        return not any(ps.limit_violations or ps.dra_error for ps in wl.pod_sets)
+            return PendingStatus(
+                PendingReason.SUSPENDED, messages.local_queue_stopped(lq.key)
+            ), False
+        labels = self.namespace_labels(wl.namespace)
+        if labels is None:
+            return PendingStatus(misconfigured, messages.namespace_missing(wl.namespace)), True
+        if cq.namespace_selector is None:
+            why = messages.namespace_not_selected(wl.namespace, cq.name)
+            return PendingStatus(misconfigured, why), True
+        if not cq.namespace_selector.matches(labels):
+            return PendingStatus(
+                misconfigured, messages.namespace_mismatch(wl.namespace, cq.name)
+            ), True
+        for ps in wl.pod_sets:  # (formatting the errors only when there are some)
+            if ps.limit_violations:
+                return PendingStatus(misconfigured, messages.resource_validation_errors(wl)), False
+            if ps.dra_error:  # DRA devices that cannot be counted (queues.dra)
+                return PendingStatus(misconfigured, ps.dra_error), False
+        return None
 
     def _new_queue(self, name: str) -> PendingQueue:
         q = PendingQueue()
@@ -372,6 +389,9 @@ class QueueManager:
         only fail again. A waiting preemptor keeps its place.
         """
         q = self.queues[cq]
+        if not park and self.wake_index is None:  # Kueue's immediate requeue
+            q.keep(wl)  # a head taken this cycle is still in place; else pushed
+            return
         strict = self.cluster_queues[cq].queueing_strategy == STRICT_FIFO
         if park and equivalents and not strict:
             q.park_with_equivalents(wl)
@@ -414,16 +434,11 @@ def _demand(spec: ClusterQueue, wl: Workload) -> Demand | None:
     ps = wl.pod_sets[0]
     if ps.min_count is not None or ps.topology is not None:
         return None
-    covered: dict[str, int] = {}
-    for i, g in enumerate(spec.resource_groups):
-        for r in g.covered_resources:
-            covered[r] = i
+    covered = covered_resources(spec)
     count = ps.count
     if wl.reclaimable_pods:
         count = max(0, count - wl.reclaimable_pods.get(ps.name, 0))
-    requests = {r: v * count for r, v in ps.requests.items() if v or r in covered}
-    if "pods" in covered:
-        requests["pods"] = count
+    requests = pod_set_requests(ps, count, covered)
     groups = {covered.get(r) for r in requests}
     if len(groups) != 1 or None in groups:
         return None

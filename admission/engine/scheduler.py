@@ -537,12 +537,12 @@ class Scheduler:
         wl = e.workload
         key = wl.key
         if outcome is BACK_TO_THE_HEAP and cache.wake_index is None:
-            # cache.requeue of a head sent back to the heap without bounded parking:
-            # kept where it is, whatever its queueing strategy (nothing else changes)
+            # what the end of this method does for it, without the questions that only
+            # matter when parking (nothing else changes)
             status = e.status
             assert status is not None
             cache.status[key] = result.pending[key] = status
-            cache.queues[e.cluster_queue].keep(wl)
+            cache.requeue(wl, e.cluster_queue, park=False)
             return
         if isinstance(outcome, Admit):
             wl.admission = outcome.admission

@@ -135,7 +135,7 @@ class KeptNominations:
     """Per ClusterQueue and head, the head's last answers (:class:`_Kept`): reused by
     :meth:`reuse` while what they were computed from is the same, kept by :meth:`keep`."""
 
-    __slots__ = ("_kept", "_preemptor", "hopeless", "hits", "misses")
+    __slots__ = ("_kept", "_preemptor", "hopeless", "hits")
 
     def __init__(self, preemptor: Preemptor) -> None:
         # per ClusterQueue, by workload key: the answers of its last few heads (a
@@ -146,8 +146,7 @@ class KeptNominations:
         # (flavor, resource), value, bound, with_others) of a request it answered without
         # a search, and how long that lasts (Preemptor.hopeless_bound)
         self.hopeless: tuple[str, FlavorResource, int, int, bool] | None = None
-        self.hits = 0
-        self.misses = 0
+        self.hits = 0  # answers reused (what the tests and benchmarks read)
 
     def head(self, cq: str, wl: Workload) -> _Kept | None:
         """What is kept for ``wl`` as ``cq``'s head (looked up once per nomination; the
@@ -187,12 +186,9 @@ class KeptNominations:
         now, when it is one kept (``k``: :meth:`head`) and what it reads is the same;
         else None (assign it, then :meth:`keep` the answer)."""
         if k is None or assigner.only_flavors is not None or not k.same_inputs(assigner, wl):
-            self.misses += 1
             return None
         answer = self._answer(k, assigner, wl, snap)
-        if answer is None:
-            self.misses += 1
-        else:
+        if answer is not None:
             self.hits += 1
         return answer
 
@@ -204,15 +200,12 @@ class KeptNominations:
         (at the highest of their borrowing levels), or the first short and nobody to
         preempt for it."""
         node = assigner.node
-        borrow = 0
-        for fr, val in k.requests:
+        borrow, short = node.fits_now(k.requests)
+        if short is not None:
+            fr, val = short
             if val > node.potential_available(fr):
                 return None  # (no fit at all: not an answer kept)
-            if val > node.available(fr):
-                return self._short(k, assigner, wl, snap, fr, val)
-            height = node.height_of_lowest_subtree_that_fits(fr, val).height
-            if height > borrow:
-                borrow = height
+            return self._short(k, assigner, wl, snap, fr, val)
         fit = k.fit
         return fit if fit is not None and fit.borrow == borrow else None
 

@@ -87,6 +87,8 @@ from queues.model import (
     FlavorResource,
     PodSet,
     ResourceGroup,
+    covered_resources,
+    pod_set_requests,
 )
 from queues.quota_node import QuotaNode
 
@@ -194,10 +196,7 @@ def blocking(cache: Cache, cq: str, wl: Workload) -> Evidence | None:
         for fq in g.flavors
     ):
         return None  # topology-aware: placement, not only quota, decides
-    covered: dict[str, int] = {}
-    for i, g in enumerate(spec.resource_groups):
-        for r in g.covered_resources:
-            covered[r] = i
+    covered = covered_resources(spec)
     reclaimable = wl.reclaimable_pods
     for ps in wl.pod_sets:
         if ps.topology is not None:
@@ -205,9 +204,7 @@ def blocking(cache: Cache, cq: str, wl: Workload) -> Evidence | None:
         count = ps.min_count if ps.min_count is not None else ps.count
         if reclaimable:
             count = max(0, count - reclaimable.get(ps.name, 0))
-        requests = {r: v * count for r, v in ps.requests.items() if v or r in covered}
-        if "pods" in covered:
-            requests["pods"] = count
+        requests = pod_set_requests(ps, count, covered)
         by_group: dict[int, list[str]] = {}
         for r in requests:
             gi = covered.get(r)
