@@ -45,6 +45,8 @@ the price of one full-heap pass (the stall freezing avoids) per doubling; a proc
 state does not grow and whose dead objects are acyclic never compacts. cycle-5k
 measures it: ``reclaimedAfterUnfreeze`` is what a full collection finds once everything
 is unfrozen at the end of a run. ``release`` gives everything back (a run's end; tests).
+``Freezer`` holds this state over a collector: the ``gc`` module here, a fake one in the
+tests of the bound.
 
 The policy is process-wide, like the collector: ``freeze_survivors`` is for a process that
 owns its heap (a controller after its startup sync, a benchmark), not for a library call.
@@ -58,9 +60,9 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol, cast
 
 _collector_lock = threading.Lock()
 _collector_pauses = [0, False]  # cycles running now; whether the collector was enabled
@@ -88,11 +90,24 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-class _Freezer:
-    """The state of ``freeze_survivors``: installed, the frozen count after the last
-    compaction, whether a compaction is due."""
+class Collector(Protocol):
+    """What freezing uses of the ``gc`` module (a fake in tests)."""
 
-    def __init__(self) -> None:
+    @property
+    def callbacks(self) -> list[Callable[[str, dict[str, Any]], None]]: ...
+    def collect(self) -> int: ...
+    def freeze(self) -> None: ...
+    def unfreeze(self) -> None: ...
+    def get_freeze_count(self) -> int: ...
+
+
+class Freezer:
+    """``freeze_survivors``, ``between_cycles`` and ``release`` over one collector:
+    whether its hook is installed, the frozen count after the last compaction
+    (``baseline``), whether a compaction is due."""
+
+    def __init__(self, collector: Collector | None = None) -> None:
+        self.gc = collector if collector is not None else cast(Collector, gc)
         self.installed = False
         self.baseline = 0
         self.due = False
@@ -102,52 +117,64 @@ class _Freezer:
         # a gc.callbacks hook: the survivors of a full collection are frozen as it ends
         if phase != "stop" or info.get("generation") != 2:
             return
-        gc.freeze()
-        if gc.get_freeze_count() > COMPACT_GROWTH * max(self.baseline, 1):
+        self.gc.freeze()
+        if self.gc.get_freeze_count() > COMPACT_GROWTH * max(self.baseline, 1):
             self.due = True
 
+    def freeze_survivors(self) -> int:
+        if not self.installed:
+            self.gc.callbacks.append(self)
+            self.installed = True
+        self.gc.collect()  # the hook freezes the survivors
+        self.gc.freeze()  # (a collector whose callbacks did not run: frozen anyway)
+        self.baseline = self.gc.get_freeze_count()
+        self.due = False
+        return self.baseline
 
-_freezer = _Freezer()
+    def between_cycles(self) -> bool:
+        if not (self.installed and self.due):
+            return False
+        self.gc.unfreeze()
+        self.freeze_survivors()
+        self.compactions += 1
+        return True
+
+    def state(self) -> dict[str, Any]:
+        return {"installed": self.installed, "frozen": self.gc.get_freeze_count(),
+                "baseline": self.baseline, "compactions": self.compactions}  # fmt: skip
+
+    def release(self) -> int:
+        if self.installed:
+            self.gc.callbacks.remove(self)
+            self.installed = False
+        self.baseline, self.due = 0, False
+        self.gc.unfreeze()
+        return self.gc.collect()
+
+
+_freezer = Freezer()
 
 
 def freeze_survivors() -> int:
     """One full collection, then freeze what survived, and freeze the survivors of every
     full collection from now on. Call it once the long-lived state is built (a service's
     startup sync). Returns the frozen count."""
-    if not _freezer.installed:
-        gc.callbacks.append(_freezer)
-        _freezer.installed = True
-    gc.collect()  # the hook freezes the survivors
-    gc.freeze()  # (a collector whose callbacks did not run: frozen anyway)
-    _freezer.baseline = gc.get_freeze_count()
-    _freezer.due = False
-    return _freezer.baseline
+    return _freezer.freeze_survivors()
 
 
 def between_cycles() -> bool:
     """After a cycle, outside it: compacts if due (the frozen population has doubled since
     the last compaction). Returns whether it compacted."""
-    if not (_freezer.installed and _freezer.due):
-        return False
-    gc.unfreeze()
-    freeze_survivors()
-    _freezer.compactions += 1
-    return True
+    return _freezer.between_cycles()
 
 
 def frozen_state() -> dict[str, Any]:
     """For measurement: whether freezing is on, the frozen count, compactions so far."""
-    return {"installed": _freezer.installed, "frozen": gc.get_freeze_count(),
-            "baseline": _freezer.baseline, "compactions": _freezer.compactions}  # fmt: skip
+    return _freezer.state()
 
 
 def release() -> int:
     """Stop freezing and give the frozen objects back to the collector (a run's end). Returns
     what a full collection then finds: the garbage freezing held on to (plus any cyclic
     garbage made since the last collection: collect first to tell them apart)."""
-    if _freezer.installed:
-        gc.callbacks.remove(_freezer)
-        _freezer.installed = False
-    _freezer.baseline, _freezer.due = 0, False
-    gc.unfreeze()
-    return gc.collect()
+    return _freezer.release()

@@ -140,3 +140,69 @@ def test_what_freezing_holds_on_to_is_bounded_by_compaction(
         assert gc.get_freeze_count() > 0 and gc_pause.frozen_state()["compactions"] >= 1
     finally:
         release()
+
+
+class FakeHeap:
+    """The collector over a heap counted, not allocated: live objects outside the
+    permanent generation (``young``), live and dead ones in it; a full collection frees
+    the dead ones it walks (none of the frozen ones)."""
+
+    def __init__(self, live: int) -> None:
+        self.callbacks: list[Any] = []
+        self.young, self.young_dead = live, 0
+        self.frozen_live, self.frozen_dead = 0, 0
+        self.full_collections = 0
+
+    def collect(self) -> int:
+        self.full_collections += 1
+        for hook in list(self.callbacks):
+            hook("start", {"generation": 2})
+        freed, self.young_dead = self.young_dead, 0
+        for hook in list(self.callbacks):
+            hook("stop", {"generation": 2, "collected": freed})
+        return freed
+
+    def freeze(self) -> None:
+        self.frozen_live += self.young
+        self.frozen_dead += self.young_dead
+        self.young = self.young_dead = 0
+
+    def unfreeze(self) -> None:
+        self.young += self.frozen_live
+        self.young_dead += self.frozen_dead
+        self.frozen_live = self.frozen_dead = 0
+
+    def get_freeze_count(self) -> int:
+        return self.frozen_live + self.frozen_dead
+
+    def churn(self, n: int) -> None:
+        """``n`` frozen objects die as reference cycles, ``n`` new ones are made."""
+        self.frozen_live -= n
+        self.frozen_dead += n
+        self.young += n
+
+    @property
+    def live(self) -> int:
+        return self.young + self.frozen_live
+
+
+def test_the_frozen_count_never_exceeds_twice_the_survivors_of_the_last_compaction() -> None:
+    """A service whose state does not grow but whose frozen objects die as cycles (the
+    quota tree a queue-object change replaces): after every ``between_cycles`` the
+    frozen population is at most ``COMPACT_GROWTH`` times what survived the last
+    compaction — a steady heap's size — and every compaction gives back all the dead."""
+    heap = FakeHeap(live=10_000)
+    freezer = gc_pause.Freezer(heap)
+    assert freezer.freeze_survivors() == 10_000
+    for cycle in range(1, 2_001):
+        heap.churn(100)
+        if cycle % 7 == 0:
+            heap.collect()  # when the interpreter's rule runs one: its survivors frozen
+        if freezer.between_cycles():
+            assert heap.frozen_dead == 0 and heap.get_freeze_count() == heap.live
+        assert freezer.baseline == heap.live == 10_000
+        assert heap.get_freeze_count() <= gc_pause.COMPACT_GROWTH * freezer.baseline
+    assert freezer.compactions >= 10  # 200,000 deaths in a 10,000-object heap
+    dead = heap.frozen_dead
+    assert freezer.release() == dead  # what it still held, given back
+    assert heap.callbacks == [] and heap.get_freeze_count() == 0
