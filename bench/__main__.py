@@ -34,6 +34,7 @@ BENCHMARKS = {
     "kueue-harness-baseline": "bench.stack:run_kueue_baseline",
     "kueue-harness-large": "bench.stack:run_kueue_large",
     "serve-memory": "bench.serve_memory:run",
+    "serve-churn": "bench.serve_churn:run",
     "stress": "bench.stress:run",
     "stress-sources": "bench.stress:run_multi_source",
     "invariants": "bench.invariants:run",
