@@ -8,14 +8,13 @@ the collector would run many times inside a cycle of thousands of heads, walking
 cycle still holds and promoting it into older generations. So the collector is off while
 a cycle runs (``collector_paused``). Its allocation counts keep growing meanwhile, and the
 first allocation after ``gc.enable()`` would run whatever collection they have made due —
-a full one (generation 2, the whole heap: about 1 s for the 1.4M objects of 100,000
-pending workloads) as readily as a young one, still inside the cycle. So the cycle ends
-with an explicit collection of generation 0 — it walks only what the cycle left alive —
-which resets the allocation count: no collection is due before another threshold's worth
-of allocations (700 by default), made after the cycle returns; a full one made due runs
-then, between cycles. (Collecting
-generation 1 there too costs more and promotes every cycle's survivors into generation 2
-at once, making full collections due more often: measured, 16 in 200 deep cycles.)
+a full one (generation 2: the whole heap, a stall in proportion to every workload held)
+as readily as a young one, still inside the cycle. So the cycle ends with an explicit
+collection of generation 0 — it walks only what the cycle left alive — which resets the
+allocation count: no collection is due before another threshold's worth of allocations
+(700 by default), made after the cycle returns; a full one made due runs then, between
+cycles. Not generation 1 too: that costs more and promotes every cycle's survivors into
+generation 2 at once, making full collections due more often.
 
 **Between cycles: full collections walk only what is new** (``freeze_survivors``). In a
 controller nearly everything on the heap is long-lived — the cache's queues, workloads
@@ -29,9 +28,8 @@ it ends, so each one walks only the objects created since the previous one — a
 proportion to the churn, not to the heap. Right after a full collection everything that
 remains was found reachable, so nothing already garbage is frozen. When a full
 collection runs is still the interpreter's rule: once the objects promoted since the last
-one reach a quarter of what it left. Running one after every cycle instead (tried on
-cycle-5k) walks each cycle's retained structures again every cycle and costs more in all
-than the few the rule runs.
+one reach a quarter of what it left. Not one after every cycle: that would walk each
+cycle's retained structures again every cycle, more in all than the few the rule runs.
 
 **What freezing costs, and its bound.** Reference counting still frees frozen objects (a
 finished workload's acyclic objects leave the frozen population as they die); what is
@@ -42,17 +40,20 @@ compaction, the next ``between_cycles`` call compacts: ``gc.unfreeze()``, a full
 collection of the whole heap (reclaiming those cycles), ``gc.freeze()`` again. That
 bounds what freezing can hold on to at the size of the heap at the last compaction, at
 the price of one full-heap pass (the stall freezing avoids) per doubling; a process whose
-state does not grow and whose dead objects are acyclic never compacts. cycle-5k
-measures it: ``reclaimedAfterUnfreeze`` is what a full collection finds once everything
-is unfrozen at the end of a run. ``release`` gives everything back (a run's end; tests).
-``Freezer`` holds this state over a collector: the ``gc`` module here, a fake one in the
-tests of the bound.
+state does not grow and whose dead objects are acyclic never compacts. cycle-5k and
+serve-churn measure it: ``reclaimedAfterUnfreeze`` is what a full collection finds once
+everything is unfrozen at the end of a run. ``release`` gives everything back (a run's
+end; tests). ``Freezer`` holds this state over a collector: the ``gc`` module here, a
+fake one in the tests of the bound.
 
 The policy is process-wide, like the collector: ``freeze_survivors`` is for a process that
 owns its heap (a controller after its startup sync, a benchmark), not for a library call.
 ``quartermaster serve`` gets the first rule (its cycles run ``collector_paused``) but does
-not freeze yet: what freezing holds on to there, under the churn of Jobs, webhooks and
-watches, has not been measured; cycle-5k's is (bench/cycle5k.py reports it).
+not freeze. Its Workloads' objects die acyclic, but every ClusterQueue or Cohort change
+replaces the cache's quota tree (``CohortTree`` and its working copy: nodes linked both
+ways, a reference cycle); frozen, each replaced tree stays until a compaction, so what
+freezing holds grows with the queue changes of a long run, up to the doubling
+(bench/serve_churn.py measures it).
 Cycles in several threads nest in ``collector_paused``; a collector that was already off
 (``plan``) stays off and no collection runs."""
 
