@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from queues.model import ClusterQueue, LocalQueue, Namespace, PriorityClass, Workload
 from webhooks.config import WebhookConfig
+from webhooks.handlers.owners import OwnerSource
 from webhooks.server.certs import CA_CERT_FILE, client_ssl_context, ensure_cert_dir
 from webhooks.server.entry import run_webhook_server
 from webhooks.server.health import WebhookState
@@ -178,8 +179,10 @@ class WebhookServerThread:
         state: WebhookState | None = None,
         cert_check_interval: float = 3600.0,
         limits: ServerLimits | None = None,
+        owners: OwnerSource | None = None,
     ) -> None:
         self.limits = limits
+        self.owners = owners  # reads the owners of an object under review (None: none read)
         self.view = view
         self.config = config or WebhookConfig()
         self.cert_dir = Path(cert_dir)
@@ -213,6 +216,7 @@ class WebhookServerThread:
                 state=self.state,
                 cert_check_interval=self.cert_check_interval,
                 limits=self.limits,
+                owners=self.owners,
             )
         )
         try:

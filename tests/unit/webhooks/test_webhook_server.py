@@ -269,3 +269,35 @@ def test_stdlib_json_fallback_handles_lone_surrogates(monkeypatch: pytest.Monkey
         json.dumps(make_review("Job", job())).encode(), spec, ctx
     )
     assert status == 200 and verdict is not None and verdict.allowed
+
+
+def test_a_workload_create_is_decided_without_reading_its_owners(tmp_path: Any) -> None:
+    """A Workload's owner is its job: the Workload webhook decides a CREATE as it comes,
+    while a pod's CREATE with the same controller owner has its owners read first."""
+    from admission.integrations.ownership import OwnerRef
+
+    reads: list[OwnerRef] = []
+
+    async def source(ref: OwnerRef) -> dict[str, Any] | None:
+        reads.append(ref)
+        return None
+
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u1", "controller": True}
+    meta = {"name": "w", "namespace": "team-a", "ownerReferences": [owner]}
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": meta,
+                "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": {
+                    "spec": {"containers": [{"name": "c"}]}}}]}}  # fmt: skip
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta, "name": "p"},
+           "spec": {"containers": [{"name": "c"}]}}  # fmt: skip
+    with WebhookServerThread(view=sample_view(), cert_dir=tmp_path, owners=source) as srv:
+        c = srv.client()
+        try:
+            status, review = c.post("/mutate-kueue-x-k8s-io-v1beta2-workload",
+                                    make_review("Workload", workload))  # fmt: skip
+            assert status == 200 and review["response"]["allowed"], review
+            assert reads == []
+            status, review = c.post("/mutate--v1-pod", make_review("Pod", pod))
+            assert status == 200, review
+            assert reads == [OwnerRef("batch/v1", "Job", "team-a", "j", "u1")]
+        finally:
+            c.close()
