@@ -122,3 +122,33 @@ def test_a_whole_object_read_from_the_api_and_changed_by_its_reader_is_kept_unch
     assert first == job(1)
     first["spec"]["template"]["spec"]["containers"].clear()
     assert asyncio.run(inf.full(key(1))) == job(1) and Client.gets == 1
+
+
+def test_the_objects_of_a_list_are_not_kept_whole_and_full_reads_them() -> None:
+    """A (re)list brings every object at once (a restart's: thousands), and few of them
+    are ever read whole: none is kept as a recent object, so the list packs nothing, and
+    ``full`` reads a listed object from the API (once: then it is kept)."""
+    from admission.kube.watch.informer import Informer
+
+    listed = [job(i) for i in range(200)]
+
+    class Client:
+        gets = 0
+
+        async def list(self, res: Any, **_kw: Any) -> dict[str, Any]:
+            return {"metadata": {"resourceVersion": "500"}, "items": copy.deepcopy(listed)}
+
+        async def get(self, res: Any, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+            Client.gets += 1
+            return next(copy.deepcopy(j) for j in listed if j["metadata"]["name"] == name)
+
+    inf = Informer(Client(), k.JOBS, slimmer=job_slimmer(), keep_recent=4096)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        await inf._relist()
+        assert len(inf.store) == len(listed)
+        assert (len(inf._recent), inf._recent.size) == (0, 0)
+        assert await inf.full(key(7)) == listed[7] and Client.gets == 1
+        assert await inf.full(key(7)) == listed[7] and Client.gets == 1
+
+    asyncio.run(main())
