@@ -161,6 +161,25 @@ def test_sources_at_an_even_share_do_not_take_each_others_places() -> None:
     assert victim is not None and victim.source == "api"
 
 
+def test_a_connection_whose_handshake_ends_late_is_the_newest_idle_one_of_its_source() -> None:
+    """A connection counts as idle from its handshake's end (``bind``), and takes its
+    place then behind its source's connections idle for longer: the sweep, which stops
+    at the first connection idle for less than the timeout, still closes those, and a
+    newcomer on a full port takes the place of the least recently active one."""
+    now = [0.0]
+    table = ConnectionTable(clock=lambda: now[0])
+    slow = table.add("a")  # accepted first, its handshake drags on
+    quick = table.add("a")
+    now[0] = 1.0
+    table.bind("quick", quick, close=lambda: None)
+    now[0] = 20.0
+    table.bind("slow", slow, close=lambda: None)
+    now[0] = 40.0  # quick has been idle 39 s, slow 20 s
+    assert table.expired(idle_timeout=30.0, reviewer_idle_timeout=300.0) == [quick]
+    table.add("a")
+    assert table.victim("b") is quick
+
+
 def test_the_stress_benchmarks_multi_source_attacker_holds_the_port_from_every_source(
     srv: WebhookServerThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
