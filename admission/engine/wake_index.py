@@ -238,9 +238,10 @@ class WakeIndex:
                 self._entries += len(kept)
             else:
                 del self._heaps[key]
+        tracked = live.keys() | eligible.keys()  # (once: not per queue and priority)
         for cq, by_prio in list(self._own.items()):
             for prio, tickets in list(by_prio.items()):
-                tickets.intersection_update(live.keys() | eligible.keys())
+                tickets.intersection_update(tracked)
                 if not tickets:
                     del by_prio[prio]
             if not by_prio:
