@@ -54,6 +54,7 @@ class CohortTree:
         self._kept: CohortTree | None = None
         self._lent = False
         self._dirty: set[str] = set()
+        self._retired = False  # replaced by a new tree: see retire
 
     def rebuild(
         self,
@@ -178,6 +179,29 @@ class CohortTree:
         """The copy from :meth:`working_copy` is no longer used (its usage may be anything)."""
         if copy is self._kept:
             self._lent = False
+            if self._retired:
+                self._kept = None
+                _unlink(copy)
+
+    def retire(self) -> None:
+        """This tree has been replaced (a new one was built from changed specs): its
+        nodes, and those of its kept working copy, are unlinked (parents, children, the
+        ``tree`` of each, the memos) and its maps emptied, so that each is freed by
+        reference counting once its last holder lets go of it.
+
+        Linked, a tree is a reference cycle, which only the cyclic collector frees, and
+        one frozen by ``admission.engine.gc_pause`` only at a compaction. What may still
+        hold a node of a replaced tree (a kept flavor assigner, a kept answer, the wake
+        index before the cache clears it) compares it by identity with the node of the
+        current tree and reads it no more. A working copy still lent (a cycle deciding on
+        it) is unlinked when it is given back."""
+        self._retired = True
+        _unlink(self)
+        self.queues, self.cohorts = {}, {}
+        kept = self._kept
+        if kept is not None and not self._lent:
+            self._kept = None
+            _unlink(kept)
 
     def roots(self) -> list[QuotaNode]:
         out = [n for n in self.cohorts.values() if n.parent is None]
@@ -255,6 +279,18 @@ def _keep_larger(tree: CohortTree, outer: Journal | None) -> Iterator[None]:
                 usage[fr] = value
             else:
                 usage.pop(fr, None)
+
+
+def _unlink(tree: CohortTree) -> None:
+    """Nothing of ``tree``'s nodes refers to another node or to the tree any more."""
+    for nodes in (tree.cohorts, tree.queues):
+        for node in nodes.values():
+            node.parent = None
+            node.child_cohorts = []
+            node.child_queues = []
+            node.tree = None
+            node.memo = {}
+            node.available_memo = {}
 
 
 def _recompute(root: QuotaNode) -> None:

@@ -161,9 +161,10 @@ class Cache(QueueManager):
             changed = tree_changed = True
         if not changed:
             return
+        replaced: CohortTree | None = None
         if tree_changed:
             # Usage is re-charged from the admissions, so ClusterQueues may come and go.
-            self.tree = CohortTree(self.cluster_queues, self.cohorts)
+            replaced, self.tree = self.tree, CohortTree(self.cluster_queues, self.cohorts)
             for key, cq in self.admitted.items():
                 if cq in self.tree.queues:
                     self.tree.add_usage(cq, self.usage_of[key])
@@ -191,7 +192,9 @@ class Cache(QueueManager):
             self._route(wl)
         if tree_changed or flavors_changed or checks_changed:
             self._refresh_derived()
-        self.requeue_all()
+        self.requeue_all()  # (the wake index held nodes of the replaced tree)
+        if replaced is not None:
+            replaced.retire()  # freed by reference counting, frozen or not (gc_pause)
 
     def _refresh_derived(self) -> None:
         self._same_tree = {}
