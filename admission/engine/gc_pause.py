@@ -48,12 +48,11 @@ fake one in the tests of the bound.
 
 The policy is process-wide, like the collector: ``freeze_survivors`` is for a process that
 owns its heap (a controller after its startup sync, a benchmark), not for a library call.
-``quartermaster serve`` gets the first rule (its cycles run ``collector_paused``) but does
-not freeze. Its Workloads' objects die acyclic, but every ClusterQueue or Cohort change
-replaces the cache's quota tree (``CohortTree`` and its working copy: nodes linked both
-ways, a reference cycle); frozen, each replaced tree stays until a compaction, so what
-freezing holds grows with the queue changes of a long run, up to the doubling
-(bench/serve_churn.py measures it).
+``quartermaster serve`` gets both rules (admission.serve.heap). Its Workloads' objects die
+acyclic, and the quota tree a ClusterQueue or Cohort change replaces (``CohortTree`` and
+its working copy: nodes linked both ways) is unlinked by ``CohortTree.retire``, so
+reference counting frees it, frozen or not; left linked, each replaced tree would stay
+frozen until a compaction (bench/serve_churn.py measures what freezing holds).
 Cycles in several threads nest in ``collector_paused``; a collector that was already off
 (``plan``) stays off and no collection runs."""
 

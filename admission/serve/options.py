@@ -59,6 +59,9 @@ class ServiceOptions:
     visibility_port: int | None = None
     dashboard_port: int | None = None
     dashboard_host: str = "127.0.0.1"
+    # freeze the heap's survivors after the startup sync (.heap): process-wide, so for a
+    # service that owns its process (``quartermaster serve``), off for one among others
+    freeze_heap: bool = False
 
 
 def selector_from_dict(doc: dict[str, Any] | None) -> LabelSelector | None:
@@ -109,6 +112,7 @@ def options_from_args(args: Any, config: Config) -> ServiceOptions:
         visibility_port=_port_or_none(getattr(args, "visibility_port", None)),
         dashboard_port=_port_or_none(getattr(args, "dashboard_port", None)),
         dashboard_host=getattr(args, "dashboard_host", None) or "127.0.0.1",
+        freeze_heap=True,
         **leader_options(config, flag=bool(getattr(args, "leader_elect", False))),
         **cert_options(config),
     )

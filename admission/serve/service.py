@@ -67,6 +67,7 @@ from admission.kube.watch.informer import Informer, strip_managed_fields
 from admission.kube.watch.slim import slimmer_for
 
 from .events import EVENT_CALL, EventRecorder, no_event
+from .heap import HeapFreezing
 from .listen_errors import ListenError, listen_problem
 from .looplag import LoopLagMonitor
 from .options import (
@@ -116,6 +117,7 @@ class Service:
         self.visibility: Any = None  # the VisibilityServer, when enabled
         self.dashboard: Any = None  # the Dashboard, when enabled
         self._background: list[asyncio.Task[Any]] = []
+        self.heap: HeapFreezing | None = None  # with options.freeze_heap
 
     def stop(self) -> None:
         self._stop.set()
@@ -174,6 +176,9 @@ class Service:
             if self._stop.is_set():
                 return self.exit_code
             self.controller.sync.flush_objects()
+            if self.heap is not None:
+                self.heap.after_sync()
+                tasks.append(asyncio.create_task(self.heap.run(), name="heap"))
             if self._webhook_state is not None:
                 self._webhook_state.model_synced = True
             leader_task = asyncio.create_task(self._lead(), name="leader")
@@ -314,6 +319,12 @@ class Service:
             resync=copts.tick * 60,
         )
         controller.observers.append(self.multikueue.observe)
+        if opts.freeze_heap:
+            self.heap = HeapFreezing(
+                idle=controller.cache_ready,
+                cycles=lambda: controller.stats["cycles"],
+                period=copts.tick,
+            )
 
     async def _lead(self) -> None:
         opts = self.options
@@ -369,6 +380,8 @@ class Service:
             await self.multikueue.stop()
         if self.client is not None:
             await self.client.close()
+        if self.heap is not None:
+            self.heap.release()
 
     # -- HTTP endpoints ---------------------------------------------------------------------------
 
