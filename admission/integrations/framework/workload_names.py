@@ -6,6 +6,8 @@ import hashlib
 
 MAX_WORKLOAD_NAME_LENGTH = 253  # 63 with Kueue's alpha ShortWorkloadNames gate
 _HASH_LENGTH = 5
+PREFIX_ROOM = MAX_WORKLOAD_NAME_LENGTH - 1 - _HASH_LENGTH
+"""The longest ``<lower(kind)>-<owner_name>`` kept whole in a Workload's name."""
 
 
 def workload_name(
@@ -25,5 +27,5 @@ def workload_name(
             digest.update(b"\n")
         digest.update(part.encode())
     prefix = f"{kind.lower()}-{owner_name}"
-    prefix = prefix[: MAX_WORKLOAD_NAME_LENGTH - 1 - _HASH_LENGTH].rstrip(".")
+    prefix = prefix[:PREFIX_ROOM].rstrip(".")
     return f"{prefix}-{digest.hexdigest()[:_HASH_LENGTH]}"

@@ -47,7 +47,7 @@ from admission.integrations.framework.fields import (
     template_at,
 )
 from admission.integrations.framework.interface import Role
-from admission.integrations.framework.workload_names import workload_name
+from admission.integrations.framework.workload_names import PREFIX_ROOM, workload_name
 from admission.integrations.kinds.admitted_by_pods import (
     Edit,
     Obj,
@@ -149,7 +149,17 @@ class LeaderWorkerSetIntegration(PodOwnerIntegration):
         replicas = (owner.get("spec") or {}).get("replicas", 1)
         name = str(meta_of(owner).get("name") or "")
         n = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
-        return any(group == self.group_name(name, i) for i in range(n))
+        prefix = f"{self.kind.lower()}-{name}-"
+        if len(prefix) + len(str(max(n - 1, 0))) > PREFIX_ROOM:
+            # a name so long that some group names are cut: the index may not be in them
+            return any(group == self.group_name(name, i) for i in range(n))
+        # every group name of the set is "<prefix><index>-<hash>": read the index, then
+        # check that one name, however many replicas the set has
+        index = group[len(prefix) : group.rfind("-")] if group.startswith(prefix) else ""
+        if not (index.isascii() and index.isdigit()) or (index[0] == "0" and index != "0"):
+            return False
+        i = int(index)
+        return i < n and group == self.group_name(name, i)
 
     def group_size(self, owner: Mapping[str, Any]) -> int:
         try:

@@ -241,3 +241,43 @@ def test_a_groups_workload_is_kept_while_the_set_runs_the_group_and_goes_when_sc
             assert s.get("workloads", names[0], NS)["metadata"]["uid"] == kept["metadata"]["uid"]
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- keeps_group
+
+
+def _looped(integ: Any, owner: dict, group: str) -> bool:
+    """The answer by hashing every group name of the set (what keeps_group reads off
+    the name instead)."""
+    n = owner["spec"]["replicas"]
+    return any(group == integ.group_name(owner["metadata"]["name"], i) for i in range(n))
+
+
+def test_keeps_group_reads_the_index_off_the_name_and_agrees_with_every_name() -> None:
+    integ = LEADERWORKERSET
+    for name in ("web", "a", "x" * 63, "w" * 229, "y" * 232, "z" * 231):
+        for replicas in (1, 3, 12):
+            owner = {"metadata": {"name": name}, "spec": {"replicas": replicas}}
+            groups = [integ.group_name(name, i) for i in range(replicas + 3)]
+            groups += [integ.group_name("other", 0), integ.group_name(name, "01"), "", "x"]
+            groups += [g[:-1] + "0" for g in groups if g]  # the right index, a wrong hash
+            for g in groups:
+                assert integ.keeps_group(owner, g) == _looped(integ, owner, g), (name, g)
+
+
+def test_keeps_group_of_a_huge_set_hashes_one_name(monkeypatch: Any) -> None:
+    integ = LEADERWORKERSET
+    owner = {"metadata": {"name": "web"}, "spec": {"replicas": 1_000_000}}
+    kept, beyond = integ.group_name("web", 999_999), integ.group_name("web", 1_000_000)
+    made: list[object] = []
+    plain = type(integ).group_name
+
+    def counted(self: Any, name: str, index: int | str) -> str:
+        made.append(index)
+        return plain(self, name, index)
+
+    monkeypatch.setattr(type(integ), "group_name", counted)
+    assert integ.keeps_group(owner, kept)
+    assert not integ.keeps_group(owner, beyond)
+    assert not integ.keeps_group(owner, "leaderworkerset-web-zz-12345")
+    assert len(made) == 1  # the one index within replicas, checked against its name
