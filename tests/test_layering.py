@@ -30,6 +30,7 @@ MODULE_OF = {
     "kubernetes-validate": "kubernetes_validate",
     "cel-python": "celpy",
     "import-linter": "importlinter",
+    "pytest-xdist": "xdist",
 }
 QUEUES_MAY_IMPORT = {"pydantic", "sortedcontainers"}
 
