@@ -38,6 +38,22 @@ JOBS = 12
 EVENTS_PER_JOB = 5  # CreatedWorkload, QuotaReserved, MultiKueue (Ready), Admitted, Started
 
 
+def economy_stack(tmp_path: Path, backend: Any, real_workers: Any) -> Any:
+    """A manager and the workers, each with room for ``JOBS`` one-cpu Jobs."""
+    manager = [*MANAGER[:2], manager_queue(cpu=JOBS), MANAGER[3]]
+    worker = [namespace(NS), flavor("f"), cluster_queue("cq", {"f": {"cpu": JOBS}}),
+              local_queue(NS, "lq", "cq")]  # fmt: skip
+    return multi_stack(tmp_path, backend=backend, real_workers=real_workers,
+                       manager_objects=manager, worker_objects=worker)  # fmt: skip
+
+
+async def create_jobs(m: MultiStack, count: int) -> None:
+    """A burst of Jobs j0, j1, ... created on the manager at once."""
+    await asyncio.gather(
+        *(m.manager.user.create(k.JOBS, mk_job(f"j{i}"), namespace=NS) for i in range(count))
+    )
+
+
 @pytest.fixture(scope="session")
 def real_workers() -> Iterator[Any]:
     yield from real_workers_or_none()
@@ -46,17 +62,10 @@ def real_workers() -> Iterator[Any]:
 def test_a_burst_of_jobs_copies_each_workload_once_per_worker_and_deletes_each_loser_once(
     tmp_path: Path, backend: Any, real_workers: Any
 ) -> None:
-    manager = [*MANAGER[:2], manager_queue(cpu=JOBS), MANAGER[3]]
-    worker = [namespace(NS), flavor("f"), cluster_queue("cq", {"f": {"cpu": JOBS}}),
-              local_queue(NS, "lq", "cq")]  # fmt: skip
 
     async def main() -> None:
-        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
-                               manager_objects=manager, worker_objects=worker) as m:  # fmt: skip
-            await asyncio.gather(
-                *(m.manager.user.create(k.JOBS, mk_job(f"j{i}"), namespace=NS)
-                  for i in range(JOBS))
-            )  # fmt: skip
+        async with economy_stack(tmp_path, backend, real_workers) as m:
+            await create_jobs(m, JOBS)
 
             def ready() -> bool:
                 wls = m.manager.workloads(NS)
@@ -129,20 +138,13 @@ def errors_of(m: MultiStack, call: str, code: str) -> float:
 def test_a_dispatched_job_costs_the_manager_its_kueue_writes_and_no_reads(
     tmp_path: Path, backend: Any, real_workers: Any
 ) -> None:
-    manager = [*MANAGER[:2], manager_queue(cpu=JOBS), MANAGER[3]]
-    worker = [namespace(NS), flavor("f"), cluster_queue("cq", {"f": {"cpu": JOBS}}),
-              local_queue(NS, "lq", "cq")]  # fmt: skip
 
     async def main() -> None:
-        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
-                               manager_objects=manager, worker_objects=worker) as m:  # fmt: skip
+        async with economy_stack(tmp_path, backend, real_workers) as m:
             before = manager_requests(m)
             pending_before = writes_of(m, "pending")
             conflicts_before = errors_of(m, "patch kueue.x-k8s.io/workloads/status", "409")
-            await asyncio.gather(
-                *(m.manager.user.create(k.JOBS, mk_job(f"j{i}"), namespace=NS)
-                  for i in range(JOBS))
-            )  # fmt: skip
+            await create_jobs(m, JOBS)
 
             def started() -> bool:
                 wls = m.manager.workloads(NS)
@@ -199,18 +201,11 @@ def samples(m: MultiStack, metric_name: str, suffix: str) -> float:
 def test_an_admission_written_with_the_checks_ready_counts_once_and_starts_its_job_once(
     tmp_path: Path, backend: Any, real_workers: Any
 ) -> None:
-    manager = [*MANAGER[:2], manager_queue(cpu=JOBS), MANAGER[3]]
-    worker = [namespace(NS), flavor("f"), cluster_queue("cq", {"f": {"cpu": JOBS}}),
-              local_queue(NS, "lq", "cq")]  # fmt: skip
     jobs = 4
 
     async def main() -> None:
-        async with multi_stack(tmp_path, backend=backend, real_workers=real_workers,
-                               manager_objects=manager, worker_objects=worker) as m:  # fmt: skip
-            await asyncio.gather(
-                *(m.manager.user.create(k.JOBS, mk_job(f"j{i}"), namespace=NS)
-                  for i in range(jobs))
-            )  # fmt: skip
+        async with economy_stack(tmp_path, backend, real_workers) as m:
+            await create_jobs(m, jobs)
 
             def started() -> bool:
                 wls = m.manager.workloads(NS)
