@@ -264,6 +264,11 @@ def test_a_newer_pending_reason_replaces_the_one_waiting(tmp_path: Path) -> None
                 ),
                 what="the newer reason written",
             )
+            # the API stored the condition before the service read the answer and
+            # counted the write: wait for the count, not for a time
+            await eventually(
+                lambda: writes_of_kind(s, "pending") >= 1, what="the pending write counted"
+            )
             assert writes_of_kind(s, "pending") == 1
             assert service_writes(s, "workloads/status", "w") == 1
 
