@@ -75,6 +75,8 @@ def remote_metadata(job: Obj, workload: str, origin: str) -> Obj:
     labels[PREBUILT_WORKLOAD] = workload
     labels[MULTIKUEUE_ORIGIN] = origin
     return new_meta
+
+
 SPEC_MANAGED_BY = ("spec", "managedBy")
 RUN_POLICY_MANAGED_BY = ("spec", "runPolicy", "managedBy")
 

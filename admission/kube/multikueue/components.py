@@ -23,9 +23,18 @@ set or changed) wakes the groups of that set that wait
 (:meth:`ComponentNomination.waiting_siblings`); looking again after :data:`WAIT` seconds
 is only a safety net. Its check's message says what it waits for. Only the keys of the
 groups waiting now are kept, each dropped when its group is nominated or its Workload is
-gone (:meth:`ComponentNomination.forget`). A set whose ``spec.replicas`` cannot be read
-gets its check's message naming the set and the field, and nothing is dispatched. Any
-other Workload goes to the dispatcher directly.
+gone (:meth:`ComponentNomination.forget`). Any other Workload goes to the dispatcher
+directly.
+
+A set that cannot be read — its GET fails (the manager's reconcile: a 403, a 5xx, a
+timeout), or its ``spec.replicas`` is malformed — gets its check's message naming the set
+(and the field), nothing is dispatched, and the Workload is looked at again with a
+per-Workload exponential backoff (:class:`Backoff`: :data:`RETRY` seconds, doubled after
+each consecutive failure, at most :data:`WAIT`), as controller-runtime's rate limiter
+requeues a failed item. No event would bring it back sooner: the manager does not watch
+the sets (their kinds are read up the pods' owners), so an edit that makes the set valid
+again, or the API answering again, produces nothing the manager hears. The backoff is
+reset by a reconcile that reads the set, and dropped with the Workload.
 """
 
 from __future__ import annotations
@@ -41,8 +50,39 @@ from admission.kube.multikueue.serving import ServingAdapter, owner_uid, serving
 WAIT = 300.0
 """Seconds before a waiting group's Workload looks again without an event (a safety net)."""
 
+RETRY = 2.0
+"""Seconds before the first look again at a Workload whose set cannot be read."""
+
 Nominate = Callable[[Group], Awaitable[Nomination]]
 ReadWorkload = Callable[[str], Obj | None]  # namespace/name -> the manager's Workload
+
+
+class Backoff:
+    """Per-Workload exponential backoff for a set that cannot be read: ``start`` seconds
+    after the first failure, doubled after each consecutive one, never more than ``cap``.
+    Only the Workloads failing now are kept: the manager resets one whose reconcile read
+    its set (:meth:`reset`), and forgets one whose Workload is gone."""
+
+    def __init__(self, start: float = RETRY, cap: float = WAIT) -> None:
+        self.start = start
+        self.cap = cap
+        self._failures: dict[str, int] = {}  # Workload key -> consecutive failures
+
+    def failed(self, key: str) -> float:
+        """One more consecutive failure of ``key``: the seconds before it looks again."""
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        return min(self.cap, self.start * 2.0 ** min(n, 64))
+
+    def failures(self, key: str) -> int:
+        """How many consecutive failures ``key`` has had (0: none, or reset)."""
+        return self._failures.get(key, 0)
+
+    def reset(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._failures)
 
 
 class ComponentNomination:
@@ -54,11 +94,13 @@ class ComponentNomination:
         *,
         workload: ReadWorkload,
         patch: Patch,
+        retry: Backoff | None = None,
     ) -> None:
         self.inner = nominate
         self.workload = workload
         self.patch = patch
         self.wait = WAIT
+        self.retry = retry if retry is not None else Backoff()  # shared with the manager
         self._waiting: dict[str, set[str]] = {}  # owner UID -> keys of its waiting groups
         self._owner_of: dict[str, str] = {}  # a waiting group's key -> its owner's UID
 
@@ -82,6 +124,7 @@ class ComponentNomination:
 
     def forget(self, key: str) -> None:
         """The Workload ``key`` is gone or no longer MultiKueue's: it waits no more."""
+        self.retry.reset(key)
         uid = self._owner_of.pop(key, None)
         if uid is not None:
             self._drop(uid, key)
@@ -126,8 +169,8 @@ class ComponentNomination:
             return None, self.wait, (f"waiting for its {what}",)
         try:
             names = adapter.workload_names(owner)
-        except IntegrationError as err:
-            return None, None, (str(err),)
+        except IntegrationError as err:  # no event follows its edit: looked at on backoff
+            return None, self.retry.failed(group.key), (str(err),)
         members = self._members(group, adapter, uid, names)
         if len(members) < len(names):
             return None, self.wait, (

@@ -14,9 +14,11 @@ nothing), then keeps
   its job's events on the manager and on the worker (informers of the copies this
   manager made there), the events of the other groups of its LeaderWorkerSet while it
   waits for them (:mod:`.components`), a worker's loss or return, and every ``resync``
-  seconds as a safety net; up to ``CONCURRENCY`` Workloads at once, each started as
-  soon as a slot frees and in the order they were marked (never two reconciles of one
-  Workload at once, and none waits for another's round trips to the workers);
+  seconds as a safety net; one whose set (a StatefulSet or LeaderWorkerSet, not watched
+  here) cannot be read is looked at again on a backoff instead (:mod:`.components`); up
+  to ``CONCURRENCY`` Workloads at once, each started as soon as a slot frees and in the
+  order they were marked (never two reconciles of one Workload at once, and none waits
+  for another's round trips to the workers);
 * the garbage collection every ``gcInterval``: copies on a worker, created by this
   manager (its ``origin``), whose Workload no longer exists on the manager are
   removed with their jobs.
@@ -48,7 +50,7 @@ from admission.kube.client.rest import KubeClient, Obj
 from admission.kube.control.context import Context
 from admission.kube.multikueue.adapters import ADAPTERS
 from admission.kube.multikueue.clusters import Clusters
-from admission.kube.multikueue.components import ComponentNomination
+from admission.kube.multikueue.components import Backoff, ComponentNomination
 from admission.kube.multikueue.dispatch import Dispatch, Group
 from admission.kube.multikueue.dispatchers import Dispatchers
 from admission.kube.multikueue.pods import PodGroupAdapter, adapter_for, group_of, owner_name
@@ -97,10 +99,13 @@ class MultiKueue:
             self.client, MULTIKUEUE_CONFIGS, rng=rng, handler=self._on_config
         )
         self.dispatchers = Dispatchers(settings, self._patch, self.clock)
+        # the Workloads whose set cannot be read (:mod:`.components`), looked at on backoff
+        self.retry = Backoff()
         self.components = ComponentNomination(
             self.dispatchers.nominate,
             workload=ctx.writer.workload,
             patch=self._patch,
+            retry=self.retry,
         )
         self.dispatch = Dispatch(
             self.client,
@@ -288,16 +293,20 @@ class MultiKueue:
             if not self.leading():
                 await asyncio.sleep(0.2)
                 continue
-            now = self.clock()
-            while self._heap and self._heap[0][0] <= now:
-                at, key = heapq.heappop(self._heap)
-                if self._later.get(key) == at:
-                    del self._later[key]
-                    self._dirty[key] = None
+            self._mark_due()
             names, self._dirty_clusters = self._dirty_clusters, set()
             for name in sorted(names):
                 await self._guard(self._reconcile_cluster(name), f"cluster {name}")
             self._start_reconciles()
+
+    def _mark_due(self) -> None:
+        """Mark the Workloads whose time to look again (:meth:`_look_again`) has come."""
+        now = self.clock()
+        while self._heap and self._heap[0][0] <= now:
+            at, key = heapq.heappop(self._heap)
+            if self._later.get(key) == at:
+                del self._later[key]
+                self._dirty[key] = None
 
     def _startable(self) -> bool:
         """Whether a marked Workload can start now (a free slot, not running already)."""
@@ -462,6 +471,7 @@ class MultiKueue:
         group = self._group(key, wl, check)
         if group is None:
             return
+        failures = self.retry.failures(key)
         owner = owner_name(wl)
         adapter = adapter_for(wl)
         job = None
@@ -472,20 +482,45 @@ class MultiKueue:
             if inf is not None:  # slim: the whole job is read only to copy it
                 job = inf.get(f"{group.namespace}/{owner}")
             else:  # not watched: read once, and passed along (:attr:`Group.job`)
-                job = await self._full_job(adapter.resource.plural, f"{group.namespace}/{owner}")
+                try:
+                    job = await self._full_job(
+                        adapter.resource.plural, f"{group.namespace}/{owner}"
+                    )
+                except (ApiError, OSError, TimeoutError) as err:
+                    await self._unreadable(group, f"{adapter.kind} {group.namespace}/{owner}", err)
+                    return
                 group.job = job
         outcome = await self.dispatch.reconcile(group, job, adapter)
-        if outcome.reasons and outcome.reasons != self.reasons.get(key):
-            self.reasons[key] = outcome.reasons
-            message = "; ".join(outcome.reasons)
-            self.ctx.record_event(group.local, "Normal", "MultiKueue", message)
-            await self.dispatch.explain(group, message)
+        await self._explain(group, outcome.reasons)
+        if self.retry.failures(key) == failures:
+            self.retry.reset(key)  # its set was read (and understood, :mod:`.components`)
         after = outcome.after
         if (group.state.get("state") == "Ready" or group.copies) and not kobj.is_finished(wl):
             net = self.resync * 10  # events drive it; this is a safety net
             after = min(after or net, net)
         if after is not None:
             self._look_again(key, after)
+
+    async def _explain(self, group: Group, reasons: tuple[str, ...]) -> None:
+        """An event and the check's message (while Pending) when the reasons changed."""
+        if reasons and reasons != self.reasons.get(group.key):
+            message = "; ".join(reasons)
+            self.ctx.record_event(group.local, "Normal", "MultiKueue", message)
+            await self.dispatch.explain(group, message)
+            self.reasons[group.key] = reasons
+
+    async def _unreadable(self, group: Group, what: str, err: BaseException) -> None:
+        """The GET of the Workload's set failed: nothing is dispatched, the check's message
+        names the set, and the Workload is looked at again on backoff (the sets are not
+        watched: no event would bring it back). A failing write of the message (the API
+        may be failing as a whole) is tried again then, not sooner."""
+        after = self.retry.failed(group.key)
+        log.info("multikueue: %s: cannot read its %s: %s; again in %.0fs", group.key, what,
+                 err, after)  # fmt: skip
+        self._look_again(group.key, after)
+        reason = f"cannot read its {what}: {str(err) or type(err).__name__}"
+        with contextlib.suppress(ApiError, OSError, TimeoutError):
+            await self._explain(group, (reason,))
 
     async def _remove_everywhere(self, key: str) -> None:
         for remote in list(self.clusters.remotes.values()):

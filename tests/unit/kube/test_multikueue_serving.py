@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from admission.integrations.kinds.leaderworkerset import LEADERWORKERSET
 from admission.integrations.kinds.statefulset import STATEFULSET
-from admission.kube.multikueue.components import WAIT, ComponentNomination
+from admission.kube.multikueue.components import RETRY, WAIT, ComponentNomination
 from admission.kube.multikueue.dispatch import Group
 from admission.kube.multikueue.pods import POD_GROUPS, adapter_for, owner_kind, owner_name
 from admission.kube.multikueue.serving import (
@@ -285,14 +287,18 @@ def test_a_workload_of_another_set_of_the_same_name_is_not_a_group() -> None:
     assert names is None and reasons[0].endswith("1 exist")
 
 
-def test_bad_replicas_are_named_and_nothing_is_nominated() -> None:
+def test_bad_replicas_are_named_nothing_is_nominated_and_it_is_read_again_on_backoff() -> None:
     owner = leader_worker_set(-1)
     wl = group_workload(NAMES[0], owner)
     rec = Recorder(owner, {})
-    names, after, reasons = _run(rec, wl)
-    assert (names, after, rec.inner_calls, rec.patches) == (None, None, [], [])
+    nom = rec.nomination()
+    names, after, reasons = asyncio.run(nom(_group(wl, owner)))
+    assert (names, after, rec.inner_calls, rec.patches) == (None, RETRY, [], [])
     assert reasons == ("leaderworkerset team-a/infer: spec.replicas: must be an integer "
                        "between 0 and 2147483647, got -1",)  # fmt: skip
+    assert asyncio.run(nom(_group(wl, owner)))[1] == 2 * RETRY  # again: the backoff grows
+    nom.forget(f"team-a/{NAMES[0]}")  # its Workload gone: nothing is kept
+    assert (len(nom.retry), nom._waiting, nom._owner_of) == (0, {}, {})
 
 
 def test_a_statefulset_and_a_set_that_is_gone_take_their_own_ways() -> None:
@@ -405,53 +411,67 @@ class FakeWorker:
         pass
 
 
+NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+
+
+def pending_groups(owner: dict) -> dict[str, dict]:
+    """Both groups' Workloads, holding quota, their MultiKueue check Pending."""
+    return {
+        f"team-a/{n}": group_workload(n, owner, admission={"clusterQueue": "cq"},
+                                      conditions=[{"type": "QuotaReserved", "status": "True"}],
+                                      admissionChecks=[{"name": "mk", "state": "Pending"}],
+                                      nominatedClusterNames=["worker1"])
+        for n in NAMES
+    }  # fmt: skip
+
+
+def manager(
+    client: Any, wls: dict[str, dict], clock: Callable[[], float]
+) -> tuple[Any, FakeWorker]:
+    """A MultiKueue manager on ``client`` (the API double) whose Workloads are ``wls``,
+    with one connected worker (:class:`FakeWorker`), on the clock ``clock``."""
+    from types import SimpleNamespace
+
+    from admission.config.multikueue import MultiKueueSettings
+    from admission.kube.multikueue.manager import MultiKueue
+    from queues.api.labels import MULTIKUEUE_CONTROLLER
+
+    async def full(key: str) -> dict | None:
+        return wls.get(key)
+
+    check = {"spec": {"controllerName": MULTIKUEUE_CONTROLLER,
+                      "parameters": {"kind": "MultiKueueConfig", "name": "cfg"}}}  # fmt: skip
+    ctx = SimpleNamespace(
+        client=client, clock=clock, record_event=lambda *a: None,
+        writer=SimpleNamespace(workload=wls.get, remember=lambda *a: None),
+        informers={"admissionchecks": SimpleNamespace(store={"mk": check}),
+                   "workloads": SimpleNamespace(full=full)},
+    )  # fmt: skip
+    mk = MultiKueue(ctx, MultiKueueSettings(), namespace="kueue-system",  # type: ignore[arg-type]
+                    leading=lambda: True)  # fmt: skip
+    mk.config_informer = SimpleNamespace(store={"cfg": {"spec": {"clusters": ["worker1"]}}})  # type: ignore[assignment]
+    worker = FakeWorker()
+    mk.clusters.remote = lambda _name: worker  # type: ignore[method-assign,assignment,return-value]
+    mk.dispatch.admit_with = lambda *a: None
+    return mk, worker
+
+
 def test_a_reconcile_reads_a_set_the_manager_does_not_watch_once() -> None:
     """A LeaderWorkerSet is not watched on the manager: each reconcile of a group's
     Workload reads the set from the API once, and both the nomination (are all groups
     there?) and the copy to the worker use that read."""
-    from types import SimpleNamespace
-
     from admission.apiserver_double import running_apiserver
-    from admission.config.multikueue import MultiKueueSettings
     from admission.kube.client.rest import KubeClient
-    from admission.kube.multikueue.manager import MultiKueue
-    from queues.api.labels import MULTIKUEUE_CONTROLLER
     from tests.support.double_client import kube_client_config
 
-    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
     admitted = {"type": "Admitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
 
     async def main() -> None:
-        async with running_apiserver(objects=[ns, leader_worker_set()]) as server:
+        async with running_apiserver(objects=[NS, leader_worker_set()]) as server:
             client = await KubeClient.connect(configuration=kube_client_config(server.url))
             try:
                 owner = await client.get(LEADERWORKERSET.resource, "infer", namespace="team-a")
-                wls = {}
-                for n in NAMES:
-                    wl = group_workload(n, owner, admission={"clusterQueue": "cq"},
-                                        conditions=[{"type": "QuotaReserved", "status": "True"}],
-                                        admissionChecks=[{"name": "mk", "state": "Pending"}],
-                                        nominatedClusterNames=["worker1"])  # fmt: skip
-                    wls[f"team-a/{n}"] = wl
-
-                async def full(key: str) -> dict | None:
-                    return wls.get(key)
-
-                check = {"spec": {"controllerName": MULTIKUEUE_CONTROLLER,
-                                  "parameters": {"kind": "MultiKueueConfig", "name": "cfg"}}}  # fmt: skip
-                ctx = SimpleNamespace(
-                    client=client, clock=lambda: 0.0, record_event=lambda *a: None,
-                    writer=SimpleNamespace(workload=wls.get, remember=lambda *a: None),
-                    informers={"admissionchecks": SimpleNamespace(store={"mk": check}),
-                               "workloads": SimpleNamespace(full=full)},
-                )  # fmt: skip
-                mk = MultiKueue(ctx, MultiKueueSettings(), namespace="kueue-system",  # type: ignore[arg-type]
-                                leading=lambda: True)  # fmt: skip
-                config = {"spec": {"clusters": ["worker1"]}}
-                mk.config_informer = SimpleNamespace(store={"cfg": config})  # type: ignore[assignment]
-                worker = FakeWorker()
-                mk.clusters.remote = lambda _name: worker  # type: ignore[method-assign,assignment,return-value]
-                mk.dispatch.admit_with = lambda *a: None
+                mk, worker = manager(client, pending_groups(owner), lambda: 0.0)
 
                 async def gets_of(key: str) -> int:
                     before = server.request_count(verb="get", resource="leaderworkersets")
@@ -471,5 +491,110 @@ def test_a_reconcile_reads_a_set_the_manager_does_not_watch_once() -> None:
                 assert worker.sent[1:] == [("leaderworkersets", "infer")]
             finally:
                 await client.close()
+
+    asyncio.run(main())
+
+
+# -- a set that cannot be read: looked at again on backoff -----------------------------------
+
+
+def _looks_again_after(mk: Any, key: str, now: list[float]) -> float:
+    """The seconds after which the manager looks at ``key`` again: it is not marked a
+    moment before, and is marked then."""
+    start, at = now[0], mk._later[key]
+    now[0] = at - 0.01
+    mk._mark_due()
+    assert key not in mk._dirty, "looked at again before its backoff"
+    now[0] = at
+    mk._mark_due()
+    assert key in mk._dirty, "not looked at again after its backoff"
+    mk._dirty.clear()
+    return at - start
+
+
+def test_a_set_whose_get_fails_is_read_again_on_a_growing_capped_backoff_reset_once_read() -> None:
+    """The GET of a group's set refused (RBAC, a failing API server): nothing is
+    dispatched, the check's message names the set, and the Workload is looked at again
+    after RETRY seconds, doubling up to WAIT (the sets are not watched: no event would
+    bring it back). A reconcile that reads the set dispatches it and resets the backoff;
+    nothing is kept once its Workload is gone."""
+    from admission.apiserver_double import running_apiserver
+    from admission.kube.client.rest import KubeClient
+    from tests.support.double_client import kube_client_config
+
+    async def main() -> None:
+        async with running_apiserver(objects=[NS, leader_worker_set()]) as server:
+            client = await KubeClient.connect(configuration=kube_client_config(server.url))
+            try:
+                owner = await client.get(LEADERWORKERSET.resource, "infer", namespace="team-a")
+                wls = pending_groups(owner)
+                now = [1000.0]
+                mk, worker = manager(client, wls, lambda: now[0])
+                first = f"team-a/{NAMES[0]}"
+                server.fail_next(10, code=403, verb="get", resource="leaderworkersets")
+                waits = []
+                for _ in range(10):
+                    await mk._reconcile(first)
+                    waits.append(_looks_again_after(mk, first, now))
+                assert waits[0] == RETRY  # a few seconds, then doubled, then capped
+                assert all(b == min(2 * a, WAIT) for a, b in itertools.pairwise(waits))
+                assert waits[-2:] == [WAIT, WAIT]
+                assert worker.sent == []  # nothing dispatched
+                (reason,) = mk.reasons[first]
+                assert reason.startswith("cannot read its LeaderWorkerSet team-a/infer: ")
+                assert "403" in reason
+                await mk._reconcile(first)  # read: dispatched, and the backoff reset
+                assert worker.sent == [("workloads", NAMES[0])]
+                assert len(mk.retry) == 0
+                server.fail_next(1, code=403, verb="get", resource="leaderworkersets")
+                worker.copies.clear()
+                await mk._reconcile(first)
+                assert _looks_again_after(mk, first, now) == RETRY  # from the start again
+                del wls[first]
+                await mk._reconcile(first)  # its Workload is gone: nothing is kept
+                assert len(mk.retry) == 0 and mk.components._waiting == {}
+            finally:
+                await client.close()
+
+    asyncio.run(main())
+
+
+def test_a_set_with_bad_replicas_is_read_again_on_backoff_until_it_is_edited() -> None:
+    """A malformed ``spec.replicas`` names the set and its field, and is read again on
+    the growing backoff, since its edit makes no event the manager hears; once edited,
+    the group is dispatched and nothing of its backoff is kept."""
+    from admission.apiserver_double import running_apiserver
+    from admission.kube.client.rest import KubeClient
+    from tests.support.double_client import kube_client_config
+
+    async def main() -> None:
+        async with running_apiserver(objects=[NS, leader_worker_set()]) as server:
+            client = await KubeClient.connect(configuration=kube_client_config(server.url))
+            user = await KubeClient.connect(  # edits the set, as its owner would
+                configuration=kube_client_config(server.url), strict=False
+            )
+            try:
+                owner = await client.get(LEADERWORKERSET.resource, "infer", namespace="team-a")
+                now = [0.0]
+                mk, worker = manager(client, pending_groups(owner), lambda: now[0])
+                first = f"team-a/{NAMES[0]}"
+                await user.patch(LEADERWORKERSET.resource, "infer",
+                                   {"spec": {"replicas": 1_000_001}}, namespace="team-a")  # fmt: skip
+                waits = []
+                for _ in range(3):
+                    await mk._reconcile(first)
+                    waits.append(_looks_again_after(mk, first, now))
+                assert waits == [RETRY, 2 * RETRY, 4 * RETRY]
+                assert mk.reasons[first] == ("leaderworkerset team-a/infer: spec.replicas: "
+                                             "must be <= 1000000, got 1000001",)  # fmt: skip
+                assert worker.sent == []
+                await user.patch(LEADERWORKERSET.resource, "infer",
+                                   {"spec": {"replicas": 2}}, namespace="team-a")  # fmt: skip
+                await mk._reconcile(first)
+                assert worker.sent == [("workloads", NAMES[0])]
+                assert len(mk.retry) == 0 and mk.components._waiting == {}
+            finally:
+                await client.close()
+                await user.close()
 
     asyncio.run(main())
