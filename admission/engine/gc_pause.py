@@ -49,10 +49,12 @@ fake one in the tests of the bound.
 The policy is process-wide, like the collector: ``freeze_survivors`` is for a process that
 owns its heap (a controller after its startup sync, a benchmark), not for a library call.
 ``quartermaster serve`` gets both rules (admission.serve.heap). Its Workloads' objects die
-acyclic, and the quota tree a ClusterQueue or Cohort change replaces (``CohortTree`` and
-its working copy: nodes linked both ways) is unlinked by ``CohortTree.retire``, so
-reference counting frees it, frozen or not; left linked, each replaced tree would stay
-frozen until a compaction (bench/serve_churn.py measures what freezing holds).
+acyclic; the quota tree a ClusterQueue or Cohort change replaces (``CohortTree`` and its
+working copy: nodes linked both ways) is unlinked by ``CohortTree.retire``, and a TAS
+flavor's domain tree that a Node, pod, Topology or flavor change makes the scheduler
+build again (domains linked both ways) by ``FlavorSnapshot.retire``, so reference
+counting frees each, frozen or not; left linked, each replaced tree would stay frozen
+until a compaction (bench/serve_churn.py measures what freezing holds).
 Cycles in several threads nest in ``collector_paused``; a collector that was already off
 (``plan``) stays off and no collection runs."""
 

@@ -10,10 +10,11 @@ walks only what was made since the previous one.
 
 What dies frozen as a reference cycle stays until a compaction, which runs once the
 frozen count has doubled since the last one (one full pass then). The Workloads' own
-objects die acyclic, and so does the quota tree a ClusterQueue or Cohort change replaces
-(``CohortTree.retire`` unlinks it); a TAS flavor's domain tree, rebuilt after a Node or
-pod change, is still such a cycle. The check runs between cycles, every tick, on every
-replica: followers hold the same state and run no cycles.
+objects die acyclic, and so do the quota tree a ClusterQueue or Cohort change replaces
+(``CohortTree.retire`` unlinks it) and a TAS flavor's domain tree, rebuilt after a Node
+or pod change (``FlavorSnapshot.retire`` unlinks the one replaced). The check runs
+between cycles, every tick, on every replica: followers hold the same state and run no
+cycles.
 
 The policy is process-wide, so only a service that owns its process turns it on
 (``ServiceOptions.freeze_heap``: ``quartermaster serve``); a ``Service`` inside another

@@ -28,6 +28,7 @@ flavors with a hostname leaf). A flavor whose leaves aggregate nodes has a pool 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -103,7 +104,11 @@ class Domain:
     """A topology domain: its level values from the top down to its own level.
 
     The placement algorithm keeps its per-request state in the ``pod_count`` …
-    ``leader_count`` slots (Kueue's domainState), rewritten on every request."""
+    ``leader_count`` slots (Kueue's domainState), rewritten on every request.
+
+    ``parent`` and ``children`` link the tree both ways, a reference cycle; a tree that
+    has been replaced has neither (:meth:`FlavorSnapshot.retire`), so it is freed by
+    reference counting and any use of it left fails with AttributeError."""
 
     __slots__ = (
         "values",
@@ -119,6 +124,7 @@ class Domain:
         "leader_count",
         "key",
         "tainted",
+        "__weakref__",  # a domain's lifetime can be watched (a replaced tree is freed at once)
     )
 
     def __init__(self, values: DomainValues, level: int, parent: Domain | None) -> None:
@@ -163,6 +169,7 @@ class FlavorSnapshot:
     # the placement's incremental phase-1 state (admission.engine.tas.counts.FillState)
     fill: object | None = None
     balanced: bool = False  # Kueue's TASBalancedPlacement for preferred requests
+    retired: bool = False  # replaced by a tree built again: see retire
 
     @property
     def lowest_is_node(self) -> bool:
@@ -207,6 +214,29 @@ class FlavorSnapshot:
                 add_usage(cached, used, -1)
             self.free_cache[leaf.key] = cached
         return cached
+
+    def retire(self) -> None:
+        """This tree has been replaced (:meth:`TopologyState.snapshot` built another after
+        a Node, pod, Topology or flavor change): its domains lose ``parent`` and
+        ``children``, and the fill state and caches go, so that it is freed by reference
+        counting once its last holder lets go of it. Linked, it is a reference cycle,
+        which only the cyclic collector frees, and one frozen by
+        ``admission.engine.gc_pause`` only at a compaction.
+
+        Nothing reads a replaced tree: each placement takes the flavor's snapshot when it
+        starts and holds it no longer than it runs, and what a tree is built from changes
+        only between scheduling cycles (the cache is frozen during one), so no tree is
+        replaced while a cycle uses it. A use left anyway fails loudly (AttributeError on
+        ``parent`` or ``children``) rather than placing on domains that no longer are."""
+        if self.retired:
+            return
+        self.retired = True
+        for domains in self.per_level:
+            for d in domains:
+                del d.parent, d.children
+        self.fill = None
+        self.free_cache = {}
+        self.count_cache = {}
 
     def invalidate(self, key: DomainValues) -> None:
         """TAS usage on the leaf named ``key`` changed."""
@@ -291,7 +321,8 @@ class TopologyState:
 
     Drivers replace Topologies and Nodes and add/remove pods; the engine charges and
     releases TAS assignments (``charge``). Snapshots are rebuilt only after a change
-    to what they were built from (``generation``)."""
+    to what they were built from (``generation``), and the one a rebuild replaces is
+    unlinked (:meth:`FlavorSnapshot.retire`)."""
 
     topologies: dict[str, Topology] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -303,6 +334,9 @@ class TopologyState:
     balanced_placement: bool = False
     _node_usage: dict[str, Usage] = field(default_factory=dict)
     _snapshots: dict[str, tuple[int, ResourceFlavor, FlavorSnapshot]] = field(default_factory=dict)
+    # one build per change: the scheduler's thread and the event loop (a node failure's
+    # replacement) may both ask for a flavor's tree, and neither's may be retired under it
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     # -- objects ------------------------------------------------------------------
 
@@ -348,20 +382,23 @@ class TopologyState:
         topology = self.topologies.get(flavor.topology_name)
         if topology is None:
             return None
-        cached = self._snapshots.get(flavor.name)
-        if cached is not None and cached[0] == self.generation and cached[1] == flavor:
-            cached[2].balanced = self.balanced_placement
-            return cached[2]
-        snap = build_snapshot(
-            flavor,
-            topology,
-            (self.nodes[n] for n in sorted(self.nodes)),
-            self._node_usage,
-            self.usage.setdefault(usage_pool(flavor.name, topology.levels), {}),
-        )
-        snap.balanced = self.balanced_placement
-        self._snapshots[flavor.name] = (self.generation, flavor, snap)
-        return snap
+        with self._lock:
+            cached = self._snapshots.get(flavor.name)
+            if cached is not None and cached[0] == self.generation and cached[1] == flavor:
+                cached[2].balanced = self.balanced_placement
+                return cached[2]
+            snap = build_snapshot(
+                flavor,
+                topology,
+                (self.nodes[n] for n in sorted(self.nodes)),
+                self._node_usage,
+                self.usage.setdefault(usage_pool(flavor.name, topology.levels), {}),
+            )
+            snap.balanced = self.balanced_placement
+            self._snapshots[flavor.name] = (self.generation, flavor, snap)
+            if cached is not None:
+                cached[2].retire()  # freed by reference counting, frozen or not (gc_pause)
+            return snap
 
     # -- TAS usage ----------------------------------------------------------------
 

@@ -416,3 +416,53 @@ def test_a_node_heartbeat_is_not_a_change() -> None:
     assert state.set_node(Node(node.name, dict(node.labels), dict(node.allocatable))) is False
     assert state.generation == gen  # snapshots are reused
     assert state.set_node(Node(node.name, dict(node.labels), {"gpu": 2})) is True
+
+
+# -- a replaced domain tree -----------------------------------------------------------------
+
+
+def test_a_domain_tree_replaced_after_a_node_change_is_freed_by_reference_counting() -> None:
+    """A Node or pod change makes the next snapshot build the flavor's tree again; the
+    tree it replaces (its domains linked both ways) is unlinked and freed at once,
+    without the cyclic collector, which with the heap frozen (admission.engine.gc_pause)
+    would free it only at a compaction."""
+    import gc
+    import weakref
+
+    state = cluster([(b, r, 8, 0, False, True) for b in range(2) for r in range(3)], LEVELS)
+    gang = PlacementRequest("g", 8, {"gpu": 1}, TopologyRequest(required="block"))
+    old = state.snapshot(FLAVOR)
+    assert old is not None and place_flavor(old, [gang]).failed is None  # its fill kept
+    root, leaf = old.roots[0], old.leaves[next(iter(old.leaves))]
+    assert leaf.parent is not None and root.children  # linked both ways
+    dead_root, dead_leaf = weakref.ref(root), weakref.ref(leaf)
+    del old, root, leaf
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        state.set_pod(PodUsage("kube-system/ds", "n00", {"gpu": 1}), "kube-system/ds")
+        new = state.snapshot(FLAVOR)
+        assert new is not None and new.leaves[("b0", "b0-r0", "n00")].capacity["gpu"] == 7
+        assert (dead_root(), dead_leaf()) == (None, None)  # freed by reference counting
+        assert gc.collect() == 0  # and nothing of it left for the collector
+    finally:
+        if was:
+            gc.enable()
+    assert place_flavor(new, [gang]).failed is None
+    assert state.snapshot(FLAVOR) is new  # unchanged since: the same tree, not retired
+
+
+def test_a_replaced_domain_tree_fails_loudly_if_used() -> None:
+    """Nothing reads a tree once replaced; a placement on one anyway fails instead of
+    placing on domains that no longer are."""
+    import pytest
+
+    state = cluster([(0, r, 8, 0, False, True) for r in range(2)], LEVELS)
+    old = state.snapshot(FLAVOR)
+    assert old is not None
+    state.delete_node("n01")
+    assert state.snapshot(FLAVOR) is not old
+    gang = PlacementRequest("g", 2, {"gpu": 1}, TopologyRequest(required="rack"))
+    with pytest.raises(AttributeError, match="children|parent"):
+        place_flavor(old, [gang])
