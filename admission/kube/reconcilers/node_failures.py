@@ -372,6 +372,10 @@ class NodeFailures:
         ctx = self.ctx
         if host not in unhealthy_nodes(wl):
             await self._set_unhealthy(wkey, [host])
+        # The write above let a scheduling cycle start: the cache and its TAS trees are
+        # that cycle's (in its thread) until it returns. From here to the assumed
+        # replacement nothing awaits, so no cycle starts in between either.
+        await ctx.cache_ready()
         model = ctx.cache.workloads.get(wkey)
         if model is None or model.admission is None:
             return
