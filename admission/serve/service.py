@@ -480,6 +480,7 @@ class Service:
             state=state,
             registry=self.metrics.registry,
             owners=self.controller.jobs.owners,
+            quiet=self.controller.cache_ready,  # impact what-ifs never read a cycle's cache
         )
 
     async def _sync_certificates(self, *, first: bool = False) -> bool:

@@ -22,6 +22,13 @@ Two ways to run it:
   runs, so reviews answered meanwhile are slower (``python -m bench webhook-impact``
   measures both).
 
+Either way the job's state is taken while no scheduling cycle runs: ``serve`` runs its
+cycles in a worker thread, changing the cache the what-if reads, so the runner first
+waits for the one running now (``quiet``: the controller's ``cache_ready``) and then
+forks or takes the snapshot without yielding to the loop, where cycles start. A child
+forked during a cycle would compute on a half-committed cache, and could wait forever
+on a lock the cycle's thread held at the fork.
+
 At most one deferred job runs at a time (one forked child, one worker thread). Quota
 edits that arrive together (``kubectl apply -f DIR``, whose next request may come
 before the previous child has exited) wait their turn in arrival order, each within
@@ -38,6 +45,7 @@ import os
 import pickle
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -72,7 +80,15 @@ class OffLoopRunner:
     """Runs deferred warnings off the event loop, one at a time in arrival order, each
     within ``deadline`` seconds of its review's arrival."""
 
-    def __init__(self, deadline: float, mode: str | None = None) -> None:
+    def __init__(
+        self,
+        deadline: float,
+        mode: str | None = None,
+        *,
+        quiet: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """``quiet``: returns once no scheduling cycle changes the model (None: nothing
+        else changes it while the loop runs this code)."""
         if deadline <= 0:
             raise ValueError("deadline must be > 0")
         mode = mode or default_mode()
@@ -82,6 +98,7 @@ class OffLoopRunner:
             raise ValueError("mode 'process' needs os.fork")
         self.deadline = deadline
         self.mode = mode
+        self._quiet = quiet
         self._turn = asyncio.Lock()  # held from a job's start until its child or thread is done
         self._waiting = 0
         self._executor: ThreadPoolExecutor | None = None
@@ -118,6 +135,16 @@ class OffLoopRunner:
         finally:
             self._waiting -= 1
         # the turn is ours until the job's child is reaped or its thread returns
+        if self._quiet is not None:
+            try:
+                async with asyncio.timeout(until - time.monotonic()):
+                    await self._quiet()  # from here to the fork or snapshot: no await
+            except BaseException as exc:
+                self._release()
+                if not isinstance(exc, TimeoutError):
+                    raise
+                self.not_computed += 1
+                return deferred.failed(self._late())
         try:
             if self.mode == "process":
                 lines = await self._forked(deferred, until)

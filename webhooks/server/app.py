@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -175,19 +175,21 @@ def build_app(
     webhooks: list[WebhookSpec] | None = None,
     limits: ServerLimits | None = None,
     owners: OwnerSource | None = None,
+    quiet: Callable[[], Awaitable[None]] | None = None,
 ) -> web.Application:
     """The aiohttp application with every webhook route and the health endpoints.
 
     ``owners`` reads the owners of an object under review (:mod:`.owners`): a mutating
     review of an object with a controller owner of a known kind reads its owner chain
-    before it is decided."""
+    before it is decided. ``quiet`` returns once no scheduling cycle changes ``view``
+    (``serve``: the controller's ``cache_ready``): impact what-ifs take their state then."""
     specs = webhooks if webhooks is not None else all_webhooks(config.frameworks)
     limits = limits or ServerLimits()
     ctx = HandlerContext(view=view, config=config)
     metrics = WebhookMetrics(registry or CollectorRegistry(), [s.path for s in specs])
     state = state if state is not None else WebhookState(model_synced=True)
     assert config.impact_deadline is not None
-    runner = OffLoopRunner(config.impact_deadline, limits.what_if_mode)
+    runner = OffLoopRunner(config.impact_deadline, limits.what_if_mode, quiet=quiet)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[STATE_KEY] = state
     app[METRICS_KEY] = metrics

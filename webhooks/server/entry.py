@@ -9,7 +9,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -39,6 +39,7 @@ async def run_webhook_server(
     cert_check_interval: float = 10.0,
     limits: ServerLimits | None = None,
     owners: OwnerSource | None = None,
+    quiet: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Serve the webhooks over TLS until cancelled.
 
@@ -46,6 +47,7 @@ async def run_webhook_server(
     checked every ``cert_check_interval`` seconds), then calls ``ready_callback`` with
     the bound port (useful with ``port=0``). ``state`` lets the caller flip
     ``model_synced`` once its cache is synced; without it the model counts as synced.
+    ``quiet`` returns once no scheduling cycle changes ``view`` (see :func:`build_app`).
     """
     state = state if state is not None else WebhookState(model_synced=True)
     limits = limits or ServerLimits()
@@ -53,7 +55,13 @@ async def run_webhook_server(
     tls = ReloadingSSLContext(cert_dir)
     state.certs_loaded = True
     app = build_app(
-        view=view, config=config, state=state, registry=registry, limits=limits, owners=owners
+        view=view,
+        config=config,
+        state=state,
+        registry=registry,
+        limits=limits,
+        owners=owners,
+        quiet=quiet,
     )
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **limits.handler_kwargs())
     await runner.setup()

@@ -4,6 +4,7 @@ it off its event loop within a deadline. Over real HTTPS."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -472,3 +473,78 @@ def test_an_edit_whose_turn_does_not_come_by_its_deadline_says_what_was_ahead() 
         "(webhook.impactDeadline): the impact of 1 earlier quota edit(s) was being "
         "computed first; plan --what-if computes it offline"
     ]
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_an_impact_what_if_takes_its_state_only_once_the_running_cycle_has_ended(
+    mode: str,
+) -> None:
+    import asyncio
+
+    from webhooks.handlers.offloop import OffLoopRunner
+
+    if mode == "process" and not hasattr(os, "fork"):
+        pytest.skip("no os.fork")
+    cycle = {"running": True}  # a scheduling cycle changes the model now
+
+    class Probe:
+        def snapshot(self) -> Any:
+            seen = cycle["running"]  # where the state is taken: the loop, or the child
+            return lambda _deadline: [f"taken during a cycle: {seen}"]
+
+        def failed(self, why: str) -> list[str]:
+            return [f"not computed: {why}"]
+
+    async def main() -> list[str]:
+        idle = asyncio.Event()
+
+        async def quiet() -> None:
+            await idle.wait()
+
+        def cycle_returns() -> None:
+            cycle["running"] = False
+            idle.set()
+
+        asyncio.get_running_loop().call_later(0.05, cycle_returns)
+        return await OffLoopRunner(10.0, mode, quiet=quiet).run(Probe())
+
+    assert asyncio.run(main()) == ["taken during a cycle: False"]
+
+
+def test_a_cycle_longer_than_the_deadline_leaves_the_impact_not_computed() -> None:
+    import asyncio
+
+    from webhooks.handlers.offloop import OffLoopRunner
+
+    class Never:
+        def snapshot(self) -> Any:
+            raise AssertionError("the state was taken while the cycle ran")
+
+        def failed(self, why: str) -> list[str]:
+            return [f"not computed: {why}"]
+
+    async def main() -> tuple[list[str], list[str]]:
+        stuck = asyncio.Event()
+
+        async def quiet() -> None:
+            await stuck.wait()
+
+        runner = OffLoopRunner(0.1, "thread", quiet=quiet)
+        first = await runner.run(Never())
+        stuck.set()  # the cycle returns: the next edit's turn is free again
+
+        class Fine:
+            def snapshot(self) -> Any:
+                return lambda _deadline: ["computed"]
+
+            def failed(self, why: str) -> list[str]:
+                return [why]
+
+        return first, await runner.run(Fine())
+
+    first, second = asyncio.run(main())
+    assert first == [
+        "not computed: the what-if did not finish within the 0.1 s deadline "
+        "(webhook.impactDeadline); plan --what-if computes it offline"
+    ]
+    assert second == ["computed"]
