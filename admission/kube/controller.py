@@ -78,6 +78,20 @@ CYCLE_RETRY = 1.0
 webhooks, watches and status keep going meanwhile, and the next event may fix it."""
 
 
+def admitted_through(cache: Cache, local_queue: str) -> list[str]:
+    """The admitted workloads of LocalQueue ``local_queue`` ("ns/name"). Called from the
+    event loop while a cycle's thread may be admitting: the keys are copied at once
+    (in C, under the GIL), never iterated while the cycle changes them."""
+    ns, name = kobj.split_key(local_queue)
+    return [
+        k
+        for k in list(cache.admitted)
+        if (wl := cache.workloads.get(k)) is not None
+        and wl.namespace == ns
+        and wl.queue_name == name
+    ]
+
+
 class Controller:
     def __init__(
         self,
@@ -255,14 +269,7 @@ class Controller:
         if kind == "ClusterQueue":
             keys = list(cache.by_cq.get(key, ()))
         else:
-            ns, name = kobj.split_key(key)
-            keys = [
-                k
-                for k in cache.admitted
-                if (wl := cache.workloads.get(k)) is not None
-                and wl.namespace == ns
-                and wl.queue_name == name
-            ]
+            keys = admitted_through(cache, key)
         for wkey in keys:
             self.enqueue(work.Workload(wkey))
 

@@ -199,7 +199,9 @@ class NodeFailures:
         """Admitted workloads with pods on node ``name`` (assigned or bound)."""
         host = self.host_of(name)
         out: set[str] = set()
-        for wkey, charges in self.ctx.cache.tas_charged.items():
+        # a copy taken at once: this runs on the event loop (a Node event, the ticker)
+        # while a cycle's thread may be charging admissions
+        for wkey, charges in list(self.ctx.cache.tas_charged.items()):
             for ch in charges:
                 ta = ch.assignment
                 if ta.levels[-1] == HOSTNAME and any(v[-1] == host for v, _ in ta.domains):
