@@ -17,6 +17,9 @@ the cache while a cycle runs, and must not iterate what the cycle changes:
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -91,13 +94,35 @@ def test_a_replacement_waits_for_the_cycle_that_started_during_its_unhealthy_wri
     assert reconciler.retry_at == {"ns/wl": 105.0}  # failFast off: tried again later
 
 
+def _while_a_cycle_admits(live: dict[str, Any], value: Any, ask: Callable[[], Any]) -> list[Any]:
+    """``ask()`` 300 times on the event loop's side while another thread, as a cycle's
+    commits do, puts keys into ``live`` and takes them out again; the GIL is handed over
+    as often as the interpreter can, so iterating ``live`` itself fails nearly always."""
+    stop = threading.Event()
+
+    def cycles() -> None:
+        keys = [f"other/new-{i}" for i in range(10)]
+        while not stop.is_set():
+            for key in keys:
+                live[key] = value
+            for key in keys:
+                del live[key]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=cycles)
+    thread.start()
+    try:
+        return [ask() for _ in range(300)]
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+
+
 def test_the_workloads_on_a_node_are_found_while_a_cycle_charges_admissions() -> None:
     """A Node event lists the workloads charged on the node from the event loop while a
-    cycle's thread charges admissions into the same mapping: never "dictionary changed
-    size during iteration"."""
-    import sys
-    import threading
-
+    cycle's thread charges admissions into the same mapping."""
     from admission.engine.tas.domains import HOSTNAME
 
     def charge(host: str) -> list[SimpleNamespace]:
@@ -111,64 +136,23 @@ def test_the_workloads_on_a_node_are_found_while_a_cycle_charges_admissions() ->
         informers={},
     )
     reconciler = NodeFailures(ctx)  # type: ignore[arg-type]
-    stop = threading.Event()
-
-    admitted = charge("node-0")
-
-    def cycles() -> None:  # admissions charged, then released, as cycles' commits do
-        keys = [f"ns/new-{i}" for i in range(10)]
-        while not stop.is_set():
-            for key in keys:
-                charged[key] = admitted
-            for key in keys:
-                del charged[key]
-
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # hand the GIL over as often as the interpreter can
-    thread = threading.Thread(target=cycles)
-    thread.start()
-    try:
-        found = [reconciler.affected("node-7") for _ in range(300)]
-    finally:
-        stop.set()
-        thread.join()
-        sys.setswitchinterval(interval)
-    on_node_7 = sorted(f"ns/wl-{i}" for i in range(7, 2000, 50))
-    assert found == [on_node_7] * 300
+    found = _while_a_cycle_admits(charged, charge("node-0"), lambda: reconciler.affected("node-7"))
+    assert found == [sorted(f"ns/wl-{i}" for i in range(7, 2000, 50))] * 300
 
 
 def test_a_drained_local_queues_admitted_workloads_are_found_while_a_cycle_admits() -> None:
     """``stopPolicy: HoldAndDrain`` on a LocalQueue lists its admitted workloads from
     the event loop while a cycle's thread admits others."""
-    import sys
-    import threading
-
     from admission.kube.controller import admitted_through
 
-    def workload(ns: str, queue: str) -> SimpleNamespace:
-        return SimpleNamespace(namespace=ns, queue_name=queue)
-
-    workloads = {f"ns/wl-{i}": workload("ns", f"lq-{i % 20}") for i in range(2000)}
-    admitted = dict.fromkeys(workloads, True)
-    cache = SimpleNamespace(admitted=admitted, workloads=workloads)
-    stop = threading.Event()
-
-    def cycles() -> None:
-        keys = [f"other/new-{i}" for i in range(10)]
-        while not stop.is_set():
-            for key in keys:
-                admitted[key] = True
-            for key in keys:
-                del admitted[key]
-
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    thread = threading.Thread(target=cycles)
-    thread.start()
-    try:
-        found = [admitted_through(cache, "ns/lq-3") for _ in range(300)]  # type: ignore[arg-type]
-    finally:
-        stop.set()
-        thread.join()
-        sys.setswitchinterval(interval)
+    workloads = {
+        f"ns/wl-{i}": SimpleNamespace(namespace="ns", queue_name=f"lq-{i % 20}")
+        for i in range(2000)
+    }
+    cache = SimpleNamespace(admitted=dict.fromkeys(workloads, True), workloads=workloads)
+    found = _while_a_cycle_admits(
+        cache.admitted,
+        True,
+        lambda: admitted_through(cache, "ns/lq-3"),  # type: ignore[arg-type]
+    )
     assert found == [[f"ns/wl-{i}" for i in range(3, 2000, 20)]] * 300
