@@ -45,8 +45,25 @@ from queues.model import (
 from queues.transformations import ResourceTransformer
 from queues.tree import CohortTree
 
-# A ClusterQueue's admitted workloads for the victim searches (see admitted_rows)
-KeptRows = tuple[list[tuple[str, Workload, int, dict[FlavorResource, int]]], int]
+Row = tuple[str, Workload, int, dict[FlavorResource, int]]
+"""An admitted workload as the victim searches read it: key, workload, priority, usage."""
+CandidateOrder = tuple[int, float, str]
+"""Its place in Kueue's CandidatesOrdering: priority, then the negated admission time
+(most recently admitted first), then the UID (or the key)."""
+RankedRow = tuple[CandidateOrder, Row]
+# A ClusterQueue's admitted workloads for the victim searches (see admitted_rows): the
+# rows in admission order, their lowest priority, and the rows with their order.
+KeptRows = tuple[list[Row], int, list[RankedRow]]
+
+
+def ranked_row(wl: Workload, usage: dict[FlavorResource, int]) -> RankedRow:
+    """``wl``'s row and order while it holds ``usage``, built once per admission (what it
+    reads does not change until the workload is charged again): a cycle's victim searches
+    rebuild a ClusterQueue's lists after every admission there, and building these
+    tuples anew each time made most of what a cycle left for the collector to walk."""
+    key = wl.key
+    row = (key, wl, wl.priority, usage)
+    return (wl.priority, -(wl.admission_time or 0.0), wl.uid or key), row
 
 
 class Cache(QueueManager):
@@ -86,7 +103,8 @@ class Cache(QueueManager):
         self.workloads: dict[str, Workload] = {}
         self.admitted: dict[str, str] = {}  # workload key -> ClusterQueue charged
         self.usage_of: dict[str, dict[FlavorResource, int]] = {}  # what each admission holds
-        self.by_cq: dict[str, dict[str, None]] = {}  # ClusterQueue -> admitted keys (ordered)
+        # ClusterQueue -> admitted keys (in admission order), each with its ranked_row
+        self.by_cq: dict[str, dict[str, RankedRow]] = {}
         # ClusterQueue -> its admitted workloads as the victim searches read them
         # (:meth:`admitted_rows`), kept until the admissions there change.
         self._rows: dict[str, KeptRows | None] = {}
@@ -398,7 +416,7 @@ class Cache(QueueManager):
             usage = wl.admitted_usage()  # less the reclaimable pods (docs/semantics.md §4.1)
             self.admitted[wl.key] = cq
             self.usage_of[wl.key] = usage
-            self.by_cq.setdefault(cq, {})[wl.key] = None
+            self.by_cq.setdefault(cq, {})[wl.key] = ranked_row(wl, usage)
             self._rows.pop(cq, None)
             self._count_priority(cq, wl.priority, usage, +1)
             if cq in self.tree.queues:
@@ -455,7 +473,7 @@ class Cache(QueueManager):
         """Record an admission decided by the scheduler (before the driver writes it)."""
         self.admitted[wl.key] = cq
         self.usage_of[wl.key] = usage
-        self.by_cq.setdefault(cq, {})[wl.key] = None
+        self.by_cq.setdefault(cq, {})[wl.key] = ranked_row(wl, usage)
         self._rows.pop(cq, None)
         self._count_priority(cq, wl.priority, usage, +1)
         self.preemptors.discard(wl.key)
@@ -527,24 +545,21 @@ class Cache(QueueManager):
 
     def admitted_rows(self, cq: str) -> KeptRows | None:
         """``cq``'s admitted workloads, in admission order, as the victim searches read
-        them: (key, workload, priority, usage held) each, and the lowest of their
-        priorities. Built when first asked after
-        an admission there changed (one cycle's searches, and the next cycles', read
-        the same list while nothing is admitted to or released from ``cq``); None when
-        it has none."""
+        them: the rows (key, workload, priority, usage held), the lowest of their
+        priorities, and each row with its place in Kueue's candidate order
+        (:func:`ranked_row`). Built when first asked after an admission there changed
+        (one cycle's searches, and the next cycles', read the same lists while nothing
+        is admitted to or released from ``cq``); None when it has none."""
         try:
             return self._rows[cq]
         except KeyError:
             pass
-        keys = self.by_cq.get(cq)
+        ranked = self.by_cq.get(cq)
         got = None
-        if keys:
-            workloads, usage_of = self.workloads, self.usage_of
-            rows = []
-            for key in keys:
-                wl = workloads[key]
-                rows.append((key, wl, wl.priority, usage_of[key]))
-            got = (rows, min(r[2] for r in rows))
+        if ranked:
+            in_order = list(ranked.values())
+            rows = [r for _, r in in_order]
+            got = (rows, min(r[2] for r in rows), in_order)
         self._rows[cq] = got
         return got
 

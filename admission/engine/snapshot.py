@@ -18,14 +18,18 @@ from typing import NamedTuple
 from queues.model import FlavorResource, Workload
 from queues.tree import CohortTree
 
+_Row = tuple[str, Workload, int, dict[FlavorResource, int]]
+
 
 class AdmittedRows(NamedTuple):
     """A ClusterQueue's admitted workloads, in admission order: (key, workload, its
-    priority, the usage it holds) each, and the lowest of their priorities (a search
-    that may take only lower priorities skips the queue when none is lower)."""
+    priority, the usage it holds) each, the lowest of their priorities (a search that
+    may take only lower priorities skips the queue when none is lower), and each row
+    with its place in Kueue's candidate order (``admission.engine.cache.ranked_row``)."""
 
-    rows: list[tuple[str, Workload, int, dict[FlavorResource, int]]]
+    rows: list[_Row]
     lowest_priority: int
+    ranked: list[tuple[tuple[int, float, str], _Row]]
 
 
 class Snapshot:

@@ -36,7 +36,7 @@ from admission.engine.preemption.candidates import (
     borrowing_queues,
     cohort_levels,
 )
-from admission.engine.snapshot import Snapshot
+from admission.engine.snapshot import AdmittedRows, Snapshot
 from queues.model import NEVER, FlavorResource, Workload
 from queues.quota_node import QuotaNode
 
@@ -104,24 +104,21 @@ class OrderedCandidates:
 class SortedAdmitted:
     """Each ClusterQueue's admitted rows sorted by Kueue's CandidatesOrdering, kept
     while the cache keeps the same list of rows (it builds a new one when an admission
-    there changes; a workload's priority, admission time and UID do not change while
-    it is admitted under the same row list)."""
+    there changes; each row's place in the order is worked out once, when it is
+    charged: ``admission.engine.cache.ranked_row``)."""
 
     __slots__ = ("_kept",)
 
     def __init__(self) -> None:
         self._kept: dict[str, tuple[list[Row], SortedRows]] = {}
 
-    def of(self, cq: str, rows: list[Row]) -> SortedRows:
+    def of(self, cq: str, admitted: AdmittedRows) -> SortedRows:
         kept = self._kept.get(cq)
-        if kept is not None and kept[0] is rows:
+        if kept is not None and kept[0] is admitted.rows:
             return kept[1]
-        keyed = [
-            ((r[1].priority, -(r[1].admission_time or 0.0), r[1].uid or r[0]), r) for r in rows
-        ]
-        keyed.sort(key=_first)  # stable: equal keys keep admission order
-        self._kept[cq] = (rows, keyed)
-        return keyed
+        ranked = sorted(admitted.ranked, key=_first)  # stable: equal keys keep admission order
+        self._kept[cq] = (admitted.rows, ranked)
+        return ranked
 
 
 def _first(item: tuple[tuple[int, float, str], Row]) -> tuple[int, float, str]:
@@ -185,7 +182,7 @@ def _merged(
         admitted = admitted_rows(snap, q.name)
         if admitted is None:
             continue
-        rows = sorted_rows(q.name, admitted.rows)
+        rows = sorted_rows(q.name, admitted)
         heap.append((rows[0][0], len(queue_rows), 0))
         queue_rows.append((q.name, lca, advantage, rows))
     if not heap:

@@ -13,7 +13,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.engine.cache import Cache
+from admission.engine.cache import Cache, ranked_row
 from admission.engine.preemption.classical import Preemptor
 from admission.engine.preemption.ordered import ordered_candidates
 from admission.engine.scheduler import Scheduler
@@ -41,6 +41,8 @@ def test_lazy_candidates_are_the_eager_lists_in_order(w: tuple, data: st.DataObj
             wl = cache.workloads[key]
             wl.admission_time = 1.0
             wl.uid = "same"
+            # charged again as read now (a workload read again while admitted is)
+            cache.by_cq[cache.admitted[key]][key] = ranked_row(wl, cache.usage_of[key])
         cache._rows.clear()  # (the rows are built again, as after a change)
     snap = Snapshot(cache.tree)
     pre = Preemptor(cache)

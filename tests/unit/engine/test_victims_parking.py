@@ -282,8 +282,33 @@ def test_kept_admitted_rows_are_what_the_cache_holds_before_every_cycle(w: tuple
                     a[1] is b[1] and a[3] is b[3] for a, b in zip(kept[0], fresh or [], strict=True)
                 )
                 assert kept[1] == min(r[2] for r in kept[0])
+                # each row's place in Kueue's candidate order, as read from it now
+                assert [rank for rank, _ in kept[2]] == [
+                    (wl.priority, -(wl.admission_time or 0.0), wl.uid or key)
+                    for key, wl, _, _ in kept[0]
+                ]
+                assert all(a is b for (_, a), b in zip(kept[2], kept[0], strict=True))
             checked[0] += 1
         return real(self)
 
     with mock.patch.object(Scheduler, "schedule", schedule):
         decisions(cqs, cohorts, ops)
+
+
+def test_an_admitted_workload_read_again_is_ranked_as_read() -> None:
+    """A row's place in the candidate order is worked out when the workload is charged;
+    an admitted workload read again (a new priority, a new admission time) is charged
+    again, so the rows and their order are those of the object read last."""
+    cache = make_cache(cq("a", 10))
+    cache.add_workload(workload("w1", "a", 1, priority=1, created=5.0, admitted=True))
+    cache.add_workload(workload("w2", "a", 1, priority=2, created=6.0, admitted=True))
+    kept = cache.admitted_rows("a")
+    assert kept is not None
+    assert [rank for rank, _ in kept[2]] == [(1, -5.0, "w1"), (2, -6.0, "w2")]
+    again = workload("w1", "a", 1, priority=3, created=7.0, admitted=True)
+    cache.add_workload(again)
+    kept = cache.admitted_rows("a")
+    assert kept is not None
+    assert [row[0] for row in kept[0]] == ["ns-a/w2", "ns-a/w1"]
+    assert kept[0][1][1] is again and kept[0][1][2] == 3 and kept[1] == 2
+    assert kept[2][1] == ((3, -7.0, "w1"), kept[0][1])
