@@ -163,12 +163,22 @@ class CohortTree:
                 self._kept, self._dirty = copy, set()
                 self._lent = True
             return copy
+        # Each changed node once (a Cohort is on the path of each of its changed
+        # queues), refilled in place: the copy's usage dicts are made once, not once
+        # per cycle for every collector pass to walk. Nothing holds a copy's usage
+        # dict between uses (undo journals live only inside a block).
+        refreshed: set[str] = set()
         for name in self._dirty | kept._dirty:
             live, mine = self.queues.get(name), kept.queues.get(name)
             if live is None or mine is None:
                 continue
             for a, b in zip(live.path_to_root(), mine.path_to_root(), strict=True):
-                b.usage = dict(a.usage)
+                if b.is_cohort:
+                    if b.name in refreshed:
+                        break  # (and so is the rest of the path)
+                    refreshed.add(b.name)
+                b.usage.clear()
+                b.usage.update(a.usage)
         self._dirty.clear()
         kept._dirty.clear()
         kept.changes += 1

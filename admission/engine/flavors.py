@@ -111,8 +111,12 @@ class FlavorAssigner:
         # with one flavor in it, that group and flavor (see _assign_fitting).
         self.one_group = len(cq.resource_groups) == 1
         self.sole_flavor: tuple[ResourceGroup, str] | None = None
+        # With one flavor: each covered resource's (flavor, resource) pair, made once
+        # (the keys of every usage the sole-flavor path builds, kept answers included).
+        self._sole_frs: dict[str, FlavorResource] = {}
         if self.one_group and len(cq.resource_groups[0].flavors) == 1:
             self.sole_flavor = (cq.resource_groups[0], cq.resource_groups[0].flavors[0].name)
+            self._sole_frs = {r: (self.sole_flavor[1], r) for r in self.covered}
         # Kueue's IsTASOnly: every flavor of the ClusterQueue has a topology.
         names = [fq.name for g in cq.resource_groups for fq in g.flavors]
         topological = [
@@ -169,7 +173,8 @@ class FlavorAssigner:
         group, name = self.sole_flavor  # type: ignore[misc]
         if self._mismatch(name, group, [ps]) is not None:
             return None
-        usage = {(name, r): val for r, val in requests.items()}
+        frs = self._sole_frs
+        usage = {frs[r]: val for r, val in requests.items()}
         borrow, short = self.node.fits_now(usage.items())
         if short is None:
             flavors = dict.fromkeys(requests, name)
