@@ -20,7 +20,7 @@ from kubernetes.aio import client
 from kubernetes.aio.client.exceptions import ApiException
 
 from admission.apiserver_double import ApiServer, ServingCert, make_serving_cert
-from tests.unit.apiserver_double.test_apiserver_double import (
+from tests.unit.apiserver_double._support import (
     cluster,
     decide,
     job,
