@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 
 from tests.support.crd_validation import K8S_NEWEST, K8S_OLDEST
-from tests.unit.config.test_manifests import (
+from tests.support.install_manifests import (
     MANIFESTS,
     _kustomize,
     _one,
