@@ -30,7 +30,7 @@ from admission.engine.preemption.fair_sharing import (
 )
 from admission.engine.scheduler import Scheduler
 from queues.fairshare import Share
-from tests.unit.engine.test_engine_regressions import cq, make_cache, workload
+from tests.unit.engine._support import cq, make_cache, workload
 
 
 @pytest.mark.parametrize("attribute", ["cache", "clock", "preemptor", "order", "usage", "explain"])

@@ -36,6 +36,7 @@ from queues.model import (
     Workload,
 )
 from queues.tree import CohortTree
+from tests.unit.engine._support import cq as cpu_queue
 from tests.unit.engine.test_engine_properties import (
     FLAVORS,
     RESOURCES,
@@ -45,7 +46,6 @@ from tests.unit.engine.test_engine_properties import (
     violations,
     world,
 )
-from tests.unit.engine.test_engine_regressions import cq as cpu_queue
 from tests.unit.engine.test_preemption_properties import _filled, _workload
 
 

@@ -14,7 +14,7 @@ import pytest
 from admission.engine import gc_pause
 from admission.engine.gc_pause import between_cycles, collector_paused, freeze_survivors, release
 from admission.engine.scheduler import Scheduler
-from tests.unit.engine.test_engine_regressions import cq, make_cache, workload
+from tests.unit.engine._support import cq, make_cache, workload
 
 
 class Node:

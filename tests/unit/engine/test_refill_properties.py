@@ -23,9 +23,9 @@ from admission.engine.cache import Cache
 from admission.engine.decisions import AdmittedDecision
 from admission.engine.scheduler import Refill, Scheduler
 from queues.model import LocalQueue, ResourceFlavor
+from tests.unit.engine._support import cq, make_cache, workload
 from tests.unit.engine.test_cycle_fast_paths import _pod_sets
 from tests.unit.engine.test_engine_properties import FLAVORS, requota, usage_snapshot, world
-from tests.unit.engine.test_engine_regressions import cq, make_cache, workload
 from tests.unit.engine.test_preemption_properties import workload_of
 
 POLICIES = {

@@ -28,7 +28,7 @@ from admission.engine.ordering import classical_order
 from admission.engine.scheduler import Scheduler
 from queues.model import ClusterQueue, Cohort, LocalQueue, ResourceFlavor
 from queues.tree import CohortTree
-from tests.unit.engine.test_engine_regressions import cq as cpu_queue
+from tests.unit.engine._support import cq as cpu_queue
 from tests.unit.engine.test_feasibility import _cpu, bounded_world, play_bounded
 from tests.unit.engine.test_kept_nominations import _Run, worlds
 

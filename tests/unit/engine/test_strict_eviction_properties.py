@@ -36,8 +36,8 @@ from queues.model import (
     ResourceQuota,
     Workload,
 )
+from tests.unit.engine._support import cq, make_cache, workload
 from tests.unit.engine.test_engine_properties import FLAVORS, RESOURCES, violations, world
-from tests.unit.engine.test_engine_regressions import cq, make_cache, workload
 
 POLICIES = {
     "classical": {},

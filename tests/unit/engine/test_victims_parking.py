@@ -34,9 +34,9 @@ from admission.engine.cache import Cache
 from admission.engine.scheduler import Scheduler
 from queues.model import PodSet, Workload
 from queues.pending import PendingQueue
+from tests.unit.engine._support import _queued_workload, cq, make_cache, workload
 from tests.unit.engine.test_cycle_fast_paths import decisions
 from tests.unit.engine.test_engine_properties import world
-from tests.unit.engine.test_engine_regressions import _queued_workload, cq, make_cache, workload
 
 
 def _long_way(self: PendingQueue, wl: Workload, *, remember: bool = True) -> int:
