@@ -1,6 +1,6 @@
 """Validate Kubernetes objects against the generated CRDs the way the API server does.
 
-The tests of ``manifests/crd/`` (tests/unit/queues/test_crds.py, tests/unit/cli/test_crds_install.py) need to
+The tests of ``manifests/crd/`` (tests/unit/queues/test_crds*.py, tests/unit/cli/test_crds_install.py) need to
 know what a cluster with our CRDs would refuse, without a cluster: the CRD's
 openAPIV3Schema after defaulting, with unknown fields refused (kubectl's default strict
 field validation), ``x-kubernetes-list-type: map`` keys unique, and the
