@@ -21,7 +21,7 @@ from admission.kube.client import resources as k
 from queues.api.conditions import is_true
 from tests.support.kube_harness import Stack, admitted, eventually, stack
 from tests.support.kube_invariants import InvariantChecker, quotas_of
-from tests.unit.kube.test_kube_write_economy import NS, mark_finished, objects, standalone
+from tests.support.write_economy import NS, mark_finished, objects, standalone
 
 
 class HeldAdmission:

@@ -20,7 +20,7 @@ from admission.config.load import parse_config
 from admission.engine.decisions import CycleResult
 from admission.engine.scheduler import Scheduler
 from tests.support.kube_harness import admitted, eventually, stack
-from tests.unit.kube.test_kube_write_economy import (
+from tests.support.write_economy import (
     NS,
     create,
     mark_finished,

@@ -13,7 +13,7 @@ from admission.engine.queue_manager import PendingStatus
 from admission.kube import objects as kobj
 from queues.api.conditions import condition
 from tests.support.kube_harness import eventually, stack
-from tests.unit.kube.test_kube_write_economy import (
+from tests.support.write_economy import (
     NS,
     create,
     objects,

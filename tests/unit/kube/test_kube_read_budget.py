@@ -10,7 +10,7 @@ from pathlib import Path
 from admission.kube.client import resources as k
 from admission.kube.client.errors import ApiError
 from tests.support.kube_harness import admitted, eventually, stack
-from tests.unit.kube.test_kube_write_economy import NS, create, objects, shut, standalone
+from tests.support.write_economy import NS, create, objects, shut, standalone
 
 
 def test_a_read_waiting_for_the_budget_does_not_hold_back_decisions(tmp_path: Path) -> None:

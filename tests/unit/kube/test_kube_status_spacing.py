@@ -20,7 +20,7 @@ import pytest
 
 from admission.kube.reconcilers import queue_status
 from tests.support.kube_harness import admitted, eventually, stack
-from tests.unit.kube.test_kube_write_economy import (
+from tests.support.write_economy import (
     NS,
     create,
     mark_finished,

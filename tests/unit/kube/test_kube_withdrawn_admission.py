@@ -18,7 +18,7 @@ from typing import Any
 from admission.kube import objects as kobj
 from queues.api.conditions import condition
 from tests.support.kube_harness import admitted, eventually, stack
-from tests.unit.kube.test_kube_write_economy import (
+from tests.support.write_economy import (
     NS,
     create,
     objects,
