@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.scenario_runner import (
-    base_objects,
-    object_key,
-    run_scenario_spec,
-    scenario_objects,
-    validate_spec,
-)
+from tests.support.scenario_runner import run_scenario_spec, validate_spec
+from tests.support.scenario_shorthand import base_objects, object_key, scenario_objects
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 

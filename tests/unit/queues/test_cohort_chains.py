@@ -41,7 +41,8 @@ from tests.support.kube_harness import (
     namespace,
     stack,
 )
-from tests.support.scenario_runner import expand_workload, run_plan_cli
+from tests.support.scenario_runner import run_plan_cli
+from tests.support.scenario_shorthand import expand_workload
 from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review
 from tests.unit.engine.test_engine_properties import run as run_engine
 from tests.unit.engine.test_engine_properties import world as engine_world

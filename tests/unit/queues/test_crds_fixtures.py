@@ -28,7 +28,7 @@ from tests.support.crd_validation import (
     crd_problems,
     load_all,
 )
-from tests.support.scenario_runner import scenario_objects
+from tests.support.scenario_shorthand import scenario_objects
 
 
 def _kueue_objects(docs: list[Obj]) -> list[Obj]:

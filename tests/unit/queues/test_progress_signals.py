@@ -23,7 +23,7 @@ from queues.api.progress import (
     without_progress,
     workload_progress,
 )
-from tests.support.scenario_runner import scenario_objects
+from tests.support.scenario_shorthand import scenario_objects
 
 
 @pytest.mark.parametrize(

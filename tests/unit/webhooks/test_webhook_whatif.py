@@ -16,7 +16,8 @@ import yaml
 
 from admission.config.load import load_config
 from admission.drivers.loader import load_paths
-from tests.support.scenario_runner import expand_workload, run_plan_cli
+from tests.support.scenario_runner import run_plan_cli
+from tests.support.scenario_shorthand import expand_workload
 from tests.support.webhook_server import ReviewClient, WebhookServerThread, make_review
 from webhooks.config import WebhookConfig
 from webhooks.view import InMemoryView
