@@ -32,12 +32,17 @@ from queues.pending import PendingQueue, order_key, scheduling_hash
 from queues.tree import CohortTree
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class PendingStatus:
-    """Why a workload is not admitted: a QuotaReserved=False reason and a message."""
+    """Why a workload is not admitted: a QuotaReserved=False reason and a message.
+    Immutable: one object may stand for many workloads (:func:`same_status`)."""
 
     reason: PendingReason
     message: str
+
+
+_SHARED_LIMIT = 4096  # distinct statuses kept for sharing, at most
+_shared: dict[PendingReason, dict[str, PendingStatus]] = {}
 
 
 def same_status(
@@ -45,11 +50,21 @@ def same_status(
 ) -> PendingStatus:
     """The pending status (``reason``, ``message``) for workload ``key``: the one it has
     in ``statuses`` when that says the same (a head told the same every cycle gets no
-    new object), else a new one."""
+    new object), else one shared by every head told the same: thousands of heads of a
+    cycle are told one of a few messages, and an object each made thousands of objects
+    a cycle for the collector to walk, and one more per pending workload on the heap."""
     prev = statuses.get(key)
     if prev is not None and prev.message == message and prev.reason == reason:
         return prev
-    return PendingStatus(reason, message)
+    by_message = _shared.get(reason)
+    if by_message is None:
+        by_message = _shared[reason] = {}
+    st = by_message.get(message)
+    if st is None:
+        if len(by_message) >= _SHARED_LIMIT:
+            by_message.clear()
+        st = by_message[message] = PendingStatus(reason, message)
+    return st
 
 
 class QueueManager:

@@ -5,13 +5,15 @@ the quota tree's arithmetic actually applies (``QuotaNode.available_limit`` and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission.engine.messages import explain_available, explain_max_capacity
-from admission.engine.queue_manager import PendingStatus
+from admission.engine.queue_manager import PendingStatus, same_status
 from admission.engine.vocabulary import (
     AssignmentMode,
     FairSharingStrategy,
@@ -144,3 +146,18 @@ def test_a_borrowing_limit_below_the_cohort_spare_is_the_limit_named() -> None:
     b = tree.queues["b"]
     assert b.available_limit(fr).node is tree.cohorts["co"]
     assert "Cohort co (root) has 14 unused of subtree quota 14" in explain_available(b, fr)
+
+
+def test_heads_told_the_same_share_one_immutable_status() -> None:
+    """A head keeps the status it has when it is told the same again; heads told the
+    same thing otherwise share one status object, which nobody can change."""
+    reason = PendingReason.WAITING_FOR_QUOTA
+    a = same_status({}, "ns/a", reason, "short on cpu")
+    b = same_status({}, "ns/b", reason, "short on cpu")
+    assert a is b and a == PendingStatus(reason, "short on cpu")
+    own = PendingStatus(reason, "short on cpu")
+    assert same_status({"ns/c": own}, "ns/c", reason, "short on cpu") is own
+    other = same_status({"ns/c": own}, "ns/c", PendingReason.MISCONFIGURED, "short on cpu")
+    assert other is not a and other.reason == PendingReason.MISCONFIGURED
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.message = "changed"  # type: ignore[misc]
