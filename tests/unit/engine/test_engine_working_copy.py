@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from admission.engine.scheduler import Scheduler
 from queues.tree import CohortTree
+from tests.support.tree_ops import charge
 from tests.unit.engine._support import cq, make_cache, usage_of_tree, workload
 
 # -- the kept working copy of the tree is a clone, however both sides changed ---------
@@ -57,13 +58,7 @@ def test_a_kept_working_copy_is_what_a_fresh_clone_would_be(cycles: list) -> Non
         mine = dict(held)
         for on_copy, name, cpu in ops:
             target, acc = (copy, mine) if on_copy else (tree, held)
-            amount = min(abs(cpu), acc[name]) if cpu < 0 else cpu
-            if cpu < 0:
-                target.remove_usage(name, {fr: amount * 1000})
-                acc[name] -= amount
-            else:
-                target.add_usage(name, {fr: amount * 1000})
-                acc[name] += amount
+            charge(target, acc, name, cpu, fr)
             if on_copy and cpu % 3 == 0:
                 with copy.scratch():  # searches try removals and undo them
                     copy.remove_usage(name, {fr: mine[name] * 1000})

@@ -16,6 +16,7 @@ from queues.model import (
     ResourceQuota,
 )
 from queues.tree import CohortTree
+from tests.support.tree_ops import charge
 
 FR = ("default", "cpu")
 QUEUES = ["a1", "a2", "b1", "top1"]
@@ -84,12 +85,6 @@ def test_a_kept_working_copy_is_the_live_usage_refilled_in_place(cycles: list) -
         mine = dict(held)
         for on_copy, name, cpu in ops:
             target, acc = (copy, mine) if on_copy else (tree, held)
-            amount = min(abs(cpu), acc[name]) if cpu < 0 else cpu
-            if cpu < 0:
-                target.remove_usage(name, {FR: amount * 1000})
-                acc[name] -= amount
-            else:
-                target.add_usage(name, {FR: amount * 1000})
-                acc[name] += amount
+            charge(target, acc, name, cpu, FR)
         tree.give_back(copy)
     assert usage(tree.working_copy()) == usage(tree.clone())
