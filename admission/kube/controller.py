@@ -79,13 +79,12 @@ webhooks, watches and status keep going meanwhile, and the next event may fix it
 
 
 def admitted_through(cache: Cache, local_queue: str) -> list[str]:
-    """The admitted workloads of LocalQueue ``local_queue`` ("ns/name"). Called from the
-    event loop while a cycle's thread may be admitting: the keys are copied at once
-    (in C, under the GIL), never iterated while the cycle changes them."""
+    """The admitted workloads of LocalQueue ``local_queue`` ("ns/name"). Reads the cache:
+    only while no scheduling cycle runs (``CacheSync.apply`` defers it past one)."""
     ns, name = kobj.split_key(local_queue)
     return [
         k
-        for k in list(cache.admitted)
+        for k in cache.admitted
         if (wl := cache.workloads.get(k)) is not None
         and wl.namespace == ns
         and wl.queue_name == name
@@ -266,12 +265,16 @@ class Controller:
         if ((obj or {}).get("spec") or {}).get("stopPolicy") != HOLD_AND_DRAIN:
             return
         cache = self.ctx.cache
-        if kind == "ClusterQueue":
-            keys = list(cache.by_cq.get(key, ()))
-        else:
-            keys = admitted_through(cache, key)
-        for wkey in keys:
-            self.enqueue(work.Workload(wkey))
+
+        def drain() -> None:  # reads the cache: once the running cycle (if any) returned
+            if kind == "ClusterQueue":
+                keys = list(cache.by_cq.get(key, ()))
+            else:
+                keys = admitted_through(cache, key)
+            for wkey in keys:
+                self.enqueue(work.Workload(wkey))
+
+        self.sync.apply(drain)
 
     def _on_workload(
         self, event: str, key: str, new: kobj.Obj | None, old: kobj.Obj | None

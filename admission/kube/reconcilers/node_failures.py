@@ -188,6 +188,11 @@ class NodeFailures:
         )
 
     def _enqueue_affected(self, name: str) -> None:
+        # affected() reads the cache's charges, which a running cycle's thread changes:
+        # looked up once the cycle has returned (at once when none runs)
+        self.ctx.sync.apply(lambda: self._enqueue_workloads_on(name))
+
+    def _enqueue_workloads_on(self, name: str) -> None:
         for wkey in self.affected(name):
             self.ctx.enqueue(work.NodeFailure(wkey))
 
@@ -196,12 +201,11 @@ class NodeFailures:
         return state_host or name
 
     def affected(self, name: str) -> list[str]:
-        """Admitted workloads with pods on node ``name`` (assigned or bound)."""
+        """Admitted workloads with pods on node ``name`` (assigned or bound). Reads the
+        cache: only while no scheduling cycle runs (``_enqueue_affected``)."""
         host = self.host_of(name)
         out: set[str] = set()
-        # a copy taken at once: this runs on the event loop (a Node event, the ticker)
-        # while a cycle's thread may be charging admissions
-        for wkey, charges in list(self.ctx.cache.tas_charged.items()):
+        for wkey, charges in self.ctx.cache.tas_charged.items():
             for ch in charges:
                 ta = ch.assignment
                 if ta.levels[-1] == HOSTNAME and any(v[-1] == host for v, _ in ta.domains):

@@ -7,19 +7,17 @@ the cache while a cycle runs, and must not iterate what the cycle changes:
 * a TAS workload's node replacement writes ``status.unhealthyNodes`` first; a cycle may
   start during that write, and the replacement (which builds the flavor's domain tree
   and changes the workload's TAS charges) waits for it to end;
-* a Node event lists the workloads charged on the node, and ``HoldAndDrain`` on a
-  LocalQueue lists its admitted workloads, while the cycle admits others: never
-  "dictionary changed size during iteration". These tests hand the GIL over as often
-  as the interpreter can, and fail nearly every run when the loop iterates the live
-  mapping.
+* a Node event (or the ticker) lists the workloads charged on the node, and
+  ``HoldAndDrain`` on a LocalQueue lists its admitted workloads: both read mappings the
+  cycle changes, so both wait for it (``CacheSync.apply``); iterating them beside the
+  cycle raised "dictionary changed size during iteration", and copying them first is
+  not enough (a collection run by the copy's allocations can run Python code and hand
+  the GIL over mid-copy).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
-import threading
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,6 +25,7 @@ import pytest
 
 from admission.kube.reconcilers import node_failures
 from admission.kube.reconcilers.node_failures import NodeFailures
+from admission.kube.watch.cachesync import CacheSync
 from queues.node_health import NodeFailurePolicy
 
 
@@ -94,65 +93,75 @@ def test_a_replacement_waits_for_the_cycle_that_started_during_its_unhealthy_wri
     assert reconciler.retry_at == {"ns/wl": 105.0}  # failFast off: tried again later
 
 
-def _while_a_cycle_admits(live: dict[str, Any], value: Any, ask: Callable[[], Any]) -> list[Any]:
-    """``ask()`` 300 times on the event loop's side while another thread, as a cycle's
-    commits do, puts keys into ``live`` and takes them out again; the GIL is handed over
-    as often as the interpreter can, so iterating ``live`` itself fails nearly always."""
-    stop = threading.Event()
+class _CycleOwned(dict):  # type: ignore[type-arg]
+    """A cache mapping while a cycle runs: its thread changes it, so reading it from the
+    event loop then fails the test."""
 
-    def cycles() -> None:
-        keys = [f"other/new-{i}" for i in range(10)]
-        while not stop.is_set():
-            for key in keys:
-                live[key] = value
-            for key in keys:
-                del live[key]
+    def __init__(self, entries: dict[str, Any], sync: CacheSync) -> None:
+        super().__init__(entries)
+        self.sync = sync
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    thread = threading.Thread(target=cycles)
-    thread.start()
-    try:
-        return [ask() for _ in range(300)]
-    finally:
-        stop.set()
-        thread.join()
-        sys.setswitchinterval(interval)
+    def _check(self) -> None:
+        assert not self.sync.paused, "read from the event loop while a cycle runs"
+
+    def __iter__(self) -> Any:
+        self._check()
+        return super().__iter__()
+
+    def items(self) -> Any:
+        self._check()
+        return super().items()
 
 
-def test_the_workloads_on_a_node_are_found_while_a_cycle_charges_admissions() -> None:
-    """A Node event lists the workloads charged on the node from the event loop while a
-    cycle's thread charges admissions into the same mapping."""
+def test_the_workloads_on_a_failed_node_are_looked_up_once_the_running_cycle_returned() -> None:
+    """A Node event (or the ticker) lists the workloads charged on the node: not while a
+    cycle's thread charges admissions, but once it returned."""
     from admission.engine.tas.domains import HOSTNAME
 
     def charge(host: str) -> list[SimpleNamespace]:
         assignment = SimpleNamespace(levels=("block", HOSTNAME), domains=[(("b0", host), 1)])
         return [SimpleNamespace(assignment=assignment)]
 
-    charged = {f"ns/wl-{i}": charge(f"node-{i % 50}") for i in range(2000)}
+    sync = CacheSync(SimpleNamespace(), clock=lambda: 0.0)  # type: ignore[arg-type]
+    charged = {f"ns/wl-{i}": charge(f"node-{i % 50}") for i in range(200)}
+    enqueued: list[object] = []
     ctx = SimpleNamespace(
         options=SimpleNamespace(node_failures=NodeFailurePolicy()),
-        cache=SimpleNamespace(tas_charged=charged, admitted={}),
+        cache=SimpleNamespace(tas_charged=_CycleOwned(charged, sync), admitted={}),
         informers={},
+        sync=sync,
+        enqueue=enqueued.append,
     )
     reconciler = NodeFailures(ctx)  # type: ignore[arg-type]
-    found = _while_a_cycle_admits(charged, charge("node-0"), lambda: reconciler.affected("node-7"))
-    assert found == [sorted(f"ns/wl-{i}" for i in range(7, 2000, 50))] * 300
+    sync.pause()  # a cycle runs in its thread
+    reconciler._enqueue_affected("node-7")
+    assert enqueued == []
+    sync.resume()  # it returned
+    assert [item.key for item in enqueued] == sorted(f"ns/wl-{i}" for i in range(7, 200, 50))  # type: ignore[attr-defined]
 
 
-def test_a_drained_local_queues_admitted_workloads_are_found_while_a_cycle_admits() -> None:
-    """``stopPolicy: HoldAndDrain`` on a LocalQueue lists its admitted workloads from
-    the event loop while a cycle's thread admits others."""
-    from admission.kube.controller import admitted_through
+def test_a_drained_local_queues_workloads_are_looked_up_once_the_running_cycle_returned() -> None:
+    """``stopPolicy: HoldAndDrain`` on a LocalQueue lists its admitted workloads: not
+    while a cycle's thread admits others, but once it returned."""
+    from admission.kube.controller import Controller
 
+    sync = CacheSync(SimpleNamespace(), clock=lambda: 0.0)  # type: ignore[arg-type]
     workloads = {
-        f"ns/wl-{i}": SimpleNamespace(namespace="ns", queue_name=f"lq-{i % 20}")
-        for i in range(2000)
+        f"ns/wl-{i}": SimpleNamespace(namespace="ns", queue_name=f"lq-{i % 20}") for i in range(200)
     }
-    cache = SimpleNamespace(admitted=dict.fromkeys(workloads, True), workloads=workloads)
-    found = _while_a_cycle_admits(
-        cache.admitted,
-        True,
-        lambda: admitted_through(cache, "ns/lq-3"),  # type: ignore[arg-type]
+    enqueued: list[object] = []
+    controller = SimpleNamespace(
+        ctx=SimpleNamespace(
+            cache=SimpleNamespace(
+                admitted=_CycleOwned(dict.fromkeys(workloads, True), sync), workloads=workloads
+            )
+        ),
+        sync=sync,
+        enqueue=enqueued.append,
     )
-    assert found == [[f"ns/wl-{i}" for i in range(3, 2000, 20)]] * 300
+    stopped = {"spec": {"stopPolicy": "HoldAndDrain"}}
+    sync.pause()
+    Controller._drain_if_stopped(controller, "LocalQueue", "ns/lq-3", stopped)  # type: ignore[arg-type]
+    assert enqueued == []
+    sync.resume()
+    assert [item.key for item in enqueued] == [f"ns/wl-{i}" for i in range(3, 200, 20)]  # type: ignore[attr-defined]
