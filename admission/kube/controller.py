@@ -78,19 +78,6 @@ CYCLE_RETRY = 1.0
 webhooks, watches and status keep going meanwhile, and the next event may fix it."""
 
 
-def admitted_through(cache: Cache, local_queue: str) -> list[str]:
-    """The admitted workloads of LocalQueue ``local_queue`` ("ns/name"). Reads the cache:
-    only while no scheduling cycle runs (``CacheSync.apply`` defers it past one)."""
-    ns, name = kobj.split_key(local_queue)
-    return [
-        k
-        for k in cache.admitted
-        if (wl := cache.workloads.get(k)) is not None
-        and wl.namespace == ns
-        and wl.queue_name == name
-    ]
-
-
 class Controller:
     def __init__(
         self,
@@ -270,7 +257,14 @@ class Controller:
             if kind == "ClusterQueue":
                 keys = list(cache.by_cq.get(key, ()))
             else:
-                keys = admitted_through(cache, key)
+                ns, name = kobj.split_key(key)
+                keys = [
+                    k
+                    for k in cache.admitted
+                    if (wl := cache.workloads.get(k)) is not None
+                    and wl.namespace == ns
+                    and wl.queue_name == name
+                ]
             for wkey in keys:
                 self.enqueue(work.Workload(wkey))
 

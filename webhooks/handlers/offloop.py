@@ -139,12 +139,13 @@ class OffLoopRunner:
             try:
                 async with asyncio.timeout(until - time.monotonic()):
                     await self._quiet()  # from here to the fork or snapshot: no await
-            except BaseException as exc:
+            except TimeoutError:
                 self._release()
-                if not isinstance(exc, TimeoutError):
-                    raise
                 self.not_computed += 1
                 return deferred.failed(self._late())
+            except BaseException:
+                self._release()
+                raise
         try:
             if self.mode == "process":
                 lines = await self._forked(deferred, until)

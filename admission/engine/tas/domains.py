@@ -28,7 +28,6 @@ flavors with a hostname leaf). A flavor whose leaves aggregate nodes has a pool 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -333,10 +332,10 @@ class TopologyState:
     # Kueue's TASBalancedPlacement (Alpha, off by default): featureGates in the Configuration
     balanced_placement: bool = False
     _node_usage: dict[str, Usage] = field(default_factory=dict)
+    # One thread at a time reads and builds these: a scheduling cycle in its thread while
+    # the cache is frozen, the event loop (a node failure's replacement) only between
+    # cycles (it waits for the running one), so no tree is retired under its reader.
     _snapshots: dict[str, tuple[int, ResourceFlavor, FlavorSnapshot]] = field(default_factory=dict)
-    # one build per change: the scheduler's thread and the event loop (a node failure's
-    # replacement) may both ask for a flavor's tree, and neither's may be retired under it
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     # -- objects ------------------------------------------------------------------
 
@@ -382,23 +381,22 @@ class TopologyState:
         topology = self.topologies.get(flavor.topology_name)
         if topology is None:
             return None
-        with self._lock:
-            cached = self._snapshots.get(flavor.name)
-            if cached is not None and cached[0] == self.generation and cached[1] == flavor:
-                cached[2].balanced = self.balanced_placement
-                return cached[2]
-            snap = build_snapshot(
-                flavor,
-                topology,
-                (self.nodes[n] for n in sorted(self.nodes)),
-                self._node_usage,
-                self.usage.setdefault(usage_pool(flavor.name, topology.levels), {}),
-            )
-            snap.balanced = self.balanced_placement
-            self._snapshots[flavor.name] = (self.generation, flavor, snap)
-            if cached is not None:
-                cached[2].retire()  # freed by reference counting, frozen or not (gc_pause)
-            return snap
+        cached = self._snapshots.get(flavor.name)
+        if cached is not None and cached[0] == self.generation and cached[1] == flavor:
+            cached[2].balanced = self.balanced_placement
+            return cached[2]
+        snap = build_snapshot(
+            flavor,
+            topology,
+            (self.nodes[n] for n in sorted(self.nodes)),
+            self._node_usage,
+            self.usage.setdefault(usage_pool(flavor.name, topology.levels), {}),
+        )
+        snap.balanced = self.balanced_placement
+        self._snapshots[flavor.name] = (self.generation, flavor, snap)
+        if cached is not None:
+            cached[2].retire()  # freed by reference counting, frozen or not (gc_pause)
+        return snap
 
     # -- TAS usage ----------------------------------------------------------------
 
