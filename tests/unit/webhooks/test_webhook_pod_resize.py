@@ -90,14 +90,16 @@ def test_init_containers_sidecars_and_pod_level_resources_count_too() -> None:
     assert [f for f, _, _ in growth(new, old)] == ["spec.resources.requests[cpu]"]
 
 
+# fmt: off
 HELD = {
     "queue-name": {"labels": {"kueue.x-k8s.io/queue-name": "lq"}},
     "managed": {"labels": {"kueue.x-k8s.io/managed": "true"}},
     "group": {"labels": {"kueue.x-k8s.io/pod-group-name": "g"}},
     "finalizer": {"finalizers": ["kueue.x-k8s.io/managed"]},
     "job-pod": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
-                                     "uid": "j-uid", "controller": True}]},  # fmt: skip
+                                     "uid": "j-uid", "controller": True}]},
 }
+# fmt: on
 
 
 @pytest.mark.parametrize("held", list(HELD))
