@@ -171,11 +171,9 @@ async def _run(n: int, tmp: Path, *, refill: bool) -> dict[str, Any]:
             manager_requests = sum(manager_by_call.values())
             by_call: Counter[str] = Counter()
             for w, p in m.links.items():
-                for r in p.requests[link_before[w]:]:
+                for r in p.requests[link_before[w] :]:
                     by_call[f"{r.verb} {r.resource}"] += 1
-            per_worker = Counter(
-                str((w.get("status") or {}).get("clusterName")) for w in wls
-            )
+            per_worker = Counter(str((w.get("status") or {}).get("clusterName")) for w in wls)
             return {
                 "backend": "real" if real_workers is not None else "double",
                 "schedulingRefill": refill,

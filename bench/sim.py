@@ -100,10 +100,12 @@ VARIANTS: dict[str, tuple[tuple[tuple[str, str], ...], str | None]] = {
     # name: (replacements in the generator config, progressAwarePreemption section)
     "noReclaim": ((("reclaimWithinCohort: Any", "reclaimWithinCohort: Never"),), None),
     "noPreemption": (
-        (("reclaimWithinCohort: Any", "reclaimWithinCohort: Never"),
-         ("withinClusterQueue: LowerPriority", "withinClusterQueue: Never")),
+        (
+            ("reclaimWithinCohort: Any", "reclaimWithinCohort: Never"),
+            ("withinClusterQueue: LowerPriority", "withinClusterQueue: Never"),
+        ),
         None,
-    ),  # fmt: skip
+    ),
     "minimumRuntime1s": ((), "minimumRuntime: 1s"),
 }
 

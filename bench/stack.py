@@ -276,7 +276,11 @@ def run_harness(
 
 
 def _timeline(
-    result: dict[str, Any], started: float, metrics_text: str, budgeted: float, qps: float,
+    result: dict[str, Any],
+    started: float,
+    metrics_text: str,
+    budgeted: float,
+    qps: float,
     burst: int,
 ) -> dict[str, Any]:
     """Where the wall time went, in ms from the service process's start: the runner's
@@ -292,7 +296,9 @@ def _timeline(
     wall = result["stopEpoch"] - started
     waited = {
         k.split('"')[1]: round(v, 1)
-        for k, v in labelled(metrics_text, "quartermaster_client_rate_limit_wait_seconds_sum").items()
+        for k, v in labelled(
+            metrics_text, "quartermaster_client_rate_limit_wait_seconds_sum"
+        ).items()
     }
     return {
         "runnerStartMs": ms(result.get("startEpoch")),
@@ -346,8 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--qps", type=float, default=KUEUE_BUDGET[0])
     p.add_argument("--burst", type=int, default=KUEUE_BUDGET[1])
     p.add_argument("--budget-seconds", type=float, default=5400)
-    p.add_argument("--priority-and-fairness", action="store_true",
-                   help="the real API server with API Priority and Fairness on")
+    p.add_argument(
+        "--priority-and-fairness",
+        action="store_true",
+        help="the real API server with API Priority and Fairness on",
+    )
     args = p.parse_args(argv)
     out = run_harness(args.scenario, backend=args.backend, qps=args.qps, burst=args.burst,
                       budget_seconds=args.budget_seconds,

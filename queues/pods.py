@@ -98,7 +98,7 @@ def _resource_list(value: Any, where: str) -> ResourceList:
             raise QuantityError(f'{where}["{name}"]: {err}') from err
         if out[name] < 0:  # a negative overhead or request would hide other pods' usage
             raise PodSpecError(
-                f'{where}["{name}"]: must be greater than or equal to 0, got \"{raw}\"'
+                f'{where}["{name}"]: must be greater than or equal to 0, got "{raw}"'
             )
     return out
 

@@ -26,6 +26,7 @@ DEFAULT_GARBAGE_COLLECTORS: tuple[str, ...] = (
     "system:kube-controller-manager",
 )
 
+
 def default_namespace_selector(service_namespace: str) -> LabelSelector:
     """Kueue's default: ``kubernetes.io/metadata.name NotIn [kube-system, <service ns>]``."""
     return LabelSelector(

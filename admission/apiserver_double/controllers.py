@@ -325,9 +325,7 @@ class Controllers:
         return changed, refused
 
     @staticmethod
-    async def _drop_refs(
-        writer: _StoreWriter, rt: ResourceType, dep: Obj, uids: set[str]
-    ) -> bool:
+    async def _drop_refs(writer: _StoreWriter, rt: ResourceType, dep: Obj, uids: set[str]) -> bool:
         def dropped(current: Obj) -> Obj:
             meta = current["metadata"]
             refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") not in uids]

@@ -90,8 +90,10 @@ async def _dra_objects(session: api.UserApi) -> dict[tuple[str, str], dict[str, 
             async for page in session.list_all(res):
                 for o in page:
                     meta = o.get("metadata") or {}
-                    key = f"{meta.get('namespace')}/{meta.get('name')}" if res.namespaced else (
-                        str(meta.get("name"))
+                    key = (
+                        f"{meta.get('namespace')}/{meta.get('name')}"
+                        if res.namespaced
+                        else str(meta.get("name"))
                     )
                     out[(res.kind, key)] = {"apiVersion": res.api_version, "kind": res.kind, **o}
         except api.ApiError as err:

@@ -212,8 +212,7 @@ def _prepare_report_dir(path: str) -> None:
         import matplotlib  # noqa: F401  (the report's charts; an optional extra)
     except ImportError:
         raise BadInput(
-            "--report needs matplotlib, which is not installed: "
-            "pip install 'quartermaster[report]'"
+            "--report needs matplotlib, which is not installed: pip install 'quartermaster[report]'"
         ) from None
     if os.path.exists(path) and not os.path.isdir(path):
         raise BadInput(f"--report {path}: exists and is not a directory")

@@ -85,9 +85,7 @@ def checks_report(
     return [rows[k] for k in sorted(rows)]
 
 
-def _row(
-    key: str, cq: str, v: Verdict, states: tuple[AdmissionCheckState, ...]
-) -> dict[str, Any]:
+def _row(key: str, cq: str, v: Verdict, states: tuple[AdmissionCheckState, ...]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "workload": key,
         "clusterQueue": cq,

@@ -308,8 +308,11 @@ def plan_json(result: PlanResult) -> dict[str, Any]:
         ],
         "usage": usage_report(result.cache),
         **fair_sharing_report(result),
-        **({"admissionChecks": checks} if (checks := checks_report(
-            result.checks, _last_admissions(result))) else {}),
+        **(
+            {"admissionChecks": checks}
+            if (checks := checks_report(result.checks, _last_admissions(result)))
+            else {}
+        ),
     }
 
 

@@ -189,8 +189,10 @@ def explain(inputs: Inputs, key: str, *, config: Config | None = None) -> Explan
                            result=before)  # fmt: skip
     if verdict is not None and verdict.verdict.action in (Action.RETRY, Action.REJECT):
         # Kueue's Evicted reasons: a retry, or a deactivation by a Rejected check
-        reason = "AdmissionCheck" if verdict.verdict.action == Action.RETRY else (
-            "DeactivatedDueToAdmissionCheck"
+        reason = (
+            "AdmissionCheck"
+            if verdict.verdict.action == Action.RETRY
+            else "DeactivatedDueToAdmissionCheck"
         )
         return Explanation(key, verdict.cluster_queue, reason, verdict.verdict.message,
                            result=before)  # fmt: skip

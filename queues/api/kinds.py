@@ -104,7 +104,9 @@ class AdmissionCheckParametersReference(KubeModel):
     ]
     kind: Annotated[
         str,
-        StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z]([-A-Za-z0-9]*[A-Za-z0-9])?$"),
+        StringConstraints(
+            min_length=1, max_length=63, pattern=r"^[A-Za-z]([-A-Za-z0-9]*[A-Za-z0-9])?$"
+        ),
     ]
     name: Annotated[
         str,

@@ -109,9 +109,13 @@ async def _shows_the_wait(s: Stack, tmp_path: Path, name: str) -> None:
     assert row["STATUS"] == "QUOTARESERVED"
     assert row["REASON"] == "UnsatisfiedAdmissionChecks: check-a=Pending"
     status = await eventually(
-        lambda: (st := (s.get("clusterqueues", "cq") or {}).get("status") or {}).get(
-            "reservingWorkloads"
-        ) == 1 and st,
+        lambda: (
+            (st := (s.get("clusterqueues", "cq") or {}).get("status") or {}).get(
+                "reservingWorkloads"
+            )
+            == 1
+            and st
+        ),
         what="the ClusterQueue counts the reservation",
     )
     assert status["admittedWorkloads"] == 0
@@ -161,12 +165,14 @@ def test_ready_check_admits_and_only_then_the_job_starts(tmp_path: Path, backend
             registry = s.service.controller.ctx.metrics.registry
             labels = {"cluster_queue": "cq"}
             # Kueue's kueue_admission_checks_wait_time_seconds: reservation to admission
-            assert registry.get_sample_value(
-                "kueue_admission_checks_wait_time_seconds_count", labels
-            ) == 1
-            assert registry.get_sample_value(
-                "kueue_admission_checks_wait_time_seconds_sum", labels
-            ) == 5.0
+            assert (
+                registry.get_sample_value("kueue_admission_checks_wait_time_seconds_count", labels)
+                == 1
+            )
+            assert (
+                registry.get_sample_value("kueue_admission_checks_wait_time_seconds_sum", labels)
+                == 5.0
+            )
             assert registry.get_sample_value("kueue_admitted_workloads_total", labels) == 1
             assert registry.get_sample_value("kueue_quota_reserved_workloads_total", labels) == 1
 
@@ -183,21 +189,22 @@ def test_retry_releases_the_quota_and_requeues_after_requeue_after_seconds(
             tmp_path, backend=backend, objects=OBJECTS, controller=OPTS, clock=lambda: now[0]
         ) as s:
             await _activate(s, now[0])
-            await eventually(
-                lambda: (c := _cq_active(s)) and c["status"] == "True", what="active"
-            )
+            await eventually(lambda: (c := _cq_active(s)) and c["status"] == "True", what="active")
             await s.user.create(k.JOBS, job(NS, "j", queue="lq", parallelism=2), namespace=NS)
             wl = await _reserved(s, "j")
             await _set_check(s, wl, "Retry", now[0], message="no capacity", requeueAfterSeconds=60)
             wl = await eventually(
-                lambda: not admitted(w := s.workload_of_job(NS, "j"))
-                and is_true(w, "Evicted")
-                and w,
+                lambda: (
+                    not admitted(w := s.workload_of_job(NS, "j")) and is_true(w, "Evicted") and w
+                ),
                 what="evicted and its quota released",
             )
             ev = condition(wl, "Evicted")
             assert ev["reason"] == "AdmissionCheck"
-            assert ev["message"] == 'Evicted due to AdmissionCheck in Retry state: "check-a" (no capacity)'
+            assert (
+                ev["message"]
+                == 'Evicted due to AdmissionCheck in Retry state: "check-a" (no capacity)'
+            )
             (state,) = wl["status"]["admissionChecks"]
             assert state["state"] == "Pending"
             assert state["retryCount"] == 1
@@ -230,15 +237,17 @@ def test_rejected_deactivates_the_workload(tmp_path: Path, backend: Any) -> None
             wl = await _reserved(s, "j")
             await _set_check(s, wl, "Rejected", now[0], message="never fits")
             wl = await eventually(
-                lambda: (w := s.workload_of_job(NS, "j"))["spec"].get("active") is False
-                and not admitted(w)
-                and w,
+                lambda: (
+                    (w := s.workload_of_job(NS, "j"))["spec"].get("active") is False
+                    and not admitted(w)
+                    and w
+                ),
                 what="deactivated and its quota released",
             )
             ev = condition(wl, "Evicted")
             assert ev["reason"] == "DeactivatedDueToAdmissionCheck"
             assert ev["message"] == (
-                'The workload is deactivated due to AdmissionCheck in Rejected state: '
+                "The workload is deactivated due to AdmissionCheck in Rejected state: "
                 '"check-a" (never fits)'
             )
             assert condition(wl, "DeactivationTarget") is None
@@ -263,9 +272,7 @@ def test_a_reservation_whose_queue_drops_its_check_is_admitted(
             await s.user.create(k.JOBS, job(NS, "j", queue="lq", parallelism=1), namespace=NS)
             wl = await _reserved(s, "j")
             assert not is_true(wl, "Admitted")
-            await s.user.patch(
-                k.CLUSTER_QUEUES, "cq", {"spec": {"admissionChecksStrategy": None}}
-            )
+            await s.user.patch(k.CLUSTER_QUEUES, "cq", {"spec": {"admissionChecksStrategy": None}})
             wl = await eventually(
                 lambda: is_true(w := s.workload_of_job(NS, "j"), "Admitted") and w,
                 what="admitted without the check",

@@ -299,9 +299,7 @@ def test_a_pod_of_the_gang_gets_the_deadline_and_reports_the_checkpoint(
     asyncio.run(main())
 
 
-def test_a_pod_bound_after_the_notice_gets_the_deadline_too(
-    tmp_path: Path, backend: Any
-) -> None:
+def test_a_pod_bound_after_the_notice_gets_the_deadline_too(tmp_path: Path, backend: Any) -> None:
     """A pod of the noticed job that the service sees only after the notice was written
     (bound late, or a slow watch) still gets the deadline: it is for every running pod."""
     config = parse_config({"progressAwarePreemption": {"noticeWindow": "60s"}})
@@ -333,8 +331,15 @@ def test_a_pod_bound_after_the_notice_gets_the_deadline_too(
             deadline = wl["metadata"]["annotations"][DEADLINE_ANNOTATION]
             # the job is annotated last, after its pods as known then: none
             await eventually(
-                lambda: DEADLINE_ANNOTATION
-                in (((s.get("jobs", "gang", "ml") or {}).get("metadata") or {}).get("annotations") or {}),
+                lambda: (
+                    DEADLINE_ANNOTATION
+                    in (
+                        ((s.get("jobs", "gang", "ml") or {}).get("metadata") or {}).get(
+                            "annotations"
+                        )
+                        or {}
+                    )
+                ),
                 what="the notice written to the gang's Job",
             )
             await s.user.create(k.PODS, _gang_pod("gang-late", created), namespace="ml")

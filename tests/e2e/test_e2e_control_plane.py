@@ -57,7 +57,10 @@ def test_a_refused_stop_write_backs_off_with_an_event_then_completes(
             client.on_request = on_request
             s.server.fail_next(1000, code=403, verb="patch", resource="jobs", name="train")
             await s.user.patch(
-                kr.WORKLOADS, wl["metadata"]["name"], {"spec": {"active": False}}, namespace="team-a"
+                kr.WORKLOADS,
+                wl["metadata"]["name"],
+                {"spec": {"active": False}},
+                namespace="team-a",
             )
             t0 = loop.time()
             await asyncio.sleep(5.0)

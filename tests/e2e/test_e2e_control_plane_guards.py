@@ -93,7 +93,9 @@ def test_with_the_service_down_only_queued_pods_are_refused(tmp_path: Path, back
             assert created["metadata"]["name"] == "plain"
             try:
                 await s.user.create(
-                    kr.PODS, pod("queued", **{"kueue.x-k8s.io/queue-name": "lq"}), namespace="team-a"
+                    kr.PODS,
+                    pod("queued", **{"kueue.x-k8s.io/queue-name": "lq"}),
+                    namespace="team-a",
                 )
             except ApiError as err:
                 assert err.status == 500 and "mpod.kb.io" in err.message, err

@@ -131,7 +131,10 @@ def test_a_partially_admitted_job_runs_at_the_admitted_count(tmp_path: Path, bac
             assert admitted(s.workload_of_job("team-a", "elastic"))
             assert not is_true(s.workload_of_job("team-a", "elastic"), "Evicted")
             await s.user.patch(
-                kr.WORKLOADS, wl["metadata"]["name"], {"spec": {"active": False}}, namespace="team-a"
+                kr.WORKLOADS,
+                wl["metadata"]["name"],
+                {"spec": {"active": False}},
+                namespace="team-a",
             )
             await eventually(
                 lambda: (

@@ -263,7 +263,8 @@ class Tenant:
                 continue  # its Job's, counted with the Job
             gates = [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
             if GATE not in gates and (pod.get("status") or {}).get("phase") not in (
-                "Succeeded", "Failed"
+                "Succeeded",
+                "Failed",
             ):
                 out[queue_of(pod)] += cpu(pod["spec"])
         for res, name, case in self.made:

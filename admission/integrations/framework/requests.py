@@ -75,9 +75,7 @@ def pod_claims(spec: Any) -> list[Any]:
     return list(claims) if isinstance(claims, list) else []
 
 
-def claim_changes(
-    integ: Integration, new: Mapping[str, Any], old: Mapping[str, Any]
-) -> list[str]:
+def claim_changes(integ: Integration, new: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
     """A field error per podSet (in both objects) whose pods' ``resourceClaims`` differ:
     claims added, removed or pointed at another template are DRA devices the Workload
     was not admitted for, a resource change like any other."""

@@ -83,7 +83,9 @@ class JobIntegration(Integration):
         meta = as_object(obj.get("metadata"), kind_noun, ref, "metadata")
         annotations = string_map(meta.get("annotations"), kind_noun, ref, "metadata.annotations")
         spec = as_object(obj.get("spec"), kind_noun, ref, "spec")
-        parallelism = count_field(spec.get("parallelism"), kind_noun, ref, "spec.parallelism", default=1)
+        parallelism = count_field(
+            spec.get("parallelism"), kind_noun, ref, "spec.parallelism", default=1
+        )
         completions = count_field(
             spec.get("completions"), kind_noun, ref, "spec.completions", default=parallelism
         )
@@ -183,7 +185,9 @@ class JobIntegration(Integration):
             patch_spec["tolerations"] = info.tolerations or None
         gates = [g for g in tspec.get("schedulingGates") or [] if isinstance(g, dict)]
         kept_gates = [
-            g for g in gates if g.get("name") != TOPOLOGY_GATE or TOPOLOGY_GATE in info.scheduling_gates
+            g
+            for g in gates
+            if g.get("name") != TOPOLOGY_GATE or TOPOLOGY_GATE in info.scheduling_gates
         ]
         if kept_gates != gates:
             patch_spec["schedulingGates"] = kept_gates or None

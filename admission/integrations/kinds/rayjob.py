@@ -60,7 +60,9 @@ class RayJobIntegration(Integration):
     def roles(self, obj: Mapping[str, Any]) -> list[Role]:
         spec = obj.get("spec") or {}
         if not isinstance(spec.get("rayClusterSpec"), Mapping):
-            raise IntegrationError(f"{self.lower_kind} {ref_of(obj)}: spec.rayClusterSpec: required")
+            raise IntegrationError(
+                f"{self.lower_kind} {ref_of(obj)}: spec.rayClusterSpec: required"
+            )
         roles = cluster_roles(self.lower_kind, obj, _CLUSTER)
         mode = _mode(obj)
         if mode == SIDECAR_MODE:

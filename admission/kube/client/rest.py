@@ -147,7 +147,9 @@ class KubeClient:
     def _check(self, verb: str, res: Resource, sub: str | None) -> str:
         call = ApiCall(verb, res.group, res.plural, sub or "")
         if call not in API_CALLS and self.strict:
-            raise UndeclaredCall(f"{call} is not declared in admission.kube.client.resources.API_CALLS")
+            raise UndeclaredCall(
+                f"{call} is not declared in admission.kube.client.resources.API_CALLS"
+            )
         return str(call)
 
     @contextlib.asynccontextmanager

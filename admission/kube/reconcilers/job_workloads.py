@@ -84,7 +84,9 @@ class JobReconciler:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.kinds: dict[str, Integration] = {
-            i.lower_kind: i for i in ctx.options.frameworks.integrations() if i.reconciler == "object"
+            i.lower_kind: i
+            for i in ctx.options.frameworks.integrations()
+            if i.reconciler == "object"
         }
         self.resources: dict[str, Resource] = {w: resource_of(i) for w, i in self.kinds.items()}
         self.errors = {w: ComposeErrors(ctx, w) for w in self.kinds}

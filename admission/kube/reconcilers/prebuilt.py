@@ -88,7 +88,9 @@ class PrebuiltWorkloads:
             return False
         why = kobj.job_mismatch(wl, body, started=not integ.is_suspended(obj))
         if why is not None:
-            log.info("%s %s: prebuilt Workload %s out of sync: %s", integ.lower_kind, key, wkey, why)
+            log.info(
+                "%s %s: prebuilt Workload %s out of sync: %s", integ.lower_kind, key, wkey, why
+            )
             await self._out_of_sync(wkey)
             return False
         self._told.pop(job, None)

@@ -157,7 +157,9 @@ def test_list_verbs_show_kueuectls_columns_and_positions(tmp_path: Path, backend
     asyncio.run(main())
 
 
-def test_create_stop_and_resume_change_the_objects_the_service_acts_on(tmp_path: Path, backend: Any) -> None:
+def test_create_stop_and_resume_change_the_objects_the_service_acts_on(
+    tmp_path: Path, backend: Any
+) -> None:
     async def main() -> None:
         async with stack(tmp_path, backend=backend, objects=OBJECTS) as s:
             kc = s.kubeconfig(tmp_path / "kc", namespace="team-a")
@@ -290,7 +292,9 @@ def test_kubectl_runs_the_plugin_list_workloads(tmp_path: Path, backend: Any) ->
     asyncio.run(main())
 
 
-def test_why_gives_the_reason_in_numbers_and_the_quota_that_would_admit(tmp_path: Path, backend: Any) -> None:
+def test_why_gives_the_reason_in_numbers_and_the_quota_that_would_admit(
+    tmp_path: Path, backend: Any
+) -> None:
     objects = [
         namespace("team-a"),
         flavor("f"),

@@ -69,7 +69,8 @@ def test_kustomize_renders_the_install_with_the_expected_kinds() -> None:
         }:
             expected = (
                 "kube-system"
-                if o["metadata"]["name"] == "quartermaster-extension-apiserver-authentication-reader"
+                if o["metadata"]["name"]
+                == "quartermaster-extension-apiserver-authentication-reader"
                 else NAMESPACE
             )
             assert o["metadata"].get("namespace") == expected, o["metadata"]["name"]
@@ -172,9 +173,12 @@ def test_the_job_integrations_manifests_are_generated_from_the_registry(tmp_path
     assert gen.stale_files() == [], "run: python hack/gen_manifests.py"
     shutil.copytree(BASE, tmp_path / "base")
     rbac = tmp_path / "base" / "rbac.yaml"
-    rbac.write_text(rbac.read_text().replace(
-        "resources: [jobs]\n  verbs: [list, watch, get, patch]", "resources: [jobs]\n  verbs: [list]"
-    ))
+    rbac.write_text(
+        rbac.read_text().replace(
+            "resources: [jobs]\n  verbs: [list, watch, get, patch]",
+            "resources: [jobs]\n  verbs: [list]",
+        )
+    )
     out: list[str] = []
     assert gen.main(["--check", "--dir", str(tmp_path / "base")], out=out.append) == 1
     assert "rbac.yaml" in out[0]

@@ -86,8 +86,12 @@ def test_network_policy_admits_only_the_api_server_and_monitoring_to_the_pods() 
     assert [p["targetPort"] for p in metrics_svc["spec"]["ports"]] == ["metrics"]
     (peer,) = _policy_rule(policy, "metrics")["from"]
     assert set(peer) == {"namespaceSelector"}  # pods of that namespace, not of this one
-    assert _selector_matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": "monitoring"})
-    assert not _selector_matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": NAMESPACE})
+    assert _selector_matches(
+        peer["namespaceSelector"], {"kubernetes.io/metadata.name": "monitoring"}
+    )
+    assert not _selector_matches(
+        peer["namespaceSelector"], {"kubernetes.io/metadata.name": NAMESPACE}
+    )
     # the health port is not opened: the kubelet's probes come from the node
     assert "health" not in {p["port"] for r in rules for p in r["ports"]}
 

@@ -196,7 +196,9 @@ def _by_job(
 
 def test_plan_on_examples_matches_the_readme_table() -> None:
     if importlib.util.find_spec("admission.drivers.loader") is None:
-        pytest.skip("quartermaster plan cannot load manifests yet (admission.drivers.loader missing)")
+        pytest.skip(
+            "quartermaster plan cannot load manifests yet (admission.drivers.loader missing)"
+        )
     proc = subprocess.run(
         [sys.executable, "-m", "admission", "plan", "-f", str(EXAMPLES), "-o", "json"],
         capture_output=True,

@@ -56,7 +56,9 @@ VALIDATING = {
     # every in-place resize: a pod that runs on quota may not grow (any kind's pods)
     **{
         f"v{i.kind.lower()}{sub}.kb.io": (
-            i.webhook_paths()[1], [f"{i.resource.plural}/{sub}"], ["UPDATE"]
+            i.webhook_paths()[1],
+            [f"{i.resource.plural}/{sub}"],
+            ["UPDATE"],
         )
         for i in INTEGRATIONS
         for sub in i.guarded_subresources

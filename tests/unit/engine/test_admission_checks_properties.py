@@ -53,7 +53,9 @@ def checked_world(draw: st.DrawFn) -> tuple[dict, dict, list, list]:
     }
     answers = draw(
         st.lists(
-            st.tuples(st.integers(0, 50), st.sampled_from([CHECK_READY, CHECK_RETRY, CHECK_REJECTED])),
+            st.tuples(
+                st.integers(0, 50), st.sampled_from([CHECK_READY, CHECK_RETRY, CHECK_REJECTED])
+            ),
             min_size=4,
             max_size=30,
         )
@@ -72,9 +74,7 @@ def _answer(cache: Cache, pick: int, state: str, rejected: set[str], now: float)
     key = waiting[pick % len(waiting)]
     wl = cache.workloads[key]
     required = cache.checks_for(cache.admitted[key], wl.admission)
-    wl.admission_checks = set_state(
-        wl.admission_checks, AdmissionCheckState("prov", state), now
-    )
+    wl.admission_checks = set_state(wl.admission_checks, AdmissionCheckState("prov", state), now)
     v = verdict(wl.admission_checks, required)
     if v.action == Action.ADMIT:
         wl.admitted = True

@@ -121,9 +121,7 @@ def test_a_capacity_event_wakes_what_its_tree_parked_and_nothing_else(
     """Kueue's requeue on a capacity event: every parked workload of the tree where
     quota was freed may be nominated again; other trees' stay parked. The cache only
     visits the queues that parked something since the tree's last event."""
-    cache = make_cache(
-        cq("a1", 4, cohort="a"), cq("a2", 4, cohort="a"), cq("b1", 4, cohort="b")
-    )
+    cache = make_cache(cq("a1", 4, cohort="a"), cq("a2", 4, cohort="a"), cq("b1", 4, cohort="b"))
     for name, cq_name in (("x", "a1"), ("y", "a2"), ("z", "b1")):
         cache.add_workload(workload(name, cq_name, 8))
     for name, cq_name in (("x", "a1"), ("y", "a2"), ("z", "b1")):

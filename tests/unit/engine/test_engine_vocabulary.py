@@ -138,8 +138,9 @@ def test_a_borrowing_limit_below_the_cohort_spare_is_the_limit_named() -> None:
     limit = a.available_limit(fr)
     assert (limit.node, limit.amount) == (a, 5000)  # its own 4 (lent up) + 1 to borrow, of 14
     assert a.available(fr) == 5000
-    assert "borrowingLimit 1 of ClusterQueue a binds: at most 1 more can be borrowed from Cohort co" in (
-        explain_available(a, fr)
+    assert (
+        "borrowingLimit 1 of ClusterQueue a binds: at most 1 more can be borrowed from Cohort co"
+        in explain_available(a, fr)
     )
     cap = a.potential_limit(fr)
     assert (cap.node, cap.amount) == (a, 5000)

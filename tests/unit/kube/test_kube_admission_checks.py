@@ -103,7 +103,9 @@ def test_pod_set_updates_merge_and_a_conflict_names_the_check() -> None:
     from admission.integrations.framework.podset_info import PodSetInfo
     from admission.kube.control.workloads import apply_pod_set_updates
 
-    info = PodSetInfo("main", 2, node_selector={"pool": "a"}, labels={"kueue.x-k8s.io/podset": "main"})
+    info = PodSetInfo(
+        "main", 2, node_selector={"pool": "a"}, labels={"kueue.x-k8s.io/podset": "main"}
+    )
     ok = _wl(admissionChecks=[
         {"name": "a", "state": "Ready", "podSetUpdates": [
             {"name": "other", "labels": {"x": "1"}},

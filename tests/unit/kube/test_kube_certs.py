@@ -158,7 +158,9 @@ def test_the_service_issues_the_shared_certificate_and_makes_the_api_server_trus
 
             await eventually(trusted, what="the webhook configurations trust the shared CA")
             # A Job goes through the mutating webhook over TLS with the new CA: suspended.
-            await s.user.create(kr.JOBS, job("team", "train", queue="lq", cpu="1"), namespace="team")
+            await s.user.create(
+                kr.JOBS, job("team", "train", queue="lq", cpu="1"), namespace="team"
+            )
             created = s.get("jobs", "train", "team")
             assert created is not None and created["spec"]["suspend"] is True
 

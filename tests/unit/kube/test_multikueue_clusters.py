@@ -134,10 +134,17 @@ def test_active_follows_the_secret_and_the_worker(
             remotes: list[RemoteCluster] = []
 
             def make(name: str, c: k.KubeClient) -> RemoteCluster:
-                r = RemoteCluster(name, c, origin="multikueue", on_change=lambda _k: None,
-                                  on_state=lambda: None, probe_interval=0.05, probe_timeout=0.5)
+                r = RemoteCluster(
+                    name,
+                    c,
+                    origin="multikueue",
+                    on_change=lambda _k: None,
+                    on_state=lambda: None,
+                    probe_interval=0.05,
+                    probe_timeout=0.5,
+                )
                 remotes.append(r)
-                return r  # fmt: skip
+                return r
 
             clusters = Clusters(client, namespace=NS, make_remote=make, clock=lambda: 0.0)
             try:

@@ -396,8 +396,10 @@ def test_job_with_two_topology_annotations_is_denied_with_kueues_message(
             "kueue.x-k8s.io/podset-preferred-topology": "block",
         }
     )
-    assert "spec.template.metadata.annotations: Invalid value: must not contain more than one " \
+    assert (
+        "spec.template.metadata.annotations: Invalid value: must not contain more than one "
         "topology annotation" in denial(validate(client, obj))
+    )
 
 
 def test_job_slice_larger_than_its_pods_is_denied_on_create_and_update(

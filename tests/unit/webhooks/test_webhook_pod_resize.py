@@ -110,7 +110,7 @@ def test_a_pod_on_quota_is_refused_growth_with_a_field_error_naming_it(held: str
     assert not allowed
     assert message.startswith(
         "spec.containers[0].resources.requests[cpu]: Forbidden: pod team-a/p runs on the "
-        'quota its Workload was admitted with: a resize may lower its requests and limits, '
+        "quota its Workload was admitted with: a resize may lower its requests and limits, "
         'not raise them (was "1", asked "2")'
     ), message
     assert decide(resized(old, {"requests": {"cpu": "100m"}}), old)[0]
