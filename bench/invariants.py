@@ -374,7 +374,7 @@ def run() -> dict[str, Any]:
                 args=("--leader-elect",),
                 env={"POD_NAME": f"replica-{i}"},
                 log_level="ERROR",
-            )  # fmt: skip
+            )
             for i in range(2)
         ]
         for r in replicas:

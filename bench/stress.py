@@ -440,7 +440,7 @@ def run(kinds: tuple[str, ...] | None = None) -> dict[str, Any]:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
-                )  # fmt: skip
+                )
                 for kind in kinds
             ]
             outputs = [a.communicate(timeout=seconds + 300) for a in attackers]
@@ -479,7 +479,7 @@ def run(kinds: tuple[str, ...] | None = None) -> dict[str, Any]:
             "healthzFailures": 0,
             "leaseGapMaxS": f"about {RETRY_PERIOD} (lease 15 s, renew deadline 10 s)",
             "rssMaxMiB": 512,
-        },  # fmt: skip
+        },
         "met": {
             "validP99": (under["validP99Ms"] or 1e9) < 1000 and under["validReviewFailures"] == 0,
             "freshConnections": under["freshConnectionSuccessRate"] == 1.0,

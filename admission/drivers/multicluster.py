@@ -245,9 +245,7 @@ def run_clusters(
         mk = [c for c in (spec.admission_checks if spec else {}) if c in checks]
         if mk:
             out.append(
-                Dispatch(
-                    key, cq_name, mk[0], PENDING_ON_MANAGER, f"{st.reason}: {st.message}"
-                )  # fmt: skip
+                Dispatch(key, cq_name, mk[0], PENDING_ON_MANAGER, f"{st.reason}: {st.message}")
             )
     for w in running.values():
         w.result.pending = pending_report(w.cache)

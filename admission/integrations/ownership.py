@@ -231,5 +231,5 @@ def stand_in(ref: OwnerRef) -> dict[str, Any]:
             "namespace": ref.namespace,
             "uid": ref.uid,
             "labels": {QUEUE_NAME_LABEL: "<not read>"},
-        },  # fmt: skip
+        },
     }

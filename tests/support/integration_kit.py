@@ -122,7 +122,7 @@ def lifecycle_objects(case: KindCase) -> list[Obj]:
                 "spec": {"nodeLabels": {"pool": f}},
             }
             for f, _ in flavors
-        ),  # fmt: skip
+        ),
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ClusterQueue",
@@ -146,19 +146,19 @@ def lifecycle_objects(case: KindCase) -> list[Obj]:
             "kind": "LocalQueue",
             "metadata": {"name": "lq", "namespace": NS},
             "spec": {"clusterQueue": "cq"},
-        },  # fmt: skip
+        },
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "WorkloadPriorityClass",
             "metadata": {"name": "low"},
             "value": 10,
-        },  # fmt: skip
+        },
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "WorkloadPriorityClass",
             "metadata": {"name": "high"},
             "value": 1000,
-        },  # fmt: skip
+        },
         *case.extra_objects,
     ]
 

@@ -174,7 +174,7 @@ def default_submitter(obj: Mapping[str, Any]) -> Obj:
                     "image": image,
                     "resources": copy.deepcopy(SUBMITTER_RESOURCES),
                 }
-            ],  # fmt: skip
+            ],
         }
     }
 

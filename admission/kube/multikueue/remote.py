@@ -194,7 +194,7 @@ class RemoteCluster:
             await asyncio.wait_for(
                 self.client.list(
                     WORKLOADS, label_selector=f"{MULTIKUEUE_ORIGIN}={self.origin}", limit=1
-                ),  # fmt: skip
+                ),
                 timeout=self.probe_timeout,
             )
             ok = self.workloads.synced.is_set()

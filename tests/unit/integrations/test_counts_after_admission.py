@@ -204,7 +204,7 @@ def test_serve_reports_a_negative_overhead_jobset_written_past_the_webhook(
                         if e.get("reason") == "ErrWorkloadCompose"
                     ),
                     None,
-                ),  # fmt: skip
+                ),
                 what="the JobSet says why it gets no Workload",
             )
             assert NEGATIVE in event["message"]

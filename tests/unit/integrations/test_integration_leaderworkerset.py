@@ -176,7 +176,7 @@ def test_each_group_is_admitted_only_when_its_leader_and_workers_fit(
                     not p["spec"].get("schedulingGates")
                     for p in s.server.list_objects("pods", NS)
                     if p["metadata"]["labels"][GROUP] == first
-                ),  # fmt: skip
+                ),
                 what="the admitted group's leader and worker ungated",
             )
             await asyncio.sleep(0.5)

@@ -45,7 +45,7 @@ def raycluster(name: str, roles: Roles, metadata: dict[str, Any]) -> dict:
                     "template": pod_template(),
                 }
                 for group, pods in workers
-            ],  # fmt: skip
+            ],
         },
     }
 

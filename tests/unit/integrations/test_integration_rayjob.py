@@ -51,7 +51,7 @@ def rayjob(name: str, roles: Roles, metadata: dict[str, Any]) -> dict:
                         "template": pod_template(),
                     }
                     for group, pods in workers
-                ],  # fmt: skip
+                ],
             },
         },
     }

@@ -64,16 +64,14 @@ BUILDERS: dict[str, Callable[[], Obj]] = {
     "jobset.x-k8s.io/jobset": lambda: jobset("x", [("workers", 2)], meta("x", uid="u")),
     "kubeflow.org/pytorchjob": lambda: pytorchjob(
         "x", [("master", 1), ("worker", 2)], meta("x", uid="u")
-    ),  # fmt: skip
+    ),
     "kubeflow.org/mpijob": lambda: mpijob(
         "x", [("launcher", 1), ("worker", 2)], meta("x", uid="u")
-    ),  # fmt: skip
-    "ray.io/raycluster": lambda: raycluster(
-        "x", [("head", 1), ("workers", 2)], meta("x", uid="u")
-    ),  # fmt: skip
+    ),
+    "ray.io/raycluster": lambda: raycluster("x", [("head", 1), ("workers", 2)], meta("x", uid="u")),
     "ray.io/rayjob": lambda: rayjob(
         "x", [("head", 1), ("workers", 2), ("submitter", 1)], meta("x", uid="u")
-    ),  # fmt: skip
+    ),
     "trainer.kubeflow.org/trainjob": lambda: dict(
         TRAINJOB.resolve(trainjob("x", [("node", 2)], meta("x", uid="u")), lookup_of(RUNTIME))
     ),
@@ -243,7 +241,7 @@ def test_a_replacement_pod_asking_more_than_its_podset_stays_gated(tmp_path: Pat
                         if e.get("reason") == "ExceedsWorkload"
                     ),
                     None,
-                ),  # fmt: skip
+                ),
                 what="the grown pod is held, saying why",
             )
             assert "web-1 stays gated" in event["message"]

@@ -194,7 +194,7 @@ def test_a_cancelled_waiter_leaves_the_queue() -> None:
         ({"qps": 0}, "clientConnection.qps"),
         ({"burst": 0}, "clientConnection.burst"),
         ({"qsp": 5}, "clientConnection.qsp"),
-    ],  # fmt: skip
+    ],
 )
 def test_a_bad_client_connection_is_refused_naming_the_field(section: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

@@ -321,7 +321,7 @@ def test_preemption_and_fair_sharing_walk_a_deep_tree(tmp_path: Path, fair_shari
             {"default": {"cpu": 10}},
             cohort="c0",
             preemption={"reclaimWithinCohort": "Any"},
-        ),  # fmt: skip
+        ),
         cluster_queue("top-b", {"default": {"cpu": 10}}, cohort="c0"),
         local_queue("team", "lq-a", "top-a"),
         local_queue("team", "lq-b", "top-b"),
@@ -334,10 +334,10 @@ def test_preemption_and_fair_sharing_walk_a_deep_tree(tmp_path: Path, fair_shari
                 "requests": {"cpu": 16},
                 "admitted": {"clusterQueue": "top-b", "flavors": {"cpu": "default"}, "at": 1},
             }
-        ),  # fmt: skip
+        ),
         expand_workload(
             {"name": "a-new", "ns": "team", "queue": "lq-a", "created": 2, "requests": {"cpu": 10}}
-        ),  # fmt: skip
+        ),
     ]
     path = tmp_path / "chain.yaml"
     path.write_text(yaml.safe_dump_all(objs))

@@ -93,7 +93,7 @@ def update(client: ReviewClient, new: dict[str, Any], old: dict[str, Any], user:
         WL,
         make_review(
             "Workload", new, old=old, operation="UPDATE", username=user, sub_resource="status"
-        ),  # fmt: skip
+        ),
     )
     assert status == 200
     return resp["response"]  # type: ignore[no-any-return]
