@@ -8,7 +8,8 @@ least total capacity (a small dynamic program) take ``threshold`` slices each an
 rest in order. When no threshold above zero exists, or the balanced assignment fails,
 placement falls back to BestFit. A port of pkg/cache/scheduler/tas_balanced_placement.go;
 the candidates are copies of the snapshot's domains, so the snapshot's counts are never
-changed by a try.
+changed by a try, and the copies are linked downwards only, so they are freed by
+reference counting once the placement is done (:func:`_clone`).
 """
 
 from __future__ import annotations
@@ -159,8 +160,14 @@ def _place_balanced(
     return chosen, ""
 
 
-def _clone(d: Domain, parent: Domain | None) -> Domain:
-    c = Domain(d.values, d.level, parent)
+def _clone(d: Domain) -> Domain:
+    """A copy of ``d``'s subtree, counts included, for a try that must not change the
+    snapshot. Linked downwards only (``parent`` is None: nothing reads a copy's parent),
+    so the copies are no reference cycle and reference counting frees them as soon as
+    the placement lets go, however many tries it made; with the heap frozen
+    (``admission.engine.gc_pause``) a cycle would wait for a full collection, and one
+    frozen for a compaction."""
+    c = Domain(d.values, d.level, None)
     c.nodes, c.capacity, c.key, c.tainted = d.nodes, d.capacity, d.key, d.tainted
     c.pod_count, c.slice_count = d.pod_count, d.slice_count
     c.pod_count_wl, c.slice_count_wl, c.leader_count = (
@@ -168,7 +175,7 @@ def _clone(d: Domain, parent: Domain | None) -> Domain:
         d.slice_count_wl,
         d.leader_count,
     )
-    c.children = [_clone(x, c) for x in d.children]
+    c.children = [_clone(x) for x in d.children]
     return c
 
 
@@ -224,7 +231,7 @@ def _best_candidates(
     one_layer = replace(st, size_at_level={})
     best, best_n, best_set = 0, 0, []
     for siblings in groups:
-        cands = [_clone(d, None) for d in siblings]
+        cands = [_clone(d) for d in siblings]
         lower = [c for d in cands for c in d.children] if level_idx < st.slice_level_idx else cands
         fits, n, last_wl, last = _greedy(lower, slice_count, st.leader_count)
         if not fits:
@@ -241,7 +248,7 @@ def _best_candidates(
             if t_leader <= 0 or t_leader < best:
                 continue
             t = t_leader
-            cands = [_clone(d, None) for d in siblings]
+            cands = [_clone(d) for d in siblings]
             _prune(cands, t, one_layer, level_idx)
             ok, at_level, _, _ = _greedy(cands, slice_count, st.leader_count)
         if not ok:

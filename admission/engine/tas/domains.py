@@ -107,7 +107,8 @@ class Domain:
 
     ``parent`` and ``children`` link the tree both ways, a reference cycle; a tree that
     has been replaced has neither (:meth:`FlavorSnapshot.retire`), so it is freed by
-    reference counting and any use of it left fails with AttributeError."""
+    reference counting and any use of it left fails with AttributeError. The balanced
+    placement's copies (``admission.engine.tas.balanced``) link downwards only."""
 
     __slots__ = (
         "values",

@@ -108,8 +108,8 @@ def place(
     )
     fill_in_counts(snap, workers, leader, st, assumed or {}, simulate_empty, within)
     descent = Descent(snap, dict(workers.per_pod))
+    balanced = None
     try:
-        balanced = None
         if snap.balanced and not st.required and not unconstrained and within is None:
             balanced = balanced_domains(snap, st, level_idx)  # None: BestFit after all
         if balanced is not None:
@@ -158,7 +158,9 @@ def place(
         out[workers.name] = _assignment(snap, [(d.values, d.pod_count) for d in fit])
         return out, ""
     finally:
-        descent.done()
+        if balanced is None:
+            descent.done()  # it rewrote the snapshot's domains: the next fill counts them again
+        # else it rewrote the balanced copies only: nothing to count again, none kept
 
 
 def _inner_layers(

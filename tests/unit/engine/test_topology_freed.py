@@ -1,0 +1,77 @@
+"""TAS domain trees and their copies are freed by reference counting, collector off.
+
+The server freezes its heap after startup (``admission.engine.gc_pause``): a reference
+cycle made after that is freed only by a full collection, and one that dies frozen only
+at a compaction. So what placement makes and drops at run time must hold no cycle: the
+balanced placement's copies of the snapshot's domains (linked downwards only). Each test
+turns the collector off and watches weak references die."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from admission.engine.tas import balanced
+from admission.engine.tas.domains import HOSTNAME, Domain, Node, TopologyState
+from admission.engine.tas.placement import place_flavor
+from admission.engine.tas.request import PlacementRequest
+from queues.model import ResourceFlavor, Topology, TopologyRequest
+
+LEVELS = ("block", "rack", HOSTNAME)
+FLAVOR = ResourceFlavor("tas", node_labels={"pool": "gpu"}, topology_name="t")
+
+
+@contextmanager
+def collector_off() -> Iterator[None]:
+    """The cyclic collector off (what is freed now is freed by reference counting)."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def two_racks(state: TopologyState) -> None:
+    """Block b1 with racks r1 and r2 of one host each, 15 GPUs and 25 pods a host
+    (Kueue's tas_cache_test.go "balanced placement; basic")."""
+    state.set_topologies({"t": Topology("t", LEVELS)})
+    for host, rack in (("x1", "r1"), ("x2", "r2")):
+        labels = {"pool": "gpu", "block": "b1", "rack": rack, HOSTNAME: host}
+        state.set_node(Node(host, labels, {"gpu": 15, "pods": 25}))
+
+
+def test_balanced_placement_copies_are_freed_when_it_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Balanced placement tries on copies of the snapshot's domains; every copy, of the
+    domains it placed on and of those it only tried, is freed when the placement
+    returns, not kept for the next fill nor left as a cycle."""
+    state = TopologyState(balanced_placement=True)
+    two_racks(state)
+    copies: list[weakref.ref[Domain]] = []
+    clone = balanced._clone
+
+    def watched(d: Domain) -> Domain:
+        c = clone(d)
+        copies.append(weakref.ref(c))
+        return c
+
+    monkeypatch.setattr(balanced, "_clone", watched)
+    gang = PlacementRequest("g", 25, {"gpu": 1}, TopologyRequest(preferred="rack"))
+    snap = state.snapshot(FLAVOR)
+    assert snap is not None
+    with collector_off():
+        for _ in range(2):  # the second fill is the incremental one, after the first's
+            result = place_flavor(snap, [gang])
+            # spread evenly, 13 and 12 (BestFit would put 15 and 10): the balanced path
+            assert result.assignments["g"].domains == ((("x1",), 13), (("x2",), 12))
+            assert copies and [c() for c in copies] == [None] * len(copies)
+            assert gc.collect() == 0  # and nothing left for the collector
+            copies.clear()
