@@ -158,6 +158,7 @@ class Cache(QueueManager):
         flavors_changed = flavors is not None and flavors != self.flavors
         if flavors is not None and flavors_changed:
             self.flavors = dict(flavors)
+            self.topology.keep_snapshots(self.flavors)  # a deleted flavor's tree is freed
             changed = True
         if cohorts is not None and cohorts != self.cohorts:
             self.cohorts = dict(cohorts)

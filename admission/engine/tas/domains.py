@@ -322,7 +322,8 @@ class TopologyState:
     Drivers replace Topologies and Nodes and add/remove pods; the engine charges and
     releases TAS assignments (``charge``). Snapshots are rebuilt only after a change
     to what they were built from (``generation``), and the one a rebuild replaces is
-    unlinked (:meth:`FlavorSnapshot.retire`)."""
+    unlinked (:meth:`FlavorSnapshot.retire`), as is the one of a flavor deleted
+    (:meth:`drop_snapshot`)."""
 
     topologies: dict[str, Topology] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -344,6 +345,9 @@ class TopologyState:
         if dict(topologies) != self.topologies:
             self.topologies = dict(topologies)
             self.generation += 1
+            for name, (_, _, snap) in list(self._snapshots.items()):
+                if snap.topology not in self.topologies:
+                    self.drop_snapshot(name)  # no tree is built over a missing Topology
 
     def set_node(self, node: Node) -> bool:
         """Add or replace a node; True when what placement reads of it changed."""
@@ -398,6 +402,25 @@ class TopologyState:
         if cached is not None:
             cached[2].retire()  # freed by reference counting, frozen or not (gc_pause)
         return snap
+
+    def drop_snapshot(self, flavor_name: str) -> None:
+        """Forget the flavor's tree: the flavor was deleted or no longer names an existing
+        Topology, so no placement asks for it again. It is retired as a replaced tree is,
+        so it is freed by reference counting, and a flavor of the same name made later
+        gets a tree built afresh. Called only between scheduling cycles (the cache is
+        frozen during one), so no placement holds the tree."""
+        cached = self._snapshots.pop(flavor_name, None)
+        if cached is not None:
+            cached[2].retire()
+
+    def keep_snapshots(self, flavors: Mapping[str, ResourceFlavor]) -> None:
+        """The ResourceFlavors are now ``flavors``: drop the trees of those deleted or no
+        longer topology-aware (:meth:`drop_snapshot`); a changed one is rebuilt when next
+        asked for."""
+        for name in list(self._snapshots):
+            flavor = flavors.get(name)
+            if flavor is None or flavor.topology_name is None:
+                self.drop_snapshot(name)
 
     # -- TAS usage ----------------------------------------------------------------
 
