@@ -12,6 +12,7 @@ The writes are counted and held back as in test_kube_write_economy.py
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -226,9 +227,14 @@ def test_when_nothing_is_decided_clusterqueues_going_idle_are_written_first() ->
 
 def test_a_status_pass_has_several_writes_waiting_for_the_budget_at_once(tmp_path: Path) -> None:
     """One write at a time, a pass is bound by the API's latency, not by the budget:
-    up to ``STATUS_WRITERS`` of its writes wait for their turn at once (never more)."""
+    up to ``STATUS_WRITERS`` of its writes wait for their turn at once (never more).
+
+    The passes are held until every queue's change is in the cache and due: a pass
+    waits for its writes, so one that ran while the workloads were still arriving (a
+    loaded machine spreads them out) would sit at the shut budget with the few
+    changes it saw, and no later pass would run."""
     from admission.kube.client.ratelimit import LOW
-    from admission.kube.reconcilers.queue_status import STATUS_WRITERS
+    from admission.kube.reconcilers.queue_status import FIGURES_EVERY, STATUS_WRITERS
 
     queues = [f"cq{i}" for i in range(STATUS_WRITERS + 2)]
     objs = [namespace(NS), flavor("f")]
@@ -248,9 +254,34 @@ def test_a_status_pass_has_several_writes_waiting_for_the_budget_at_once(tmp_pat
                 )
 
             await eventually(all_written, what="the first statuses")
+            every_change_due = asyncio.Event()
+            plain_refresh = status.refresh
+
+            async def refresh_once_every_change_is_due() -> None:
+                await every_change_due.wait()
+                await plain_refresh()
+
+            status.refresh = refresh_once_every_change_is_due  # type: ignore[method-assign]
             gate = shut(s)
             for q in queues:  # each queue goes from idle to holding work: significant
                 await create(s, workload(NS, q, queue=q, pod_sets=[("main", 1, "1")]))
+
+            async def every_queue_holds_work() -> bool:
+                await ctrl.cache_ready()  # (no cycle reads the cache meanwhile)
+                want = status.desired()
+                return all(
+                    want[("cq", q)].get("pendingWorkloads")
+                    or want[("cq", q)].get("reservingWorkloads")
+                    for q in queues
+                )
+
+            await eventually(every_queue_holds_work, what="every queue's change is in the cache")
+            spacing = FIGURES_EVERY * ctrl.options.status_interval  # (a busy queue's wait)
+            last_write = max(status.written_at.values())
+            await eventually(
+                lambda: time.monotonic() - last_write >= spacing, what="every change due"
+            )
+            every_change_due.set()
 
             def status_waiting() -> int:
                 return sum(1 for p, _, f in gate._waiters if p == LOW and not f.done())
