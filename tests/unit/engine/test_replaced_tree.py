@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
@@ -28,6 +26,7 @@ from admission.engine.ordering import classical_order
 from admission.engine.scheduler import Scheduler
 from queues.model import ClusterQueue, Cohort, LocalQueue, ResourceFlavor
 from queues.tree import CohortTree
+from tests.support.collector import collector_off
 from tests.unit.engine._support import cq as cpu_queue
 from tests.unit.engine.test_feasibility import _cpu, bounded_world, play_bounded
 from tests.unit.engine.test_kept_nominations import _Run, worlds
@@ -36,19 +35,6 @@ from tests.unit.engine.test_kept_nominations import _Run, worlds
 def _never_unlinked() -> Any:
     """Replaced trees are left linked (``retire`` does nothing)."""
     return mock.patch.object(CohortTree, "retire", lambda self: None)
-
-
-@contextmanager
-def _no_collector() -> Iterator[None]:
-    """Nothing is freed but by reference counting inside the block."""
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _pool() -> tuple[dict[str, ClusterQueue], Cache, Scheduler]:
@@ -89,7 +75,7 @@ def test_a_cluster_queue_edit_leaves_no_cyclic_garbage() -> None:
     """The replaced tree, its kept working copy and their nodes are freed by reference
     counting alone, and nothing of theirs is left for the collector."""
     cqs, cache, sched = _pool()
-    with _no_collector():
+    with collector_off():
         old = weakref.ref(cache.tree)
         cache.update_objects(cluster_queues=_edited(cqs, "b", 6))
         assert old() is None
@@ -116,7 +102,7 @@ def test_a_snapshot_taken_before_an_edit_decides_on_and_is_freed_when_given_back
         for key in ("ns-b/b0", "ns-c/c0"):  # a may borrow what b held
             cache.finish(key)
         log: list[tuple[Any, ...]] = []
-        with _no_collector():
+        with collector_off():
             for _ in range(3):
                 r = sched.schedule()
                 log.append(

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -22,22 +20,10 @@ from admission.engine.tas.domains import HOSTNAME, Domain, Node, TopologyState
 from admission.engine.tas.placement import place_flavor
 from admission.engine.tas.request import PlacementRequest
 from queues.model import ResourceFlavor, Topology, TopologyRequest
+from tests.support.collector import collector_off
 
 LEVELS = ("block", "rack", HOSTNAME)
 FLAVOR = ResourceFlavor("tas", node_labels={"pool": "gpu"}, topology_name="t")
-
-
-@contextmanager
-def collector_off() -> Iterator[None]:
-    """The cyclic collector off (what is freed now is freed by reference counting)."""
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def two_racks(state: TopologyState) -> None:

@@ -25,6 +25,7 @@ from admission.engine.tas.placement import place_flavor
 from admission.engine.tas.request import PlacementRequest
 from queues.api.topology_assignment import from_v1beta2, node_selectors, to_v1beta2
 from queues.model import ResourceFlavor, Taint, Toleration, Topology, TopologyRequest
+from tests.support.collector import collector_off
 
 LEVELS = ("block", "rack", HOSTNAME)
 FLAVOR = ResourceFlavor("tas", node_labels={"pool": "gpu"}, topology_name="t")
@@ -437,18 +438,12 @@ def test_a_domain_tree_replaced_after_a_node_change_is_freed_by_reference_counti
     assert leaf.parent is not None and root.children  # linked both ways
     dead_root, dead_leaf = weakref.ref(root), weakref.ref(leaf)
     del old, root, leaf
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         state.set_pod(PodUsage("kube-system/ds", "n00", {"gpu": 1}), "kube-system/ds")
         new = state.snapshot(FLAVOR)
         assert new is not None and new.leaves[("b0", "b0-r0", "n00")].capacity["gpu"] == 7
         assert (dead_root(), dead_leaf()) == (None, None)  # freed by reference counting
         assert gc.collect() == 0  # and nothing of it left for the collector
-    finally:
-        if was:
-            gc.enable()
     assert place_flavor(new, [gang]).failed is None
     assert state.snapshot(FLAVOR) is new  # unchanged since: the same tree, not retired
 
