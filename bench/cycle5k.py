@@ -168,6 +168,14 @@ def _percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, max(0, -(-len(sorted_values) * p // 100) - 1))]
 
 
+def _p50_p99(sorted_values: list[float], scale: float = 1.0) -> dict[str, float]:
+    """The median and p99 of ``sorted_values`` times ``scale``, rounded to 0.1."""
+    return {
+        "p50": round(_percentile(sorted_values, 50) * scale, 1),
+        "p99": round(_percentile(sorted_values, 99) * scale, 1),
+    }
+
+
 def _rss_mib() -> float:
     try:
         with open("/proc/self/statm", encoding="ascii") as f:
@@ -289,14 +297,8 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
         less = sorted(c * 1000 - k for c, k in zip(cpu, kept_ms, strict=True))
         kept_answers = {
             "perCycle": round(kept_heads / len(cpu), 1),
-            "evaluationMs": {
-                "p50": round(_percentile(evaluation, 50), 1),
-                "p99": round(_percentile(evaluation, 99), 1),
-            },
-            "cycleLessEvaluationMs": {
-                "p50": round(_percentile(less, 50), 1),
-                "p99": round(_percentile(less, 99), 1),
-            },
+            "evaluationMs": _p50_p99(evaluation),
+            "cycleLessEvaluationMs": _p50_p99(less),
         }
     return {
         "parkUntilFeasible": bounded,
@@ -308,13 +310,11 @@ def run_shape(shape: str, *, seed: int = 1) -> dict[str, Any]:
         "fillCpuSeconds": round(fill_cpu, 3),
         "steadyCycles": len(cpu),
         "cycleCpuMs": {
-            "p50": round(_percentile(ordered, 50) * 1000, 1),
-            "p99": round(_percentile(ordered, 99) * 1000, 1),
+            **_p50_p99(ordered, 1000),
             "max": round(ordered[-1] * 1000, 1) if ordered else 0.0,
         },
         "gcCpuMs": {  # of cycleCpuMs: the cyclic collector, run inside the timed cycles
-            "p50": round(_percentile(gc_ordered, 50) * 1000, 1),
-            "p99": round(_percentile(gc_ordered, 99) * 1000, 1),
+            **_p50_p99(gc_ordered, 1000),
             "total": round(sum(in_gc) * 1000, 1),
         },
         # between the timed cycles (finishes, arrivals, evictions): collections the
